@@ -1,0 +1,97 @@
+// The `rlid` entry point: global flags, subcommands from the registry, errors
+// to exit codes (1 generic, 2 config/usage, 3 i/o, 4 internal, 5 numeric).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <iostream>
+#include <thread>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/strings.h"
+#include "envs/env.h"
+#include "policy/runtime.h"
+
+namespace rlid::cli {
+
+void EnvOptions::Add(CLI::App& app, bool with_seed) {
+  app.add_option("--env", env, "environment name (rlid env list)")->capture_default_str();
+  if (with_seed) app.add_option("--seed", seed, "instance seed (even = train, odd = test)")->capture_default_str();
+  app.add_option("--set", sets, "override, e.g. --set env.size=9 (repeatable)");
+  app.add_option("--config", config, "take [env] from this TOML config");
+}
+
+Config LoadConfig(const std::string& path, const std::vector<std::string>& sets) {
+  Config cfg = path.empty() ? Config() : Config::FromFile(path);
+  cfg.ApplyOverrides(sets);
+  return cfg;
+}
+
+std::unique_ptr<envs::Env> EnvOptions::Make() const {
+  Config cfg = LoadConfig(config, {});
+  if (!env.empty()) {
+    cfg.ApplyOverride("env.name=" + env);
+  } else if (!cfg.Root().Section("env").Has("name")) {
+    throw ConfigError("no environment given",
+                      fmt::format("pass --env NAME (one of: {}) or --config FILE with an [env] name",
+                                  fmt::join(envs::EnvRegistry::Global().Names(), ", ")));
+  }
+  for (const auto& s : sets) cfg.ApplyOverride(StartsWith(s, "env.") ? s : "env." + s);
+  auto made = envs::MakeEnv(cfg.Root().Section("env"));
+  cfg.CheckAllUsed("env");  // other sections of a full experiment config are not ours
+  return made;
+}
+
+namespace {
+
+int Run(CLI::App& app, std::vector<std::unique_ptr<Command>>& keep, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);  // prints help or the parse error; 0 for --help
+  }
+}
+
+}  // namespace
+
+int RunCli(int argc, char** argv) {
+  CLI::App app{"rlid: reinforcement learning for language agents in the decision plane"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", VersionString());
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+  std::vector<std::unique_ptr<Command>> commands;
+  for (const auto& [name, entry] : CommandRegistry::Global().entries()) {
+    CLI::App* sub = app.add_subcommand(name, entry.summary);
+    commands.push_back(entry.factory());
+    commands.back()->Setup(*sub);
+  }
+  int threads = 0;
+  app.add_option("--threads", threads, "LibTorch intra-op threads (0 = one per core)")
+      ->capture_default_str();
+  app.parse_complete_callback([&] {
+    SetupLogging(log_level);
+    policy::SetNumThreads(threads);
+  });
+  try {
+    return Run(app, commands, argc, argv);
+  } catch (const Error& e) {
+    std::cerr << FormatError(e) << std::endl;
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "internal error: " << e.what() << std::endl;
+    return 4;
+  }
+}
+
+int RunCli(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {"rlid"};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  return RunCli(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace rlid::cli

@@ -1,0 +1,170 @@
+// `rlid env list|show|play|graph`: inspect, play and enumerate environments.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "envs/env.h"
+#include "envs/state_graph.h"
+
+namespace rlid::cli {
+namespace {
+
+using envs::Menu;
+
+std::string FormatMenu(const Menu& menu, bool details) {
+  std::string out;
+  for (const auto& it : menu.items) {
+    out += fmt::format("  {}) {}", it.label, it.command);
+    if (details) {
+      if (it.realisations.size() > 1) {
+        std::vector<std::string> other(it.realisations.begin() + 1, it.realisations.end());
+        out += fmt::format("   [also: {}]", fmt::join(other, " | "));
+      }
+      out += fmt::format("\n       -> {}", it.afterstate);
+      if (it.same_afterstate_as >= 0)
+        out += fmt::format("  (same afterstate as {})", menu.items[it.same_afterstate_as].label);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+nlohmann::json MenuJson(const Menu& menu) {
+  nlohmann::json items = nlohmann::json::array();
+  for (const auto& it : menu.items)
+    items.push_back({{"action", it.action},
+                     {"label", it.label},
+                     {"command", it.command},
+                     {"realisations", it.realisations},
+                     {"afterstate", it.afterstate},
+                     {"afterstate_hash", fmt::format("{:016x}", it.afterstate_hash)},
+                     {"same_afterstate_as", it.same_afterstate_as}});
+  return items;
+}
+
+class EnvCommand : public Command {
+ public:
+  void Setup(CLI::App& app) override {
+    app.require_subcommand(1);
+    app.add_subcommand("list", "name and summary of every registered environment")
+        ->callback([] {
+          for (const auto& [name, e] : envs::EnvRegistry::Global().entries())
+            std::cout << fmt::format("{:<10} {}\n", name, e.summary);
+        });
+
+    auto* show = app.add_subcommand("show", "observation, menu (labels, realisations, afterstates)");
+    show_.Add(*show);
+    show->add_flag("--json", json_, "print JSON");
+    show->add_flag("--shuffle-labels", shuffle_, "permute the menu with the seeded label stream");
+    show->callback([this] { Show(); });
+
+    auto* play = app.add_subcommand("play", "play in the terminal: type a label or free text");
+    play_.Add(*play);
+    play->add_flag("--shuffle-labels", shuffle_, "permute labels every step");
+    play->callback([this] { Play(); });
+
+    auto* graph = app.add_subcommand("graph", "state-graph size, optimal return, DOT export");
+    graph_.Add(*graph);
+    graph->add_option("--max-states", max_states_, "stop enumerating after this many states")
+        ->capture_default_str();
+    graph->add_option("--dot", dot_, "write the graph in GraphViz DOT format to this file");
+    graph->callback([this] { Graph(); });
+  }
+
+ private:
+  void Show() {
+    auto env = show_.Make();
+    auto state = env->NewState(show_.seed);
+    Menu menu = state->CompileMenu();
+    if (shuffle_) {
+      Rng rng = Rng::Stream(show_.seed, "labels", 0);
+      envs::ShuffleMenu(menu, rng);
+    }
+    const auto info = env->Info();
+    if (json_) {
+      nlohmann::json j = {{"env", info.name},
+                          {"seed", show_.seed},
+                          {"split", envs::SplitName(envs::SplitOf(show_.seed))},
+                          {"instructions", env->Instructions()},
+                          {"observation", state->Observation()},
+                          {"state_hash", fmt::format("{:016x}", state->Hash())},
+                          {"menu", MenuJson(menu)}};
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::cout << fmt::format("{} — seed {} ({} split), step limit {}\n\n", info.name, show_.seed,
+                             envs::SplitName(envs::SplitOf(show_.seed)), info.step_limit);
+    std::cout << env->Instructions() << "\n\n" << state->Observation() << "\n\nMenu:\n"
+              << FormatMenu(menu, true);
+  }
+
+  void Play() {
+    auto env = play_.Make();
+    auto state = env->NewState(play_.seed);
+    std::cout << env->Instructions() << "\n";
+    double ret = 0;
+    bool success = false;
+    Rng rng = Rng::Stream(play_.seed, "labels", 0);
+    while (!state->IsTerminal()) {
+      Menu menu = state->CompileMenu();
+      if (shuffle_) envs::ShuffleMenu(menu, rng);
+      std::cout << "\n" << state->Observation() << "\n" << FormatMenu(menu, true) << "> " << std::flush;
+      std::string line;
+      if (!std::getline(std::cin, line)) {
+        std::cout << "\n(end of input)\n";
+        break;
+      }
+      if (line == "quit" || line == "exit") break;
+      auto res = menu.Compile(line);
+      if (!res.valid()) {
+        std::cout << "invalid: " << res.reason << "\n";
+        continue;
+      }
+      auto out = state->Apply(res.action);
+      ret += out.reward;
+      success = success || out.success;
+      std::cout << fmt::format("-> {} (reward {:+g})\n", menu.items[res.item].command, out.reward);
+      if (out.truncated) std::cout << "step limit reached\n";
+    }
+    std::cout << fmt::format("\n{}\nreturn {:.3f}, success {}, steps {}\n", state->Observation(), ret,
+                             success ? "yes" : "no", state->StepCount());
+  }
+
+  void Graph() {
+    auto env = graph_.Make();
+    if (!env->Info().deterministic)
+      throw ConfigError(fmt::format("{} is not deterministic; its state graph is not exact", env->Info().name));
+    auto state = env->NewState(graph_.seed);
+    auto sg = envs::EnumerateStates(*state, max_states_, /*with_text=*/!dot_.empty());
+    auto values = envs::OptimalValues(sg);
+    size_t successes = 0;
+    for (size_t v = 0; v < sg.num_states(); ++v) successes += sg.graph[v].success;
+    std::cout << fmt::format("states {}{}\nedges {}\nsuccess states {}\noptimal return {:.4f}\n",
+                             sg.num_states(), sg.complete ? "" : " (cut at --max-states)",
+                             sg.num_edges(), successes, values[sg.root]);
+    if (auto* oracle = dynamic_cast<const envs::OracleState*>(state.get()))
+      std::cout << fmt::format("oracle return {:.4f}\n", oracle->OptimalReturn());
+    if (!dot_.empty()) {
+      std::ofstream out(dot_);
+      if (!out) throw IoError(fmt::format("cannot write '{}'", dot_));
+      envs::WriteDot(sg, out);
+      std::cout << "wrote " << dot_ << "\n";
+    }
+  }
+
+  EnvOptions show_, play_, graph_;
+  bool json_ = false, shuffle_ = false;
+  size_t max_states_ = 100000;
+  std::string dot_;
+};
+
+const Registrar<CommandRegistry> kRegister("env", "list, show, play and enumerate environments",
+                                           [] { return std::make_unique<EnvCommand>(); });
+
+}  // namespace
+}  // namespace rlid::cli

@@ -1,0 +1,434 @@
+#include "core/config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "core/error.h"
+#include "core/strings.h"
+
+namespace rlid {
+
+struct Config::Impl {
+  toml::table doc;
+  std::string source;
+  std::set<std::string> used;               // full key paths read by a struct
+  std::set<std::string> sections;           // declared section paths ("" = root)
+  std::set<std::string> table_arrays;       // declared [[arrays]]
+  std::set<std::string> wildcard;           // sections marked all-used
+  std::set<std::string> overridden;         // paths set by --set
+  struct Resolved {
+    std::string section, key, value, doc;
+  };
+  std::vector<Resolved> resolved;
+  std::map<std::string, size_t> resolved_index;
+};
+
+namespace {
+
+std::string JoinPath(const std::string& a, std::string_view b) {
+  return a.empty() ? std::string(b) : a + "." + std::string(b);
+}
+
+template <class T>
+std::string TomlText(const T& v) {
+  std::ostringstream os;
+  if constexpr (std::is_same_v<T, std::string>) {
+    os << toml::value<std::string>(v);
+  } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, double>) {
+    os << toml::value<T>(v);
+  } else {
+    os << toml::value<int64_t>(static_cast<int64_t>(v));
+  }
+  return os.str();
+}
+
+template <class T>
+std::string TomlArrayText(const std::vector<T>& v) {
+  toml::array a;
+  for (const auto& x : v) {
+    if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, double>)
+      a.push_back(x);
+    else
+      a.push_back(static_cast<int64_t>(x));
+  }
+  std::ostringstream os;
+  os << a;
+  return os.str();
+}
+
+const char* TypeName(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+}  // namespace
+
+Config::Config() : impl_(std::make_unique<Impl>()) { impl_->sections.insert(""); }
+Config::~Config() = default;
+Config::Config(Config&&) noexcept = default;
+Config& Config::operator=(Config&&) noexcept = default;
+
+Config Config::FromString(std::string_view text, std::string source_name) {
+  Config cfg;
+  cfg.impl_->source = source_name;
+  try {
+    cfg.impl_->doc = toml::parse(text, std::string_view(source_name));
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: {}", source_name, e.source().begin.line,
+                                  e.source().begin.column, e.description()),
+                      "fix the TOML syntax at that position");
+  }
+  return cfg;
+}
+
+Config Config::FromFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw IoError(fmt::format("cannot open config file '{}'", path),
+                  "check the path; example configs live in configs/");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return FromString(ss.str(), path);
+}
+
+const std::string& Config::source_name() const { return impl_->source; }
+
+void Config::ApplyOverride(std::string_view assignment) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    throw ConfigError(fmt::format("bad override '{}': expected key.path=value", assignment),
+                      "example: --set trainer.loss.clip_high=0.28");
+  std::string path(Trim(assignment.substr(0, eq)));
+  std::string value(Trim(assignment.substr(eq + 1)));
+  auto parts = Split(path, '.');
+  toml::table* t = &impl_->doc;
+  std::string sofar;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    sofar = JoinPath(sofar, parts[i]);
+    if (parts[i].empty()) throw ConfigError(fmt::format("bad override key '{}'", path));
+    toml::node* n = t->get(parts[i]);
+    if (!n) {
+      t->insert(parts[i], toml::table{});
+      n = t->get(parts[i]);
+    }
+    if (!n->is_table())
+      throw ConfigError(fmt::format("override '{}': '{}' is {}, not a table", path, sofar,
+                                    TypeName(*n)));
+    t = n->as_table();
+  }
+  toml::node_view<toml::node> parsed;
+  toml::table holder;
+  try {
+    std::string text = "v = " + value;
+    holder = toml::parse(std::string_view(text), std::string_view("--set"));
+  } catch (const toml::parse_error&) {
+    holder = toml::table{};
+    holder.insert("v", value);  // not TOML: take the text as a string
+  }
+  t->insert_or_assign(parts.back(), *holder.get("v"));
+  impl_->overridden.insert(path);
+}
+
+void Config::ApplyOverrides(const std::vector<std::string>& assignments) {
+  for (const auto& a : assignments) ApplyOverride(a);
+}
+
+ConfigNode Config::Root() { return ConfigNode(impl_.get(), "", &impl_->doc); }
+
+namespace {
+
+void CheckTable(const Config::Impl& impl, const toml::table& table, const std::string& path) {
+  if (impl.wildcard.count(path)) return;
+  for (auto&& [k, node] : table) {
+    std::string key(k.str());
+    std::string full = JoinPath(path, key);
+    bool known = false;
+    if (node.is_table()) {
+      known = impl.sections.count(full) > 0;
+      if (known) CheckTable(impl, *node.as_table(), full);
+    } else if (node.is_array_of_tables() && impl.table_arrays.count(full)) {
+      known = true;
+      const toml::array& arr = *node.as_array();
+      for (size_t i = 0; i < arr.size(); ++i)
+        CheckTable(impl, *arr.get(i)->as_table(), fmt::format("{}[{}]", full, i));
+    } else {
+      known = impl.used.count(full) > 0;
+    }
+    if (known) continue;
+    // Candidates: keys and sections declared directly under `path`.
+    std::vector<std::string> candidates;
+    auto add_child = [&](const std::string& p) {
+      std::string prefix = path.empty() ? "" : path + ".";
+      if (!StartsWith(p, prefix)) return;
+      std::string rest = p.substr(prefix.size());
+      if (rest.empty() || rest.find('.') != std::string::npos) return;
+      candidates.push_back(rest);
+    };
+    for (const auto& p : impl.used) add_child(p);
+    for (const auto& p : impl.sections) add_child(p);
+    for (const auto& p : impl.table_arrays) add_child(p);
+    // Array elements "a[0]" are declared through their base name "a".
+    std::string base_path = path;
+    std::string where = impl.source;
+    if (impl.overridden.count(full)) {
+      where = fmt::format("--set {}", full);
+    } else if (node.source().begin.line > 0) {
+      where = fmt::format("{}:{}:{}", node.source().path ? *node.source().path : impl.source,
+                          node.source().begin.line, node.source().begin.column);
+    }
+    std::string section = path.empty() ? "the top level" : "[" + path + "]";
+    std::sort(candidates.begin(), candidates.end());
+    candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+    throw ConfigError(
+        fmt::format("{}: unknown key '{}'{} in {}", where, full, DidYouMean(key, candidates),
+                    section),
+        candidates.empty() ? "remove it; nothing is configurable there"
+                           : fmt::format("valid keys there: {}", Join(candidates, ", ")));
+  }
+}
+
+}  // namespace
+
+void Config::CheckAllUsed(std::string_view section) const {
+  const toml::table* t = &impl_->doc;
+  for (const auto& part : section.empty() ? std::vector<std::string>{} : Split(section, '.')) {
+    const toml::node* n = t->get(part);
+    if (!n || !n->is_table()) return;
+    t = n->as_table();
+  }
+  CheckTable(*impl_, *t, std::string(section));
+}
+
+std::string Config::ResolvedToml() const {
+  // Group by section in order of first appearance.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const Impl::Resolved*>> by_section;
+  for (const auto& r : impl_->resolved) {
+    if (!by_section.count(r.section)) order.push_back(r.section);
+    by_section[r.section].push_back(&r);
+  }
+  std::string out;
+  for (const auto& s : order) {
+    if (!s.empty()) out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", s);
+    size_t width = 0;
+    for (const auto* r : by_section[s]) width = std::max(width, r->key.size() + 3 + r->value.size());
+    for (const auto* r : by_section[s]) {
+      std::string line = fmt::format("{} = {}", r->key, r->value);
+      if (!r->doc.empty()) line += std::string(width - line.size() + 2, ' ') + "# " + r->doc;
+      out += line + "\n";
+    }
+  }
+  return out;
+}
+
+std::string Config::DocumentToml() const {
+  std::ostringstream os;
+  os << impl_->doc;
+  return os.str();
+}
+
+// ---- ConfigNode ---------------------------------------------------------------
+
+std::string ConfigNode::KeyPath(std::string_view key) const { return JoinPath(path_, key); }
+
+const void* ConfigNode::Find(std::string_view key) const {
+  impl_->used.insert(KeyPath(key));
+  if (!table_) return nullptr;
+  return static_cast<toml::table*>(table_)->get(key);
+}
+
+std::string ConfigNode::Where(std::string_view key) const {
+  std::string full = KeyPath(key);
+  if (impl_->overridden.count(full)) return "--set " + full;
+  const toml::node* n = nullptr;
+  if (table_) {
+    n = key.empty() ? static_cast<const toml::node*>(static_cast<toml::table*>(table_))
+                    : static_cast<toml::table*>(table_)->get(key);
+  }
+  if (n && n->source().begin.line > 0) {
+    return fmt::format("{}:{}:{}", n->source().path ? *n->source().path : impl_->source,
+                       n->source().begin.line, n->source().begin.column);
+  }
+  return impl_->source.empty() ? "<config>" : impl_->source;
+}
+
+void ConfigNode::Record(std::string_view key, std::string toml_value, std::string_view doc) const {
+  std::string full = KeyPath(key);
+  auto it = impl_->resolved_index.find(full);
+  if (it != impl_->resolved_index.end()) {
+    impl_->resolved[it->second].value = std::move(toml_value);
+    return;
+  }
+  impl_->resolved_index[full] = impl_->resolved.size();
+  impl_->resolved.push_back({path_, std::string(key), std::move(toml_value), std::string(doc)});
+}
+
+namespace {
+
+[[noreturn]] void TypeMismatch(const ConfigNode& n, std::string_view key, const char* expected,
+                               const toml::node& got) {
+  throw ConfigError(fmt::format("{}: '{}' must be {}, found {}", n.Where(key),
+                                n.path().empty() ? std::string(key) : n.path() + "." + std::string(key),
+                                expected, TypeName(got)));
+}
+
+template <class Int>
+Int ReadInt(const ConfigNode& n, std::string_view key, const toml::node& node) {
+  auto v = node.value_exact<int64_t>();
+  if (!v) TypeMismatch(n, key, "an integer", node);
+  if constexpr (std::is_same_v<Int, uint64_t>) {
+    if (*v < 0)
+      throw ConfigError(fmt::format("{}: '{}' must be >= 0, found {}", n.Where(key), key, *v));
+  }
+  if constexpr (std::is_same_v<Int, int>) {
+    if (*v < INT32_MIN || *v > INT32_MAX)
+      throw ConfigError(fmt::format("{}: '{}' = {} is out of range", n.Where(key), key, *v));
+  }
+  return static_cast<Int>(*v);
+}
+
+double ReadDouble(const ConfigNode& n, std::string_view key, const toml::node& node) {
+  if (auto v = node.value_exact<double>()) return *v;
+  if (auto v = node.value_exact<int64_t>()) return static_cast<double>(*v);
+  TypeMismatch(n, key, "a number", node);
+}
+
+}  // namespace
+
+void ConfigNode::Get(std::string_view key, bool& value, std::string_view doc) {
+  if (auto* p = static_cast<const toml::node*>(Find(key))) {
+    auto v = p->value_exact<bool>();
+    if (!v) TypeMismatch(*this, key, "a boolean", *p);
+    value = *v;
+  }
+  Record(key, TomlText(value), doc);
+}
+
+void ConfigNode::Get(std::string_view key, int& value, std::string_view doc) {
+  if (auto* p = static_cast<const toml::node*>(Find(key))) value = ReadInt<int>(*this, key, *p);
+  Record(key, TomlText(value), doc);
+}
+
+void ConfigNode::Get(std::string_view key, int64_t& value, std::string_view doc) {
+  if (auto* p = static_cast<const toml::node*>(Find(key))) value = ReadInt<int64_t>(*this, key, *p);
+  Record(key, TomlText(value), doc);
+}
+
+void ConfigNode::Get(std::string_view key, uint64_t& value, std::string_view doc) {
+  if (auto* p = static_cast<const toml::node*>(Find(key))) value = ReadInt<uint64_t>(*this, key, *p);
+  Record(key, TomlText(value), doc);
+}
+
+void ConfigNode::Get(std::string_view key, double& value, std::string_view doc) {
+  if (auto* p = static_cast<const toml::node*>(Find(key))) value = ReadDouble(*this, key, *p);
+  Record(key, TomlText(value), doc);
+}
+
+void ConfigNode::Get(std::string_view key, std::string& value, std::string_view doc) {
+  if (auto* p = static_cast<const toml::node*>(Find(key))) {
+    auto v = p->value_exact<std::string>();
+    if (!v) TypeMismatch(*this, key, "a string", *p);
+    value = *v;
+  }
+  Record(key, TomlText(value), doc);
+}
+
+namespace {
+template <class T, class Read>
+void GetArray(ConfigNode& self, std::string_view key, const toml::node* p, std::vector<T>& value,
+              Read read) {
+  if (!p) return;
+  const toml::array* arr = p->as_array();
+  if (!arr) TypeMismatch(self, key, "an array", *p);
+  std::vector<T> out;
+  for (const auto& el : *arr) out.push_back(read(el));
+  value = std::move(out);
+}
+}  // namespace
+
+void ConfigNode::Get(std::string_view key, std::vector<double>& value, std::string_view doc) {
+  GetArray(*this, key, static_cast<const toml::node*>(Find(key)), value,
+           [&](const toml::node& el) { return ReadDouble(*this, key, el); });
+  Record(key, TomlArrayText(value), doc);
+}
+
+void ConfigNode::Get(std::string_view key, std::vector<int64_t>& value, std::string_view doc) {
+  GetArray(*this, key, static_cast<const toml::node*>(Find(key)), value,
+           [&](const toml::node& el) { return ReadInt<int64_t>(*this, key, el); });
+  Record(key, TomlArrayText(value), doc);
+}
+
+void ConfigNode::Get(std::string_view key, std::vector<std::string>& value, std::string_view doc) {
+  GetArray(*this, key, static_cast<const toml::node*>(Find(key)), value,
+           [&](const toml::node& el) {
+             auto v = el.value_exact<std::string>();
+             if (!v) TypeMismatch(*this, key, "an array of strings", el);
+             return *v;
+           });
+  Record(key, TomlArrayText(value), doc);
+}
+
+void ConfigNode::GetEnum(std::string_view key, std::string& value,
+                         const std::vector<std::string>& allowed, std::string_view doc) {
+  Get(key, value, fmt::format("{} ({})", doc, Join(allowed, " | ")));
+  if (std::find(allowed.begin(), allowed.end(), value) == allowed.end())
+    throw ConfigError(fmt::format("{}: '{}' = '{}' is not valid{}", Where(key), KeyPath(key), value,
+                                  DidYouMean(value, allowed)),
+                      fmt::format("valid values: {}", Join(allowed, ", ")));
+}
+
+ConfigNode ConfigNode::Section(std::string_view key) const {
+  std::string full = KeyPath(key);
+  impl_->sections.insert(full);
+  toml::table* sub = nullptr;
+  if (table_) {
+    toml::node* n = static_cast<toml::table*>(table_)->get(key);
+    if (n) {
+      if (!n->is_table())
+        throw ConfigError(fmt::format("{}: '{}' must be a table [{}], found {}", Where(key), full,
+                                      full, TypeName(*n)));
+      sub = n->as_table();
+    }
+  }
+  return ConfigNode(impl_, full, sub);
+}
+
+std::vector<ConfigNode> ConfigNode::TableArray(std::string_view key) const {
+  std::string full = KeyPath(key);
+  impl_->table_arrays.insert(full);
+  std::vector<ConfigNode> out;
+  if (!table_) return out;
+  toml::node* n = static_cast<toml::table*>(table_)->get(key);
+  if (!n) return out;
+  if (!n->is_array_of_tables())
+    throw ConfigError(fmt::format("{}: '{}' must be an array of tables [[{}]]", Where(key), full, full));
+  toml::array* arr = n->as_array();
+  for (size_t i = 0; i < arr->size(); ++i) {
+    std::string p = fmt::format("{}[{}]", full, i);
+    impl_->sections.insert(p);
+    out.push_back(ConfigNode(impl_, p, arr->get(i)->as_table()));
+  }
+  return out;
+}
+
+bool ConfigNode::Has(std::string_view key) const {
+  return table_ && static_cast<toml::table*>(table_)->contains(key);
+}
+
+void ConfigNode::MarkAllUsed() const { impl_->wildcard.insert(path_); }
+
+}  // namespace rlid

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the whole test suite:
+#   1. the main build's tests (ctest: rlid_tests_base + rlid_tests + CLI checks)
+#   2. core/envs/memory tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+jobs=${RLID_TEST_JOBS:-2}
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+
+# Sanitizer build of the LibTorch-free components.
+if [[ "${RLID_SKIP_SANITIZE:-0}" != "1" ]]; then
+  if [[ ! -f build-asan/build.ninja ]]; then
+    cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DRLID_WITH_TORCH=OFF -DRLID_SANITIZE=ON >/dev/null
+  fi
+  cmake --build build-asan -j "$(nproc)"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900
+fi
+echo "all tests passed"
