@@ -1,0 +1,34 @@
+// Benchmarks run from the CLI (`rlid bench NAME`). Machines are noisy, so each
+// benchmark reports ratios measured in the same run (e.g. single-pass vs naive
+// readout) beside the absolute numbers, and prints one JSON object so results
+// can be archived. Benchmarks register like everything else.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <string>
+
+#include "core/registry.h"
+
+namespace rlid::bench {
+
+class Benchmark {
+ public:
+  static constexpr const char* kRegistryKind = "benchmark";
+  virtual ~Benchmark() = default;
+  // Adds benchmark-specific options to its subcommand.
+  virtual void AddOptions(CLI::App& app) {}
+  // Runs and returns the results (printed as JSON by the CLI, and as a table
+  // when the benchmark prints one itself).
+  virtual nlohmann::json Run() = 0;
+};
+using BenchRegistry = Registry<Benchmark>;
+
+// Wall-clock seconds of a monotonic clock.
+inline double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace rlid::bench
