@@ -1,0 +1,158 @@
+// The decoder-only transformer LM, in the Hugging Face Qwen3/Llama layout so
+// real checkpoints can be loaded: token embedding, RMSNorm, RoPE, grouped-query
+// attention written out (LibTorch 1.13 has no SDPA), optional q/k RMSNorm,
+// SwiGLU MLP, tied or untied head, explicit head_dim. Parameter names equal the
+// HF names ("model.layers.0.self_attn.q_proj.weight"). A scalar value head on
+// the final hidden state serves PPO. Callers pick the positions that need
+// logits (Logits() on gathered hidden states) so the vocabulary projection is
+// never computed for the whole sequence unless asked.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace rlid::policy {
+
+struct ModelConfig {
+  std::string preset = "tiny";       // tiny | small | base | custom (fields below override)
+  int64_t vocab_size = 1024;         // set from the tokenizer when a model is created
+  int64_t hidden_size = 96;          // D
+  int64_t intermediate_size = 256;   // SwiGLU width
+  int64_t num_layers = 3;
+  int64_t num_heads = 4;             // query heads
+  int64_t num_kv_heads = 2;          // key/value heads (GQA); divides num_heads
+  int64_t head_dim = 24;             // explicit, may differ from D / num_heads
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-6;
+  bool qk_norm = true;               // Qwen3 q/k RMSNorm
+  bool attention_bias = false;       // Qwen2 q/k/v biases
+  bool tie_embeddings = true;        // lm_head shares embed_tokens.weight
+  int64_t max_position = 4096;       // longest sequence the model accepts
+
+  // Reads [policy] (preset first, then explicit fields).
+  void Load(ConfigNode n);
+  void ApplyPreset(const std::string& name);
+  void Validate() const;  // ConfigError on inconsistent sizes
+  // HF-style config.json (model_type qwen3/qwen2) and back.
+  nlohmann::json ToJson() const;
+  static ModelConfig FromJson(const nlohmann::json& j);
+  int64_t NumParameters() const;
+  // Forward FLOPs per token (2 * matmul params + attention over `context` keys).
+  double ForwardFlopsPerToken(int64_t context) const;
+};
+
+// Keys/values of one layer: [B or 1, num_kv_heads, S, head_dim]. A batch of 1
+// broadcasts over the query batch (shared-prefix forward).
+struct LayerKV {
+  torch::Tensor k, v;
+};
+using PastKV = std::vector<LayerKV>;
+
+struct ForwardOut {
+  torch::Tensor hidden;  // [B, T, D] after the final norm
+  PastKV present;        // past ++ this call's keys/values (only if requested)
+};
+
+// RMSNorm with a learned scale named "weight".
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RmsNorm);
+
+// Grouped-query self-attention: q_proj, k_proj, v_proj, o_proj (+ q_norm, k_norm).
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& cfg);
+  // x [B,T,D], cos/sin [B,T,hd], additive mask [B|1,1,T,P+T] -> [B,T,D]; `kv_out`
+  // receives past ++ new keys/values.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask_add, const LayerKV* past, LayerKV* kv_out);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+// SwiGLU: down(silu(gate(x)) * up(x)).
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLayerImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask_add, const LayerKV* past, LayerKV* kv_out);
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// "model": embed_tokens, layers, norm.
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelConfig& cfg);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RmsNorm norm{nullptr};
+  std::vector<DecoderLayer> layer_list;
+};
+TORCH_MODULE(Decoder);
+
+class TransformerLMImpl : public torch::nn::Module {
+ public:
+  explicit TransformerLMImpl(const ModelConfig& cfg);
+
+  // ids, positions: [B, T] int64. mask: [B or 1, 1, T, P + T] bool (true =
+  // may attend), where P is the past length (0 without past). Returns the
+  // final hidden states; `present` is filled when return_present is true.
+  ForwardOut forward(const torch::Tensor& ids, const torch::Tensor& positions,
+                     const torch::Tensor& mask, const PastKV* past = nullptr,
+                     bool return_present = false);
+  // hidden [..., D] -> logits [..., V] (float32).
+  torch::Tensor Logits(const torch::Tensor& hidden);
+  // hidden [..., D] -> value [...].
+  torch::Tensor Value(const torch::Tensor& hidden);
+
+  // Deterministic initialisation from a seed (independent of global RNG state).
+  void InitWeights(uint64_t seed);
+  const ModelConfig& config() const { return cfg_; }
+  torch::Device device() const { return model->embed_tokens->weight.device(); }
+  torch::Dtype dtype() const { return model->embed_tokens->weight.scalar_type(); }
+
+  // Standard causal mask for right-padded batches: [B, 1, T, T], key j visible
+  // to query i iff j <= i and j < length[b].
+  static torch::Tensor CausalMask(const torch::Tensor& lengths, int64_t T);
+
+  Decoder model{nullptr};
+  torch::nn::Linear lm_head{nullptr};     // null when tied
+  torch::nn::Linear value_head{nullptr};  // rlid's value head (not in HF files)
+
+ private:
+  ModelConfig cfg_;
+  torch::Tensor inv_freq_;  // [head_dim / 2]
+};
+TORCH_MODULE(TransformerLM);
+
+// RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * w, computed in float32.
+torch::Tensor ApplyRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps);
+
+}  // namespace rlid::policy
