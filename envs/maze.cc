@@ -76,8 +76,9 @@ std::shared_ptr<const MazeLayout> Generate(const MazeParams& p, uint64_t seed) {
   const int n = m->n = p.size;
   Rng rng = Rng::Stream(seed, "maze");
 
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, boost::no_property,
-                                      boost::property<boost::edge_weight_t, int>>;
+  using Graph =
+      boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, boost::no_property,
+                            boost::property<boost::edge_weight_t, int>>;
   using Edge = boost::graph_traits<Graph>::edge_descriptor;
   std::vector<std::pair<int, int>> pairs;  // (cell, east or south neighbour)
   for (int r = 0; r < n; ++r)
@@ -109,8 +110,10 @@ std::shared_ptr<const MazeLayout> Generate(const MazeParams& p, uint64_t seed) {
     if (!((m->open[a] >> d) & 1)) walls.emplace_back(a, b);
   }
   rng.Shuffle(walls);
-  const auto extra = static_cast<size_t>(std::lround(p.extra_edges * static_cast<double>(walls.size())));
-  for (size_t i = 0; i < extra && i < walls.size(); ++i) open_between(walls[i].first, walls[i].second);
+  const auto extra =
+      static_cast<size_t>(std::lround(p.extra_edges * static_cast<double>(walls.size())));
+  for (size_t i = 0; i < extra && i < walls.size(); ++i)
+    open_between(walls[i].first, walls[i].second);
 
   m->exit = static_cast<int>(rng.UniformInt(n * n));
   m->dist.assign(n * n, -1);
@@ -153,9 +156,9 @@ class MazeState final : public MenuState, public OracleState, public FactSource 
 
   std::string Observation() const override {
     if (pos_ == m_->exit) return fmt::format("You reached the exit at {}.", m_->Pos(pos_));
-    std::string out = fmt::format("Exit at {}. You are at {}. Open: {}.\nMap (@ you, X exit, # wall{}):",
-                                  m_->Pos(m_->exit), m_->Pos(pos_), OpenList(pos_),
-                                  m_->params.view_radius > 0 ? ", ? unseen" : "");
+    std::string out = fmt::format(
+        "Exit at {}. You are at {}. Open: {}.\nMap (@ you, X exit, # wall{}):", m_->Pos(m_->exit),
+        m_->Pos(pos_), OpenList(pos_), m_->params.view_radius > 0 ? ", ? unseen" : "");
     for (const auto& row : MapRows()) out += "\n" + row;
     return out;
   }
@@ -168,13 +171,16 @@ class MazeState final : public MenuState, public OracleState, public FactSource 
   }
 
   std::unique_ptr<State> Clone() const override { return std::make_unique<MazeState>(*this); }
-  uint64_t Hash() const override { return HashCombine(m_->fingerprint, static_cast<uint64_t>(pos_)); }
+  uint64_t Hash() const override {
+    return HashCombine(m_->fingerprint, static_cast<uint64_t>(pos_));
+  }
 
   std::vector<ActionId> OptimalActions() const override {
     std::vector<ActionId> out;
     if (IsTerminal() || m_->dist[pos_] > Remaining()) return out;
     for (int d = 0; d < 4; ++d)
-      if (m_->IsOpen(pos_, d) && m_->dist[m_->Neighbour(pos_, d)] == m_->dist[pos_] - 1) out.push_back(d);
+      if (m_->IsOpen(pos_, d) && m_->dist[m_->Neighbour(pos_, d)] == m_->dist[pos_] - 1)
+        out.push_back(d);
     return out;
   }
   double OptimalReturn() const override {
@@ -244,7 +250,9 @@ class MazeState final : public MenuState, public OracleState, public FactSource 
     const int dr = m_->Row(m_->exit) - m_->Row(pos_), dc = m_->Col(m_->exit) - m_->Col(pos_);
     std::string out;
     if (dr != 0) out = fmt::format("{} {}", std::abs(dr), dr > 0 ? "south" : "north");
-    if (dc != 0) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", std::abs(dc), dc > 0 ? "east" : "west");
+    if (dc != 0)
+      out +=
+          fmt::format("{}{} {}", out.empty() ? "" : ", ", std::abs(dc), dc > 0 ? "east" : "west");
     return out.empty() ? "here" : out;
   }
 
@@ -313,22 +321,25 @@ const Registrar<EnvRegistry> kRegister(
       c.Get("view_radius", p.view_radius,
             "0: the whole maze is described; r > 0: only cells within r rows and columns");
       if (p.view_radius < 0)
-        throw ConfigError(fmt::format("{}: env.view_radius = {} is negative", c.Where("view_radius"),
-                                      p.view_radius),
+        throw ConfigError(fmt::format("{}: env.view_radius = {} is negative",
+                                      c.Where("view_radius"), p.view_radius),
                           "use 0 (fully observable) or a positive radius");
       p.step_limit = 3 * p.size * p.size;  // >= 3x the longest possible shortest path
-      c.Get("step_limit", p.step_limit, "episodes are truncated after this many moves (default 3*size^2)");
+      c.Get("step_limit", p.step_limit,
+            "episodes are truncated after this many moves (default 3*size^2)");
       if (p.step_limit < 1)
-        throw ConfigError(fmt::format("{}: env.step_limit = {} must be positive", c.Where("step_limit"),
-                                      p.step_limit),
-                          fmt::format("the default for size {} is {}", p.size, 3 * p.size * p.size));
+        throw ConfigError(
+            fmt::format("{}: env.step_limit = {} must be positive", c.Where("step_limit"),
+                        p.step_limit),
+            fmt::format("the default for size {} is {}", p.size, 3 * p.size * p.size));
       c.Get("success_reward", p.success_reward, "reward for reaching the exit");
       c.Get("step_cost", p.step_cost, "cost subtracted on every move");
       if (!(p.success_reward > 0.0) || !(p.step_cost >= 0.0) || !std::isfinite(p.success_reward) ||
           !std::isfinite(p.step_cost))
-        throw ConfigError(fmt::format("{}: need success_reward > 0 and step_cost >= 0, got {} and {}",
-                                      c.Where(), p.success_reward, p.step_cost),
-                          "the oracle assumes the shortest path is optimal; defaults are 1.0 and 0.01");
+        throw ConfigError(
+            fmt::format("{}: need success_reward > 0 and step_cost >= 0, got {} and {}", c.Where(),
+                        p.success_reward, p.step_cost),
+            "the oracle assumes the shortest path is optimal; defaults are 1.0 and 0.01");
       return std::make_unique<MazeEnv>(p);
     });
 

@@ -65,8 +65,8 @@ TEST(Maze, PinnedObservationAndMenu) {
   EXPECT_EQ(m.items[2].command, "go south");
   EXPECT_EQ(m.items[2].afterstate, "(3,1): open north, south; exit 3 east.");
   EXPECT_EQ(m.items[2].realisations,
-            (std::vector<std::string>{"go south", "south", "s", "move south", "walk south", "head south",
-                                      "go down"}));
+            (std::vector<std::string>{"go south", "south", "s", "move south", "walk south",
+                                      "head south", "go down"}));
 }
 
 TEST(Maze, PinnedPartialView) {
@@ -122,7 +122,8 @@ TEST(Maze, MapIsAFaithfulPictureOfTheWalls) {
           const int dr[] = {-1, 0, 1, 0}, dc[] = {0, 1, 0, -1};
           for (int d = 0; d < 4; ++d) {
             int nr = r + dr[d], nc = c + dc[d];
-            if (nr < 0 || nc < 0 || nr >= n || nc >= n || map[2 * r + dr[d]][2 * c + dc[d]] != '.') continue;
+            if (nr < 0 || nc < 0 || nr >= n || nc >= n || map[2 * r + dr[d]][2 * c + dc[d]] != '.')
+              continue;
             if (seen.insert({nr, nc}).second) queue.push_back({nr, nc});
           }
         }
@@ -207,7 +208,8 @@ TEST(Maze, StepLimitTruncatesAndTheOracleKnowsIt) {
 }
 
 TEST(Maze, OracleMatchesExhaustiveEnumeration) {
-  for (auto params : {std::vector<std::string>{}, std::vector<std::string>{"size=6", "extra_edges=0.5"}}) {
+  for (auto params :
+       {std::vector<std::string>{}, std::vector<std::string>{"size=6", "extra_edges=0.5"}}) {
     auto env = MakeEnv("maze", params);
     for (uint64_t seed = 0; seed < 6; ++seed) {
       auto s = env->NewState(seed);
@@ -257,14 +259,15 @@ TEST(Maze, FactsNameEveryInnerWallAndDeadEnd) {
   // Read off the pinned seed-0 map by hand: 40 inner passages - (24 tree + 4
   // loops) = 12 walls; (1,5) and (5,5) are the only cells with one opening.
   auto s = MakeEnv("maze")->NewState(0);
-  EXPECT_EQ(dynamic_cast<FactSource*>(s.get())->Facts(),
-            (std::vector<std::string>{"wall between (1,2) and (1,3)", "wall between (1,4) and (2,4)",
-                                      "(1,5) is a dead end", "wall between (1,5) and (2,5)",
-                                      "wall between (2,3) and (3,3)", "wall between (2,4) and (3,4)",
-                                      "wall between (3,1) and (3,2)", "wall between (3,2) and (3,3)",
-                                      "wall between (3,4) and (4,4)", "wall between (4,1) and (4,2)",
-                                      "wall between (4,2) and (4,3)", "wall between (5,2) and (5,3)",
-                                      "wall between (5,4) and (5,5)", "(5,5) is a dead end"}));
+  EXPECT_EQ(
+      dynamic_cast<FactSource*>(s.get())->Facts(),
+      (std::vector<std::string>{"wall between (1,2) and (1,3)", "wall between (1,4) and (2,4)",
+                                "(1,5) is a dead end", "wall between (1,5) and (2,5)",
+                                "wall between (2,3) and (3,3)", "wall between (2,4) and (3,4)",
+                                "wall between (3,1) and (3,2)", "wall between (3,2) and (3,3)",
+                                "wall between (3,4) and (4,4)", "wall between (4,1) and (4,2)",
+                                "wall between (4,2) and (4,3)", "wall between (5,2) and (5,3)",
+                                "wall between (5,4) and (5,5)", "(5,5) is a dead end"}));
 }
 
 TEST(Maze, CompileUnderstandsDirections) {
@@ -278,8 +281,9 @@ TEST(Maze, CompileUnderstandsDirections) {
 }
 
 TEST(Maze, ParamsAreValidated) {
-  for (const char* bad : {"size=1", "size=13", "extra_edges=1.5", "extra_edges=-0.1", "view_radius=-1",
-                          "step_limit=0", "step_cost=-1", "success_reward=0", "sise=5"})
+  for (const char* bad :
+       {"size=1", "size=13", "extra_edges=1.5", "extra_edges=-0.1", "view_radius=-1",
+        "step_limit=0", "step_cost=-1", "success_reward=0", "sise=5"})
     EXPECT_THROW(MakeEnv("maze", {bad}), ConfigError) << bad;
   EXPECT_EQ(MakeEnv("maze")->Info().step_limit, 75);
   EXPECT_EQ(MakeEnv("maze", {"size=4"})->Info().step_limit, 48);
