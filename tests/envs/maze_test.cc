@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <deque>
-#include <regex>
 #include <set>
 
 #include "core/error.h"
@@ -34,11 +34,23 @@ std::vector<std::string> MapOf(const std::string& obs) {
   return {};
 }
 
-// "(row,col)" after `prefix` -> 0-based (row, col).
+// Every "(row,col)" in `text`, 0-based.
+std::vector<std::pair<int, int>> Positions(const std::string& text) {
+  std::vector<std::pair<int, int>> out;
+  for (size_t i = text.find('('); i != std::string::npos; i = text.find('(', i + 1)) {
+    int r = 0, c = 0;
+    if (std::sscanf(text.c_str() + i, "(%d,%d)", &r, &c) == 2) out.emplace_back(r - 1, c - 1);
+  }
+  return out;
+}
+
+// The first "(row,col)" right after `prefix`, 0-based.
 std::pair<int, int> PosAfter(const std::string& text, const std::string& prefix) {
-  std::smatch m;
-  EXPECT_TRUE(std::regex_search(text, m, std::regex(prefix + R"(\((\d+),(\d+)\))"))) << text;
-  return {std::stoi(m[1]) - 1, std::stoi(m[2]) - 1};
+  size_t at = text.find(prefix + "(");
+  EXPECT_NE(at, std::string::npos) << "no '" << prefix << "(' in " << text;
+  if (at == std::string::npos) return {-1, -1};
+  auto pos = Positions(text.substr(at + prefix.size()));
+  return pos.empty() ? std::make_pair(-1, -1) : pos.front();
 }
 
 TEST(Maze, PinnedObservationAndMenu) {
@@ -228,7 +240,6 @@ TEST(Maze, OracleMatchesExhaustiveEnumeration) {
 
 TEST(Maze, PartialViewHidesFarCellsAndFactsStayInView) {
   auto env = MakeEnv("maze", {"size=6", "view_radius=1"});
-  const std::regex pos(R"(\((\d+),(\d+)\))");
   for (uint64_t seed = 0; seed < 6; ++seed) {
     auto s = env->NewState(seed);
     Rng rng(seed);
@@ -244,9 +255,9 @@ TEST(Maze, PartialViewHidesFarCellsAndFactsStayInView) {
           EXPECT_EQ(ch, near ? '.' : '?') << obs;
         }
       for (const auto& fact : dynamic_cast<FactSource*>(s.get())->Facts()) {
-        for (std::sregex_iterator it(fact.begin(), fact.end(), pos), end; it != end; ++it) {
-          EXPECT_LE(std::abs(std::stoi((*it)[1]) - 1 - pr), 1) << fact << " seen from " << obs;
-          EXPECT_LE(std::abs(std::stoi((*it)[2]) - 1 - pc), 1) << fact << " seen from " << obs;
+        for (auto [r, c] : Positions(fact)) {
+          EXPECT_LE(std::abs(r - pr), 1) << fact << " seen from " << obs;
+          EXPECT_LE(std::abs(c - pc), 1) << fact << " seen from " << obs;
         }
       }
       auto legal = s->LegalActions();
