@@ -137,10 +137,15 @@ double ModelConfig::ForwardFlopsPerToken(int64_t context) const {
 
 // ---- modules --------------------------------------------------------------------
 
+// Reductions (norms, softmax, logits) run in float32 for float32/bf16 weights
+// and in float64 when the model is float64 (gradient checks).
+torch::Dtype ComputeType(torch::Dtype d) { return d == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32; }
+
 torch::Tensor ApplyRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
-  auto xf = x.to(torch::kFloat32);
+  const auto ct = ComputeType(x.scalar_type());
+  auto xf = x.to(ct);
   auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (y * w.to(torch::kFloat32)).to(x.scalar_type());
+  return (y * w.to(ct)).to(x.scalar_type());
 }
 
 RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -203,7 +208,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   // q [B, Hkv, G*T, hd] @ k^T [B, Hkv, hd, S] -> [B, Hkv, G, T, S].
   auto qg = q.reshape({B, kv_heads_, G * T, head_dim_});
   auto scores = torch::matmul(qg, k.transpose(2, 3)).view({B, kv_heads_, G, T, S});
-  scores = scores.to(torch::kFloat32) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  scores = scores.to(ComputeType(q.scalar_type())) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
   scores = scores + mask_add.unsqueeze(1);  // [B|1, 1, 1, T, S]
   auto attn = torch::softmax(scores, -1).to(v.scalar_type()).view({B, kv_heads_, G * T, S});
   auto out = torch::matmul(attn, v)  // [B, Hkv, G*T, hd]
@@ -253,8 +258,6 @@ TransformerLMImpl::TransformerLMImpl(const ModelConfig& cfg) : cfg_(cfg) {
   model = register_module("model", Decoder(cfg_));
   if (!cfg_.tie_embeddings) lm_head = register_module("lm_head", MakeLinear(cfg_.hidden_size, cfg_.vocab_size, false));
   value_head = register_module("value_head", MakeLinear(cfg_.hidden_size, 1, true));
-  auto idx = torch::arange(0, cfg_.head_dim, 2, torch::kFloat64) / static_cast<double>(cfg_.head_dim);
-  inv_freq_ = register_buffer("inv_freq", torch::pow(cfg_.rope_theta, -idx).to(torch::kFloat32));
   InitWeights(0);
 }
 
@@ -305,11 +308,15 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
                         "shorten prompts (hide afterstates/memory) or raise policy.max_position");
   }
   auto x = model->embed_tokens(ids);
-  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_;  // [B, T, hd/2]
+  // RoPE tables in float32 (float64 for a float64 model), never in bf16.
+  const auto ft = ComputeType(x.scalar_type());
+  auto idx = torch::arange(0, cfg_.head_dim, 2, torch::TensorOptions().dtype(torch::kFloat64).device(ids.device()));
+  auto inv_freq = torch::pow(cfg_.rope_theta, -idx / static_cast<double>(cfg_.head_dim)).to(ft);
+  auto freqs = positions.to(ft).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
   auto emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);             // [B, 1, T, hd]
   auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
   // Additive mask; a finite negative keeps fully masked (padding) rows NaN-free.
-  auto mask_add = torch::zeros(mask.sizes(), x.options().dtype(torch::kFloat32))
+  auto mask_add = torch::zeros(mask.sizes(), x.options().dtype(ComputeType(x.scalar_type())))
                       .masked_fill(mask.logical_not(), -1e9);
   ForwardOut out;
   if (return_present) out.present.resize(cfg_.num_layers);
@@ -324,11 +331,11 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
 
 torch::Tensor TransformerLMImpl::Logits(const torch::Tensor& hidden) {
   auto w = lm_head ? lm_head->weight : model->embed_tokens->weight;
-  return torch::matmul(hidden, w.t()).to(torch::kFloat32);
+  return torch::matmul(hidden, w.t()).to(ComputeType(hidden.scalar_type()));
 }
 
 torch::Tensor TransformerLMImpl::Value(const torch::Tensor& hidden) {
-  return value_head(hidden).squeeze(-1).to(torch::kFloat32);
+  return value_head(hidden).squeeze(-1).to(ComputeType(hidden.scalar_type()));
 }
 
 }  // namespace rlid::policy

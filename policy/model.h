@@ -127,7 +127,7 @@ class TransformerLMImpl : public torch::nn::Module {
   ForwardOut forward(const torch::Tensor& ids, const torch::Tensor& positions,
                      const torch::Tensor& mask, const PastKV* past = nullptr,
                      bool return_present = false);
-  // hidden [..., D] -> logits [..., V] (float32).
+  // hidden [..., D] -> logits [..., V] (float32; float64 for a float64 model).
   torch::Tensor Logits(const torch::Tensor& hidden);
   // hidden [..., D] -> value [...].
   torch::Tensor Value(const torch::Tensor& hidden);
@@ -148,11 +148,12 @@ class TransformerLMImpl : public torch::nn::Module {
 
  private:
   ModelConfig cfg_;
-  torch::Tensor inv_freq_;  // [head_dim / 2]
 };
 TORCH_MODULE(TransformerLM);
 
-// RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * w, computed in float32.
+// float32 for float32/bf16/f16 tensors, float64 for float64 (precision of reductions).
+torch::Dtype ComputeType(torch::Dtype d);
+// RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * w, in ComputeType(x).
 torch::Tensor ApplyRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps);
 
 }  // namespace rlid::policy

@@ -149,9 +149,13 @@ TEST_P(EnvConformance, CompileAcceptsEveryWordingAndRejectsGarbage) {
           EXPECT_EQ(menu.Compile(t).action, it.action) << "'" << t << "'";
         }
       }
-      for (std::string junk : {std::string(), std::string("   "), std::string("xyzzy plugh"),
-                               std::string("\xff\xfe\x00\x01", 4), std::string(1 << 20, 'q'),
-                               std::string(100000, ' ') + "zzz"}) {
+      std::vector<std::string> junks = {std::string(), std::string("   "), std::string("xyzzy plugh"),
+                                        std::string("\xff\xfe\x00\x01", 4)};
+      if (seed < 2 && s->StepCount() == 0) {  // huge inputs once per env (they cost ms each)
+        junks.push_back(std::string(1 << 20, 'q'));
+        junks.push_back(std::string(100000, ' ') + "zzz");
+      }
+      for (const std::string& junk : junks) {
         auto res = s->Compile(junk);
         EXPECT_FALSE(res.valid()) << "garbage accepted as " << res.matched;
         EXPECT_FALSE(res.reason.empty());
