@@ -67,9 +67,10 @@ class ReadoutBench : public Benchmark {
   void AddOptions(CLI::App& app) override {
     app.add_option("--preset", preset_, "model preset")->capture_default_str();
     app.add_option("--seconds", seconds_, "time per measurement")->capture_default_str();
+    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")->capture_default_str();
   }
   nlohmann::json Run() override {
-    policy::SetNumThreads(0);
+    policy::SetNumThreads(threads_);
     policy::TransformerLM model(BenchConfig(preset_));
     model->InitWeights(1);
     torch::NoGradGuard no_grad;
@@ -117,6 +118,7 @@ class ReadoutBench : public Benchmark {
  private:
   std::string preset_ = "tiny";
   double seconds_ = 1.0;
+  int threads_ = 0;
 };
 
 // Peak torch::mm FLOP/s over a few square sizes (fp32).
@@ -193,9 +195,10 @@ class SampleBench : public Benchmark {
     app.add_option("--group", group_, "samples per prompt")->capture_default_str();
     app.add_option("--new-tokens", new_tokens_, "tokens generated per sample")->capture_default_str();
     app.add_option("--seconds", seconds_, "time per measurement")->capture_default_str();
+    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")->capture_default_str();
   }
   nlohmann::json Run() override {
-    policy::SetNumThreads(0);
+    policy::SetNumThreads(threads_);
     auto cfg = BenchConfig(preset_);
     policy::TransformerLM model(cfg);
     model->InitWeights(1);
@@ -253,6 +256,7 @@ class SampleBench : public Benchmark {
   std::string preset_ = "tiny";
   int prompts_ = 8, group_ = 4, new_tokens_ = 32;
   double seconds_ = 1.0;
+  int threads_ = 0;
 };
 
 const Registrar<BenchRegistry> kReadout("readout", "single-pass label readout vs naive per-wording scoring; batching",
