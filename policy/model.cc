@@ -191,7 +191,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   q = q.transpose(1, 2);  // [B, H, T, hd]
   k = k.transpose(1, 2);  // [B, Hkv, T, hd]
   v = v.transpose(1, 2);
-  q = q * cos + RotateHalf(q) * sin;
+  // The 1/sqrt(hd) score scale is folded into q ([B,H,T,hd]) rather than applied
+  // to the much larger score tensor ([B,H,T,S]).
+  q = (q * cos + RotateHalf(q) * sin) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
   k = k * cos + RotateHalf(k) * sin;
   if (past && past->k.defined()) {
     auto pk = past->k, pv = past->v;
@@ -208,8 +210,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   // q [B, Hkv, G*T, hd] @ k^T [B, Hkv, hd, S] -> [B, Hkv, G, T, S].
   auto qg = q.reshape({B, kv_heads_, G * T, head_dim_});
   auto scores = torch::matmul(qg, k.transpose(2, 3)).view({B, kv_heads_, G, T, S});
-  scores = scores.to(ComputeType(q.scalar_type())) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  scores = scores + mask_add.unsqueeze(1);  // [B|1, 1, 1, T, S]
+  scores = scores.to(ComputeType(q.scalar_type())) + mask_add.unsqueeze(1);  // + [B|1, 1, 1, T, S]
   auto attn = torch::softmax(scores, -1).to(v.scalar_type()).view({B, kv_heads_, G * T, S});
   auto out = torch::matmul(attn, v)  // [B, Hkv, G*T, hd]
                  .view({B, heads_, T, head_dim_})

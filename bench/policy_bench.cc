@@ -1,0 +1,270 @@
+// Policy benchmarks (`rlid bench readout|flops|sample`), each reporting ratios
+// measured in the same run: single-pass readout vs naive per-wording scoring and
+// batched vs batch-1 readout; training FLOP/s as a fraction of measured torch::mm
+// FLOP/s; rollout tokens/s with/without KV cache, fp32 vs bf16, and the
+// train-vs-rollout log-prob gap. Shapes: ~200-token prompts, vocab 1024.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "bench/bench.h"
+#include "core/rng.h"
+#include "policy/model.h"
+#include "policy/readout.h"
+#include "policy/runtime.h"
+#include "policy/sampler.h"
+#include "policy/scoring.h"
+
+namespace rlid::bench {
+namespace {
+
+using policy::TokenId;
+
+policy::ModelConfig BenchConfig(const std::string& preset) {
+  policy::ModelConfig c;
+  c.ApplyPreset(preset);
+  c.vocab_size = 1024;
+  return c;
+}
+
+std::vector<TokenId> RandomTokens(Rng& rng, int64_t n, TokenId lo, TokenId hi) {
+  std::vector<TokenId> v(n);
+  for (auto& t : v) t = static_cast<TokenId>(rng.UniformRange(lo, hi));
+  return v;
+}
+
+// Mean seconds per call of `fn`, repeated until `seconds` have passed (>= 2 calls
+// after one warm-up call).
+template <class Fn>
+double TimePerCall(double seconds, Fn&& fn) {
+  fn();
+  int calls = 0;
+  double t0 = Now(), t1 = t0;
+  while (calls < 2 || t1 - t0 < seconds) {
+    fn();
+    ++calls;
+    t1 = Now();
+  }
+  return (t1 - t0) / calls;
+}
+
+// A menu state: ~200-token prompt, K single-token labels (ids 1000 + k), and
+// K/4 + 1 items with a second, multi-token wording ("go north"-like, 2-3 tokens).
+policy::ReadoutRequest MenuState(Rng& rng, int K) {
+  policy::ReadoutRequest req;
+  req.prompt = RandomTokens(rng, rng.UniformRange(190, 210), 2, 900);
+  req.end_token = 1;
+  for (int k = 0; k < K; ++k) req.realisations.push_back({{static_cast<TokenId>(1000 - K + k)}});
+  for (int k = 0; k <= K / 4; ++k)
+    req.realisations[k].push_back(
+        {static_cast<TokenId>(950 + k % 3), static_cast<TokenId>(960 + k), static_cast<TokenId>(980 + k % 2)});
+  return req;
+}
+
+class ReadoutBench : public Benchmark {
+ public:
+  void AddOptions(CLI::App& app) override {
+    app.add_option("--preset", preset_, "model preset")->capture_default_str();
+    app.add_option("--seconds", seconds_, "time per measurement")->capture_default_str();
+    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")->capture_default_str();
+  }
+  nlohmann::json Run() override {
+    policy::SetNumThreads(threads_);
+    policy::TransformerLM model(BenchConfig(preset_));
+    model->InitWeights(1);
+    torch::NoGradGuard no_grad;
+    nlohmann::json out = {{"preset", preset_}, {"runtime", policy::TorchSummary()}};
+    std::cout << fmt::format("{:>4} {:>9} {:>11} {:>12} {:>9} {:>7} {:>12} {:>12} {:>9} {:>9}\n", "K",
+                             "wordings", "naive ms", "single ms", "speed-up", "target", "B=16 ms/st",
+                             "B=32 ms/st", "x B=16", "x B=32");
+    for (int K : {4, 8, 16}) {
+      Rng rng = Rng::Stream(7, "bench_readout", K);
+      std::vector<policy::ReadoutRequest> states;
+      for (int i = 0; i < 32; ++i) states.push_back(MenuState(rng, K));
+      int wordings = 0;
+      for (const auto& item : states[0].realisations) wordings += static_cast<int>(item.size());
+      const int probe = 4;  // states timed one at a time
+      double naive = TimePerCall(seconds_, [&] {
+                       for (int i = 0; i < probe; ++i)
+                         for (const auto& item : states[i].realisations)
+                           for (const auto& w : item) policy::NaiveRealisationLogProbs(model, states[i].prompt, w);
+                     }) / probe;
+      double single = TimePerCall(seconds_, [&] {
+                        for (int i = 0; i < probe; ++i) policy::Readout(model, {states[i]});
+                      }) / probe;
+      std::vector<policy::ReadoutRequest> b16(states.begin(), states.begin() + 16);
+      double batch16 = TimePerCall(seconds_, [&] { policy::Readout(model, b16); }) / 16;
+      double batch32 = TimePerCall(seconds_, [&] { policy::Readout(model, states); }) / 32;
+      const double speedup = naive / single, target = 0.8 * K;
+      std::cout << fmt::format("{:>4} {:>9} {:>11.2f} {:>12.2f} {:>9.1f} {:>7.1f} {:>12.2f} {:>12.2f} {:>9.2f} {:>9.2f}\n",
+                               K, wordings, naive * 1e3, single * 1e3, speedup, target, batch16 * 1e3,
+                               batch32 * 1e3, single / batch16, single / batch32);
+      out["menus"].push_back({{"menu_size", K},
+                              {"wordings", wordings},
+                              {"naive_ms_per_state", naive * 1e3},
+                              {"single_pass_ms_per_state", single * 1e3},
+                              {"speedup_vs_naive", speedup},
+                              {"target_speedup", target},
+                              {"meets_target", speedup >= target},
+                              {"batch16_ms_per_state", batch16 * 1e3},
+                              {"batch32_ms_per_state", batch32 * 1e3},
+                              {"batch16_vs_batch1", single / batch16},
+                              {"batch32_vs_batch1", single / batch32}});
+    }
+    return out;
+  }
+
+ private:
+  std::string preset_ = "tiny";
+  double seconds_ = 1.0;
+  int threads_ = 0;
+};
+
+// Peak torch::mm FLOP/s over a few square sizes (fp32).
+double MeasureMmFlops(double seconds, nlohmann::json& detail) {
+  double best = 0;
+  for (int64_t n : {512, 1024, 2048}) {
+    auto a = torch::randn({n, n}), b = torch::randn({n, n});
+    double t = TimePerCall(seconds, [&] { torch::mm(a, b); });
+    double f = 2.0 * n * n * n / t;
+    detail[fmt::format("mm_{}_gflops", n)] = f / 1e9;
+    best = std::max(best, f);
+  }
+  return best;
+}
+
+class FlopsBench : public Benchmark {
+ public:
+  void AddOptions(CLI::App& app) override {
+    app.add_option("--preset", preset_, "model preset")->capture_default_str();
+    app.add_option("--batch", batch_, "sequences per step")->capture_default_str();
+    app.add_option("--seq", seq_, "tokens per sequence")->capture_default_str();
+    app.add_option("--seconds", seconds_, "time per measurement")->capture_default_str();
+    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")->capture_default_str();
+  }
+  nlohmann::json Run() override {
+    policy::SetNumThreads(threads_);
+    nlohmann::json out = {{"preset", preset_}, {"runtime", policy::TorchSummary()}};
+    const double mm = MeasureMmFlops(seconds_, out);
+    auto cfg = BenchConfig(preset_);
+    policy::TransformerLM model(cfg);
+    model->InitWeights(1);
+    auto ids = torch::randint(0, cfg.vocab_size, {batch_, seq_ + 1}, torch::kInt64);
+    auto inputs = ids.slice(1, 0, seq_), targets = ids.slice(1, 1).reshape({-1});
+    auto pos = torch::arange(seq_, torch::kInt64).unsqueeze(0).expand({batch_, seq_}).contiguous();
+    auto mask = policy::TransformerLMImpl::CausalMask(torch::full({batch_}, seq_, torch::kInt64), seq_);
+    double step = TimePerCall(seconds_, [&] {
+      model->zero_grad();
+      auto h = model->forward(inputs, pos, mask).hidden;
+      auto loss = torch::nn::functional::cross_entropy(model->Logits(h).view({-1, cfg.vocab_size}), targets);
+      loss.backward();
+    });
+    // Forward + backward = 3 x forward FLOPs; attention over the full (masked) T keys.
+    const double flops = 3.0 * cfg.ForwardFlopsPerToken(seq_) * batch_ * seq_;
+    const double achieved = flops / step;
+    std::cout << fmt::format("{:<28} {:>12}\n", "measure", "value");
+    std::cout << fmt::format("{:<28} {:>12.1f}\n", "torch::mm peak GFLOP/s", mm / 1e9);
+    std::cout << fmt::format("{:<28} {:>12.1f}\n", "train fwd+bwd GFLOP/s", achieved / 1e9);
+    std::cout << fmt::format("{:<28} {:>12.1f}\n", "fraction of mm (%)", 100 * achieved / mm);
+    std::cout << fmt::format("{:<28} {:>12.0f}\n", "train tokens/s", batch_ * seq_ / step);
+    out.update({{"batch", batch_},
+                {"seq", seq_},
+                {"params", cfg.NumParameters()},
+                {"mm_peak_gflops", mm / 1e9},
+                {"train_gflops", achieved / 1e9},
+                {"fraction_of_mm", achieved / mm},
+                {"meets_target", achieved / mm >= 0.4},
+                {"step_ms", step * 1e3},
+                {"train_tokens_per_s", batch_ * seq_ / step}});
+    return out;
+  }
+
+ private:
+  std::string preset_ = "tiny";
+  int64_t batch_ = 16, seq_ = 256;
+  double seconds_ = 2.0;
+  int threads_ = 0;
+};
+
+class SampleBench : public Benchmark {
+ public:
+  void AddOptions(CLI::App& app) override {
+    app.add_option("--preset", preset_, "model preset")->capture_default_str();
+    app.add_option("--prompts", prompts_, "distinct prompts")->capture_default_str();
+    app.add_option("--group", group_, "samples per prompt")->capture_default_str();
+    app.add_option("--new-tokens", new_tokens_, "tokens generated per sample")->capture_default_str();
+    app.add_option("--seconds", seconds_, "time per measurement")->capture_default_str();
+    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")->capture_default_str();
+  }
+  nlohmann::json Run() override {
+    policy::SetNumThreads(threads_);
+    auto cfg = BenchConfig(preset_);
+    policy::TransformerLM model(cfg);
+    model->InitWeights(1);
+    Rng rng = Rng::Stream(3, "bench_sample");
+    std::vector<std::vector<TokenId>> prompts;
+    for (int i = 0; i < prompts_; ++i) prompts.push_back(RandomTokens(rng, rng.UniformRange(190, 210), 0, 1023));
+    nlohmann::json out = {{"preset", preset_}, {"runtime", policy::TorchSummary()}};
+    std::cout << fmt::format("{:<10} {:>6} {:>12} {:>12} {:>16}\n", "dtype", "cache", "tokens/s", "vs no-cache",
+                             "mean |gap| (nats)");
+    for (std::string dtype : {"float32", "bfloat16"}) {
+      double tps[2] = {0, 0};
+      double gap = 0;
+      for (bool cache : {true, false}) {
+        policy::SamplerOptions o;
+        o.max_new_tokens = new_tokens_;
+        o.dtype = dtype;
+        o.kv_cache = cache;
+        policy::TextSampler sampler(cfg, o, torch::kCPU);
+        sampler.SyncWeights(model);
+        std::vector<std::vector<policy::SampleResult>> res;
+        double t = TimePerCall(seconds_, [&] { res = sampler.Sample(prompts, group_, nullptr, 11); });
+        tps[cache ? 0 : 1] = static_cast<double>(prompts_) * group_ * new_tokens_ / t;
+        if (cache) gap = MeanGap(model, prompts, res);
+      }
+      std::cout << fmt::format("{:<10} {:>6} {:>12.0f} {:>12.2f} {:>16.3g}\n", dtype, "on", tps[0], tps[0] / tps[1],
+                               gap);
+      std::cout << fmt::format("{:<10} {:>6} {:>12.0f} {:>12} {:>16}\n", dtype, "off", tps[1], "", "");
+      out["engines"][dtype] = {{"tokens_per_s_kv", tps[0]},
+                               {"tokens_per_s_no_kv", tps[1]},
+                               {"kv_speedup", tps[0] / tps[1]},
+                               {"mean_abs_logprob_gap", gap}};
+    }
+    out["bf16_vs_fp32_kv_tokens_per_s"] =
+        out["engines"]["bfloat16"]["tokens_per_s_kv"].get<double>() / out["engines"]["float32"]["tokens_per_s_kv"].get<double>();
+    out.update({{"prompts", prompts_}, {"group", group_}, {"new_tokens", new_tokens_}});
+    return out;
+  }
+
+ private:
+  // Mean |log π_train - log π_rollout| over all sampled tokens (fp32 training forward).
+  static double MeanGap(policy::TransformerLM& model, const std::vector<std::vector<TokenId>>& prompts,
+                        const std::vector<std::vector<policy::SampleResult>>& res) {
+    torch::NoGradGuard no_grad;
+    std::vector<policy::ScoreRequest> reqs;
+    std::vector<float> engine;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      for (const auto& r : res[i]) {
+        reqs.push_back({prompts[i], r.tokens});
+        engine.insert(engine.end(), r.logprobs.begin(), r.logprobs.end());
+      }
+    auto s = policy::ScoreResponses(model, reqs, {});
+    return (s.logp.masked_select(s.mask > 0) - torch::tensor(engine)).abs().mean().item<double>();
+  }
+
+  std::string preset_ = "tiny";
+  int prompts_ = 8, group_ = 4, new_tokens_ = 32;
+  double seconds_ = 1.0;
+  int threads_ = 0;
+};
+
+const Registrar<BenchRegistry> kReadout("readout", "single-pass label readout vs naive per-wording scoring; batching",
+                                        [] { return std::make_unique<ReadoutBench>(); });
+const Registrar<BenchRegistry> kFlops("flops", "training forward+backward FLOP/s as a fraction of torch::mm",
+                                      [] { return std::make_unique<FlopsBench>(); });
+const Registrar<BenchRegistry> kSample("sample", "rollout tokens/s (KV cache, bf16) and train-rollout log-prob gap",
+                                       [] { return std::make_unique<SampleBench>(); });
+
+}  // namespace
+}  // namespace rlid::bench

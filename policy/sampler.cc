@@ -1,0 +1,229 @@
+// Rollout engine. Prompts are right-padded and encoded once per group; each row
+// keeps a key-validity mask (prompt keys < its length, then every generated key)
+// so prompts of different lengths decode together with correct positions.
+// Sampling is inverse-CDF with uniforms from a seeded CPU torch generator (one
+// uniform per row per step, drawn for every row so a sample does not depend on
+// when other rows stop), which keeps it deterministic on any device.
+#include "policy/sampler.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace rlid::policy {
+namespace {
+
+torch::Tensor IndexTensor(const std::vector<int64_t>& v, const torch::Device& device) {
+  return torch::tensor(v, torch::kInt64).to(device);
+}
+
+}  // namespace
+
+torch::Tensor TopPFilter(const torch::Tensor& logits, double top_p) {
+  if (!(top_p > 0.0 && top_p <= 1.0))
+    throw ConfigError(fmt::format("top_p must be in (0, 1], found {}", top_p));
+  if (top_p >= 1.0) return logits;
+  auto [sorted, order] = logits.sort(-1, /*descending=*/true);
+  auto probs = torch::softmax(sorted.to(torch::kFloat64), -1);
+  auto mass_before = probs.cumsum(-1) - probs;  // exclusive cumulative mass
+  auto drop_sorted = mass_before >= top_p;       // the nucleus was complete before this token
+  auto drop = torch::zeros_like(drop_sorted).scatter(-1, order, drop_sorted);
+  return logits.masked_fill(drop, -std::numeric_limits<float>::infinity());
+}
+
+TextSampler::TextSampler(const ModelConfig& config, SamplerOptions options, torch::Device device)
+    : options_(std::move(options)), device_(device) {
+  if (options_.dtype != "float32" && options_.dtype != "bfloat16")
+    throw ConfigError(fmt::format("unknown sampler dtype '{}'", options_.dtype), "use float32 or bfloat16");
+  if (!(options_.temperature >= 0.0))
+    throw ConfigError(fmt::format("sampler temperature must be >= 0, found {}", options_.temperature),
+                      "0 means greedy decoding");
+  if (!(options_.top_p > 0.0 && options_.top_p <= 1.0))
+    throw ConfigError(fmt::format("sampler top_p must be in (0, 1], found {}", options_.top_p));
+  if (options_.max_new_tokens < 1)
+    throw ConfigError(fmt::format("sampler max_new_tokens must be >= 1, found {}", options_.max_new_tokens));
+  engine_ = TransformerLM(config);
+  engine_->to(device_);
+  engine_->eval();
+  const auto dtype = options_.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  // Cast parameters only: the RoPE frequencies stay float32 as in training.
+  for (auto& p : engine_->parameters()) {
+    p.set_data(p.detach().to(dtype));
+    p.set_requires_grad(false);
+  }
+}
+
+void TextSampler::SyncWeights(TransformerLM& train_model) {
+  torch::NoGradGuard no_grad;
+  auto src = train_model->named_parameters();
+  auto dst = engine_->named_parameters();
+  if (src.size() != dst.size())
+    throw ConfigError(fmt::format("sampler engine has {} parameter tensors, the training model {}", dst.size(),
+                                  src.size()),
+                      "build the sampler from the training model's ModelConfig");
+  for (auto& p : dst) {
+    const torch::Tensor* s = src.find(p.key());
+    if (s == nullptr || s->sizes() != p.value().sizes())
+      throw ConfigError(fmt::format("sampler parameter '{}' has no same-shaped counterpart in the training model",
+                                    p.key()),
+                        "build the sampler from the training model's ModelConfig");
+    p.value().copy_(*s);
+  }
+}
+
+void TextSampler::Draw(const torch::Tensor& logits, const torch::Tensor& u, std::vector<int64_t>& tokens,
+                       std::vector<float>& logprobs) const {
+  torch::Tensor tok, lp;
+  if (options_.temperature == 0.0) {
+    tok = logits.argmax(-1);
+    lp = torch::log_softmax(logits, -1).gather(1, tok.unsqueeze(1)).squeeze(1);
+  } else {
+    auto scaled = logits / options_.temperature;
+    auto logp = torch::log_softmax(scaled, -1);
+    auto kept = TopPFilter(scaled, options_.top_p);
+    auto cdf = torch::softmax(kept.to(torch::kFloat64), -1).cumsum(-1);  // [A, V]
+    auto x = (u.to(logits.device()) * cdf.select(1, cdf.size(1) - 1)).unsqueeze(1);
+    tok = torch::searchsorted(cdf, x, /*out_int32=*/false, /*right=*/true).squeeze(1).clamp_max(cdf.size(1) - 1);
+    lp = logp.gather(1, tok.unsqueeze(1)).squeeze(1);
+  }
+  auto tok_cpu = tok.to(torch::kCPU, torch::kInt64).contiguous();
+  auto lp_cpu = lp.to(torch::kCPU, torch::kFloat32).contiguous();
+  tokens.assign(tok_cpu.data_ptr<int64_t>(), tok_cpu.data_ptr<int64_t>() + tok_cpu.numel());
+  logprobs.assign(lp_cpu.data_ptr<float>(), lp_cpu.data_ptr<float>() + lp_cpu.numel());
+}
+
+std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std::vector<TokenId>>& prompts,
+                                                           int n, const StopFn& stop, uint64_t seed) {
+  if (n < 1) throw ConfigError(fmt::format("samples per prompt must be >= 1, found {}", n));
+  const int64_t N = static_cast<int64_t>(prompts.size());
+  std::vector<std::vector<SampleResult>> results(N, std::vector<SampleResult>(n));
+  if (N == 0) return results;
+  const int64_t vocab = engine_->config().vocab_size;
+  int64_t Pmax = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) throw ConfigError(fmt::format("sampler prompt {} is empty", i));
+    for (TokenId t : prompts[i])
+      if (t < 0 || t >= vocab)
+        throw ConfigError(fmt::format("sampler prompt {}: token id {} is outside the vocabulary [0, {})", i, t,
+                                      vocab));
+    Pmax = std::max<int64_t>(Pmax, prompts[i].size());
+  }
+  torch::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(Rng::DeriveSeed(seed, "text_sampler"));
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const int64_t rows = N * n;
+
+  // Encode every distinct prompt once: right-padded [N, Pmax].
+  auto ids = torch::zeros({N, Pmax}, i64);
+  std::vector<int64_t> lengths(N), last(N);
+  for (int64_t i = 0; i < N; ++i) {
+    lengths[i] = static_cast<int64_t>(prompts[i].size());
+    last[i] = i * Pmax + lengths[i] - 1;
+    for (int64_t t = 0; t < lengths[i]; ++t) ids[i][t] = prompts[i][t];
+    prompt_tokens_ += lengths[i];
+    tokens_processed_ += lengths[i];
+  }
+  auto len_t = IndexTensor(lengths, device_);
+  auto pos = torch::arange(Pmax, i64.device(device_)).unsqueeze(0).expand({N, Pmax}).contiguous();
+  auto enc = engine_->forward(ids.to(device_), pos, TransformerLMImpl::CausalMask(len_t, Pmax), nullptr,
+                              options_.kv_cache);
+  auto first_logits = engine_->Logits(
+      enc.hidden.reshape({N * Pmax, -1}).index_select(0, IndexTensor(last, device_)));  // [N, V]
+
+  // Row r samples from prompt r / n. `active` lists unfinished rows in batch order.
+  std::vector<int64_t> row_prompt(rows), active(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    row_prompt[r] = r / n;
+    active[r] = r;
+  }
+  auto logits = first_logits.index_select(0, IndexTensor(row_prompt, device_));
+  std::vector<std::vector<TokenId>> generated(rows);
+  PastKV past;
+  torch::Tensor key_valid;  // [A, S] bool, KV path only
+  if (options_.kv_cache) {
+    past = std::move(enc.present);  // [N, ...]; a single prompt broadcasts over rows
+    if (N > 1) {
+      auto sel = IndexTensor(row_prompt, device_);
+      for (auto& kv : past) kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
+    }
+    auto ar = torch::arange(Pmax, i64.device(device_));
+    key_valid = ar.unsqueeze(0) < len_t.index_select(0, IndexTensor(row_prompt, device_)).unsqueeze(1);
+  }
+
+  for (int step = 0; step < options_.max_new_tokens; ++step) {
+    auto u_all = torch::rand({rows}, gen, torch::TensorOptions().dtype(torch::kFloat64));
+    auto u = u_all.index_select(0, torch::tensor(active, i64));
+    std::vector<int64_t> tok;
+    std::vector<float> lp;
+    Draw(logits, u, tok, lp);
+    tokens_generated_ += static_cast<int64_t>(tok.size());
+    std::vector<int64_t> keep;  // positions within `active` that continue
+    for (size_t a = 0; a < active.size(); ++a) {
+      const int64_t r = active[a];
+      auto& res = results[r / n][r % n];
+      generated[r].push_back(static_cast<TokenId>(tok[a]));
+      res.tokens.push_back(static_cast<TokenId>(tok[a]));
+      res.logprobs.push_back(lp[a]);
+      if (stop && stop(generated[r])) {
+        res.finish = "stop";
+      } else if (static_cast<int>(generated[r].size()) >= options_.max_new_tokens) {
+        res.finish = "length";
+      } else {
+        keep.push_back(static_cast<int64_t>(a));
+      }
+    }
+    if (keep.empty()) break;
+    std::vector<int64_t> next_active;
+    for (int64_t a : keep) next_active.push_back(active[a]);
+    const int64_t A = static_cast<int64_t>(next_active.size());
+
+    if (options_.kv_cache) {
+      if (keep.size() != active.size()) {
+        auto sel = IndexTensor(keep, device_);
+        for (auto& kv : past)
+          if (kv.k.size(0) == static_cast<int64_t>(active.size())) kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
+        key_valid = key_valid.index_select(0, sel);
+      }
+      auto in = torch::zeros({A, 1}, i64);
+      auto in_pos = torch::zeros({A, 1}, i64);
+      for (int64_t a = 0; a < A; ++a) {
+        const int64_t r = next_active[a];
+        in[a][0] = generated[r].back();
+        in_pos[a][0] = lengths[row_prompt[r]] + step;
+      }
+      key_valid = torch::cat({key_valid, torch::ones({A, 1}, key_valid.options())}, 1);
+      auto out = engine_->forward(in.to(device_), in_pos.to(device_), key_valid.view({A, 1, 1, -1}), &past, true);
+      past = std::move(out.present);
+      logits = engine_->Logits(out.hidden.select(1, 0));
+      tokens_processed_ += A;
+    } else {
+      // Recompute prompt ++ generated for every unfinished row.
+      const int64_t T = Pmax + step + 1;
+      auto seq = torch::zeros({A, T}, i64);
+      std::vector<int64_t> seq_len(A), seq_last(A);
+      for (int64_t a = 0; a < A; ++a) {
+        const int64_t r = next_active[a];
+        const auto& p = prompts[row_prompt[r]];
+        int64_t t = 0;
+        for (TokenId id : p) seq[a][t++] = id;
+        for (TokenId id : generated[r]) seq[a][t++] = id;
+        seq_len[a] = t;
+        seq_last[a] = a * T + t - 1;
+        tokens_processed_ += t;
+      }
+      auto seq_pos = torch::arange(T, i64.device(device_)).unsqueeze(0).expand({A, T}).contiguous();
+      auto h = engine_->forward(seq.to(device_), seq_pos, TransformerLMImpl::CausalMask(IndexTensor(seq_len, device_), T))
+                   .hidden;
+      logits = engine_->Logits(h.reshape({A * T, -1}).index_select(0, IndexTensor(seq_last, device_)));
+    }
+    active = std::move(next_active);
+  }
+  return results;
+}
+
+}  // namespace rlid::policy

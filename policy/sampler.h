@@ -1,0 +1,80 @@
+// Token-plane rollout engine: a separate inference copy of the policy (its own
+// weights, optionally bf16) that decodes batches of prompts incrementally with a
+// KV cache, temperature and top-p, and reports the engine's log-probs of the
+// sampled tokens. Its log-probs differ from the fp32 training forward
+// (precision, kernels): that gap is what TIS/IcePop corrections measure.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "policy/model.h"
+#include "policy/types.h"
+
+namespace rlid::policy {
+
+struct SamplerOptions {
+  double temperature = 1.0;     // 0 = greedy; > 0 scales logits by 1/temperature
+  double top_p = 1.0;           // nucleus mass in (0, 1]; 1 = no truncation
+  int max_new_tokens = 16;      // >= 1
+  std::string dtype = "float32";  // engine weights: float32 | bfloat16
+  bool kv_cache = true;         // false: recompute the whole sequence every step
+};
+
+struct SampleResult {
+  std::vector<TokenId> tokens;
+  // logprobs[i] = log-softmax(logits / temperature)[tokens[i]] under the engine,
+  // over the full vocabulary (not renormalised over the top-p nucleus), so it is
+  // comparable with the trainer's recomputation at the same temperature. With
+  // temperature 0 (greedy) the untempered log-softmax is reported.
+  std::vector<float> logprobs;
+  std::string finish;  // "stop" (the stop callback fired) | "length" (max_new_tokens)
+};
+
+// Called after each new token with the tokens generated so far for one sample;
+// true ends that sample (finish = "stop"; the token that triggered it is kept).
+using StopFn = std::function<bool(const std::vector<TokenId>& generated)>;
+
+// logits [..., V] -> the same with -inf outside the nucleus: the smallest set of
+// most probable tokens whose softmax mass reaches top_p (the top token always stays).
+torch::Tensor TopPFilter(const torch::Tensor& logits, double top_p);
+
+class TextSampler {
+ public:
+  TextSampler(const ModelConfig& config, SamplerOptions options, torch::Device device);
+
+  // Copies (and casts) the training model's weights; call after every update.
+  void SyncWeights(TransformerLM& train_model);
+
+  // For each prompt, n samples. A group shares its prompt's KV cache (the prompt
+  // is encoded once). Deterministic given `seed` and the inputs.
+  std::vector<std::vector<SampleResult>> Sample(const std::vector<std::vector<TokenId>>& prompts, int n,
+                                                const StopFn& stop, uint64_t seed);
+
+  // Budget counters since construction / ResetCounters(): tokens fed to the
+  // model (prompt encodings + decoding inputs, recomputations included), prompt
+  // tokens encoded, tokens sampled.
+  int64_t tokens_processed() const { return tokens_processed_; }
+  int64_t prompt_tokens_encoded() const { return prompt_tokens_; }
+  int64_t tokens_generated() const { return tokens_generated_; }
+  void ResetCounters() { tokens_processed_ = prompt_tokens_ = tokens_generated_ = 0; }
+
+  const SamplerOptions& options() const { return options_; }
+  TransformerLM& engine() { return engine_; }
+
+ private:
+  // Draws one token per row from logits [A, V] with uniforms u [A] (float64, CPU).
+  void Draw(const torch::Tensor& logits, const torch::Tensor& u, std::vector<int64_t>& tokens,
+            std::vector<float>& logprobs) const;
+
+  SamplerOptions options_;
+  torch::Device device_;
+  TransformerLM engine_{nullptr};
+  int64_t tokens_processed_ = 0, prompt_tokens_ = 0, tokens_generated_ = 0;
+};
+
+}  // namespace rlid::policy
