@@ -36,17 +36,23 @@ torch::Tensor TopPFilter(const torch::Tensor& logits, double top_p) {
   return logits.masked_fill(drop, -std::numeric_limits<float>::infinity());
 }
 
+namespace {
+void ValidateOptions(const SamplerOptions& o) {
+  if (o.dtype != "float32" && o.dtype != "bfloat16")
+    throw ConfigError(fmt::format("unknown sampler dtype '{}'", o.dtype), "use float32 or bfloat16");
+  if (!(o.temperature >= 0.0))
+    throw ConfigError(fmt::format("sampler temperature must be >= 0, found {}", o.temperature),
+                      "0 means greedy decoding");
+  if (!(o.top_p > 0.0 && o.top_p <= 1.0))
+    throw ConfigError(fmt::format("sampler top_p must be in (0, 1], found {}", o.top_p));
+  if (o.max_new_tokens < 1)
+    throw ConfigError(fmt::format("sampler max_new_tokens must be >= 1, found {}", o.max_new_tokens));
+}
+}  // namespace
+
 TextSampler::TextSampler(const ModelConfig& config, SamplerOptions options, torch::Device device)
     : options_(std::move(options)), device_(device) {
-  if (options_.dtype != "float32" && options_.dtype != "bfloat16")
-    throw ConfigError(fmt::format("unknown sampler dtype '{}'", options_.dtype), "use float32 or bfloat16");
-  if (!(options_.temperature >= 0.0))
-    throw ConfigError(fmt::format("sampler temperature must be >= 0, found {}", options_.temperature),
-                      "0 means greedy decoding");
-  if (!(options_.top_p > 0.0 && options_.top_p <= 1.0))
-    throw ConfigError(fmt::format("sampler top_p must be in (0, 1], found {}", options_.top_p));
-  if (options_.max_new_tokens < 1)
-    throw ConfigError(fmt::format("sampler max_new_tokens must be >= 1, found {}", options_.max_new_tokens));
+  ValidateOptions(options_);
   engine_ = TransformerLM(config);
   engine_->to(device_);
   engine_->eval();
@@ -56,6 +62,14 @@ TextSampler::TextSampler(const ModelConfig& config, SamplerOptions options, torc
     p.set_data(p.detach().to(dtype));
     p.set_requires_grad(false);
   }
+}
+
+void TextSampler::SetOptions(const SamplerOptions& options) {
+  if (options.dtype != options_.dtype)
+    throw InternalError(fmt::format("TextSampler::SetOptions cannot change the engine dtype ({} -> {})",
+                                    options_.dtype, options.dtype));
+  ValidateOptions(options);
+  options_ = options;
 }
 
 void TextSampler::SyncWeights(TransformerLM& train_model) {

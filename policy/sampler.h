@@ -64,6 +64,9 @@ class TextSampler {
   void ResetCounters() { tokens_processed_ = prompt_tokens_ = tokens_generated_ = 0; }
 
   const SamplerOptions& options() const { return options_; }
+  // Changes decoding settings (temperature, top_p, max_new_tokens, kv_cache);
+  // the engine dtype is fixed at construction.
+  void SetOptions(const SamplerOptions& options);
   TransformerLM& engine() { return engine_; }
 
  private:
