@@ -46,10 +46,14 @@ std::string TomlFloat(double x) {
 
 std::string TomlScalar(const json& v, const std::string& path) {
   switch (v.type()) {
-    case json::value_t::boolean: return v.get<bool>() ? "true" : "false";
-    case json::value_t::number_integer: return std::to_string(v.get<int64_t>());
-    case json::value_t::number_unsigned: return TomlFloat(static_cast<double>(v.get<uint64_t>()));
-    case json::value_t::number_float: return TomlFloat(v.get<double>());
+    case json::value_t::boolean:
+      return v.get<bool>() ? "true" : "false";
+    case json::value_t::number_integer:
+      return std::to_string(v.get<int64_t>());
+    case json::value_t::number_unsigned:
+      return TomlFloat(static_cast<double>(v.get<uint64_t>()));
+    case json::value_t::number_float:
+      return TomlFloat(v.get<double>());
     case json::value_t::string: {
       if (auto x = NonFinite(v.get<std::string>())) return TomlFloat(*x);
       return json(v.get<std::string>()).dump(-1, ' ', /*ensure_ascii=*/true);
@@ -73,8 +77,8 @@ void AppendTable(const json& obj, const std::string& path, const std::string& he
       out += json(key).dump(-1, ' ', true) + " = " + TomlScalar(value, path + "." + key) + "\n";
   for (const auto& [key, value] : obj.items())
     if (value.is_object())
-      AppendTable(value, path + "." + key, header.substr(0, header.size() - 1) + "." +
-                                               json(key).dump(-1, ' ', true) + "]",
+      AppendTable(value, path + "." + key,
+                  header.substr(0, header.size() - 1) + "." + json(key).dump(-1, ' ', true) + "]",
                   out);
 }
 
@@ -86,8 +90,8 @@ Config ConfigFromJson(const json& doc, const std::vector<std::string>& sections,
     if (!doc.contains(name)) continue;
     const json& section = doc.at(name);
     if (!section.is_object())
-      throw ConfigError(fmt::format("{}: '{}' must be an object, found {}", source, name,
-                                    section.type_name()));
+      throw ConfigError(
+          fmt::format("{}: '{}' must be an object, found {}", source, name, section.type_name()));
     AppendTable(section, name, "[" + json(name).dump() + "]", toml);
   }
   return Config::FromConverted(toml, source);
@@ -97,9 +101,9 @@ void CheckKeys(const json& obj, const std::vector<std::string>& known, const std
                const std::string& source) {
   for (const auto& [key, _] : obj.items()) {
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    throw ConfigError(fmt::format("{}: unknown key '{}'{} in {}", source, key,
-                                  DidYouMean(key, known), where),
-                      fmt::format("valid keys there: {}", Join(known, ", ")));
+    throw ConfigError(
+        fmt::format("{}: unknown key '{}'{} in {}", source, key, DidYouMean(key, known), where),
+        fmt::format("valid keys there: {}", Join(known, ", ")));
   }
 }
 
@@ -111,9 +115,9 @@ double Number(const json& v, const std::string& name, bool allow_bool) {
   if (v.is_string()) {
     if (auto x = NonFinite(v.get<std::string>())) return *x;
   }
-  throw ConfigError(fmt::format("{} holds {} '{}' where a number is expected", name, v.type_name(),
-                                v.dump()),
-                    allow_bool ? "use 0/1, true/false" : "use a number or \"inf\", \"-inf\", \"nan\"");
+  throw ConfigError(
+      fmt::format("{} holds {} '{}' where a number is expected", name, v.type_name(), v.dump()),
+      allow_bool ? "use 0/1, true/false" : "use a number or \"inf\", \"-inf\", \"nan\"");
 }
 
 torch::Tensor Vector(const json& v, const std::string& name, bool allow_bool = false) {
@@ -121,8 +125,7 @@ torch::Tensor Vector(const json& v, const std::string& name, bool allow_bool = f
     throw ConfigError(fmt::format("{} must be an array, found {}", name, v.type_name()));
   std::vector<double> data;
   for (const auto& x : v) {
-    if (x.is_array())
-      throw ConfigError(fmt::format("{} must be a flat array [..]", name));
+    if (x.is_array()) throw ConfigError(fmt::format("{} must be a flat array [..]", name));
     data.push_back(Number(x, name, allow_bool));
   }
   return torch::tensor(data, torch::kFloat64);
@@ -130,9 +133,9 @@ torch::Tensor Vector(const json& v, const std::string& name, bool allow_bool = f
 
 torch::Tensor Matrix(const json& v, const std::string& name, bool allow_bool = false) {
   if (!v.is_array() || v.empty() || !v[0].is_array())
-    throw ConfigError(fmt::format("{} must be a non-empty [B,T] array of arrays, found {}", name,
-                                  v.is_array() ? (v.empty() ? "an empty array" : "a flat array")
-                                               : v.type_name()));
+    throw ConfigError(fmt::format(
+        "{} must be a non-empty [B,T] array of arrays, found {}", name,
+        v.is_array() ? (v.empty() ? "an empty array" : "a flat array") : v.type_name()));
   const size_t width = v[0].size();
   std::vector<double> data;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -202,8 +205,8 @@ std::vector<int64_t> Groups(const json& v) {
 
 void RequireObject(const json& doc, const std::string& source) {
   if (!doc.is_object())
-    throw ConfigError(fmt::format("{}: expected one JSON object, found {}", source,
-                                  doc.type_name()));
+    throw ConfigError(
+        fmt::format("{}: expected one JSON object, found {}", source, doc.type_name()));
 }
 
 }  // namespace
@@ -281,16 +284,18 @@ json EvaluateAdvantageCase(const json& doc, const std::string& source) {
   if (kl.placement == "reward" && kl.coef > 0) {
     // r_t -= beta kl(log_prob, ref)_t on valid tokens, before the estimator runs.
     if (inputs.contains("log_prob") && inputs.contains("old_log_prob"))
-      throw ConfigError(fmt::format("{}: give the rollout policy's log-probs once, as "
-                                    "inputs.log_prob or inputs.old_log_prob",
-                                    source));
+      throw ConfigError(
+          fmt::format("{}: give the rollout policy's log-probs once, as "
+                      "inputs.log_prob or inputs.old_log_prob",
+                      source));
     torch::Tensor policy = Optional(inputs, "log_prob");
     if (!policy.defined()) policy = Optional(inputs, "old_log_prob");
     torch::Tensor ref = Optional(inputs, "ref_log_prob");
     if (!policy.defined() || !ref.defined())
-      throw ConfigError(fmt::format("{}: kl.placement = 'reward' with kl.coef > 0 needs "
-                                    "inputs.log_prob and inputs.ref_log_prob",
-                                    source));
+      throw ConfigError(
+          fmt::format("{}: kl.placement = 'reward' with kl.coef > 0 needs "
+                      "inputs.log_prob and inputs.ref_log_prob",
+                      source));
     trainers::AdvantageInputs checked = trainers::CheckAdvantageInputs(adv, in);
     torch::Tensor rewards = trainers::TokenRewards(checked);
     trainers::RequireSameShape("inputs.ref_log_prob", ref, "the response mask", rewards);
@@ -311,14 +316,15 @@ json ReadJson(const std::string& path) {
     text << std::cin.rdbuf();
   } else {
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw IoError(fmt::format("cannot open '{}'", path), "check the path, or pass - for stdin");
+    if (!in)
+      throw IoError(fmt::format("cannot open '{}'", path), "check the path, or pass - for stdin");
     text << in.rdbuf();
   }
   try {
     return json::parse(text.str());
   } catch (const json::parse_error& e) {
-    throw ConfigError(fmt::format("{} is not valid JSON: {}", path == "-" ? "<stdin>" : path,
-                                  e.what()));
+    throw ConfigError(
+        fmt::format("{} is not valid JSON: {}", path == "-" ? "<stdin>" : path, e.what()));
   }
 }
 
@@ -342,9 +348,11 @@ class CaseCommand : public Command {
 const Registrar<CommandRegistry> kLoss(
     "loss", "evaluate a policy loss on a JSON case: loss, d loss / d log_prob, metrics",
     [] { return std::make_unique<CaseCommand>(&EvaluateLossCase); });
-const Registrar<CommandRegistry> kAdvantage(
-    "advantage", "evaluate an advantage estimator on a JSON case",
-    [] { return std::make_unique<CaseCommand>(&EvaluateAdvantageCase); });
+const Registrar<CommandRegistry> kAdvantage("advantage",
+                                            "evaluate an advantage estimator on a JSON case", [] {
+                                              return std::make_unique<CaseCommand>(
+                                                  &EvaluateAdvantageCase);
+                                            });
 
 }  // namespace
 }  // namespace rlid::cli

@@ -111,14 +111,13 @@ class Gae : public AdvantageEstimator {
   }
 };
 
-const Registrar<AdvantageRegistry> kGrpo(
-    "grpo", "group-relative: (s - mean_g) [/ (std_g + eps)]",
-    [] { return std::make_unique<Grpo>(); });
+const Registrar<AdvantageRegistry> kGrpo("grpo", "group-relative: (s - mean_g) [/ (std_g + eps)]",
+                                         [] { return std::make_unique<Grpo>(); });
 const Registrar<AdvantageRegistry> kRloo("rloo", "leave-one-out: s_i - mean_{j != i} s_j",
                                          [] { return std::make_unique<Rloo>(); });
-const Registrar<AdvantageRegistry> kReinforcePp(
-    "reinforce_pp", "discounted token returns, whitened over the batch",
-    [] { return std::make_unique<ReinforcePp>(); });
+const Registrar<AdvantageRegistry> kReinforcePp("reinforce_pp",
+                                                "discounted token returns, whitened over the batch",
+                                                [] { return std::make_unique<ReinforcePp>(); });
 const Registrar<AdvantageRegistry> kReinforcePpBaseline(
     "reinforce_pp_baseline", "s_i - mean_g, whitened over the batch",
     [] { return std::make_unique<ReinforcePpBaseline>(); });
@@ -202,8 +201,8 @@ torch::Tensor MaskedWhiten(const torch::Tensor& x, const torch::Tensor& mask) {
 
 AdvantageResult GaeAdvantages(const DecisionGaeInputs& in, double gamma, double lambda) {
   if (!in.rewards.defined() || in.rewards.dim() != 1)
-    throw ConfigError(fmt::format("GAE rewards has shape {}, expected [N]",
-                                  ShapeString(in.rewards)));
+    throw ConfigError(
+        fmt::format("GAE rewards has shape {}, expected [N]", ShapeString(in.rewards)));
   const int64_t n = in.rewards.size(0);
   RequireShape("GAE values", in.values, {n}, "one per decision");
   RequireShape("GAE episode_end", in.episode_end, {n}, "one per decision");

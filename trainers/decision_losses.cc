@@ -17,8 +17,8 @@ struct MenuProbs {
 
 MenuProbs Probs(const torch::Tensor& logp, const torch::Tensor& item_mask) {
   if (!logp.defined() || logp.dim() != 2)
-    throw ConfigError(fmt::format("menu log-probs have shape {}, expected [B,K]",
-                                  ShapeString(logp)));
+    throw ConfigError(
+        fmt::format("menu log-probs have shape {}, expected [B,K]", ShapeString(logp)));
   torch::Tensor mask = BoolMask("item_mask", item_mask, logp.sizes().vec());
   torch::Tensor valid = mask & torch::isfinite(logp);
   torch::Tensor l = Clean(logp, valid);
@@ -79,8 +79,8 @@ LossResult DecisionPpoLoss(const LossConfig& cfg, const torch::Tensor& logp,
                            const torch::Tensor& old_logp, const torch::Tensor& advantages,
                            GlobalCounts counts) {
   if (!logp.defined() || logp.dim() != 1)
-    throw ConfigError(fmt::format("decision log-probs have shape {}, expected [B]",
-                                  ShapeString(logp)));
+    throw ConfigError(
+        fmt::format("decision log-probs have shape {}, expected [B]", ShapeString(logp)));
   RequireSameShape("old_logp", old_logp, "logp", logp);
   RequireSameShape("advantages", advantages, "logp", logp);
   PolicyLossInputs in;

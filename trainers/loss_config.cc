@@ -25,9 +25,9 @@ void Require(bool ok, std::string_view key, double value, std::string_view expec
 void RequireName(const std::vector<std::string>& known, std::string_view key,
                  const std::string& value, std::string_view what) {
   if (std::find(known.begin(), known.end(), value) == known.end())
-    throw ConfigError(fmt::format("unknown {} '{}' for '{}'{}", what, value, key,
-                                  DidYouMean(value, known)),
-                      fmt::format("known: {}", Join(known, ", ")));
+    throw ConfigError(
+        fmt::format("unknown {} '{}' for '{}'{}", what, value, key, DidYouMean(value, known)),
+        fmt::format("known: {}", Join(known, ", ")));
 }
 
 }  // namespace

@@ -22,8 +22,8 @@ class PpoClip : public PolicyLossFn {
   SurrogateOutput Compute(const LossConfig& cfg, const torch::Tensor& log_prob,
                           const torch::Tensor& old_log_prob, const torch::Tensor& adv,
                           const torch::Tensor& mask) const override {
-    torch::Tensor lr = torch::clamp(log_prob - old_log_prob, -cfg.log_ratio_clamp,
-                                    cfg.log_ratio_clamp);
+    torch::Tensor lr =
+        torch::clamp(log_prob - old_log_prob, -cfg.log_ratio_clamp, cfg.log_ratio_clamp);
     torch::Tensor ratio = torch::exp(lr);
     torch::Tensor l1 = -adv * ratio;
     torch::Tensor l2 = -adv * torch::clamp(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high);
@@ -84,8 +84,7 @@ class Cispo : public PolicyLossFn {
                           const torch::Tensor& mask) const override {
     torch::Tensor ratio = torch::exp(
         torch::clamp(log_prob - old_log_prob, -cfg.log_ratio_clamp, cfg.log_ratio_clamp));
-    torch::Tensor clamped =
-        torch::clamp(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high).detach();
+    torch::Tensor clamped = torch::clamp(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high).detach();
     return {-clamped * adv * log_prob, torch::ne(ratio, clamped), False(adv)};
   }
 };
@@ -137,11 +136,11 @@ Prepared Prepare(const LossConfig& loss, const KlConfig& kl, const PolicyLossInp
   } else if (in.advantages.sizes().vec() == shape) {
     p.advantages = Clean(in.advantages.to(dtype), p.mask);
   } else {
-    throw ConfigError(fmt::format("advantages has shape {}, expected [{}] or [{}, {}] (log_prob "
-                                  "is [{}, {}])",
-                                  ShapeString(in.advantages), p.batch, p.batch, p.width, p.batch,
-                                  p.width),
-                      "one advantage per response, or one per token");
+    throw ConfigError(
+        fmt::format("advantages has shape {}, expected [{}] or [{}, {}] (log_prob "
+                    "is [{}, {}])",
+                    ShapeString(in.advantages), p.batch, p.batch, p.width, p.batch, p.width),
+        "one advantage per response, or one per token");
   }
   if (in.rollout_log_prob.defined()) {
     p.rollout_log_prob = clean("rollout_log_prob", in.rollout_log_prob);
@@ -238,16 +237,14 @@ EngineCorrection CorrectEngine(const EngineConfig& cfg, const torch::Tensor& old
 
 GlobalCounts LocalCounts(const LossConfig& loss, const PolicyLossInputs& in) {
   Prepared p = Prepare(loss, KlConfig{}, in);
-  EngineCorrection engine =
-      CorrectEngine(loss.engine, p.old_log_prob, p.rollout_log_prob, p.mask);
+  EngineCorrection engine = CorrectEngine(loss.engine, p.old_log_prob, p.rollout_log_prob, p.mask);
   torch::Tensor n = engine.loss_mask.sum(1);
   return {engine.loss_mask.sum().item<double>(), (n > 0).sum().item<double>()};
 }
 
 LossResult PolicyLoss(const LossConfig& loss, const KlConfig& kl, const PolicyLossInputs& in) {
   Prepared p = Prepare(loss, kl, in);
-  EngineCorrection engine =
-      CorrectEngine(loss.engine, p.old_log_prob, p.rollout_log_prob, p.mask);
+  EngineCorrection engine = CorrectEngine(loss.engine, p.old_log_prob, p.rollout_log_prob, p.mask);
   const torch::Tensor& m = engine.loss_mask;
 
   auto surrogate = PolicyLossRegistry::Global().Make(loss.policy_loss);
@@ -258,8 +255,8 @@ LossResult PolicyLoss(const LossConfig& loss, const KlConfig& kl, const PolicyLo
   LossResult out{pg, std::move(engine.metrics)};
   {
     torch::NoGradGuard no_grad;
-    torch::Tensor lr = torch::clamp(p.log_prob - p.old_log_prob, -loss.log_ratio_clamp,
-                                    loss.log_ratio_clamp);
+    torch::Tensor lr =
+        torch::clamp(p.log_prob - p.old_log_prob, -loss.log_ratio_clamp, loss.log_ratio_clamp);
     out.metrics["clip_frac"] = MaskedMean(s.clipped, m);
     out.metrics["clip_frac_lower"] = MaskedMean(s.clipped_lower, m);
     out.metrics["approx_kl"] = MaskedMean(-lr, m);
@@ -267,8 +264,7 @@ LossResult PolicyLoss(const LossConfig& loss, const KlConfig& kl, const PolicyLo
   }
   if (p.ref_log_prob.defined()) {
     torch::Tensor kl_t = KlPenalty(kl, p.log_prob, p.ref_log_prob, m);
-    torch::Tensor kl_agg =
-        Aggregate(kl_t, m, loss.aggregation, loss.aggregation_norm, in.counts);
+    torch::Tensor kl_agg = Aggregate(kl_t, m, loss.aggregation, loss.aggregation_norm, in.counts);
     out.metrics["kl"] = kl_agg.item<double>();
     if (kl.placement == "loss" && kl.coef > 0) out.loss = out.loss + kl.coef * kl_agg;
   }

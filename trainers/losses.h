@@ -32,13 +32,13 @@ struct PolicyLossInputs {
   torch::Tensor advantages;        // [B] (per sequence) or [B,T]
   torch::Tensor response_mask;     // [B,T] 0/1 (bool, int or float); undefined = all valid
   torch::Tensor rollout_log_prob;  // [B,T] rollout engine; required when engine.kind != none
-  torch::Tensor ref_log_prob;      // [B,T] reference policy; required when kl.coef > 0, placement loss
+  torch::Tensor ref_log_prob;  // [B,T] reference policy; required when kl.coef > 0, placement loss
   GlobalCounts counts;
 };
 
 struct LossResult {
-  torch::Tensor loss;                      // scalar, differentiable w.r.t. log_prob
-  std::map<std::string, double> metrics;   // see docs/losses.md for names
+  torch::Tensor loss;                     // scalar, differentiable w.r.t. log_prob
+  std::map<std::string, double> metrics;  // see docs/losses.md for names
 };
 
 // The whole token-plane loss: engine correction, surrogate, aggregation, KL.
@@ -57,8 +57,8 @@ torch::Tensor Aggregate(const torch::Tensor& loss_mat, const torch::Tensor& mask
 
 // Engine correction for one batch: per-token detached weights and the loss mask.
 struct EngineCorrection {
-  torch::Tensor weight;     // [B,T] detached; 1 where no correction applies
-  torch::Tensor loss_mask;  // [B,T] bool; response mask minus rejected tokens
+  torch::Tensor weight;                   // [B,T] detached; 1 where no correction applies
+  torch::Tensor loss_mask;                // [B,T] bool; response mask minus rejected tokens
   std::map<std::string, double> metrics;  // engine/kl, engine/weight_mean, engine/*_frac
 };
 // old / rollout: [B,T]; mask: [B,T] bool. rollout may be undefined when kind = none.

@@ -16,10 +16,10 @@ std::string ShapeString(const torch::Tensor& t) {
 void RequireShape(std::string_view name, const torch::Tensor& t, const std::vector<int64_t>& shape,
                   std::string_view expectation) {
   if (t.defined() && t.sizes().vec() == shape) return;
-  throw ConfigError(fmt::format("{} has shape {}, expected [{}]{}", name, ShapeString(t),
-                                fmt::join(shape, ", "),
-                                expectation.empty() ? "" : fmt::format(" ({})", expectation)),
-                    "every [B,T] input must have the shape of log_prob / response_mask");
+  throw ConfigError(
+      fmt::format("{} has shape {}, expected [{}]{}", name, ShapeString(t), fmt::join(shape, ", "),
+                  expectation.empty() ? "" : fmt::format(" ({})", expectation)),
+      "every [B,T] input must have the shape of log_prob / response_mask");
 }
 
 void RequireSameShape(std::string_view name, const torch::Tensor& t, std::string_view ref_name,
