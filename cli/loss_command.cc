@@ -50,8 +50,11 @@ std::string TomlScalar(const json& v, const std::string& path) {
       return v.get<bool>() ? "true" : "false";
     case json::value_t::number_integer:
       return std::to_string(v.get<int64_t>());
-    case json::value_t::number_unsigned:
-      return TomlFloat(static_cast<double>(v.get<uint64_t>()));
+    case json::value_t::number_unsigned: {
+      uint64_t u = v.get<uint64_t>();
+      if (u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::to_string(u);
+      return TomlFloat(static_cast<double>(u));
+    }
     case json::value_t::number_float:
       return TomlFloat(v.get<double>());
     case json::value_t::string: {

@@ -30,6 +30,16 @@ void RequireName(const std::vector<std::string>& known, std::string_view key,
         fmt::format("known: {}", Join(known, ", ")));
 }
 
+// Runs a struct's Validate() and prefixes its error with where the section came from.
+template <class Struct>
+void ValidateAt(const Struct& s, const ConfigNode& n) {
+  try {
+    s.Validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: {}", n.Where(), e.what()), e.hint());
+  }
+}
+
 }  // namespace
 
 const std::vector<std::string>& AggregationNames() {
@@ -50,16 +60,16 @@ void EngineConfig::Load(ConfigNode n) {
   n.Get("floor", floor, "tis: lower clamp of the weight (0 keeps small ratios)");
   n.Get("low", low, "icepop/reject: lower bound of kept ratios");
   n.Get("high", high, "icepop/reject: upper bound of kept ratios");
-  Validate();
+  ValidateAt(*this, n);
 }
 
 void EngineConfig::Validate() const {
-  RequireName(EngineKindNames(), "engine.kind", kind, "engine correction");
-  RequireName({"token", "sequence"}, "engine.level", level, "engine level");
-  Require(cap > 0, "engine.cap", cap, "> 0");
-  Require(floor >= 0 && floor <= cap, "engine.floor", floor, "0 <= floor <= cap");
-  Require(low >= 0, "engine.low", low, ">= 0");
-  Require(high >= low, "engine.high", high, ">= engine.low");
+  RequireName(EngineKindNames(), "loss.engine.kind", kind, "engine correction");
+  RequireName({"token", "sequence"}, "loss.engine.level", level, "engine level");
+  Require(cap > 0, "loss.engine.cap", cap, "> 0");
+  Require(floor >= 0 && floor <= cap, "loss.engine.floor", floor, "0 <= floor <= cap");
+  Require(low >= 0, "loss.engine.low", low, ">= 0");
+  Require(high >= low, "loss.engine.high", high, ">= loss.engine.low");
 }
 
 void LossConfig::Load(ConfigNode n) {
@@ -72,18 +82,19 @@ void LossConfig::Load(ConfigNode n) {
   n.Get("aggregation_norm", aggregation_norm,
         "seq_mean_token_sum_norm divisor (0 = padded width T)");
   engine.Load(n.Section("engine"));
-  Validate();
+  ValidateAt(*this, n);
 }
 
 void LossConfig::Validate() const {
-  RequireName(PolicyLossRegistry::Global().Names(), "policy_loss", policy_loss, "policy loss");
-  RequireName(AggregationNames(), "aggregation", aggregation, "aggregation");
-  Require(clip_low >= 0 && std::isfinite(clip_low), "clip_low", clip_low, "a finite value >= 0");
-  Require(clip_high >= 0 && std::isfinite(clip_high), "clip_high", clip_high,
+  RequireName(PolicyLossRegistry::Global().Names(), "loss.policy_loss", policy_loss, "policy loss");
+  RequireName(AggregationNames(), "loss.aggregation", aggregation, "aggregation");
+  Require(clip_low >= 0 && std::isfinite(clip_low), "loss.clip_low", clip_low,
           "a finite value >= 0");
-  Require(dual_clip == 0 || dual_clip > 1, "dual_clip", dual_clip, "0 (off) or > 1");
-  Require(log_ratio_clamp > 0, "log_ratio_clamp", log_ratio_clamp, "> 0");
-  Require(aggregation_norm >= 0 && std::isfinite(aggregation_norm), "aggregation_norm",
+  Require(clip_high >= 0 && std::isfinite(clip_high), "loss.clip_high", clip_high,
+          "a finite value >= 0");
+  Require(dual_clip == 0 || dual_clip > 1, "loss.dual_clip", dual_clip, "0 (off) or > 1");
+  Require(log_ratio_clamp > 0, "loss.log_ratio_clamp", log_ratio_clamp, "> 0");
+  Require(aggregation_norm >= 0 && std::isfinite(aggregation_norm), "loss.aggregation_norm",
           aggregation_norm, "a finite value >= 0 (0 = padded width)");
   engine.Validate();
 }
@@ -95,7 +106,7 @@ void KlConfig::Load(ConfigNode n) {
   n.Get("coef", coef, "KL coefficient beta (0 = off)");
   n.GetEnum("placement", placement, {"loss", "reward"},
             "loss: + beta aggregate(kl); reward: r_t -= beta kl_t");
-  Validate();
+  ValidateAt(*this, n);
 }
 
 void KlConfig::Validate() const {
@@ -110,15 +121,16 @@ void AdvantageConfig::Load(ConfigNode n) {
   n.Get("std_eps", std_eps, "grpo: A = (s - mean) / (std + std_eps)");
   n.Get("gamma", gamma, "discount (gae, reinforce_pp)");
   n.Get("lambda", lambda, "GAE lambda");
-  Validate();
+  ValidateAt(*this, n);
 }
 
 void AdvantageConfig::Validate() const {
   RequireName(AdvantageRegistry::Global().Names(), "advantage.estimator", estimator,
               "advantage estimator");
-  Require(std_eps >= 0 && std::isfinite(std_eps), "std_eps", std_eps, "a finite value >= 0");
-  Require(gamma >= 0 && gamma <= 1, "gamma", gamma, "a value in [0, 1]");
-  Require(lambda >= 0 && lambda <= 1, "lambda", lambda, "a value in [0, 1]");
+  Require(std_eps >= 0 && std::isfinite(std_eps), "advantage.std_eps", std_eps,
+          "a finite value >= 0");
+  Require(gamma >= 0 && gamma <= 1, "advantage.gamma", gamma, "a value in [0, 1]");
+  Require(lambda >= 0 && lambda <= 1, "advantage.lambda", lambda, "a value in [0, 1]");
 }
 
 }  // namespace rlid::trainers
