@@ -31,7 +31,7 @@ torch::Tensor MenuKl(const torch::Tensor& logp, const torch::Tensor& ref_logp,
                      const torch::Tensor& item_mask) {
   RequireSameShape("ref_logp", ref_logp, "logp", logp);
   MenuProbs m = Probs(logp, item_mask);
-  torch::Tensor ref = torch::where(m.valid, ref_logp.to(logp.scalar_type()), m.logp);
+  torch::Tensor ref = torch::where(m.valid, ref_logp.detach().to(logp.scalar_type()), m.logp);
   return (m.p * (m.logp - ref)).sum(1);
 }
 

@@ -125,16 +125,16 @@ Prepared Prepare(const LossConfig& loss, const KlConfig& kl, const PolicyLossInp
   p.mask = BoolMask("response_mask", in.response_mask, shape);
   auto clean = [&](std::string_view name, const torch::Tensor& t) {
     RequireShape(name, t, shape, "the shape of log_prob");
-    return Clean(t.to(dtype), p.mask);
+    return Clean(t.detach().to(dtype), p.mask);
   };
   p.log_prob = Clean(in.log_prob, p.mask);
   p.old_log_prob = clean("old_log_prob", in.old_log_prob);
   if (!in.advantages.defined())
     throw ConfigError("advantages are missing", "pass advantages as [B] or [B,T]");
   if (in.advantages.dim() == 1 && in.advantages.size(0) == p.batch) {
-    p.advantages = Clean(in.advantages.to(dtype).unsqueeze(1).expand(shape), p.mask);
+    p.advantages = Clean(in.advantages.detach().to(dtype).unsqueeze(1).expand(shape), p.mask);
   } else if (in.advantages.sizes().vec() == shape) {
-    p.advantages = Clean(in.advantages.to(dtype), p.mask);
+    p.advantages = Clean(in.advantages.detach().to(dtype), p.mask);
   } else {
     throw ConfigError(
         fmt::format("advantages has shape {}, expected [{}] or [{}, {}] (log_prob "

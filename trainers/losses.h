@@ -26,6 +26,7 @@ struct GlobalCounts {
   double sequences = -1;  // number of sequences with at least one valid token
 };
 
+// Only log_prob carries a gradient; every other tensor is detached.
 struct PolicyLossInputs {
   torch::Tensor log_prob;          // [B,T] log pi_theta, requires grad
   torch::Tensor old_log_prob;      // [B,T] log pi_old (training engine)
