@@ -23,6 +23,7 @@ struct Config::Impl {
   std::set<std::string> table_arrays;       // declared [[arrays]]
   std::set<std::string> wildcard;           // sections marked all-used
   std::set<std::string> overridden;         // paths set by --set
+  bool positions = true;                    // false: TOML line:column is meaningless
   struct Resolved {
     std::string section, key, value, doc;
   };
@@ -92,6 +93,12 @@ Config Config::FromString(std::string_view text, std::string source_name) {
                                   e.source().begin.column, e.description()),
                       "fix the TOML syntax at that position");
   }
+  return cfg;
+}
+
+Config Config::FromConverted(std::string_view toml_text, std::string source_name) {
+  Config cfg = FromString(toml_text, std::move(source_name));
+  cfg.impl_->positions = false;
   return cfg;
 }
 
@@ -186,7 +193,7 @@ void CheckTable(const Config::Impl& impl, const toml::table& table, const std::s
     std::string where = impl.source;
     if (impl.overridden.count(full)) {
       where = fmt::format("--set {}", full);
-    } else if (node.source().begin.line > 0) {
+    } else if (impl.positions && node.source().begin.line > 0) {
       where = fmt::format("{}:{}:{}", node.source().path ? *node.source().path : impl.source,
                           node.source().begin.line, node.source().begin.column);
     }
@@ -259,7 +266,7 @@ std::string ConfigNode::Where(std::string_view key) const {
     n = key.empty() ? static_cast<const toml::node*>(static_cast<toml::table*>(table_))
                     : static_cast<toml::table*>(table_)->get(key);
   }
-  if (n && n->source().begin.line > 0) {
+  if (impl_->positions && n && n->source().begin.line > 0) {
     return fmt::format("{}:{}:{}", n->source().path ? *n->source().path : impl_->source,
                        n->source().begin.line, n->source().begin.column);
   }

@@ -31,6 +31,10 @@ class Config {
 
   static Config FromFile(const std::string& path);
   static Config FromString(std::string_view text, std::string source_name = "<string>");
+  // A document converted to TOML from another format (e.g. the JSON object of
+  // `rlid loss`): like FromString, but errors cite `source_name` without TOML
+  // line:column, which would point into the converted text, not the user's file.
+  static Config FromConverted(std::string_view toml_text, std::string source_name);
 
   // "a.b.c=value": value parsed as a TOML value, or taken as a string when it
   // is not valid TOML (so --set env.name=maze works without quotes).

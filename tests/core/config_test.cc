@@ -110,3 +110,31 @@ TEST(Config, TableArrays) {
 
 }  // namespace
 }  // namespace rlid
+
+namespace rlid {
+namespace {
+
+TEST(Config, ConvertedDocumentsCiteTheSourceWithoutTomlPositions) {
+  // The TOML text was generated from another format: its line numbers mean nothing to the user.
+  Config cfg = Config::FromConverted("[trainer.loss]\nclip_high = 0.3\nclip_hihg = 0.28\n", "case.json");
+  LossCfg c;
+  c.Load(cfg.Root().Section("trainer").Section("loss"));
+  try {
+    cfg.CheckAllUsed();
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.find("case.json:3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("case.json: unknown key 'trainer.loss.clip_hihg'"), std::string::npos) << msg;
+  }
+  Config bad = Config::FromConverted("[l]\naggregation = 'token_maen'\n", "case.json");
+  try {
+    c.Load(bad.Root().Section("l"));
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("case.json: ", 0), 0u) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rlid

@@ -1,0 +1,91 @@
+// Config structs of the loss and advantage library ([trainer.loss],
+// [trainer.loss.engine], [trainer.kl], [trainer.advantage]); the keys and their
+// meaning are specified in shared/algorithms.md. Defaults live here; Load()
+// reads a ConfigNode (unknown keys are rejected by Config::CheckAllUsed) and
+// Validate() rejects values no formula accepts. The pure functions in
+// losses.h / advantages.h validate the structs they are given as well.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace rlid::trainers {
+
+// Train-vs-rollout engine correction, k = pi_old,train / pi_rollout.
+struct EngineConfig {
+  // none | tis | icepop | reject.
+  std::string kind = "none";
+  // token: k_t per token; sequence: k_i = exp(clamp(sum_t (old - rollout) m, +-20)).
+  std::string level = "token";
+  // tis: w = clamp(k, floor, cap); cap > 0 (inf allowed: no cap).
+  double cap = 2.0;
+  // tis: lower clamp of w; 0 keeps small ratios.
+  double floor = 0.0;
+  // icepop / reject: k outside [low, high] is zeroed (icepop) or removed from the mask (reject).
+  double low = 0.5;
+  double high = 5.0;
+
+  void Load(ConfigNode n);
+  void Validate() const;
+};
+
+// [trainer.loss]: the policy surrogate and how per-token losses become one scalar.
+struct LossConfig {
+  // ppo_clip | gspo | gspo_token | cispo (registered in PolicyLossRegistry).
+  std::string policy_loss = "ppo_clip";
+  // Ratio clip range [1 - clip_low, 1 + clip_high] (DAPO clip-higher: 0.2, 0.28).
+  double clip_low = 0.2;
+  double clip_high = 0.2;
+  // ppo_clip dual clip c > 1: for A < 0 the loss is min(-A c, clipped loss); 0 = off.
+  double dual_clip = 0.0;
+  // r = exp(clamp(logp - old, -x, x)) for ppo_clip and cispo; x > 0.
+  double log_ratio_clamp = 20.0;
+  // token_mean | token_sum | seq_mean_token_mean | seq_mean_token_sum | seq_mean_token_sum_norm.
+  std::string aggregation = "token_mean";
+  // Constant divisor of seq_mean_token_sum_norm; 0 = the padded width T of the batch
+  // (set it to the maximum response length when batches are padded differently).
+  double aggregation_norm = 0.0;
+  EngineConfig engine;
+
+  void Load(ConfigNode n);  // also loads the `engine` sub-table
+  void Validate() const;
+};
+
+// [trainer.kl]: KL to the reference policy, d = logp - ref.
+struct KlConfig {
+  // k1 | abs | k2 | k3 (registered in KlEstimatorRegistry).
+  std::string estimator = "k3";
+  // Keep the estimator's value but use the k2 gradient (d).
+  bool straight_through = false;
+  // beta >= 0; 0 = off.
+  double coef = 0.0;
+  // loss: beta * aggregate(kl) is added to the loss; reward: r_t -= beta * kl_t.
+  std::string placement = "loss";
+
+  void Load(ConfigNode n);
+  void Validate() const;
+};
+
+// [trainer.advantage].
+struct AdvantageConfig {
+  // gae | grpo | rloo | reinforce_pp | reinforce_pp_baseline (AdvantageRegistry).
+  std::string estimator = "grpo";
+  // grpo: divide by the group std (false = Dr. GRPO).
+  bool std_norm = true;
+  // grpo: A = (s - mean) / (std + std_eps).
+  double std_eps = 1e-6;
+  // Discount and GAE lambda (gae, reinforce_pp), both in [0, 1].
+  double gamma = 1.0;
+  double lambda = 0.95;
+
+  void Load(ConfigNode n);
+  void Validate() const;
+};
+
+// Names accepted by the enum keys above.
+const std::vector<std::string>& AggregationNames();
+const std::vector<std::string>& EngineKindNames();
+
+}  // namespace rlid::trainers
