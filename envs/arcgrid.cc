@@ -374,7 +374,6 @@ struct ArcInstance {
   ArcParams params;
   Grid input, target;
   uint16_t palette = 0;  // colours of input and target, background excluded
-  int ops = 0;           // operations the target needs
   uint64_t hash = 0;
 };
 
@@ -427,7 +426,6 @@ std::shared_ptr<const ArcInstance> Generate(const ArcParams& p, uint64_t seed) {
     inst->palette = static_cast<uint16_t>((input.Colours() | g.Colours()) & ~1u);
     // The target must need exactly k operations with the task's own palette.
     if (ShortestPlan(input, g, inst->palette, p.families, k).distance != k) continue;
-    inst->ops = k;
     inst->hash = HashCombine(HashCombine(HashBytes("arcgrid"), g.Hash()),
                              (static_cast<uint64_t>(inst->palette) << 8) | p.families);
     return inst;
