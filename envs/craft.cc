@@ -389,13 +389,17 @@ class CraftState final : public MenuState, public OracleState, public FactSource
     return Value(inv_, step_limit() - StepCount());
   }
 
-  // The recipes of the book: true in every episode (the world is fixed).
+  // The book's recipes and the wrong pairs tried so far; both hold in every
+  // episode because the world is fixed.
   std::vector<std::string> Facts() const override {
     const World& w = TheWorld();
     std::vector<std::string> out;
     for (int b : inst_->book)
       out.push_back(fmt::format("combining {} and {} makes {}", Name(w.recipe[b][0]),
                                 Name(w.recipe[b][1]), WithArticle(b)));
+    for (int key : failed_)
+      out.push_back(
+          fmt::format("{} and {} do not combine", Name(key / kNumItems), Name(key % kNumItems)));
     return out;
   }
 
@@ -450,6 +454,10 @@ class CraftState final : public MenuState, public OracleState, public FactSource
   StepOutcome Transition(ActionId action) override {
     Outcome o = Simulate(inv_, action);
     last_ = o.event;
+    if (o.event.kind == Event::kFail) {
+      int key = PairKey(o.event.a, o.event.b);
+      if (std::find(failed_.begin(), failed_.end(), key) == failed_.end()) failed_.push_back(key);
+    }
     made_ = o.success;
     double reward = -inst_->params.step_cost + (o.success ? inst_->params.success_reward : 0.0);
     return {reward, /*terminal=*/o.success, /*success=*/o.success, false};
@@ -507,8 +515,9 @@ class CraftState final : public MenuState, public OracleState, public FactSource
 
   std::shared_ptr<const CraftInstance> inst_;
   Inventory inv_{};
-  Event last_;         // what the last step did (afterstate text only; not hashed)
-  bool made_ = false;  // the target was made
+  Event last_;               // what the last step did (afterstate text only; not hashed)
+  std::vector<int> failed_;  // wrong pairs tried this episode, in order (facts only; not hashed)
+  bool made_ = false;        // the target was made
 };
 
 class CraftEnv final : public Env {

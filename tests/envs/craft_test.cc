@@ -158,7 +158,7 @@ TEST(Craft, BudgetAwareOracle) {
   EXPECT_NEAR(oracle->OptimalReturn(), -0.04, 1e-12);  // truncated after 4 more steps
 }
 
-TEST(Craft, FactsAreTheBookRecipes) {
+TEST(Craft, FactsAreRecipesAndTriedWrongPairs) {
   auto s = MakeEnv("craft")->NewState(0);
   auto* facts = dynamic_cast<FactSource*>(s.get());
   ASSERT_NE(facts, nullptr);
@@ -166,6 +166,13 @@ TEST(Craft, FactsAreTheBookRecipes) {
             (std::vector<std::string>{
                 "combining cloth and rope makes a sail", "combining sand and coal makes glass",
                 "combining flax and flax makes a rope", "combining wool and wool makes cloth"}));
+  // A wrong pair, once tried, is a fact too (once, however often it is tried).
+  Do(*s, "combine wool and iron ore");
+  Do(*s, "iron ore + wool");
+  auto after = facts->Facts();
+  ASSERT_EQ(after.size(), 5u);
+  EXPECT_EQ(after.back(), "iron ore and wool do not combine");
+  EXPECT_EQ(dynamic_cast<FactSource*>(s->Clone().get())->Facts(), after);
 }
 
 TEST(Craft, OracleMatchesEnumerationOnVisitedStates) {
