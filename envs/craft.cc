@@ -16,7 +16,6 @@
 #include <map>
 #include <memory>
 #include <string_view>
-#include <unordered_map>
 
 #include "core/check.h"
 #include "core/hash.h"
@@ -105,7 +104,8 @@ struct World {
   std::array<std::array<int, 2>, kNumItems> recipe;  // {-1, -1} for base materials
   std::array<int, kNumItems> depth;
   std::array<int, kNumItems> full_cost;
-  std::unordered_map<int, int> product_of;         // PairKey -> product
+  std::array<int16_t, kNumItems * kNumItems> product_of;  // PairKey -> product, or -1
+  std::vector<ActionSpec> specs;  // by action id; built once (Actions() runs on every Apply)
   std::array<int, kMaxDepth + 1> max_full_cost{};  // over items of each depth
 
   bool IsBase(int i) const { return recipe[i][0] < 0; }
@@ -113,6 +113,7 @@ struct World {
 
 World BuildWorld() {
   World w;
+  w.product_of.fill(-1);
   std::map<std::string_view, int> index;
   for (int i = 0; i < kNumItems; ++i) {
     RLID_CHECK(index.emplace(kItems[i].name, i).second, "duplicate item '{}'", kItems[i].name);
@@ -128,8 +129,8 @@ World BuildWorld() {
     }
     int a = index.at(d.first), b = index.at(d.second);
     w.recipe[i] = {a, b};
-    RLID_CHECK(w.product_of.emplace(PairKey(a, b), i).second, "two recipes for {} + {}", d.first,
-               d.second);
+    RLID_CHECK(w.product_of[PairKey(a, b)] < 0, "two recipes for {} + {}", d.first, d.second);
+    w.product_of[PairKey(a, b)] = static_cast<int16_t>(i);
     boost::add_edge(a, i, g);
     if (b != a) boost::add_edge(b, i, g);
   }
@@ -149,6 +150,23 @@ World BuildWorld() {
   for (int i = 0; i < kNumItems; ++i) {
     RLID_CHECK_LE(w.depth[i], kMaxDepth);
     w.max_full_cost[w.depth[i]] = std::max(w.max_full_cost[w.depth[i]], w.full_cost[i]);
+  }
+  // Menu specs. Every combination gets four wordings so that no action has
+  // more text mass than another.
+  w.specs.resize(kCombineBase + kNumItems * kNumItems);
+  for (int i = 0; i < kNumItems; ++i) {
+    std::string x = kItems[i].name;
+    if (w.IsBase(i))
+      w.specs[i] = {
+          i, "gather " + x, {fmt::format("{} {}", kItems[i].verb, x), "get " + x, "collect " + x}};
+    for (int j = i; j < kNumItems; ++j) {
+      std::string y = kItems[j].name;
+      std::string other = i == j ? "combine two " + x : fmt::format("combine {} and {}", y, x);
+      w.specs[kCombineBase + PairKey(i, j)] = {
+          kCombineBase + PairKey(i, j),
+          fmt::format("combine {} and {}", x, y),
+          {fmt::format("{} and {}", x, y), fmt::format("{} + {}", x, y), other}};
+    }
   }
   return w;
 }
@@ -406,48 +424,37 @@ class CraftState final : public MenuState, public OracleState, public FactSource
  protected:
   std::vector<ActionSpec> Actions() const override {
     const World& w = TheWorld();
-    std::vector<ActionSpec> out;
-    for (int b : inst_->sources) {
-      if (inv_[b] >= inst_->cap) continue;
-      std::string name = Name(b);
-      out.push_back(
-          {b,
-           "gather " + name,
-           {fmt::format("{} {}", kItems[b].verb, name), "get " + name, "collect " + name}});
-    }
-    std::vector<int> pairs;
+    std::vector<int> ids;
+    for (int b : inst_->sources)
+      if (inv_[b] < inst_->cap) ids.push_back(b);
+    size_t gathers = ids.size();
     for (int p : inst_->book) {
       auto [a, b] = w.recipe[p];
       if (CanCombine(a, b) && (p == inst_->target || inv_[p] < inst_->cap))
-        pairs.push_back(PairKey(a, b));
+        ids.push_back(kCombineBase + PairKey(a, b));
     }
-    int room = kMaxMenuSize - static_cast<int>(out.size() + pairs.size());
-    int wanted = std::min(inst_->params.distractors, room);
+    int wanted = std::min(inst_->params.distractors, kMaxMenuSize - static_cast<int>(ids.size()));
     if (wanted > 0) {
-      std::vector<int> wrong;
-      for (int i = 0; i < kNumItems; ++i) {
-        if (inv_[i] == 0) continue;
-        for (int j = i; j < kNumItems; ++j)
-          if (CanCombine(i, j) && !w.product_of.count(PairKey(i, j)))
-            wrong.push_back(PairKey(i, j));
-      }
+      std::vector<int> held, wrong;
+      for (int i = 0; i < kNumItems; ++i)
+        if (inv_[i] > 0) held.push_back(i);
+      for (size_t x = 0; x < held.size(); ++x)
+        for (size_t y = x; y < held.size(); ++y) {
+          int key = PairKey(held[x], held[y]);
+          if (CanCombine(held[x], held[y]) && w.product_of[key] < 0)
+            wrong.push_back(kCombineBase + key);
+        }
       // Which wrong pairs are shown is a function of the state content.
       Rng rng(Hash());
       rng.Shuffle(wrong);
       if (static_cast<int>(wrong.size()) > wanted) wrong.resize(wanted);
-      pairs.insert(pairs.end(), wrong.begin(), wrong.end());
+      ids.insert(ids.end(), wrong.begin(), wrong.end());
     }
-    std::sort(pairs.begin(), pairs.end());
-    for (int key : pairs) {
-      std::string x = Name(key / kNumItems), y = Name(key % kNumItems);
-      // Every combination gets four wordings so no action has more text mass.
-      std::string other =
-          x == y ? fmt::format("combine two {}", x) : fmt::format("combine {} and {}", y, x);
-      out.push_back({kCombineBase + key,
-                     fmt::format("combine {} and {}", x, y),
-                     {fmt::format("{} and {}", x, y), fmt::format("{} + {}", x, y), other}});
-    }
-    RLID_CHECK_LE(out.size(), static_cast<size_t>(kMaxMenuSize));
+    std::sort(ids.begin() + gathers, ids.end());  // real and wrong pairs interleaved
+    RLID_CHECK_LE(ids.size(), static_cast<size_t>(kMaxMenuSize));
+    std::vector<ActionSpec> out;
+    out.reserve(ids.size());
+    for (int id : ids) out.push_back(w.specs[id]);
     return out;
   }
 
@@ -486,16 +493,16 @@ class CraftState final : public MenuState, public OracleState, public FactSource
     }
     int key = action - kCombineBase;
     int a = key / kNumItems, b = key % kNumItems;
-    auto it = TheWorld().product_of.find(key);
-    if (it == TheWorld().product_of.end() || !inst_->in_book[it->second]) {
+    int product = TheWorld().product_of[key];
+    if (product < 0 || !inst_->in_book[product]) {
       o.event = {Event::kFail, -1, a, b};
       return o;
     }
     --inv[a];
     --inv[b];
-    ++inv[it->second];
-    o.event = {Event::kCraft, it->second, a, b};
-    o.success = it->second == inst_->target;
+    ++inv[product];
+    o.event = {Event::kCraft, product, a, b};
+    o.success = product == inst_->target;
     return o;
   }
 
