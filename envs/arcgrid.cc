@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -42,6 +43,11 @@ struct Grid {
     return m;
   }
   bool HasBackground() const { return Colours() & 1u; }
+  int Tiles() const {
+    int n = 0;
+    for (int i = 0; i < size(); ++i) n += cells[i] != 0;
+    return n;
+  }
   uint64_t Hash() const {
     return HashBytes(std::string_view(reinterpret_cast<const char*>(cells.data()), size()),
                      rows * 16 + cols);
@@ -312,6 +318,22 @@ const ActionSpec& SpecOf(ActionId a) {
   return specs[a];
 }
 
+// Sound dead-end tests from invariants of the operations: no operation
+// removes a tile, and only fill adds tiles (it fills every background cell
+// with one colour); only crop changes the shape, and it only shrinks it;
+// only fill adds a colour.
+bool CannotReach(const Grid& g, const Grid& target) {
+  if (g.size() < target.size()) return true;
+  const int tiles = g.Tiles(), target_tiles = target.Tiles();
+  if (tiles > target_tiles) return true;
+  const int background = g.size() - tiles;
+  // Same shape: no crop on the way, so background stays or is filled away.
+  if (g.size() == target.size() && tiles != target_tiles && target_tiles != target.size())
+    return true;
+  auto colours = [](uint16_t mask) { return std::popcount(static_cast<unsigned>(mask & ~1u)); };
+  return colours(target.Colours()) > colours(g.Colours()) + (background > 0 ? 1 : 0);
+}
+
 // Breadth-first search from `start` for `target` over at most `budget`
 // operations, merging equal grids. first_mask has bit i set when the i-th
 // operation offered at `start` begins a shortest plan.
@@ -329,12 +351,12 @@ Plan ShortestPlan(const Grid& start, const Grid& target, uint16_t palette, uint8
     plan.distance = 0;
     return plan;
   }
-  if (budget <= 0) return plan;
+  if (budget <= 0 || CannotReach(start, target)) return plan;
   std::unordered_set<Grid, GridHasher> seen = {start};
   std::unordered_map<Grid, uint32_t, GridHasher> layer, next;
   for (int i = 0; i < plan.first_ops.size; ++i) {
     Grid child = ApplyOp(start, plan.first_ops.ops[i]);
-    if (!(child == start)) next[child] |= 1u << i;
+    if (!(child == start) && !CannotReach(child, target)) next[child] |= 1u << i;
   }
   for (int depth = 1;; ++depth) {
     if (auto it = next.find(target); it != next.end()) {
@@ -350,7 +372,7 @@ Plan ShortestPlan(const Grid& start, const Grid& target, uint16_t palette, uint8
       OpList ops = ListOps(g, palette, families);
       for (int i = 0; i < ops.size; ++i) {
         Grid child = ApplyOp(g, ops.ops[i]);
-        if (!seen.count(child)) next[child] |= mask;
+        if (!seen.count(child) && !CannotReach(child, target)) next[child] |= mask;
       }
     }
   }
