@@ -2,6 +2,8 @@
 // 2-op task split, group laws of the geometric operations, dead ends, the
 // BFS oracle against brute-force search over action sequences, and
 // parameter validation.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -117,6 +119,32 @@ TEST(ArcGrid, OneOperationTasksArePreviewable) {
   }
 }
 
+TEST(ArcGrid, FillAndRecolourCanIntroduceTaskColours) {
+  auto env = MakeEnv("arcgrid", {"min_ops=1", "max_ops=1"});
+  struct Case {
+    uint64_t seed;
+    const char* observation;
+    const char* solution;
+  } cases[] = {
+      {8,
+       "Goal: make the grid equal the target.\nGrid (3x3):\n005\n075\n077\nTarget "
+       "(3x3):\n885\n875\n877",
+       "fill background with 8"},
+      {29,
+       "Goal: make the grid equal the target.\nGrid (3x3):\n090\n300\n009\nTarget "
+       "(3x3):\n090\n400\n009",
+       "recolour 3 to 4"},
+  };
+  for (const auto& c : cases) {
+    auto s = env->NewState(c.seed);
+    EXPECT_EQ(s->Observation(), c.observation);
+    Menu m = s->CompileMenu();
+    auto best = Oracle(*s).OptimalActions();
+    ASSERT_EQ(best.size(), 1u) << c.seed;
+    EXPECT_EQ(m.items[m.IndexOfAction(best[0])].command, c.solution);
+  }
+}
+
 TEST(ArcGrid, TwoOperationTasksAreNot) {
   auto env = MakeEnv("arcgrid", {"min_ops=2", "max_ops=2"});
   for (uint64_t seed = 0; seed < 30; ++seed) {
@@ -192,37 +220,44 @@ bool Reaches(const State& s, int depth) {
 }
 
 TEST(ArcGrid, OracleMatchesBruteForceSearch) {
+  // Brute force has no dedupe and no dead-end pruning; random play reaches
+  // plenty of dead ends (fills, merges, crops) to exercise the pruning.
   constexpr int kDepth = 3;
-  auto env = MakeEnv("arcgrid");
-  int compared = 0;
-  for (uint64_t seed = 0; seed < 10; ++seed) {
-    auto s = env->NewState(seed);
-    Rng rng(seed + 50);
-    for (int step = 0; step < 3 && !s->IsTerminal(); ++step) {
-      int d = -1;
-      for (int k = 1; k <= kDepth && d < 0; ++k)
-        if (Reaches(*s, k)) d = k;
-      double ret = Oracle(*s).OptimalReturn();
-      if (d > 0) {
-        EXPECT_NEAR(ret, 1.0 - 0.01 * d, 1e-12) << "seed " << seed << " step " << step;
-        std::set<ActionId> first;
-        for (ActionId a : s->LegalActions()) {
-          auto c = s->Clone();
-          if (c->Apply(a).success || (d > 1 && !c->IsTerminal() && Reaches(*c, d - 1)))
-            first.insert(a);
+  int compared = 0, unreachable = 0;
+  for (std::vector<std::string> params : std::vector<std::vector<std::string>>{
+           {}, {"size=2"}, {"colours=1"}, {"size=4", "colours=2"}}) {
+    auto env = MakeEnv("arcgrid", params);
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      auto s = env->NewState(seed);
+      Rng rng(seed + 50);
+      for (int step = 0; step < 4 && !s->IsTerminal(); ++step) {
+        std::string where = fmt::format("{} seed {} step {}", fmt::join(params, " "), seed, step);
+        int d = -1;
+        for (int k = 1; k <= kDepth && d < 0; ++k)
+          if (Reaches(*s, k)) d = k;
+        double ret = Oracle(*s).OptimalReturn();
+        if (d > 0) {
+          EXPECT_NEAR(ret, 1.0 - 0.01 * d, 1e-12) << where;
+          std::set<ActionId> first;
+          for (ActionId a : s->LegalActions()) {
+            auto c = s->Clone();
+            if (c->Apply(a).success || (d > 1 && !c->IsTerminal() && Reaches(*c, d - 1)))
+              first.insert(a);
+          }
+          auto best = Oracle(*s).OptimalActions();
+          EXPECT_EQ(std::set<ActionId>(best.begin(), best.end()), first) << where;
+          ++compared;
+        } else {
+          EXPECT_LT(ret, 1.0 - 0.01 * kDepth) << where;
+          ++unreachable;
         }
-        auto best = Oracle(*s).OptimalActions();
-        EXPECT_EQ(std::set<ActionId>(best.begin(), best.end()), first)
-            << "seed " << seed << " step " << step;
-        ++compared;
-      } else {
-        EXPECT_LT(ret, 1.0 - 0.01 * kDepth) << "seed " << seed << " step " << step;
+        auto legal = s->LegalActions();
+        s->Apply(legal[rng.UniformInt(legal.size())]);
       }
-      auto legal = s->LegalActions();
-      s->Apply(legal[rng.UniformInt(legal.size())]);
     }
   }
-  EXPECT_GE(compared, 10);
+  EXPECT_GE(compared, 40);
+  EXPECT_GE(unreachable, 20);
 }
 
 TEST(ArcGrid, SizesColoursAndOpsCounts) {
