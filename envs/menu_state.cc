@@ -23,7 +23,7 @@ Menu MenuState::BuildMenu(bool with_afterstates) const {
     if (with_afterstates) {
       auto child = Clone();
       auto* ms = static_cast<MenuState*>(child.get());
-      ms->Apply(spec.action);
+      ms->Step(spec.action);  // legal by construction: skip Apply's Actions() scan
       item.afterstate = ms->AfterstateText();
       item.afterstate_hash = ms->Hash();
     }
@@ -50,6 +50,10 @@ StepOutcome MenuState::Apply(ActionId action) {
   auto legal = LegalActions();
   RLID_CHECK(std::find(legal.begin(), legal.end(), action) != legal.end(),
              "action {} is not legal here", action);
+  return Step(action);
+}
+
+StepOutcome MenuState::Step(ActionId action) {
   StepOutcome out = Transition(action);
   ++steps_;
   if (!out.terminal && steps_ >= step_limit_) {

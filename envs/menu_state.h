@@ -40,6 +40,9 @@ class MenuState : public State {
   virtual StepOutcome Transition(ActionId action) = 0;
 
  private:
+  // Apply() without the legality check, for actions taken from Actions().
+  StepOutcome Step(ActionId action);
+
   int step_limit_;
   int steps_ = 0;
   bool done_ = false;
