@@ -63,7 +63,8 @@ void MemoryConfig::Load(ConfigNode s) {
   s.GetEnum("scope", scope, {"episode", "run"},
             "read only the episode's own items, or also items of ended episodes of the run");
   s.Get("budget_items", budget_items, "at most this many memory items per prompt");
-  s.Get("budget_tokens", budget_tokens, "at most this many tokens of memory text per prompt (0: no limit)");
+  s.Get("budget_tokens", budget_tokens,
+        "at most this many tokens of memory text per prompt (0: no limit)");
   s.Get("allow_cross_split", allow_cross_split,
         "let episodes read memory created in another split (train/test); off = leak guard");
   if (budget_items < 1)
@@ -123,10 +124,10 @@ struct MemoryBank::Sql {
                           t),
               "creating the keyword index");
       fts_insert[p] = db.Prepare(fmt::format("INSERT INTO {}(rowid, content) VALUES (?, ?)", t));
-      keyword[p] = db.Prepare(fmt::format(
-          "SELECT i.id, -bm25({0}) FROM {0} JOIN items i ON i.id = {0}.rowid "
-          "WHERE {0} MATCH ?5 AND {1} ORDER BY bm25({0}), i.id DESC",
-          t, kVisible));
+      keyword[p] = db.Prepare(
+          fmt::format("SELECT i.id, -bm25({0}) FROM {0} JOIN items i ON i.id = {0}.rowid "
+                      "WHERE {0} MATCH ?5 AND {1} ORDER BY bm25({0}), i.id DESC",
+                      t, kVisible));
     }
   }
 };
@@ -147,10 +148,14 @@ MemoryBank::~MemoryBank() = default;
 bool MemoryBank::Accepts(MemoryKind kind) const {
   if (!config_.enabled) return false;
   switch (kind) {
-    case MemoryKind::kObservation: return config_.write != "none";
-    case MemoryKind::kNote: return config_.write == "facts+notes";
-    case MemoryKind::kSummary: return config_.summaries;
-    case MemoryKind::kOracleHint: return true;
+    case MemoryKind::kObservation:
+      return config_.write != "none";
+    case MemoryKind::kNote:
+      return config_.write == "facts+notes";
+    case MemoryKind::kSummary:
+      return config_.summaries;
+    case MemoryKind::kOracleHint:
+      return true;
   }
   return false;
 }
@@ -165,8 +170,7 @@ void MemoryBank::CheckParentSplit(const MemoryItem& parent, std::string_view spl
 
 std::optional<MemoryItem> MemoryBank::Write(std::string_view content, MemoryKind kind,
                                             MemorySource source, std::string_view split,
-                                            int64_t policy_version,
-                                            std::vector<int64_t> parents) {
+                                            int64_t policy_version, std::vector<int64_t> parents) {
   ValidateSplit(split);
   std::lock_guard lk(mu_);
   if (!Accepts(kind)) {

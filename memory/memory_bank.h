@@ -30,13 +30,13 @@ namespace rlid::memory {
 
 // The [memory] section of an experiment config.
 struct MemoryConfig {
-  bool enabled = false;           // off: Write stores nothing, Retrieve returns nothing
-  std::string write = "facts";    // "facts" | "facts+notes" | "none"
-  bool summaries = false;         // EndEpisode adds a summary item derived from the episode's items
+  bool enabled = false;         // off: Write stores nothing, Retrieve returns nothing
+  std::string write = "facts";  // "facts" | "facts+notes" | "none"
+  bool summaries = false;       // EndEpisode adds a summary item derived from the episode's items
   std::string retrieval = "recency";  // "recency" | "keyword" (FTS5 bm25)
-  std::string scope = "episode";  // "episode": own items only; "run": also ended episodes' items
-  int budget_items = 8;           // at most this many items per prompt
-  int budget_tokens = 256;        // and at most this many tokens of item text (0: no limit)
+  std::string scope = "episode";   // "episode": own items only; "run": also ended episodes' items
+  int budget_items = 8;            // at most this many items per prompt
+  int budget_tokens = 256;         // and at most this many tokens of item text (0: no limit)
   bool allow_cross_split = false;  // let an episode read items created in another split
 
   // Reads every field (defaults above) and validates ranges (ConfigError).
@@ -111,8 +111,8 @@ class MemoryBank {
 
  private:
   struct Sql;
-  MemoryItem Insert(std::string content, MemoryKind kind, MemorySource source,
-                    std::string split, int64_t policy_version, std::vector<int64_t> parents);
+  MemoryItem Insert(std::string content, MemoryKind kind, MemorySource source, std::string split,
+                    int64_t policy_version, std::vector<int64_t> parents);
   void CheckParentSplit(const MemoryItem& parent, std::string_view split) const;
 
   MemoryConfig config_;
@@ -123,7 +123,7 @@ class MemoryBank {
 
   mutable std::mutex mu_;
   std::unordered_map<int64_t, MemoryItem> items_;
-  std::unordered_map<int64_t, int> tokens_;  // item id -> token count
+  std::unordered_map<int64_t, int> tokens_;                          // item id -> token count
   std::unordered_map<int64_t, std::vector<int64_t>> open_episodes_;  // episode -> new item ids
   std::set<int64_t> ended_episodes_;
   Stats stats_;

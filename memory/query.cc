@@ -26,8 +26,8 @@ std::string Shorten(std::string_view sql) {
 sqlite3_stmt* PrepareUser(const Db& db, std::string_view sql, std::string_view* tail) {
   sqlite3_stmt* stmt = nullptr;
   const char* rest = nullptr;
-  const int rc = sqlite3_prepare_v2(db.handle(), sql.data(), static_cast<int>(sql.size()), &stmt,
-                                    &rest);
+  const int rc =
+      sqlite3_prepare_v2(db.handle(), sql.data(), static_cast<int>(sql.size()), &stmt, &rest);
   if (rc != SQLITE_OK) {
     const int primary = rc & 0xff;
     std::string msg = sqlite3_errmsg(db.handle());
@@ -41,8 +41,10 @@ sqlite3_stmt* PrepareUser(const Db& db, std::string_view sql, std::string_view* 
 
 Value ColumnValue(sqlite3_stmt* s, int col) {
   switch (sqlite3_column_type(s, col)) {
-    case SQLITE_INTEGER: return sqlite3_column_int64(s, col);
-    case SQLITE_FLOAT: return sqlite3_column_double(s, col);
+    case SQLITE_INTEGER:
+      return sqlite3_column_int64(s, col);
+    case SQLITE_FLOAT:
+      return sqlite3_column_double(s, col);
     case SQLITE_TEXT: {
       const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s, col));
       return std::string(p, static_cast<size_t>(sqlite3_column_bytes(s, col)));
@@ -51,7 +53,8 @@ Value ColumnValue(sqlite3_stmt* s, int col) {
       const auto* p = static_cast<const char*>(sqlite3_column_blob(s, col));
       return Blob{std::string(p ? p : "", static_cast<size_t>(sqlite3_column_bytes(s, col)))};
     }
-    default: return std::monostate{};
+    default:
+      return std::monostate{};
   }
 }
 
@@ -104,10 +107,14 @@ std::string Utf8Prefix(std::string_view s, size_t chars) {
 std::string TableCell(const Value& v, size_t max_width) {
   std::string raw = ValueText(v, true), out;
   for (char c : raw) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else out += c;
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else
+      out += c;
   }
   if (max_width > 3 && Utf8Length(out) > max_width) out = Utf8Prefix(out, max_width - 3) + "...";
   return out;
@@ -131,9 +138,9 @@ QueryResult RunReadOnlyQuery(const Db& db, std::string_view sql) {
   std::string_view rest;
   if (sqlite3_stmt* extra = PrepareUser(db, tail, &rest)) {
     sqlite3_finalize(extra);
-    throw ConfigError(fmt::format("expected one SQL statement, found another after it: '{}'",
-                                  Shorten(tail)),
-                      "run one statement per call (a trailing ';' is fine)");
+    throw ConfigError(
+        fmt::format("expected one SQL statement, found another after it: '{}'", Shorten(tail)),
+        "run one statement per call (a trailing ';' is fine)");
   }
   if (!stmt.ReadOnly())
     throw ConfigError(fmt::format("the database is opened read-only; this statement would "
@@ -158,7 +165,8 @@ QueryResult RunReadOnlyQuery(const Db& db, std::string_view sql) {
     }
     std::vector<Value> row;
     row.reserve(out.columns.size());
-    for (size_t c = 0; c < out.columns.size(); ++c) row.push_back(ColumnValue(raw, static_cast<int>(c)));
+    for (size_t c = 0; c < out.columns.size(); ++c)
+      row.push_back(ColumnValue(raw, static_cast<int>(c)));
     out.rows.push_back(std::move(row));
   }
   return out;
@@ -205,7 +213,8 @@ std::string FormatCsv(const QueryResult& r) {
   for (size_t c = 0; c < r.columns.size(); ++c) out += (c ? "," : "") + CsvField(r.columns[c]);
   out += "\n";
   for (const auto& row : r.rows) {
-    for (size_t c = 0; c < row.size(); ++c) out += (c ? "," : "") + CsvField(ValueText(row[c], false));
+    for (size_t c = 0; c < row.size(); ++c)
+      out += (c ? "," : "") + CsvField(ValueText(row[c], false));
     out += "\n";
   }
   return out;
@@ -220,9 +229,12 @@ std::string FormatJson(const QueryResult& r) {
       std::visit(
           [&](const auto& x) {
             using T = std::decay_t<decltype(x)>;
-            if constexpr (std::is_same_v<T, std::monostate>) v = nullptr;
-            else if constexpr (std::is_same_v<T, Blob>) v = Hex(x.bytes);
-            else v = x;
+            if constexpr (std::is_same_v<T, std::monostate>)
+              v = nullptr;
+            else if constexpr (std::is_same_v<T, Blob>)
+              v = Hex(x.bytes);
+            else
+              v = x;
           },
           row[c]);
       obj[r.columns[c]] = std::move(v);

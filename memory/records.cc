@@ -14,17 +14,21 @@ namespace rlid::memory {
 
 const char* MemoryKindName(MemoryKind kind) {
   switch (kind) {
-    case MemoryKind::kObservation: return "observation";
-    case MemoryKind::kNote: return "note";
-    case MemoryKind::kSummary: return "summary";
-    case MemoryKind::kOracleHint: return "oracle_hint";
+    case MemoryKind::kObservation:
+      return "observation";
+    case MemoryKind::kNote:
+      return "note";
+    case MemoryKind::kSummary:
+      return "summary";
+    case MemoryKind::kOracleHint:
+      return "oracle_hint";
   }
   return "?";
 }
 
 MemoryKind ParseMemoryKind(std::string_view name) {
-  for (MemoryKind k : {MemoryKind::kObservation, MemoryKind::kNote, MemoryKind::kSummary,
-                       MemoryKind::kOracleHint})
+  for (MemoryKind k :
+       {MemoryKind::kObservation, MemoryKind::kNote, MemoryKind::kSummary, MemoryKind::kOracleHint})
     if (name == MemoryKindName(k)) return k;
   throw ConfigError(fmt::format("unknown memory kind '{}'", name),
                     "expected one of: observation, note, summary, oracle_hint");
@@ -86,8 +90,7 @@ std::string NowIso8601() {
 }
 
 double NowUnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace rlid::memory

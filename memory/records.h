@@ -76,10 +76,10 @@ struct MenuItemRecord {
 struct StepRecord {
   int t = 0;
   std::string observation;
-  std::string prompt;         // full rendered prompt; stored once per distinct hash
-  uint64_t prompt_hash = 0;   // 0: computed from `prompt` with HashBytes
+  std::string prompt;        // full rendered prompt; stored once per distinct hash
+  uint64_t prompt_hash = 0;  // 0: computed from `prompt` with HashBytes
   int prompt_tokens = 0;
-  int action = -1;            // -1: invalid
+  int action = -1;  // -1: invalid
   std::string label;
   std::string command;
   std::string generated_text;  // token plane; empty (stored NULL) for the decision plane
@@ -99,7 +99,7 @@ struct EpisodeRecord {
   int64_t run_id = 0;
   std::string env;
   uint64_t seed = 0;
-  std::string split = "train";    // "train" | "test"
+  std::string split = "train";     // "train" | "test"
   std::string plane = "decision";  // "decision" | "token"
   int64_t policy_version = 0;
   int64_t iteration = 0;

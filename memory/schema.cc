@@ -280,8 +280,9 @@ const std::vector<Migration>& Migrations() {
   static const std::vector<Migration> kMigrations = {
       {1, "tables: runs, episodes, prompts, steps, menu_items, memory, metrics, checkpoints",
        kTablesSql},
-      {2, "views: v_step_provenance, v_memory_lineage, v_split_leaks, v_label_calibration, "
-          "v_run_budget",
+      {2,
+       "views: v_step_provenance, v_memory_lineage, v_split_leaks, v_label_calibration, "
+       "v_run_budget",
        kViewsSql},
   };
   return kMigrations;
@@ -306,8 +307,8 @@ int SchemaVersionOf(const Db& db) {
 
 void Migrate(Db& db, int target) {
   if (target > LatestSchemaVersion())
-    throw InternalError(fmt::format("migration target {} > latest {}", target,
-                                    LatestSchemaVersion()));
+    throw InternalError(
+        fmt::format("migration target {} > latest {}", target, LatestSchemaVersion()));
   for (const Migration& m : Migrations()) {
     if (m.version > target) break;
     db.Exec("BEGIN IMMEDIATE", "starting a schema migration");

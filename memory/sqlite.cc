@@ -23,17 +23,17 @@ IoError SqliteError(const std::string& path, int rc, std::string_view message,
                      "run, or sqlite3 / a database browser with uncommitted changes); wait for "
                      "it to finish or close it, then retry");
     case SQLITE_NOTADB:
-      return IoError(fmt::format("'{}' is not an SQLite database ({}) while {}", path, message,
-                                 doing),
-                     "pass a run directory that contains rlid.db, or an rlid database file");
+      return IoError(
+          fmt::format("'{}' is not an SQLite database ({}) while {}", path, message, doing),
+          "pass a run directory that contains rlid.db, or an rlid database file");
     case SQLITE_FULL:
-      return IoError(fmt::format("disk full or file size limit reached while {} '{}' ({})",
-                                 doing, path, message),
+      return IoError(fmt::format("disk full or file size limit reached while {} '{}' ({})", doing,
+                                 path, message),
                      "free disk space (or raise `ulimit -f`); transactions committed before "
                      "this error are intact");
     case SQLITE_IOERR:
-      return IoError(fmt::format("write/read failure on '{}' while {} ({}, code {})", path,
-                                 doing, message, rc),
+      return IoError(fmt::format("write/read failure on '{}' while {} ({}, code {})", path, doing,
+                                 message, rc),
                      "the disk may be full, the file size limit (`ulimit -f`) reached, or the "
                      "device failing; committed transactions are intact");
     case SQLITE_READONLY:
@@ -52,8 +52,8 @@ IoError SqliteError(const std::string& path, int rc, std::string_view message,
       return IoError(fmt::format("permission denied on '{}' ({}) while {}", path, message, doing),
                      "check file permissions");
     default:
-      return IoError(fmt::format("SQLite error on '{}' while {}: {} (code {})", path, doing,
-                                 message, rc));
+      return IoError(
+          fmt::format("SQLite error on '{}' while {}: {} (code {})", path, doing, message, rc));
   }
 }
 
@@ -91,9 +91,9 @@ Statement& Statement::Bind(int index, double value) {
 }
 
 Statement& Statement::Bind(int index, std::string_view value) {
-  CheckBind(sqlite3_bind_text64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT,
-                                SQLITE_UTF8),
-            index);
+  CheckBind(
+      sqlite3_bind_text64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT, SQLITE_UTF8),
+      index);
   return *this;
 }
 
@@ -153,8 +153,8 @@ std::string Statement::Sql() const {
 
 // ---- Db --------------------------------------------------------------------------
 
-Db::Db(std::string path, int flags) : path_(std::move(path)) {
-  const int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);
+Db::Db(std::string path, int flags, const std::string& uri) : path_(std::move(path)) {
+  const int rc = sqlite3_open_v2(uri.empty() ? path_.c_str() : uri.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close_v2(db_);

@@ -37,7 +37,9 @@ class Statement {
   Statement& Bind(int index, double value);
   Statement& Bind(int index, std::string_view value);
   Statement& Bind(int index, const char* value) { return Bind(index, std::string_view(value)); }
-  Statement& Bind(int index, const std::string& value) { return Bind(index, std::string_view(value)); }
+  Statement& Bind(int index, const std::string& value) {
+    return Bind(index, std::string_view(value));
+  }
   Statement& BindNull(int index);
   template <class T>
   Statement& Bind(int index, const std::optional<T>& value) {
@@ -76,7 +78,9 @@ class Statement {
 class Db {
  public:
   // flags: SQLITE_OPEN_* (READONLY or READWRITE|CREATE). Throws IoError.
-  Db(std::string path, int flags);
+  // `uri` (with SQLITE_OPEN_URI) is opened instead of `path` when given;
+  // messages always name `path`.
+  Db(std::string path, int flags, const std::string& uri = {});
   ~Db();
   Db(const Db&) = delete;
   Db& operator=(const Db&) = delete;

@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -37,11 +38,11 @@ int AcquireWriterLock(const std::string& db_path) {
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int err = errno;
-    throw IoError(fmt::format("cannot create '{}' next to the database ({})", lock_path,
-                              std::strerror(err)),
-                  err == EACCES || err == EROFS || err == EPERM
-                      ? "the directory is not writable; pick a writable run directory"
-                      : "check that the directory exists and is writable");
+    throw IoError(
+        fmt::format("cannot create '{}' next to the database ({})", lock_path, std::strerror(err)),
+        err == EACCES || err == EROFS || err == EPERM
+            ? "the directory is not writable; pick a writable run directory"
+            : "check that the directory exists and is writable");
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
@@ -62,6 +63,36 @@ int AcquireWriterLock(const std::string& db_path) {
   return fd;
 }
 
+// "file:/a/b.db?immutable=1" with the path percent-encoded for SQLite's URI parser.
+std::string ImmutableUri(const std::string& path) {
+  std::string out = "file:";
+  for (unsigned char c : fs::absolute(path).string()) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-' || c == '~')
+      out += static_cast<char>(c);
+    else
+      out += fmt::format("%{:02X}", c);
+  }
+  return out + "?immutable=1";
+}
+
+// A WAL database needs "<db>-shm" next to it even for reading. When that file
+// is absent and the directory is not writable (an archived or foreign run
+// directory), the file can only be read as immutable, which is exact as long
+// as no write-ahead log holds commits that are not in the main file yet.
+std::string ReadOnlyUriFor(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (::access(dir.c_str(), W_OK) == 0 || fs::exists(path + "-shm", ec)) return "";
+  const bool wal_empty = !fs::exists(path + "-wal", ec) || fs::file_size(path + "-wal", ec) == 0;
+  if (!wal_empty)
+    throw IoError(fmt::format("cannot read '{}': its write-ahead log holds commits, and the "
+                              "directory '{}' is not writable (SQLite must create '{}-shm')",
+                              path, dir.string(), path),
+                  "copy the run directory somewhere writable and query the copy");
+  return ImmutableUri(path);
+}
+
 void CheckParentDirectory(const std::string& path) {
   fs::path p(path);
   fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
@@ -78,8 +109,8 @@ void CheckParentDirectory(const std::string& path) {
 }  // namespace
 
 struct Store::Statements {
-  Statement begin_run, end_run, episode, prompt, step, menu, item, parent, read, metric,
-      checkpoint, has_item;
+  Statement begin_run, end_run, episode, prompt, step, menu, item, parent, read, metric, checkpoint,
+      has_item;
 };
 
 std::string ResolveDatabasePath(const std::string& run_dir_or_file) {
@@ -88,8 +119,7 @@ std::string ResolveDatabasePath(const std::string& run_dir_or_file) {
   if (fs::is_directory(p, ec)) {
     const fs::path db = p / kDatabaseFileName;
     if (!fs::exists(db, ec))
-      throw IoError(fmt::format("run directory '{}' has no {}", run_dir_or_file,
-                                kDatabaseFileName),
+      throw IoError(fmt::format("run directory '{}' has no {}", run_dir_or_file, kDatabaseFileName),
                     "pass the directory of a run that has started (it creates rlid.db), or "
                     "the path of a database file");
     return db.string();
@@ -102,6 +132,7 @@ std::string ResolveDatabasePath(const std::string& run_dir_or_file) {
 
 std::unique_ptr<Store> Store::Open(const std::string& path, Mode mode, StoreOptions options) {
   int lock_fd = -1;
+  std::string immutable_uri;
   if (mode == Mode::kReadWrite) {
     CheckParentDirectory(path);
     lock_fd = AcquireWriterLock(path);
@@ -113,18 +144,22 @@ std::unique_ptr<Store> Store::Open(const std::string& path, Mode mode, StoreOpti
     if (fs::is_directory(path, ec))
       throw IoError(fmt::format("database path '{}' is a directory", path),
                     "use ResolveDatabasePath / pass the run directory to `rlid sql`");
+    immutable_uri = ReadOnlyUriFor(path);
   }
   try {
-    return std::unique_ptr<Store>(new Store(path, mode, options, lock_fd));
+    return std::unique_ptr<Store>(new Store(path, mode, options, lock_fd, immutable_uri));
   } catch (...) {
     if (lock_fd >= 0) ::close(lock_fd);
     throw;
   }
 }
 
-Store::Store(const std::string& path, Mode mode, StoreOptions options, int lock_fd)
-    : db_(path, mode == Mode::kReadWrite ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
-                                         : SQLITE_OPEN_READONLY),
+Store::Store(const std::string& path, Mode mode, StoreOptions options, int lock_fd,
+             const std::string& immutable_uri)
+    : db_(path,
+          mode == Mode::kReadWrite ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                                   : SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
+          immutable_uri),
       mode_(mode),
       options_(options),
       lock_fd_(lock_fd) {
@@ -147,8 +182,9 @@ void Store::CheckVersion(int version) const {
                               path()),
                   "pass a run directory or the rlid.db file written by rlid");
   if (version > LatestSchemaVersion()) {
-    std::string writer = db_.QueryText("SELECT rlid_version FROM rlid_schema ORDER BY version "
-                                       "DESC LIMIT 1");
+    std::string writer = db_.QueryText(
+        "SELECT rlid_version FROM rlid_schema ORDER BY version "
+        "DESC LIMIT 1");
     throw IoError(fmt::format("'{}' has schema version {} (written by rlid {}), but this rlid "
                               "({}) understands versions up to {}",
                               path(), version, writer, VersionString(), LatestSchemaVersion()),
@@ -166,8 +202,7 @@ void Store::OpenReadWrite() {
                   "rlid writes its own rlid.db; pick another file name");
   const std::string journal = db_.QueryText("PRAGMA journal_mode = WAL");
   if (journal != "wal")
-    spdlog::warn("{}: journal mode is '{}' (WAL unavailable on this file system)", path(),
-                 journal);
+    spdlog::warn("{}: journal mode is '{}' (WAL unavailable on this file system)", path(), journal);
   db_.Exec(options_.durable ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
   db_.Exec("PRAGMA foreign_keys = ON");
   const int version = SchemaVersionOf(db_);
@@ -193,9 +228,10 @@ void Store::OpenReadOnly() {
     throw IoError(fmt::format("'{}' is an empty database, not an rlid database", path()),
                   "pass a run directory or the rlid.db file written by rlid");
   if (version < LatestSchemaVersion())
-    spdlog::warn("{}: schema version {} is older than {}; views added later are missing until "
-                 "a writing rlid command opens it",
-                 path(), version, LatestSchemaVersion());
+    spdlog::warn(
+        "{}: schema version {} is older than {}; views added later are missing until "
+        "a writing rlid command opens it",
+        path(), version, LatestSchemaVersion());
   schema_version_ = version;
 }
 
@@ -303,9 +339,12 @@ void Store::WriteJobRows(const WriteJob& job) {
   std::visit(
       [this](const auto& j) {
         using T = std::decay_t<decltype(j)>;
-        if constexpr (std::is_same_v<T, EpisodeRecord>) WriteEpisodeRows(j);
-        else if constexpr (std::is_same_v<T, MetricRecord>) WriteMetricRow(j);
-        else WriteCheckpointRow(j);
+        if constexpr (std::is_same_v<T, EpisodeRecord>)
+          WriteEpisodeRows(j);
+        else if constexpr (std::is_same_v<T, MetricRecord>)
+          WriteMetricRow(j);
+        else
+          WriteCheckpointRow(j);
       },
       job);
 }
@@ -361,8 +400,8 @@ void Store::WriteEpisodeRows(const EpisodeRecord& e) {
     for (const MenuItemRecord& m : s.menu) {
       nlohmann::json real = nlohmann::json::array();
       for (const auto& r : m.realisations) {
-        nlohmann::json p = std::isfinite(r.probability) ? nlohmann::json(r.probability)
-                                                        : nlohmann::json(nullptr);
+        nlohmann::json p =
+            std::isfinite(r.probability) ? nlohmann::json(r.probability) : nlohmann::json(nullptr);
         real.push_back({{"text", r.text}, {"probability", p}});
       }
       st_->menu.Bind(1, e.id)

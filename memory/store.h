@@ -61,8 +61,7 @@ class Store {
   // directory, an unwritable directory, a file that is not an SQLite database,
   // an SQLite database that is not rlid's, a schema newer than this build, a
   // database another rlid process is writing, a lock held too long.
-  static std::unique_ptr<Store> Open(const std::string& path, Mode mode,
-                                     StoreOptions options = {});
+  static std::unique_ptr<Store> Open(const std::string& path, Mode mode, StoreOptions options = {});
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -97,7 +96,8 @@ class Store {
   Db& db() { return db_; }
 
  private:
-  Store(const std::string& path, Mode mode, StoreOptions options, int lock_fd);
+  Store(const std::string& path, Mode mode, StoreOptions options, int lock_fd,
+        const std::string& immutable_uri);
   void OpenReadWrite();
   void OpenReadOnly();
   void CheckVersion(int version) const;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -16,8 +17,13 @@ namespace rlid::memory {
 namespace {
 
 double MonotonicSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 }  // namespace
@@ -82,7 +88,8 @@ void Writer::Flush() {
     const auto& e = std::get<EpisodeRecord>(j.job);
     std::vector<std::string> missing;
     for (int64_t id : Dependencies(j.job)) missing.push_back(std::to_string(id));
-    stuck.push_back(fmt::format("episode {} (depends on items {})", e.id, fmt::join(missing, ", ")));
+    stuck.push_back(
+        fmt::format("episode {} (depends on items {})", e.id, fmt::join(missing, ", ")));
   }
   if (!stuck.empty())
     throw InternalError(
@@ -172,13 +179,14 @@ void Writer::Loop() {
         // Accept jobs whose dependencies are committed or earlier in this
         // batch; repeat until nothing changes (a held job may depend on a
         // later one in the same batch).
+        std::vector<std::vector<int64_t>> deps(candidates.size());
+        for (size_t i = 0; i < candidates.size(); ++i) deps[i] = Dependencies(candidates[i].job);
         for (bool progress = true; progress;) {
           progress = false;
           for (size_t i = 0; i < candidates.size(); ++i) {
             if (accepted[i]) continue;
             bool ready = true;
-            for (int64_t d : Dependencies(candidates[i].job))
-              ready = ready && (batch_items.count(d) || IsCommitted(d));
+            for (int64_t d : deps[i]) ready = ready && (batch_items.count(d) || IsCommitted(d));
             if (!ready) continue;
             accepted[i] = progress = true;
             if (const auto* e = std::get_if<EpisodeRecord>(&candidates[i].job)) {
@@ -187,16 +195,17 @@ void Writer::Loop() {
               delta.rows += RowCount(*e);
             } else {
               ++(std::holds_alternative<MetricRecord>(candidates[i].job) ? delta.metrics
-                                                                          : delta.checkpoints);
+                                                                         : delta.checkpoints);
               ++delta.rows;
             }
             ordered.push_back(std::move(candidates[i].job));
           }
         }
         if (!ordered.empty()) {
-          const double t0 = MonotonicSeconds();
+          const double t0 = MonotonicSeconds(), c0 = ThreadCpuSeconds();
           store_.Write(ordered);
           delta.busy_seconds = MonotonicSeconds() - t0;
+          delta.busy_cpu_seconds = ThreadCpuSeconds() - c0;
           delta.transactions = 1;
           committed_items_.insert(batch_items.begin(), batch_items.end());
         }
@@ -217,6 +226,7 @@ void Writer::Loop() {
         stats_.rows += delta.rows;
         stats_.transactions += delta.transactions;
         stats_.busy_seconds += delta.busy_seconds;
+        stats_.busy_cpu_seconds += delta.busy_cpu_seconds;
       }
       stats_.held = static_cast<int64_t>(held_.size());
       processed_ = std::max(processed_, last_seq);

@@ -53,10 +53,11 @@ class Writer {
 
   struct Stats {
     int64_t episodes = 0, metrics = 0, checkpoints = 0;  // committed
-    int64_t rows = 0;          // rows inserted (RowCount for episodes)
-    int64_t transactions = 0;  // committed batches
-    int64_t held = 0;          // episodes waiting for an item right now
-    double busy_seconds = 0;   // writer thread time spent in Store::Write
+    int64_t rows = 0;                                    // rows inserted (RowCount for episodes)
+    int64_t transactions = 0;                            // committed batches
+    int64_t held = 0;                                    // episodes waiting for an item right now
+    double busy_seconds = 0;      // wall time the writer thread spent in Store::Write
+    double busy_cpu_seconds = 0;  // CPU time of the writer thread in Store::Write
   };
   Stats stats() const;
   Store& store() { return store_; }

@@ -5,6 +5,7 @@
 // half-written episode (every stored episode has all its steps, menus and
 // memory rows).
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,8 +15,6 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "core/rng.h"
 #include "memory/store.h"

@@ -7,20 +7,36 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "memory/records.h"
 
 namespace rlid::memory::testing {
 
-// A fresh empty directory under the system temp dir.
+// A fresh empty directory under the system temp dir, removed at process exit
+// (set RLID_KEEP_SCRATCH=1 to keep it for inspection).
 inline std::string ScratchDir(const std::string& name) {
+  struct Cleanup {
+    std::mutex mu;
+    std::vector<std::filesystem::path> dirs;
+    ~Cleanup() {
+      if (std::getenv("RLID_KEEP_SCRATCH")) return;
+      std::error_code ec;
+      for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+    }
+  };
+  static Cleanup cleanup;
   static std::atomic<int> counter{0};
   const auto dir = std::filesystem::temp_directory_path() /
                    fmt::format("rlid_{}_{}_{}", name, ::getpid(), counter++);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  std::lock_guard lk(cleanup.mu);
+  cleanup.dirs.push_back(dir);
   return dir.string();
 }
 

@@ -105,7 +105,8 @@ TEST(MemoryBank, DedupeWithinScope) {
   MemoryBank episode_scope(Enabled(), 1);
   const int64_t a = Put(episode_scope, 1, "the red key is in the kitchen");
   EXPECT_EQ(Put(episode_scope, 1, "the red key is in the kitchen"), a);
-  EXPECT_NE(Put(episode_scope, 1, "the red key is in the kitchen", "train", MemoryKind::kOracleHint), a);
+  EXPECT_NE(
+      Put(episode_scope, 1, "the red key is in the kitchen", "train", MemoryKind::kOracleHint), a);
   episode_scope.EndEpisode(1);
   EXPECT_NE(Put(episode_scope, 2, "the red key is in the kitchen"), a);  // not visible to 2
   EXPECT_EQ(episode_scope.stats().deduplicated, 1);
@@ -135,7 +136,8 @@ TEST(MemoryBank, RecencyWithItemAndTokenBudgets) {
   c.budget_items = 10;
   c.budget_tokens = 8;
   MemoryBank tight(c, 1);
-  for (const char* s : {"a b c d e", "x y", "long one two three four five six", "z"}) Put(tight, 1, s);
+  for (const char* s : {"a b c d e", "x y", "long one two three four five six", "z"})
+    Put(tight, 1, s);
   // Newest first: 4 (1 word), 3 (7 -> 8 total), 2 would exceed, 1 would exceed.
   EXPECT_EQ(Ids(tight.Retrieve("", {1, "train"})), (std::vector<int64_t>{4, 3}));
   auto reads = ToReads(tight.Retrieve("", {1, "train"}));
@@ -218,9 +220,9 @@ TEST(MemoryBank, SplitGuard) {
           << e.what();
       EXPECT_NE(e.hint().find("allow_cross_split = true"), std::string::npos);
     }
-    EXPECT_THROW(guarded.Write("derived", MemoryKind::kObservation, {0, 2, 0}, "test", 0,
-                               {train_item}),
-                 ConfigError);
+    EXPECT_THROW(
+        guarded.Write("derived", MemoryKind::kObservation, {0, 2, 0}, "test", 0, {train_item}),
+        ConfigError);
 
     MemoryConfig open = Enabled(retrieval, "run");
     open.allow_cross_split = true;

@@ -42,10 +42,12 @@ TEST(QueryFormat, Csv) {
 TEST(QueryFormat, Json) {
   EXPECT_EQ(FormatJson(Sample()),
             "[\n"
-            "  {\n    \"id\": 1,\n    \"label\": \"A\",\n    \"p\": 0.123456789,\n    \"note\": null\n  },\n"
+            "  {\n    \"id\": 1,\n    \"label\": \"A\",\n    \"p\": 0.123456789,\n    \"note\": "
+            "null\n  },\n"
             "  {\n    \"id\": 12,\n    \"label\": \"BB\",\n    \"p\": 1.0,\n"
             "    \"note\": \"two\\nlines, \\\"quoted\\\"\"\n  },\n"
-            "  {\n    \"id\": -3,\n    \"label\": \"é\",\n    \"p\": -2.5e-07,\n    \"note\": \"01ff\"\n  }\n"
+            "  {\n    \"id\": -3,\n    \"label\": \"é\",\n    \"p\": -2.5e-07,\n    \"note\": "
+            "\"01ff\"\n  }\n"
             "]\n");
   QueryResult empty;
   empty.columns = {"x"};

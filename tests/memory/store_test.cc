@@ -2,6 +2,8 @@
 // enforcement, and clear errors for bad inputs (not a database, another
 // application's database, newer schema, missing or read-only directory,
 // locked database, full disk).
+#include "memory/store.h"
+
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
@@ -15,7 +17,6 @@
 
 #include "core/error.h"
 #include "memory/schema.h"
-#include "memory/store.h"
 #include "tests/memory/fixtures.h"
 
 namespace rlid::memory {
@@ -202,17 +203,16 @@ TEST(Store, ReadOnlyRejectsEveryWrite) {
   }
   auto ro = Store::Open(path, Store::Mode::kReadOnly);
   EXPECT_EQ(ro->db().QueryInt("PRAGMA query_only"), 1);
-  for (const char* sql : {"DELETE FROM runs", "INSERT INTO runs(name) VALUES ('x')",
-                          "UPDATE runs SET name = 'y'", "DROP TABLE runs",
-                          "CREATE TABLE x(a)", "PRAGMA user_version = 3"}) {
+  for (const char* sql :
+       {"DELETE FROM runs", "INSERT INTO runs(name) VALUES ('x')", "UPDATE runs SET name = 'y'",
+        "DROP TABLE runs", "CREATE TABLE x(a)", "PRAGMA user_version = 3"}) {
     const std::string err = ErrorOf([&] { ro->Query(sql); });
     EXPECT_NE(err.find("config error: the database is opened read-only"), std::string::npos)
         << sql << " -> " << err;
   }
   // The connection itself is read-only too, below the statement check.
   char* msg = nullptr;
-  EXPECT_NE(sqlite3_exec(ro->db().handle(), "DELETE FROM runs", nullptr, nullptr, &msg),
-            SQLITE_OK);
+  EXPECT_NE(sqlite3_exec(ro->db().handle(), "DELETE FROM runs", nullptr, nullptr, &msg), SQLITE_OK);
   sqlite3_free(msg);
   EXPECT_NE(ErrorOf([&] { ro->Query("ATTACH 'other.db' AS o"); }), "no error");
   EXPECT_THROW(ro->BeginRun(TestRun()), InternalError);
@@ -259,7 +259,8 @@ TEST(Store, AnotherApplicationsDatabaseIsRefused) {
 
 TEST(Store, MissingPathsAreClear) {
   const std::string dir = ScratchDir("missing");
-  std::string err = ErrorOf([&] { Store::Open(dir + "/no/such/dir/rlid.db", Store::Mode::kReadWrite); });
+  std::string err =
+      ErrorOf([&] { Store::Open(dir + "/no/such/dir/rlid.db", Store::Mode::kReadWrite); });
   EXPECT_NE(err.find("does not exist"), std::string::npos) << err;
   err = ErrorOf([&] { Store::Open(dir + "/absent.db", Store::Mode::kReadOnly); });
   EXPECT_NE(err.find("no such database file"), std::string::npos) << err;
@@ -297,11 +298,11 @@ TEST(Store, LockHeldByAnotherConnectionIsClear) {
   }
   other.Exec("COMMIT");
   // An exclusive locking mode blocks readers too.
-  other.Exec("PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; "
-             "UPDATE runs SET name = 'held'; COMMIT;");
-  const std::string err = ErrorOf([&] {
-    Store::Open(path, Store::Mode::kReadOnly, StoreOptions{.busy_timeout_ms = 20});
-  });
+  other.Exec(
+      "PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; "
+      "UPDATE runs SET name = 'held'; COMMIT;");
+  const std::string err = ErrorOf(
+      [&] { Store::Open(path, Store::Mode::kReadOnly, StoreOptions{.busy_timeout_ms = 20}); });
   EXPECT_NE(err.find("is locked by another connection"), std::string::npos) << err;
   EXPECT_NE(err.find("hint: another process holds"), std::string::npos) << err;
 }
@@ -334,14 +335,31 @@ std::string ErrorAsUnprivileged(F&& f) {
 TEST(Store, ReadOnlyDirectoryIsClear) {
   const std::string dir = ScratchDir("rodir");
   fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
-                           fs::perms::group_exec | fs::perms::others_read |
-                           fs::perms::others_exec);
+                           fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
   const std::string err =
       ErrorAsUnprivileged([&] { Store::Open(DbPath(dir), Store::Mode::kReadWrite); });
   fs::permissions(dir, fs::perms::owner_all);
   EXPECT_NE(err.find("Permission denied"), std::string::npos) << err;
   EXPECT_NE(err.find("the directory is not writable"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(DbPath(dir)));
+}
+
+TEST(Store, RunInAReadOnlyDirectoryCanStillBeQueried) {
+  const std::string dir = ScratchDir("rodir_query");
+  {
+    auto store = Store::Open(DbPath(dir), Store::Mode::kReadWrite);
+    store->WriteEpisode(CanonicalEpisode(store->NewEpisodeId(), store->BeginRun(TestRun())));
+  }
+  ASSERT_FALSE(fs::exists(DbPath(dir) + "-shm"));  // the writer cleaned up on close
+  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                           fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(DbPath(dir), fs::perms::others_read, fs::perm_options::add);
+  const std::string err = ErrorAsUnprivileged([&] {
+    auto ro = Store::Open(DbPath(dir), Store::Mode::kReadOnly);
+    if (ro->db().QueryInt("SELECT COUNT(*) FROM episodes") != 1) throw IoError("wrong count");
+  });
+  fs::permissions(dir, fs::perms::owner_all);
+  EXPECT_EQ(err, "no error");
 }
 
 TEST(Store, FullDiskIsClearAndKeepsCommittedEpisodes) {

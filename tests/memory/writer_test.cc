@@ -55,7 +55,8 @@ TEST_F(WriterFixture, ConcurrentSubmissionsAreAllCommitted) {
   }
   EXPECT_EQ(Count("episodes"), kThreads * kPerThread);
   EXPECT_EQ(Count("steps"), expected_steps);
-  EXPECT_EQ(Count("prompts"), store->db().QueryInt("SELECT COUNT(DISTINCT prompt_hash) FROM steps"));
+  EXPECT_EQ(Count("prompts"),
+            store->db().QueryInt("SELECT COUNT(DISTINCT prompt_hash) FROM steps"));
 }
 
 TEST_F(WriterFixture, EpisodeIsHeldUntilTheItemItReadArrives) {
