@@ -1,0 +1,342 @@
+// The migrations: 1 = tables and indexes, 2 = the documented views. Views are
+// plain SQL so that sqlite3 and any SQLite browser see exactly what rlid sees.
+// Never edit a released migration; append a new one.
+#include "memory/schema.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "memory/records.h"
+#include "memory/sqlite.h"
+
+namespace rlid::memory {
+namespace {
+
+constexpr const char* kTablesSql = R"sql(
+CREATE TABLE rlid_schema (
+  version      INTEGER PRIMARY KEY,
+  description  TEXT NOT NULL,
+  applied_at   TEXT NOT NULL,
+  rlid_version TEXT NOT NULL
+);
+
+CREATE TABLE runs (
+  id                INTEGER PRIMARY KEY,
+  name              TEXT NOT NULL,
+  arm               TEXT NOT NULL DEFAULT '',
+  kind              TEXT NOT NULL,
+  config_toml       TEXT NOT NULL,
+  seed              INTEGER NOT NULL,
+  code_version      TEXT NOT NULL,
+  allow_cross_split INTEGER NOT NULL DEFAULT 0 CHECK (allow_cross_split IN (0, 1)),
+  started_at        TEXT NOT NULL,
+  ended_at          TEXT,
+  status            TEXT NOT NULL DEFAULT 'running'
+                    CHECK (status IN ('running', 'completed', 'failed', 'interrupted'))
+);
+
+CREATE TABLE episodes (
+  id             INTEGER PRIMARY KEY,
+  run_id         INTEGER NOT NULL REFERENCES runs(id),
+  env            TEXT NOT NULL,
+  seed           INTEGER NOT NULL,
+  split          TEXT NOT NULL CHECK (split IN ('train', 'test')),
+  plane          TEXT NOT NULL CHECK (plane IN ('decision', 'token')),
+  policy_version INTEGER NOT NULL,
+  iteration      INTEGER NOT NULL,
+  ret            REAL NOT NULL,
+  success        INTEGER NOT NULL CHECK (success IN (0, 1)),
+  length         INTEGER NOT NULL,
+  truncated      INTEGER NOT NULL CHECK (truncated IN (0, 1)),
+  committed_at   TEXT NOT NULL
+);
+CREATE INDEX episodes_by_run ON episodes(run_id, iteration);
+
+-- Prompt texts, stored once per distinct hash (16 hex digits of HashBytes).
+CREATE TABLE prompts (
+  hash   TEXT PRIMARY KEY,
+  text   TEXT NOT NULL,
+  tokens INTEGER NOT NULL
+);
+
+CREATE TABLE steps (
+  episode_id       INTEGER NOT NULL REFERENCES episodes(id),
+  t                INTEGER NOT NULL,
+  observation      TEXT NOT NULL,
+  prompt_hash      TEXT NOT NULL REFERENCES prompts(hash),
+  prompt_tokens    INTEGER NOT NULL,
+  action           INTEGER NOT NULL,  -- -1: invalid
+  label            TEXT NOT NULL,
+  command          TEXT NOT NULL,
+  generated_text   TEXT,              -- token plane only
+  generated_tokens INTEGER NOT NULL,
+  logp_rollout     REAL,              -- NULL: not applicable
+  logp_train       REAL,
+  value            REAL,
+  reward           REAL NOT NULL,
+  invalid          INTEGER NOT NULL CHECK (invalid IN (0, 1)),
+  invalid_reason   TEXT NOT NULL,
+  PRIMARY KEY (episode_id, t)
+);
+
+CREATE TABLE menu_items (
+  episode_id   INTEGER NOT NULL,
+  t            INTEGER NOT NULL,
+  position     INTEGER NOT NULL,
+  action       INTEGER NOT NULL,
+  label        TEXT NOT NULL,
+  command      TEXT NOT NULL,
+  afterstate   TEXT NOT NULL,
+  probability  REAL,
+  realisations TEXT NOT NULL,  -- JSON array of {"text", "probability"}
+  PRIMARY KEY (episode_id, t, position),
+  FOREIGN KEY (episode_id, t) REFERENCES steps(episode_id, t)
+);
+
+CREATE TABLE memory_items (
+  id                INTEGER PRIMARY KEY,
+  run_id            INTEGER NOT NULL REFERENCES runs(id),
+  content           TEXT NOT NULL,
+  kind              TEXT NOT NULL CHECK (kind IN ('observation', 'note', 'summary', 'oracle_hint')),
+  source_episode_id INTEGER NOT NULL REFERENCES episodes(id) DEFERRABLE INITIALLY DEFERRED,
+  source_t          INTEGER,  -- NULL: the episode as a whole
+  split             TEXT NOT NULL CHECK (split IN ('train', 'test')),
+  policy_version    INTEGER NOT NULL,
+  created_at        TEXT NOT NULL,
+  FOREIGN KEY (source_episode_id, source_t) REFERENCES steps(episode_id, t)
+    DEFERRABLE INITIALLY DEFERRED
+);
+CREATE INDEX memory_items_by_source ON memory_items(source_episode_id, source_t);
+CREATE INDEX memory_items_by_run ON memory_items(run_id);
+
+CREATE TABLE memory_parents (
+  item_id   INTEGER NOT NULL REFERENCES memory_items(id) DEFERRABLE INITIALLY DEFERRED,
+  parent_id INTEGER NOT NULL REFERENCES memory_items(id) DEFERRABLE INITIALLY DEFERRED,
+  PRIMARY KEY (item_id, parent_id),
+  CHECK (parent_id < item_id)
+) WITHOUT ROWID;
+CREATE INDEX memory_parents_by_parent ON memory_parents(parent_id);
+
+CREATE TABLE memory_reads (
+  episode_id INTEGER NOT NULL,
+  t          INTEGER NOT NULL,
+  rank       INTEGER NOT NULL,  -- 0: first memory item in the prompt
+  item_id    INTEGER NOT NULL REFERENCES memory_items(id) DEFERRABLE INITIALLY DEFERRED,
+  score      REAL,
+  PRIMARY KEY (episode_id, t, rank),
+  FOREIGN KEY (episode_id, t) REFERENCES steps(episode_id, t)
+) WITHOUT ROWID;
+CREATE INDEX memory_reads_by_item ON memory_reads(item_id);
+
+CREATE TABLE metrics (
+  run_id    INTEGER NOT NULL REFERENCES runs(id),
+  iteration INTEGER NOT NULL,
+  key       TEXT NOT NULL,
+  value     REAL,          -- NULL: the value was not finite
+  wall_time REAL NOT NULL  -- Unix seconds
+);
+CREATE INDEX metrics_by_key ON metrics(run_id, key, iteration);
+
+CREATE TABLE checkpoints (
+  id         INTEGER PRIMARY KEY,
+  run_id     INTEGER NOT NULL REFERENCES runs(id),
+  iteration  INTEGER NOT NULL,
+  path       TEXT NOT NULL,
+  created_at TEXT NOT NULL
+);
+)sql";
+
+constexpr const char* kViewsSql = R"sql(
+-- One row per memory item read at a step: what was in the prompt when the
+-- agent chose `chosen_label`, and where each item came from.
+CREATE VIEW v_step_provenance AS
+SELECT e.run_id            AS run_id,
+       r.episode_id        AS episode_id,
+       r.t                 AS t,
+       e.split             AS episode_split,
+       s.label             AS chosen_label,
+       s.command           AS chosen_command,
+       r.rank              AS rank,
+       r.score             AS score,
+       m.id                AS item_id,
+       m.kind              AS item_kind,
+       m.content           AS item_content,
+       m.split             AS item_split,
+       m.run_id            AS source_run_id,
+       m.source_episode_id AS source_episode_id,
+       m.source_t          AS source_t,
+       src.observation     AS source_observation,
+       m.policy_version    AS item_policy_version,
+       m.created_at        AS item_created_at,
+       (SELECT COUNT(*) FROM memory_parents p WHERE p.item_id = m.id) AS item_parents
+FROM memory_reads r
+JOIN steps s ON s.episode_id = r.episode_id AND s.t = r.t
+JOIN episodes e ON e.id = r.episode_id
+JOIN memory_items m ON m.id = r.item_id
+LEFT JOIN steps src ON src.episode_id = m.source_episode_id AND src.t = m.source_t;
+
+-- Every (item, ancestor) pair, the item itself at depth 0. One item's lineage:
+--   SELECT * FROM v_memory_lineage WHERE item_id = 42 ORDER BY depth;
+CREATE VIEW v_memory_lineage AS
+WITH RECURSIVE lineage(item_id, ancestor_id, depth, path) AS (
+  SELECT id, id, 0, CAST(id AS TEXT) FROM memory_items
+  UNION ALL
+  SELECT l.item_id, p.parent_id, l.depth + 1, l.path || ' <- ' || p.parent_id
+  FROM lineage l JOIN memory_parents p ON p.item_id = l.ancestor_id
+)
+SELECT l.item_id           AS item_id,
+       l.ancestor_id       AS ancestor_id,
+       l.depth             AS depth,
+       l.path              AS path,
+       m.kind              AS kind,
+       m.content           AS content,
+       m.split             AS split,
+       m.run_id            AS run_id,
+       m.source_episode_id AS source_episode_id,
+       m.source_t          AS source_t,
+       m.policy_version    AS policy_version,
+       m.created_at        AS created_at
+FROM lineage l JOIN memory_items m ON m.id = l.ancestor_id;
+
+-- Information that crossed splits, as from_split -> to_split:
+--   read        a step read an item created in another split
+--   derived     an item was derived from a parent of another split
+--   mislabelled an item's split differs from the split of its source episode
+-- permitted = 1 when the run set [memory] allow_cross_split = true.
+CREATE VIEW v_split_leaks AS
+SELECT 'read' AS leak, e.run_id AS run_id, r.episode_id AS episode_id, r.t AS t,
+       r.item_id AS item_id, NULL AS parent_id, m.split AS from_split, e.split AS to_split,
+       ru.allow_cross_split AS permitted
+FROM memory_reads r
+JOIN episodes e ON e.id = r.episode_id
+JOIN memory_items m ON m.id = r.item_id
+JOIN runs ru ON ru.id = e.run_id
+WHERE m.split <> e.split
+UNION ALL
+SELECT 'derived', m.run_id, m.source_episode_id, m.source_t, m.id, p.parent_id, pm.split,
+       m.split, ru.allow_cross_split
+FROM memory_parents p
+JOIN memory_items m ON m.id = p.item_id
+JOIN memory_items pm ON pm.id = p.parent_id
+JOIN runs ru ON ru.id = m.run_id
+WHERE pm.split <> m.split
+UNION ALL
+SELECT 'mislabelled', m.run_id, m.source_episode_id, m.source_t, m.id, NULL, e.split, m.split, 0
+FROM memory_items m
+JOIN episodes e ON e.id = m.source_episode_id
+WHERE e.split <> m.split;
+
+-- Per run, plane and menu position: mean predicted probability of the item
+-- shown there vs how often it was chosen, and episode success when chosen.
+CREATE VIEW v_label_calibration AS
+SELECT e.run_id                                      AS run_id,
+       e.plane                                       AS plane,
+       mi.position                                   AS position,
+       mi.label                                      AS label,
+       COUNT(*)                                      AS offered,
+       AVG(mi.probability)                           AS mean_probability,
+       SUM(s.invalid = 0 AND s.action = mi.action)   AS chosen,
+       AVG(s.invalid = 0 AND s.action = mi.action)   AS chosen_rate,
+       AVG(mi.probability) - AVG(s.invalid = 0 AND s.action = mi.action) AS calibration_gap,
+       AVG(CASE WHEN s.invalid = 0 AND s.action = mi.action THEN e.success END)
+                                                     AS success_when_chosen
+FROM menu_items mi
+JOIN steps s ON s.episode_id = mi.episode_id AND s.t = mi.t
+JOIN episodes e ON e.id = mi.episode_id
+GROUP BY e.run_id, e.plane, mi.position, mi.label;
+
+-- Per run: what was spent. budget_metrics holds the latest value of every
+-- 'budget/*' metric as a JSON object.
+CREATE VIEW v_run_budget AS
+SELECT ru.id                            AS run_id,
+       ru.name                          AS name,
+       ru.arm                           AS arm,
+       ru.kind                          AS kind,
+       ru.status                        AS status,
+       COALESCE(ep.episodes, 0)         AS episodes,
+       COALESCE(st.env_steps, 0)        AS env_steps,
+       COALESCE(st.invalid_steps, 0)    AS invalid_steps,
+       COALESCE(st.prompt_tokens, 0)    AS prompt_tokens,
+       COALESCE(st.generated_tokens, 0) AS generated_tokens,
+       (SELECT json_group_object(b.key, b.value) FROM (
+          SELECT m.key AS key, m.value AS value FROM metrics m
+          WHERE m.run_id = ru.id AND m.key LIKE 'budget/%'
+            AND m.rowid = (SELECT MAX(m2.rowid) FROM metrics m2
+                           WHERE m2.run_id = m.run_id AND m2.key = m.key)
+          ORDER BY m.key) b)            AS budget_metrics
+FROM runs ru
+LEFT JOIN (SELECT run_id, COUNT(*) AS episodes FROM episodes GROUP BY run_id) ep
+  ON ep.run_id = ru.id
+LEFT JOIN (SELECT e.run_id AS run_id, COUNT(*) AS env_steps, SUM(s.invalid) AS invalid_steps,
+                  SUM(s.prompt_tokens) AS prompt_tokens, SUM(s.generated_tokens) AS generated_tokens
+           FROM steps s JOIN episodes e ON e.id = s.episode_id GROUP BY e.run_id) st
+  ON st.run_id = ru.id;
+)sql";
+
+}  // namespace
+
+const std::vector<Migration>& Migrations() {
+  static const std::vector<Migration> kMigrations = {
+      {1, "tables: runs, episodes, prompts, steps, menu_items, memory, metrics, checkpoints",
+       kTablesSql},
+      {2,
+       "views: v_step_provenance, v_memory_lineage, v_split_leaks, v_label_calibration, "
+       "v_run_budget",
+       kViewsSql},
+  };
+  return kMigrations;
+}
+
+int LatestSchemaVersion() { return Migrations().back().version; }
+
+std::vector<std::string> ViewNames() {
+  return {"v_step_provenance", "v_memory_lineage", "v_split_leaks", "v_label_calibration",
+          "v_run_budget"};
+}
+
+int SchemaVersionOf(const Db& db) {
+  const int64_t has_schema = db.QueryInt(
+      "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'rlid_schema'");
+  if (has_schema == 0) {
+    const int64_t objects = db.QueryInt("SELECT COUNT(*) FROM sqlite_master");
+    return objects == 0 ? 0 : -1;
+  }
+  return static_cast<int>(db.QueryInt("SELECT COALESCE(MAX(version), 0) FROM rlid_schema"));
+}
+
+void Migrate(Db& db, int target) {
+  if (target > LatestSchemaVersion())
+    throw InternalError(
+        fmt::format("migration target {} > latest {}", target, LatestSchemaVersion()));
+  for (const Migration& m : Migrations()) {
+    if (m.version > target) break;
+    db.Exec("BEGIN IMMEDIATE", "starting a schema migration");
+    try {
+      // Re-read under the write lock: another process may have migrated meanwhile.
+      const int current = SchemaVersionOf(db);
+      if (current < 0)
+        throw IoError(fmt::format("'{}' is an SQLite database but not an rlid database (it has "
+                                  "tables but no rlid_schema table)",
+                                  db.path()),
+                      "rlid writes its own rlid.db; pick another file name");
+      if (m.version <= current) {
+        db.Exec("COMMIT");
+        continue;
+      }
+      db.Exec(m.sql, fmt::format("applying schema migration {} ({})", m.version, m.description));
+      Statement ins = db.Prepare(
+          "INSERT INTO rlid_schema(version, description, applied_at, rlid_version) "
+          "VALUES (?, ?, ?, ?)");
+      ins.Bind(1, m.version).Bind(2, m.description).Bind(3, NowIso8601()).Bind(4, VersionString());
+      ins.Run();
+      if (m.version == 1) db.Exec(fmt::format("PRAGMA application_id = {}", kApplicationId));
+      db.Exec("COMMIT", "committing a schema migration");
+    } catch (...) {
+      db.RollbackQuietly();
+      throw;
+    }
+  }
+}
+
+}  // namespace rlid::memory

@@ -1,0 +1,39 @@
+// The rlid database schema as an ordered list of forward migrations. Each
+// migration runs once, in its own transaction, and records itself in
+// `rlid_schema`; the schema version of a database is MAX(rlid_schema.version).
+// A database whose version is newer than kSchemaVersion is refused (an older
+// rlid must not write tables it does not understand).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rlid::memory {
+
+class Db;
+
+struct Migration {
+  int version;
+  const char* description;
+  const char* sql;
+};
+
+// 'rlid' in ASCII: PRAGMA application_id of every rlid database.
+inline constexpr int kApplicationId = 0x726c6964;
+
+// All migrations in order; versions are 1, 2, ... without gaps.
+const std::vector<Migration>& Migrations();
+// The version this build writes (the last migration's).
+int LatestSchemaVersion();
+
+// Version of an open database: 0 for an empty database, -1 when the file has
+// tables but no rlid_schema (not an rlid database).
+int SchemaVersionOf(const Db& db);
+// Applies migrations (current, target] each in an IMMEDIATE transaction.
+// target <= LatestSchemaVersion(); tests use a lower target to build old files.
+void Migrate(Db& db, int target);
+
+// Names of the documented views (v_step_provenance, ...), for tests and docs.
+std::vector<std::string> ViewNames();
+
+}  // namespace rlid::memory

@@ -1,0 +1,486 @@
+// Store: opening (locks, pragmas, migrations, version checks), synchronous
+// writes of runs/episodes/metrics/checkpoints with prepared statements.
+#include "memory/store.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "memory/schema.h"
+
+namespace rlid::memory {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kMaxKnownPrompts = size_t{1} << 20;
+
+std::string HashHex(uint64_t h) { return fmt::format("{:016x}", h); }
+
+// Takes the one-writer lock "<db>-writer.lock" (flock: released by the kernel
+// when the process dies, so a killed run never leaves a stale lock).
+int AcquireWriterLock(const std::string& db_path) {
+  const std::string lock_path = db_path + "-writer.lock";
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    throw IoError(
+        fmt::format("cannot create '{}' next to the database ({})", lock_path, std::strerror(err)),
+        err == EACCES || err == EROFS || err == EPERM
+            ? "the directory is not writable; pick a writable run directory"
+            : "check that the directory exists and is writable");
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string holder;
+    std::ifstream(lock_path) >> holder;
+    ::close(fd);
+    if (err == EWOULDBLOCK)
+      throw IoError(fmt::format("database '{}' is locked: another rlid process{} is writing it",
+                                db_path, holder.empty() ? "" : " (pid " + holder + ")"),
+                    "one writer per run directory: wait for that run to finish, use another "
+                    "run directory, or read it meanwhile with `rlid sql`");
+    throw IoError(fmt::format("cannot lock '{}' ({})", lock_path, std::strerror(err)));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0) {
+    [[maybe_unused]] auto n = ::write(fd, pid.data(), pid.size());
+  }
+  return fd;
+}
+
+// "file:/a/b.db?immutable=1" with the path percent-encoded for SQLite's URI parser.
+std::string ImmutableUri(const std::string& path) {
+  std::string out = "file:";
+  for (unsigned char c : fs::absolute(path).string()) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-' || c == '~')
+      out += static_cast<char>(c);
+    else
+      out += fmt::format("%{:02X}", c);
+  }
+  return out + "?immutable=1";
+}
+
+// A WAL database needs "<db>-shm" next to it even for reading. When that file
+// is absent and the directory is not writable (an archived or foreign run
+// directory), the file can only be read as immutable, which is exact as long
+// as no write-ahead log holds commits that are not in the main file yet.
+std::string ReadOnlyUriFor(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (::access(dir.c_str(), W_OK) == 0 || fs::exists(path + "-shm", ec)) return "";
+  const bool wal_empty = !fs::exists(path + "-wal", ec) || fs::file_size(path + "-wal", ec) == 0;
+  if (!wal_empty)
+    throw IoError(fmt::format("cannot read '{}': its write-ahead log holds commits, and the "
+                              "directory '{}' is not writable (SQLite must create '{}-shm')",
+                              path, dir.string(), path),
+                  "copy the run directory somewhere writable and query the copy");
+  return ImmutableUri(path);
+}
+
+void CheckParentDirectory(const std::string& path) {
+  fs::path p(path);
+  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw IoError(fmt::format("cannot create database '{}': directory '{}' does not exist", path,
+                              dir.string()),
+                  "create the run directory first (rlid train --out DIR creates it)");
+  if (fs::is_directory(p, ec))
+    throw IoError(fmt::format("database path '{}' is a directory", path),
+                  fmt::format("for a run directory use '{}/{}'", path, kDatabaseFileName));
+}
+
+}  // namespace
+
+struct Store::Statements {
+  Statement begin_run, end_run, episode, prompt, step, menu, item, parent, read, metric, checkpoint,
+      has_item;
+};
+
+std::string ResolveDatabasePath(const std::string& run_dir_or_file) {
+  std::error_code ec;
+  const fs::path p(run_dir_or_file);
+  if (fs::is_directory(p, ec)) {
+    const fs::path db = p / kDatabaseFileName;
+    if (!fs::exists(db, ec))
+      throw IoError(fmt::format("run directory '{}' has no {}", run_dir_or_file, kDatabaseFileName),
+                    "pass the directory of a run that has started (it creates rlid.db), or "
+                    "the path of a database file");
+    return db.string();
+  }
+  if (!fs::exists(p, ec))
+    throw IoError(fmt::format("no such run directory or database file: '{}'", run_dir_or_file),
+                  "pass a run directory (containing rlid.db) or a database file");
+  return run_dir_or_file;
+}
+
+std::unique_ptr<Store> Store::Open(const std::string& path, Mode mode, StoreOptions options) {
+  int lock_fd = -1;
+  std::string immutable_uri;
+  if (mode == Mode::kReadWrite) {
+    CheckParentDirectory(path);
+    lock_fd = AcquireWriterLock(path);
+  } else {
+    std::error_code ec;
+    if (!fs::exists(path, ec))
+      throw IoError(fmt::format("no such database file: '{}'", path),
+                    "pass a run directory (containing rlid.db) or a database file");
+    if (fs::is_directory(path, ec))
+      throw IoError(fmt::format("database path '{}' is a directory", path),
+                    "use ResolveDatabasePath / pass the run directory to `rlid sql`");
+    immutable_uri = ReadOnlyUriFor(path);
+  }
+  try {
+    return std::unique_ptr<Store>(new Store(path, mode, options, lock_fd, immutable_uri));
+  } catch (...) {
+    if (lock_fd >= 0) ::close(lock_fd);
+    throw;
+  }
+}
+
+Store::Store(const std::string& path, Mode mode, StoreOptions options, int lock_fd,
+             const std::string& immutable_uri)
+    : db_(path,
+          mode == Mode::kReadWrite ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                                   : SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
+          immutable_uri),
+      mode_(mode),
+      options_(options),
+      lock_fd_(lock_fd) {
+  db_.SetBusyTimeout(options_.busy_timeout_ms);
+  if (mode_ == Mode::kReadWrite)
+    OpenReadWrite();
+  else
+    OpenReadOnly();
+}
+
+Store::~Store() {
+  st_.reset();  // finalise statements before the connection closes
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+void Store::CheckVersion(int version) const {
+  if (version < 0)
+    throw IoError(fmt::format("'{}' is an SQLite database but not an rlid database (no "
+                              "rlid_schema table)",
+                              path()),
+                  "pass a run directory or the rlid.db file written by rlid");
+  if (version > LatestSchemaVersion()) {
+    std::string writer = db_.QueryText(
+        "SELECT rlid_version FROM rlid_schema ORDER BY version "
+        "DESC LIMIT 1");
+    throw IoError(fmt::format("'{}' has schema version {} (written by rlid {}), but this rlid "
+                              "({}) understands versions up to {}",
+                              path(), version, writer, VersionString(), LatestSchemaVersion()),
+                  "use a newer rlid to open it; the file was not modified");
+  }
+}
+
+void Store::OpenReadWrite() {
+  // The first read of the header: a non-database file fails here (SQLITE_NOTADB).
+  const int64_t app_id = db_.QueryInt("PRAGMA application_id");
+  if (app_id != 0 && app_id != kApplicationId)
+    throw IoError(fmt::format("'{}' is an SQLite database of another application "
+                              "(application_id {:#x})",
+                              path(), app_id),
+                  "rlid writes its own rlid.db; pick another file name");
+  const std::string journal = db_.QueryText("PRAGMA journal_mode = WAL");
+  if (journal != "wal")
+    spdlog::warn("{}: journal mode is '{}' (WAL unavailable on this file system)", path(), journal);
+  db_.Exec(options_.durable ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
+  db_.Exec("PRAGMA foreign_keys = ON");
+  const int version = SchemaVersionOf(db_);
+  CheckVersion(version);
+  if (version < LatestSchemaVersion()) {
+    if (version > 0)
+      spdlog::info("{}: migrating schema {} -> {}", path(), version, LatestSchemaVersion());
+    Migrate(db_, LatestSchemaVersion());
+  }
+  schema_version_ = LatestSchemaVersion();
+  episode_ids_.Reset(db_.QueryInt("SELECT COALESCE(MAX(id), 0) FROM episodes") + 1);
+  item_ids_.Reset(db_.QueryInt("SELECT COALESCE(MAX(id), 0) FROM memory_items") + 1);
+  Prepare();
+}
+
+void Store::OpenReadOnly() {
+  db_.Exec("PRAGMA query_only = 1");
+  sqlite3_db_config(db_.handle(), SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
+  sqlite3_limit(db_.handle(), SQLITE_LIMIT_ATTACHED, 0);
+  const int version = SchemaVersionOf(db_);
+  CheckVersion(version);
+  if (version == 0)
+    throw IoError(fmt::format("'{}' is an empty database, not an rlid database", path()),
+                  "pass a run directory or the rlid.db file written by rlid");
+  if (version < LatestSchemaVersion())
+    spdlog::warn(
+        "{}: schema version {} is older than {}; views added later are missing until "
+        "a writing rlid command opens it",
+        path(), version, LatestSchemaVersion());
+  schema_version_ = version;
+}
+
+void Store::Prepare() {
+  st_ = std::make_unique<Statements>();
+  st_->begin_run = db_.Prepare(
+      "INSERT INTO runs(name, arm, kind, config_toml, seed, code_version, allow_cross_split, "
+      "started_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')");
+  st_->end_run = db_.Prepare("UPDATE runs SET status = ?, ended_at = ? WHERE id = ?");
+  st_->episode = db_.Prepare(
+      "INSERT INTO episodes(id, run_id, env, seed, split, plane, policy_version, iteration, ret, "
+      "success, length, truncated, committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  st_->prompt = db_.Prepare("INSERT OR IGNORE INTO prompts(hash, text, tokens) VALUES (?, ?, ?)");
+  st_->step = db_.Prepare(
+      "INSERT INTO steps(episode_id, t, observation, prompt_hash, prompt_tokens, action, label, "
+      "command, generated_text, generated_tokens, logp_rollout, logp_train, value, reward, "
+      "invalid, invalid_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  st_->menu = db_.Prepare(
+      "INSERT INTO menu_items(episode_id, t, position, action, label, command, afterstate, "
+      "probability, realisations) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  st_->item = db_.Prepare(
+      "INSERT INTO memory_items(id, run_id, content, kind, source_episode_id, source_t, split, "
+      "policy_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  st_->parent = db_.Prepare("INSERT INTO memory_parents(item_id, parent_id) VALUES (?, ?)");
+  st_->read = db_.Prepare(
+      "INSERT INTO memory_reads(episode_id, t, rank, item_id, score) VALUES (?, ?, ?, ?, ?)");
+  st_->metric = db_.Prepare(
+      "INSERT INTO metrics(run_id, iteration, key, value, wall_time) VALUES (?, ?, ?, ?, ?)");
+  st_->checkpoint = db_.Prepare(
+      "INSERT INTO checkpoints(run_id, iteration, path, created_at) VALUES (?, ?, ?, ?)");
+  st_->has_item = db_.Prepare("SELECT 1 FROM memory_items WHERE id = ?");
+}
+
+namespace {
+
+void RequireWritable(Store::Mode mode, const std::string& path) {
+  if (mode != Store::Mode::kReadWrite)
+    throw InternalError(fmt::format("write to '{}', which was opened read-only", path));
+}
+
+}  // namespace
+
+int64_t Store::BeginRun(const RunRecord& run) {
+  RequireWritable(mode_, path());
+  RLID_CHECK(!run.name.empty(), "a run needs a name");
+  RLID_CHECK(!run.kind.empty(), "run '{}' needs a kind (train/eval/compare/sft)", run.name);
+  st_->begin_run.Bind(1, run.name)
+      .Bind(2, run.arm)
+      .Bind(3, run.kind)
+      .Bind(4, run.config_toml)
+      .Bind(5, static_cast<int64_t>(run.seed))
+      .Bind(6, run.code_version.empty() ? VersionString() : run.code_version)
+      .Bind(7, run.allow_cross_split)
+      .Bind(8, NowIso8601());
+  st_->begin_run.Run();
+  return db_.LastInsertRowid();
+}
+
+void Store::EndRun(int64_t run_id, std::string_view status) {
+  RequireWritable(mode_, path());
+  bool known = false;
+  for (const char* s : kRunStatuses) known = known || status == s;
+  RLID_CHECK(known, "run status '{}' (expected completed, failed or interrupted)", status);
+  st_->end_run.Bind(1, status).Bind(2, NowIso8601()).Bind(3, run_id);
+  st_->end_run.Run();
+  RLID_CHECK_EQ(db_.Changes(), 1, "EndRun: no run with id {}", run_id);
+}
+
+void Store::Write(std::span<const WriteJob> jobs, Batching batching) {
+  RequireWritable(mode_, path());
+  for (const auto& job : jobs)
+    if (const auto* e = std::get_if<EpisodeRecord>(&job)) ValidateEpisode(*e);
+  const bool txn = batching == Batching::kTransaction;
+  txn_prompts_.clear();
+  try {
+    if (txn) db_.Exec("BEGIN IMMEDIATE", "starting a write transaction");
+    for (const auto& job : jobs) WriteJobRows(job);
+    if (txn) db_.Exec("COMMIT", "committing a write transaction");
+  } catch (...) {
+    // Forget prompts this call inserted: they may have been rolled back.
+    db_.RollbackQuietly();
+    for (uint64_t h : txn_prompts_) known_prompts_.erase(h);
+    txn_prompts_.clear();
+    throw;
+  }
+  txn_prompts_.clear();
+}
+
+void Store::WriteEpisode(const EpisodeRecord& episode) {
+  WriteJob job = episode;
+  Write(std::span<const WriteJob>(&job, 1));
+}
+
+void Store::WriteMetric(const MetricRecord& metric) {
+  WriteJob job = metric;
+  Write(std::span<const WriteJob>(&job, 1));
+}
+
+void Store::WriteCheckpoint(const CheckpointRecord& checkpoint) {
+  WriteJob job = checkpoint;
+  Write(std::span<const WriteJob>(&job, 1));
+}
+
+void Store::WriteJobRows(const WriteJob& job) {
+  std::visit(
+      [this](const auto& j) {
+        using T = std::decay_t<decltype(j)>;
+        if constexpr (std::is_same_v<T, EpisodeRecord>)
+          WriteEpisodeRows(j);
+        else if constexpr (std::is_same_v<T, MetricRecord>)
+          WriteMetricRow(j);
+        else
+          WriteCheckpointRow(j);
+      },
+      job);
+}
+
+void Store::WriteEpisodeRows(const EpisodeRecord& e) {
+  st_->episode.Bind(1, e.id)
+      .Bind(2, e.run_id)
+      .Bind(3, e.env)
+      .Bind(4, static_cast<int64_t>(e.seed))
+      .Bind(5, e.split)
+      .Bind(6, e.plane)
+      .Bind(7, e.policy_version)
+      .Bind(8, e.iteration)
+      .Bind(9, e.ret)
+      .Bind(10, e.success)
+      .Bind(11, e.length)
+      .Bind(12, e.truncated)
+      .Bind(13, NowIso8601());
+  st_->episode.Run();
+  for (const StepRecord& s : e.steps) {
+    const uint64_t hash = s.prompt_hash != 0 ? s.prompt_hash : HashBytes(s.prompt);
+    const std::string hex = HashHex(hash);
+    if (known_prompts_.insert(hash).second) {
+      if (known_prompts_.size() > kMaxKnownPrompts) {
+        known_prompts_.clear();  // bounded memory; INSERT OR IGNORE keeps it correct
+        txn_prompts_.clear();
+      } else {
+        txn_prompts_.push_back(hash);
+      }
+      st_->prompt.Bind(1, hex).Bind(2, s.prompt).Bind(3, s.prompt_tokens);
+      st_->prompt.Run();
+    }
+    st_->step.Bind(1, e.id)
+        .Bind(2, s.t)
+        .Bind(3, s.observation)
+        .Bind(4, hex)
+        .Bind(5, s.prompt_tokens)
+        .Bind(6, s.action)
+        .Bind(7, s.label)
+        .Bind(8, s.command);
+    if (s.generated_text.empty())
+      st_->step.BindNull(9);
+    else
+      st_->step.Bind(9, s.generated_text);
+    st_->step.Bind(10, s.generated_tokens)
+        .Bind(11, s.logp_rollout)
+        .Bind(12, s.logp_train)
+        .Bind(13, s.value)
+        .Bind(14, s.reward)
+        .Bind(15, s.invalid)
+        .Bind(16, s.invalid_reason);
+    st_->step.Run();
+    for (const MenuItemRecord& m : s.menu) {
+      nlohmann::json real = nlohmann::json::array();
+      for (const auto& r : m.realisations) {
+        nlohmann::json p =
+            std::isfinite(r.probability) ? nlohmann::json(r.probability) : nlohmann::json(nullptr);
+        real.push_back({{"text", r.text}, {"probability", p}});
+      }
+      st_->menu.Bind(1, e.id)
+          .Bind(2, s.t)
+          .Bind(3, m.position)
+          .Bind(4, m.action)
+          .Bind(5, m.label)
+          .Bind(6, m.command)
+          .Bind(7, m.afterstate)
+          .Bind(8, m.probability)
+          .Bind(9, real.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      st_->menu.Run();
+    }
+  }
+  for (const MemoryItem& it : e.new_items) {
+    st_->item.Bind(1, it.id)
+        .Bind(2, it.source.run_id != 0 ? it.source.run_id : e.run_id)
+        .Bind(3, it.content)
+        .Bind(4, MemoryKindName(it.kind))
+        .Bind(5, e.id);
+    if (it.source.t < 0)
+      st_->item.BindNull(6);
+    else
+      st_->item.Bind(6, it.source.t);
+    st_->item.Bind(7, it.split)
+        .Bind(8, it.policy_version)
+        .Bind(9, it.created_at.empty() ? NowIso8601() : it.created_at);
+    st_->item.Run();
+    for (int64_t p : it.parents) {
+      st_->parent.Bind(1, it.id).Bind(2, p);
+      st_->parent.Run();
+    }
+  }
+  for (const StepRecord& s : e.steps) {
+    for (const MemoryRead& r : s.reads) {
+      st_->read.Bind(1, e.id).Bind(2, s.t).Bind(3, r.rank).Bind(4, r.item_id).Bind(5, r.score);
+      st_->read.Run();
+    }
+  }
+}
+
+void Store::WriteMetricRow(const MetricRecord& m) {
+  RLID_CHECK(!m.key.empty(), "metric without a key (run {}, iteration {})", m.run_id, m.iteration);
+  st_->metric.Bind(1, m.run_id)
+      .Bind(2, m.iteration)
+      .Bind(3, m.key)
+      .Bind(4, m.value)
+      .Bind(5, m.wall_time != 0 ? m.wall_time : NowUnixSeconds());
+  st_->metric.Run();
+}
+
+void Store::WriteCheckpointRow(const CheckpointRecord& c) {
+  st_->checkpoint.Bind(1, c.run_id).Bind(2, c.iteration).Bind(3, c.path).Bind(4, NowIso8601());
+  st_->checkpoint.Run();
+}
+
+bool Store::HasMemoryItem(int64_t id) const {
+  RLID_CHECK(st_ != nullptr, "HasMemoryItem on a read-only store");
+  Statement& s = st_->has_item;
+  s.Bind(1, id);
+  const bool found = s.Step();
+  s.Reset();
+  return found;
+}
+
+bool Store::CheckIntegrity(std::string* report) const {
+  std::string out;
+  Statement ic = db_.Prepare("PRAGMA integrity_check");
+  while (ic.Step()) out += ic.Text(0) + "\n";
+  const bool ok = out == "ok\n";
+  Statement fk = db_.Prepare("PRAGMA foreign_key_check");
+  int violations = 0;
+  while (fk.Step()) {
+    ++violations;
+    out += fmt::format("foreign key violation: {} rowid {} -> {}\n", fk.Text(0), fk.Int(1),
+                       fk.Text(2));
+  }
+  if (report) *report = out;
+  return ok && violations == 0;
+}
+
+}  // namespace rlid::memory
