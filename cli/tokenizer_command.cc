@@ -119,11 +119,15 @@ class TokenizerCommand : public Command {
     size_t tokens = 0;
     for (const auto& d : corpus) tokens += tok.Encode(d, /*allow_special=*/false).size();
     tok.Save(out_);
+    const std::string early =
+        tok.VocabSize() < train_opt_.vocab_size
+            ? fmt::format(" (stopped early: no pair left that occurs >= {} times)", train_opt_.min_frequency)
+            : "";
     std::cout << fmt::format(
         "trained on {} document(s), {} bytes in {:.2f} s\n"
-        "vocab {} ids (eos/pad {} = <|endoftext|>), {:.2f} bytes/token on the corpus\n"
+        "vocab {} ids{} (eos/pad {} = <|endoftext|>), {:.2f} bytes/token on the corpus\n"
         "wrote {} (fingerprint {:016x})\n",
-        corpus.size(), bytes, seconds, tok.VocabSize(), tok.eos_id(),
+        corpus.size(), bytes, seconds, tok.VocabSize(), early, tok.eos_id(),
         tokens ? static_cast<double>(bytes) / tokens : 0.0, out_, tok.Fingerprint());
   }
 

@@ -39,21 +39,21 @@ std::unordered_map<std::string, int64_t> CountWords(const std::vector<std::strin
   std::unordered_map<std::string, int64_t> counts;
   std::vector<std::pair<size_t, size_t>> matches;
   for (const std::string& doc : corpus) {
-    for (const auto& run : internal::SplitUtf8Runs(doc)) {
-      if (!run.valid) {
-        ++counts[std::string(run.text)];
-        continue;
+    internal::ForEachUtf8Run(doc, [&](std::string_view run, bool valid) {
+      if (!valid) {
+        ++counts[std::string(run)];
+        return;
       }
       matches.clear();
-      QwenRegex().FindAll(run.text, matches);
+      QwenRegex().FindAll(run, matches);
       size_t prev = 0;
       for (const auto& [b, e] : matches) {
-        if (b > prev) ++counts[std::string(run.text.substr(prev, b - prev))];
-        ++counts[std::string(run.text.substr(b, e - b))];
+        if (b > prev) ++counts[std::string(run.substr(prev, b - prev))];
+        ++counts[std::string(run.substr(b, e - b))];
         prev = e;
       }
-      if (prev < run.text.size()) ++counts[std::string(run.text.substr(prev))];
-    }
+      if (prev < run.size()) ++counts[std::string(run.substr(prev))];
+    });
   }
   return counts;
 }

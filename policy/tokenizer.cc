@@ -358,16 +358,16 @@ std::shared_ptr<const TokenizerData> BuildTokenizerData(const Json& j, const std
 // ---- BPE cache ----------------------------------------------------------------
 
 bool BpeCache::Find(std::string_view word, std::vector<TokenId>& out) const {
-  Shard& s = shards_[HashBytes(word) % kShards];
+  Shard& s = shards_[Hash{}(word) % kShards];
   std::lock_guard lock(s.mu);
-  auto it = s.map.find(std::string(word));
+  auto it = s.map.find(word);
   if (it == s.map.end()) return false;
   out.insert(out.end(), it->second.begin(), it->second.end());
   return true;
 }
 
 void BpeCache::Insert(std::string_view word, const std::vector<TokenId>& ids) const {
-  Shard& s = shards_[HashBytes(word) % kShards];
+  Shard& s = shards_[Hash{}(word) % kShards];
   std::lock_guard lock(s.mu);
   if (s.map.size() >= kMaxEntriesPerShard) s.map.clear();  // bounded memory; refills quickly
   s.map.emplace(std::string(word), ids);
@@ -442,6 +442,17 @@ void EncodeWord(const TokenizerData& d, std::string_view word, std::vector<Token
   out.insert(out.end(), scratch.begin(), scratch.end());
 }
 
+// Per-thread buffers reused across Encode calls (no allocation per piece).
+struct EncodeScratch {
+  std::vector<std::string_view> pieces, next;
+  std::vector<std::pair<size_t, size_t>> matches;
+  std::vector<TokenId> ids;
+};
+EncodeScratch& Scratch() {
+  thread_local EncodeScratch scratch;
+  return scratch;
+}
+
 // Splits `pieces` by the regex of `step`, keeping gaps and matches as the
 // step's behaviour says.
 void SplitPieces(const PreTokenizerStep& step, const std::vector<std::string_view>& pieces,
@@ -469,8 +480,11 @@ void EncodeValidRun(const TokenizerData& d, std::string_view run, std::vector<To
     for (NormalForm f : d.normalizers) normalized = Normalize(normalized, f);
     run = normalized;
   }
-  std::vector<std::string_view> pieces{run}, next;
-  std::vector<std::pair<size_t, size_t>> matches;
+  EncodeScratch& scratch = Scratch();
+  auto& pieces = scratch.pieces;
+  auto& next = scratch.next;
+  auto& matches = scratch.matches;
+  pieces.assign(1, run);
   std::deque<std::string> prefixed;  // owns pieces that got a prefix space (stable addresses)
   for (const auto& step : d.pre_tokenizer) {
     next.clear();
@@ -487,17 +501,15 @@ void EncodeValidRun(const TokenizerData& d, std::string_view run, std::vector<To
       pieces.swap(next);
     }
   }
-  std::vector<TokenId> scratch;
-  for (std::string_view p : pieces) EncodeWord(d, p, out, scratch);
+  for (std::string_view p : pieces) EncodeWord(d, p, out, scratch.ids);
 }
 
 void EncodeText(const TokenizerData& d, std::string_view text, std::vector<TokenId>& out) {
   if (text.empty()) return;
-  std::vector<TokenId> scratch;
-  for (const Utf8Run& run : SplitUtf8Runs(text)) {
-    if (run.valid) EncodeValidRun(d, run.text, out);
-    else EncodeWord(d, run.text, out, scratch);  // invalid bytes: one pre-token of byte symbols
-  }
+  ForEachUtf8Run(text, [&](std::string_view run, bool valid) {
+    if (valid) EncodeValidRun(d, run, out);
+    else EncodeWord(d, run, out, Scratch().ids);  // invalid bytes: one pre-token of byte symbols
+  });
 }
 
 // Drops leading (front=true) or trailing Unicode whitespace.

@@ -36,12 +36,27 @@ int Utf8ScalarLength(std::string_view s, size_t i);
 // Decodes the scalar starting at s[i] (caller checked Utf8ScalarLength > 0).
 uint32_t Utf8Decode(std::string_view s, size_t i, int len);
 
-// A maximal run of well-formed UTF-8 (valid) or of invalid bytes.
-struct Utf8Run {
-  std::string_view text;
-  bool valid;
-};
-std::vector<Utf8Run> SplitUtf8Runs(std::string_view s);
+// Calls fn(run, valid) for each maximal run of well-formed UTF-8 (valid) or
+// of invalid bytes, in order.
+template <class Fn>
+void ForEachUtf8Run(std::string_view s, Fn&& fn) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t start = i;
+    const bool valid = Utf8ScalarLength(s, i) > 0;
+    while (i < s.size()) {
+      if (static_cast<unsigned char>(s[i]) < 0x80) {  // ASCII fast path
+        if (!valid) break;
+        ++i;
+        continue;
+      }
+      const int len = Utf8ScalarLength(s, i);
+      if ((len > 0) != valid) break;
+      i += valid ? len : 1;
+    }
+    fn(s.substr(start, i - start), valid);
+  }
+}
 
 // Unicode White_Space (for added tokens' lstrip/rstrip).
 bool IsUnicodeWhitespace(uint32_t code_point);
@@ -64,6 +79,7 @@ class Regex {
 
  private:
   void* code_ = nullptr;  // pcre2_code_8*
+  bool jit_ = false;      // JIT-compiled: match with pcre2_jit_match
 };
 
 // ---- the tokenizer's data ------------------------------------------------------
@@ -101,9 +117,13 @@ class BpeCache {
   void Insert(std::string_view word, const std::vector<TokenId>& ids) const;
 
  private:
+  struct Hash {  // transparent: lookups by string_view allocate nothing
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   struct Shard {
     std::mutex mu;
-    std::unordered_map<std::string, std::vector<TokenId>> map;
+    std::unordered_map<std::string, std::vector<TokenId>, Hash, std::equal_to<>> map;
   };
   mutable std::array<Shard, kShards> shards_;
 };

@@ -118,39 +118,15 @@ uint32_t Utf8Decode(std::string_view s, size_t i, int len) {
   }
 }
 
-std::vector<Utf8Run> SplitUtf8Runs(std::string_view s) {
-  std::vector<Utf8Run> runs;
-  size_t i = 0;
-  while (i < s.size()) {
-    const size_t start = i;
-    const bool valid = Utf8ScalarLength(s, i) > 0;
-    while (i < s.size()) {
-      const int len = Utf8ScalarLength(s, i);
-      if ((len > 0) != valid) break;
-      i += valid ? len : 1;
-    }
-    runs.push_back({s.substr(start, i - start), valid});
-  }
-  return runs;
-}
-
 bool IsUnicodeWhitespace(uint32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
          c == 0x3000;
 }
 
-std::string Normalize(std::string_view s, NormalForm form) {
-  bool ascii = true;
-  for (unsigned char c : s) ascii = ascii && c < 0x80;
-  if (ascii) return std::string(s);
-  int options = UTF8PROC_STABLE;
-  switch (form) {
-    case NormalForm::kNfc: options |= UTF8PROC_COMPOSE; break;
-    case NormalForm::kNfd: options |= UTF8PROC_DECOMPOSE; break;
-    case NormalForm::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormalForm::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
-  }
+namespace {
+
+std::string NormalizeChunk(std::string_view s, int options) {
   utf8proc_uint8_t* dst = nullptr;
   const utf8proc_ssize_t n =
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
@@ -160,6 +136,37 @@ std::string Normalize(std::string_view s, NormalForm form) {
                                     s.size(), utf8proc_errmsg(n)));
   std::string out(reinterpret_cast<const char*>(dst), static_cast<size_t>(n));
   std::free(dst);
+  return out;
+}
+
+}  // namespace
+
+std::string Normalize(std::string_view s, NormalForm form) {
+  int options = UTF8PROC_STABLE;
+  switch (form) {
+    case NormalForm::kNfc: options |= UTF8PROC_COMPOSE; break;
+    case NormalForm::kNfd: options |= UTF8PROC_DECOMPOSE; break;
+    case NormalForm::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+  }
+  // Every ASCII character is a starter that no normal form changes and that
+  // never composes with what precedes it, so the text can be cut before each
+  // ASCII character: only "ASCII char + following non-ASCII run" chunks need
+  // utf8proc (the ASCII char may be the base of combining marks).
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  const auto ascii = [&](size_t k) { return static_cast<unsigned char>(s[k]) < 0x80; };
+  while (i < s.size()) {
+    if (ascii(i) && (i + 1 == s.size() || ascii(i + 1))) {
+      out += s[i++];
+      continue;
+    }
+    size_t j = ascii(i) ? i + 1 : i;
+    while (j < s.size() && !ascii(j)) ++j;
+    out += NormalizeChunk(s.substr(i, j - i), options);
+    i = j;
+  }
   return out;
 }
 
@@ -178,7 +185,7 @@ Regex::Regex(const std::string& pattern, bool literal, const std::string& what) 
                                   offset, reinterpret_cast<const char*>(msg), pattern),
                       "rlid uses PCRE2 with UTF+UCP; Oniguruma-only syntax is not supported");
   }
-  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // interpreted matching if JIT is unavailable
+  jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;  // else interpreted matching
   code_ = code;
 }
 
@@ -222,7 +229,9 @@ void Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>& 
   size_t offset = 0;
   pcre2_match_context* context = jit.context;
   while (offset <= s.size()) {
-    int rc = pcre2_match(code, subject, s.size(), offset, PCRE2_NO_UTF_CHECK, data.md, context);
+    // pcre2_jit_match skips pcre2_match's per-call checks (the subject is valid UTF-8).
+    int rc = jit_ ? pcre2_jit_match(code, subject, s.size(), offset, 0, data.md, context)
+                  : pcre2_match(code, subject, s.size(), offset, PCRE2_NO_UTF_CHECK, data.md, context);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && jit.size < (256u << 20)) {
       context = jit.Grow();
       continue;

@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "envs/env.h"
 #include "policy/tokenizer_corpus.h"
+#include "policy/tokenizer_internal.h"
 
 namespace rlid::policy {
 namespace {
@@ -116,6 +117,37 @@ std::string NfcRuns(const std::string& x) {
   return out;
 }
 
+TEST(TokenizerUnicode, ChunkedNormalFormsEqualWholeStringUtf8proc) {
+  // Normalize() only runs utf8proc on "ASCII char + non-ASCII run" chunks; it
+  // must agree with utf8proc on the whole string (combining marks after ASCII
+  // bases, reordering, Hangul jamo, compatibility characters).
+  static const std::vector<std::pair<uint32_t, uint32_t>> kRanges = {
+      {0x41, 0x5A}, {0x61, 0x7A}, {0x20, 0x20}, {0x300, 0x36F}, {0x1100, 0x1112}, {0x1161, 0x1175},
+      {0x11A8, 0x11C2}, {0xFB00, 0xFB06}, {0x2160, 0x216F}, {0xC0, 0xFF}, {0x1E00, 0x1E20}, {0xF900, 0xF910}};
+  Rng rng = Rng::Stream(5, "normalize_test");
+  for (int i = 0; i < 300; ++i) {
+    std::string s;
+    const size_t n = 1 + rng.UniformInt(40);
+    for (size_t k = 0; k < n; ++k) {
+      const auto& [lo, hi] = kRanges[rng.UniformInt(kRanges.size())];
+      s = AppendUtf8(std::move(s), static_cast<uint32_t>(lo + rng.UniformInt(hi - lo + 1)));
+    }
+    using Form = std::pair<internal::NormalForm, int>;
+    for (auto [form, options] : {Form{internal::NormalForm::kNfc, UTF8PROC_COMPOSE},
+                                 Form{internal::NormalForm::kNfd, UTF8PROC_DECOMPOSE},
+                                 Form{internal::NormalForm::kNfkc, UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
+                                 Form{internal::NormalForm::kNfkd, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT}}) {
+      utf8proc_uint8_t* dst = nullptr;
+      const auto len = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), s.size(), &dst,
+                                    static_cast<utf8proc_option_t>(UTF8PROC_STABLE | options));
+      ASSERT_GE(len, 0);
+      const std::string want(reinterpret_cast<const char*>(dst), len);
+      std::free(dst);
+      EXPECT_EQ(internal::Normalize(s, form), want) << "form " << static_cast<int>(form) << " #" << i;
+    }
+  }
+}
+
 // ---- hand-made Llama-3-style tokenizer (ids computed by hand) --------------
 
 constexpr char kHandText[] = "The cat's 12345 in\n\nthe hello<|endoftext|>";
@@ -200,6 +232,17 @@ TEST(TokenizerHandMade, AddedTokenStripOptions) {
   j["added_tokens"][1]["rstrip"] = true;
   const Tokenizer tok = Tokenizer::FromJsonString(j.dump());
   EXPECT_EQ(tok.Encode("x \t<|endoftext|>\n x"), (Ids{120, 271, 120}));
+}
+
+TEST(TokenizerHandMade, DeepRegexBacktrackingGrowsTheJitStack) {
+  // "(?:a|ab)+" over 100k characters overflows PCRE2's default 32 KiB JIT stack.
+  auto j = nlohmann::json::parse(ReadText(DataPath("llama3_style_tokenizer.json")));
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?:a|ab)+";
+  const Tokenizer tok = Tokenizer::FromJsonString(j.dump());
+  const std::string text = "x" + std::string(100000, 'a') + "y";
+  const Ids ids = tok.Encode(text);
+  EXPECT_EQ(ids.size(), 100002u);  // no merges among a's
+  EXPECT_EQ(tok.Decode(ids), text);
 }
 
 void ExpectConfigError(const nlohmann::json& j, const std::string& needle) {
