@@ -24,7 +24,8 @@ class TokenizerBench : public Benchmark {
   void AddOptions(CLI::App& app) override {
     app.add_option("--episodes", corpus_opt_.episodes, "random-play episodes per env for the text")
         ->capture_default_str();
-    app.add_option("--seconds", seconds_, "time spent on the warm measurement")->capture_default_str();
+    app.add_option("--seconds", seconds_, "time spent on the warm measurement")
+        ->capture_default_str();
     app.add_option("--vocab-size", train_opt_.vocab_size, "vocabulary of the trained tokenizer")
         ->capture_default_str();
     app.add_option("--qwen3", qwen3_path_, "Qwen3 tokenizer.json (scripts/fetch_test_assets.sh)")
@@ -46,11 +47,13 @@ class TokenizerBench : public Benchmark {
     double t0 = Now();
     const Tokenizer trained = Tokenizer::Train(corpus, train_opt_);
     const double train_s = Now() - t0;
-    out["train"] = {{"seconds", train_s}, {"mb_per_s", mb / train_s}, {"vocab_size", trained.VocabSize()}};
-    std::cout << fmt::format("env text: {} documents, {:.2f} MB; trained vocab {} in {:.3f} s ({:.1f} MB/s)\n",
-                             corpus.size(), mb, trained.VocabSize(), train_s, mb / train_s);
-    std::cout << fmt::format("{:<10} {:>12} {:>12} {:>10} {:>12}\n", "tokenizer", "cold MB/s", "warm MB/s",
-                             "warm/cold", "bytes/token");
+    out["train"] = {
+        {"seconds", train_s}, {"mb_per_s", mb / train_s}, {"vocab_size", trained.VocabSize()}};
+    std::cout << fmt::format(
+        "env text: {} documents, {:.2f} MB; trained vocab {} in {:.3f} s ({:.1f} MB/s)\n",
+        corpus.size(), mb, trained.VocabSize(), train_s, mb / train_s);
+    std::cout << fmt::format("{:<10} {:>12} {:>12} {:>10} {:>12}\n", "tokenizer", "cold MB/s",
+                             "warm MB/s", "warm/cold", "bytes/token");
     std::vector<std::string> text;
     if (!text_path_.empty()) {
       std::ifstream in(text_path_, std::ios::binary);
@@ -58,10 +61,11 @@ class TokenizerBench : public Benchmark {
       text.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
     // A fresh copy (re-read JSON) has an empty BPE cache.
-    out["trained"] = Measure("trained", Tokenizer::FromJsonString(trained.ToJsonString()), corpus, mb);
+    out["trained"] =
+        Measure("trained", Tokenizer::FromJsonString(trained.ToJsonString()), corpus, mb);
     if (!text.empty())
-      out["trained_text"] =
-          Measure("trained/f", Tokenizer::FromJsonString(trained.ToJsonString()), text, text[0].size() / 1e6);
+      out["trained_text"] = Measure("trained/f", Tokenizer::FromJsonString(trained.ToJsonString()),
+                                    text, text[0].size() / 1e6);
     if (std::filesystem::exists(qwen3_path_)) {
       t0 = Now();
       const Tokenizer qwen = Tokenizer::FromFile(qwen3_path_);
@@ -69,16 +73,18 @@ class TokenizerBench : public Benchmark {
       out["qwen3"] = Measure("qwen3", qwen, corpus, mb);
       out["qwen3"]["load_seconds"] = load_s;
       if (!text.empty())
-        out["qwen3_text"] = Measure("qwen3/f", Tokenizer::FromFile(qwen3_path_), text, text[0].size() / 1e6);
+        out["qwen3_text"] =
+            Measure("qwen3/f", Tokenizer::FromFile(qwen3_path_), text, text[0].size() / 1e6);
     } else {
-      std::cout << fmt::format("qwen3      (skipped: {} missing; run scripts/fetch_test_assets.sh)\n", qwen3_path_);
+      std::cout << fmt::format(
+          "qwen3      (skipped: {} missing; run scripts/fetch_test_assets.sh)\n", qwen3_path_);
     }
     return out;
   }
 
  private:
-  nlohmann::json Measure(const std::string& name, const Tokenizer& tok, const std::vector<std::string>& corpus,
-                         double mb) const {
+  nlohmann::json Measure(const std::string& name, const Tokenizer& tok,
+                         const std::vector<std::string>& corpus, double mb) const {
     size_t tokens = 0;
     double t0 = Now();
     for (const auto& d : corpus) tokens += tok.Encode(d).size();
@@ -93,10 +99,13 @@ class TokenizerBench : public Benchmark {
     }
     const double cold = mb / cold_s, warm = mb * passes / (t1 - t0);
     const double bytes_per_token = mb * 1e6 / static_cast<double>(tokens);
-    std::cout << fmt::format("{:<10} {:>12.2f} {:>12.2f} {:>10.2f} {:>12.2f}\n", name, cold, warm, warm / cold,
-                             bytes_per_token);
-    return {{"cold_mb_per_s", cold}, {"warm_mb_per_s", warm}, {"warm_over_cold", warm / cold},
-            {"bytes_per_token", bytes_per_token}, {"vocab_size", tok.VocabSize()}};
+    std::cout << fmt::format("{:<10} {:>12.2f} {:>12.2f} {:>10.2f} {:>12.2f}\n", name, cold, warm,
+                             warm / cold, bytes_per_token);
+    return {{"cold_mb_per_s", cold},
+            {"warm_mb_per_s", warm},
+            {"warm_over_cold", warm / cold},
+            {"bytes_per_token", bytes_per_token},
+            {"vocab_size", tok.VocabSize()}};
   }
 
   policy::EnvCorpusOptions corpus_opt_{.episodes = 500};
@@ -106,8 +115,9 @@ class TokenizerBench : public Benchmark {
   std::string text_path_;
 };
 
-const Registrar<BenchRegistry> kRegister("tokenizer", "encode MB/s on env text (trained vs Qwen3, cold vs warm cache)",
-                                         [] { return std::make_unique<TokenizerBench>(); });
+const Registrar<BenchRegistry> kRegister(
+    "tokenizer", "encode MB/s on env text (trained vs Qwen3, cold vs warm cache)",
+    [] { return std::make_unique<TokenizerBench>(); });
 
 }  // namespace
 }  // namespace rlid::bench

@@ -63,17 +63,21 @@ class TokenizerCommand : public Command {
     app.require_subcommand(1);
 
     auto* encode = app.add_subcommand("encode", "text -> token ids (JSON array)");
-    encode->add_option("--tokenizer", encode_path_, "tokenizer.json (Hugging Face format)")->required();
+    encode->add_option("--tokenizer", encode_path_, "tokenizer.json (Hugging Face format)")
+        ->required();
     encode->add_option("text", text_, "text to encode; '-' or nothing reads stdin");
-    encode->add_flag("--no-special", no_special_, "encode special tokens such as <|im_start|> as plain text");
+    encode->add_flag("--no-special", no_special_,
+                     "encode special tokens such as <|im_start|> as plain text");
     encode->callback([this, encode] {
       const Tokenizer tok = Tokenizer::FromFile(encode_path_);
       const std::string text = ArgOrStdin(text_, encode->count("text") > 0);
       std::cout << nlohmann::json(tok.Encode(text, !no_special_)).dump() << "\n";
     });
 
-    auto* decode = app.add_subcommand("decode", "token ids (JSON array) -> text, printed as exact bytes");
-    decode->add_option("--tokenizer", decode_path_, "tokenizer.json (Hugging Face format)")->required();
+    auto* decode =
+        app.add_subcommand("decode", "token ids (JSON array) -> text, printed as exact bytes");
+    decode->add_option("--tokenizer", decode_path_, "tokenizer.json (Hugging Face format)")
+        ->required();
     decode->add_option("ids", ids_, "JSON array of ids; '-' or nothing reads stdin");
     decode->add_flag("--skip-special", skip_special_, "drop special tokens");
     decode->callback([this, decode] {
@@ -84,12 +88,18 @@ class TokenizerCommand : public Command {
 
     auto* train = app.add_subcommand("train", "learn a compact BPE vocabulary from env text");
     train->add_option("--out", out_, "where to write tokenizer.json")->required();
-    train->add_option("--vocab-size", train_opt_.vocab_size, "ids in total (bytes + merges + 3 special)")
+    train
+        ->add_option("--vocab-size", train_opt_.vocab_size,
+                     "ids in total (bytes + merges + 3 special)")
         ->capture_default_str();
-    train->add_option("--min-frequency", train_opt_.min_frequency, "merge only pairs seen this often")
+    train
+        ->add_option("--min-frequency", train_opt_.min_frequency,
+                     "merge only pairs seen this often")
         ->capture_default_str();
     train->add_option("--env", envs_, "environment whose text to learn from (repeatable)");
-    train->add_option("--episodes", corpus_opt_.episodes, "random-play episodes per env (train seeds)")
+    train
+        ->add_option("--episodes", corpus_opt_.episodes,
+                     "random-play episodes per env (train seeds)")
         ->capture_default_str();
     train->add_option("--seed", corpus_opt_.seed, "seed of the random play")->capture_default_str();
     train->add_option("--corpus", corpus_files_, "also learn from this text file (repeatable)");
@@ -106,7 +116,8 @@ class TokenizerCommand : public Command {
     for (const auto& name : envs_) {
       auto env = envs::MakeEnv(name);
       auto docs = policy::EnvTextCorpus(*env, corpus_opt_);
-      corpus.insert(corpus.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
+      corpus.insert(corpus.end(), std::make_move_iterator(docs.begin()),
+                    std::make_move_iterator(docs.end()));
     }
     for (const auto& path : corpus_files_) corpus.push_back(ReadFile(path));
     size_t bytes = 0;
@@ -114,14 +125,17 @@ class TokenizerCommand : public Command {
 
     const auto t0 = std::chrono::steady_clock::now();
     const Tokenizer tok = Tokenizer::Train(corpus, train_opt_);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (char c = 'A'; c <= 'Z'; ++c) tok.RequireLabelToken(std::string(1, c));  // the trainer's guarantee
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (char c = 'A'; c <= 'Z'; ++c)
+      tok.RequireLabelToken(std::string(1, c));  // the trainer's guarantee
     size_t tokens = 0;
     for (const auto& d : corpus) tokens += tok.Encode(d, /*allow_special=*/false).size();
     tok.Save(out_);
     const std::string early =
         tok.VocabSize() < train_opt_.vocab_size
-            ? fmt::format(" (stopped early: no pair left that occurs >= {} times)", train_opt_.min_frequency)
+            ? fmt::format(" (stopped early: no pair left that occurs >= {} times)",
+                          train_opt_.min_frequency)
             : "";
     std::cout << fmt::format(
         "trained on {} document(s), {} bytes in {:.2f} s\n"
@@ -138,7 +152,8 @@ class TokenizerCommand : public Command {
   std::vector<std::string> envs_, corpus_files_;
 };
 
-const Registrar<CommandRegistry> kRegister("tokenizer", "encode, decode and train byte-level BPE tokenizers",
+const Registrar<CommandRegistry> kRegister("tokenizer",
+                                           "encode, decode and train byte-level BPE tokenizers",
                                            [] { return std::make_unique<TokenizerCommand>(); });
 
 }  // namespace

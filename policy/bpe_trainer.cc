@@ -106,8 +106,10 @@ class Trainer {
                        {"rstrip", false},
                        {"normalized", false},
                        {"special", true}});
-    const Json byte_level = {
-        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+    const Json byte_level = {{"type", "ByteLevel"},
+                             {"add_prefix_space", false},
+                             {"trim_offsets", false},
+                             {"use_regex", false}};
     Json j;
     j["version"] = "1.0";
     j["truncation"] = nullptr;
@@ -191,7 +193,8 @@ class Trainer {
         const uint64_t key = PairKey(s[i], s[i + 1]);
         pair_counts_[key] += counts_[w];
         auto& list = where_[key];
-        if (list.empty() || list.back() != static_cast<int32_t>(w)) list.push_back(static_cast<int32_t>(w));
+        if (list.empty() || list.back() != static_cast<int32_t>(w))
+          list.push_back(static_cast<int32_t>(w));
       }
     }
     std::vector<uint64_t> keys;
@@ -251,13 +254,16 @@ class Trainer {
 
 }  // namespace
 
-Tokenizer Tokenizer::Train(const std::vector<std::string>& corpus, const TokenizerTrainOptions& opt) {
+Tokenizer Tokenizer::Train(const std::vector<std::string>& corpus,
+                           const TokenizerTrainOptions& opt) {
   if (opt.vocab_size < kMinVocab || opt.vocab_size > (1 << 24))
-    throw ConfigError(fmt::format("tokenizer vocab_size must be in [{}, {}], found {}", kMinVocab, 1 << 24,
-                                  opt.vocab_size),
-                      "256 byte tokens + 26 label tokens ' A'..' Z' + 3 special tokens is the minimum");
+    throw ConfigError(
+        fmt::format("tokenizer vocab_size must be in [{}, {}], found {}", kMinVocab, 1 << 24,
+                    opt.vocab_size),
+        "256 byte tokens + 26 label tokens ' A'..' Z' + 3 special tokens is the minimum");
   if (opt.min_frequency < 1)
-    throw ConfigError(fmt::format("tokenizer min_frequency must be >= 1, found {}", opt.min_frequency));
+    throw ConfigError(
+        fmt::format("tokenizer min_frequency must be >= 1, found {}", opt.min_frequency));
   Trainer trainer(corpus, opt);
   trainer.Run();
   return Tokenizer(internal::BuildTokenizerData(trainer.ToJson(), "<trained>"));

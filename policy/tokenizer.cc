@@ -42,7 +42,9 @@ class Reader {
  public:
   explicit Reader(const std::string& source) : source_(source) {}
   // "tokenizer 'FILE': PATH" for messages raised outside the reader.
-  std::string Where(const std::string& path) const { return fmt::format("tokenizer '{}': {}", source_, path); }
+  std::string Where(const std::string& path) const {
+    return fmt::format("tokenizer '{}': {}", source_, path);
+  }
 
   [[noreturn]] void Fail(const std::string& what, const std::string& hint = {}) const {
     throw ConfigError(fmt::format("tokenizer '{}': {}", source_, what), hint);
@@ -63,7 +65,8 @@ class Reader {
   bool Bool(const Json& obj, const char* key, bool fallback, const std::string& path) const {
     auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) Fail(fmt::format("expected true/false at '{}.{}', found {}", path, key, it->dump()));
+    if (!it->is_boolean())
+      Fail(fmt::format("expected true/false at '{}.{}', found {}", path, key, it->dump()));
     return it->get<bool>();
   }
   std::string String(const Json& obj, const char* key, const std::string& path) const {
@@ -74,7 +77,8 @@ class Reader {
     return it->get<std::string>();
   }
   std::string Type(const Json& obj, const std::string& path) const {
-    if (!obj.is_object()) Fail(fmt::format("expected an object at '{}', found {}", path, obj.dump()));
+    if (!obj.is_object())
+      Fail(fmt::format("expected an object at '{}', found {}", path, obj.dump()));
     return String(obj, "type", path);
   }
 
@@ -86,13 +90,18 @@ void ReadNormalizer(const Reader& r, const Json& n, const std::string& path,
                     std::vector<NormalForm>& out) {
   if (n.is_null()) return;
   const std::string type = r.Type(n, path);
-  if (type == "NFC") out.push_back(NormalForm::kNfc);
-  else if (type == "NFD") out.push_back(NormalForm::kNfd);
-  else if (type == "NFKC") out.push_back(NormalForm::kNfkc);
-  else if (type == "NFKD") out.push_back(NormalForm::kNfkd);
+  if (type == "NFC")
+    out.push_back(NormalForm::kNfc);
+  else if (type == "NFD")
+    out.push_back(NormalForm::kNfd);
+  else if (type == "NFKC")
+    out.push_back(NormalForm::kNfkc);
+  else if (type == "NFKD")
+    out.push_back(NormalForm::kNfkd);
   else if (type == "Sequence") {
     auto it = n.find("normalizers");
-    if (it == n.end() || !it->is_array()) r.Fail(fmt::format("expected an array at '{}.normalizers'", path));
+    if (it == n.end() || !it->is_array())
+      r.Fail(fmt::format("expected an array at '{}.normalizers'", path));
     for (size_t i = 0; i < it->size(); ++i)
       ReadNormalizer(r, (*it)[i], fmt::format("{}.normalizers[{}]", path, i), out);
   } else {
@@ -105,7 +114,8 @@ void ReadPreTokenizer(const Reader& r, const Json& p, const std::string& path,
   const std::string type = r.Type(p, path);
   if (type == "Sequence") {
     auto it = p.find("pretokenizers");
-    if (it == p.end() || !it->is_array()) r.Fail(fmt::format("expected an array at '{}.pretokenizers'", path));
+    if (it == p.end() || !it->is_array())
+      r.Fail(fmt::format("expected an array at '{}.pretokenizers'", path));
     for (size_t i = 0; i < it->size(); ++i)
       ReadPreTokenizer(r, (*it)[i], fmt::format("{}.pretokenizers[{}]", path, i), out);
   } else if (type == "Split") {
@@ -114,15 +124,19 @@ void ReadPreTokenizer(const Reader& r, const Json& p, const std::string& path,
     const Json& pattern = r.Object(p, "pattern", path + ".pattern");
     const std::string what = r.Where(path + ".pattern");
     if (pattern.contains("Regex")) {
-      step.regex = std::make_shared<Regex>(r.String(pattern, "Regex", path + ".pattern"), false, what);
+      step.regex =
+          std::make_shared<Regex>(r.String(pattern, "Regex", path + ".pattern"), false, what);
     } else if (pattern.contains("String")) {
-      step.regex = std::make_shared<Regex>(r.String(pattern, "String", path + ".pattern"), true, what);
+      step.regex =
+          std::make_shared<Regex>(r.String(pattern, "String", path + ".pattern"), true, what);
     } else {
-      r.Fail(fmt::format("expected {{\"Regex\": ...}} or {{\"String\": ...}} at '{}.pattern', found {}", path,
-                         pattern.dump()));
+      r.Fail(fmt::format(
+          "expected {{\"Regex\": ...}} or {{\"String\": ...}} at '{}.pattern', found {}", path,
+          pattern.dump()));
     }
     const std::string behavior = r.String(p, "behavior", path);
-    if (behavior == "Removed") step.removed = true;
+    if (behavior == "Removed")
+      step.removed = true;
     else if (behavior != "Isolated")
       r.Unsupported("Split behavior", behavior, "Isolated, Removed");
     step.invert = r.Bool(p, "invert", false, path);
@@ -145,7 +159,8 @@ void CheckPostProcessor(const Reader& r, const Json& p, const std::string& path)
   if (type == "ByteLevel" || type == "TemplateProcessing") return;
   if (type == "Sequence") {
     auto it = p.find("processors");
-    if (it == p.end() || !it->is_array()) r.Fail(fmt::format("expected an array at '{}.processors'", path));
+    if (it == p.end() || !it->is_array())
+      r.Fail(fmt::format("expected an array at '{}.processors'", path));
     for (size_t i = 0; i < it->size(); ++i)
       CheckPostProcessor(r, (*it)[i], fmt::format("{}.processors[{}]", path, i));
     return;
@@ -171,7 +186,8 @@ uint64_t ComputeFingerprint(const TokenizerData& d) {
     h = HashCombine(h, HashBytes(d.id_token[id], static_cast<uint64_t>(d.id_kind[id])));
   for (const auto& [a, b] : d.merges) h = HashCombine(h, HashBytes(b, HashBytes(a)));
   for (const auto& t : d.added)
-    h = HashCombine(h, HashBytes(t.content, (t.special ? 1 : 0) | (t.lstrip ? 2 : 0) | (t.rstrip ? 4 : 0)));
+    h = HashCombine(
+        h, HashBytes(t.content, (t.special ? 1 : 0) | (t.lstrip ? 2 : 0) | (t.rstrip ? 4 : 0)));
   h = HashCombine(h, HashBytes(d.normalizer_json.dump()));
   h = HashCombine(h, HashBytes(d.pre_tokenizer_json.dump()));
   return HashCombine(h, d.ignore_merges ? 1 : 0);
@@ -183,7 +199,8 @@ std::shared_ptr<const TokenizerData> BuildTokenizerData(const Json& j, const std
   auto d = std::make_shared<TokenizerData>();
   d->source = source;
   Reader r(d->source);
-  if (!j.is_object()) r.Fail(fmt::format("expected a JSON object at the top, found {}", j.type_name()));
+  if (!j.is_object())
+    r.Fail(fmt::format("expected a JSON object at the top, found {}", j.type_name()));
 
   // ---- model ----
   const Json& model = r.Object(j, "model", "model");
@@ -208,8 +225,10 @@ std::shared_ptr<const TokenizerData> BuildTokenizerData(const Json& j, const std
   TokenId max_id = -1;
   d->vocab.reserve(vocab.size());
   for (const auto& [token, id_json] : vocab.items()) {
-    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<int64_t>() > INT32_MAX)
-      r.Fail(fmt::format("model.vocab['{}'] must be a non-negative integer id, found {}", token, id_json.dump()));
+    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
+        id_json.get<int64_t>() > INT32_MAX)
+      r.Fail(fmt::format("model.vocab['{}'] must be a non-negative integer id, found {}", token,
+                         id_json.dump()));
     const TokenId id = id_json.get<TokenId>();
     d->vocab.emplace(token, id);
     max_id = std::max(max_id, id);
@@ -235,22 +254,26 @@ std::shared_ptr<const TokenizerData> BuildTokenizerData(const Json& j, const std
       const std::string& s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-        r.Fail(fmt::format("model.merges[{}] = \"{}\" is not two tokens separated by one space", i, s));
+        r.Fail(fmt::format("model.merges[{}] = \"{}\" is not two tokens separated by one space", i,
+                           s));
       a = s.substr(0, space);
       b = s.substr(space + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       a = m[0].get<std::string>();
       b = m[1].get<std::string>();
     } else {
-      r.Fail(fmt::format("model.merges[{}] must be \"a b\" or [\"a\", \"b\"], found {}", i, m.dump()));
+      r.Fail(
+          fmt::format("model.merges[{}] must be \"a b\" or [\"a\", \"b\"], found {}", i, m.dump()));
     }
     auto ia = d->vocab.find(a), ib = d->vocab.find(b), iab = d->vocab.find(a + b);
     for (const auto* part : {&a, &b})
       if (d->vocab.find(*part) == d->vocab.end())
-        r.Fail(fmt::format("model.merges[{}] ('{}' '{}'): '{}' is not in model.vocab", i, a, b, *part));
+        r.Fail(fmt::format("model.merges[{}] ('{}' '{}'): '{}' is not in model.vocab", i, a, b,
+                           *part));
     if (iab == d->vocab.end())
-      r.Fail(fmt::format("model.merges[{}] ('{}' '{}'): the merged token '{}' is not in model.vocab", i, a, b,
-                         a + b));
+      r.Fail(
+          fmt::format("model.merges[{}] ('{}' '{}'): the merged token '{}' is not in model.vocab",
+                      i, a, b, a + b));
     d->merge_map.emplace(PairKey(ia->second, ib->second),
                          MergeTarget{static_cast<int32_t>(i), iab->second});  // first rank wins
     d->merges.emplace_back(std::move(a), std::move(b));
@@ -297,9 +320,9 @@ std::shared_ptr<const TokenizerData> BuildTokenizerData(const Json& j, const std
   if (d->pre_tokenizer_json.is_null())
     r.Fail("pre_tokenizer is null; a byte-level tokenizer needs a ByteLevel pre-tokenizer");
   ReadPreTokenizer(r, d->pre_tokenizer_json, "pre_tokenizer", d->pre_tokenizer);
-  const auto byte_level_steps = std::count_if(d->pre_tokenizer.begin(), d->pre_tokenizer.end(), [](const auto& s) {
-    return s.kind == PreTokenizerStep::Kind::kByteLevel;
-  });
+  const auto byte_level_steps =
+      std::count_if(d->pre_tokenizer.begin(), d->pre_tokenizer.end(),
+                    [](const auto& s) { return s.kind == PreTokenizerStep::Kind::kByteLevel; });
   if (byte_level_steps != 1 || d->pre_tokenizer.back().kind != PreTokenizerStep::Kind::kByteLevel)
     r.Fail("pre_tokenizer must end with exactly one ByteLevel step (byte-level BPE)",
            "e.g. Sequence[Split(regex, Isolated), ByteLevel(use_regex=false)] as in Llama-3/Qwen");
@@ -313,16 +336,19 @@ std::shared_ptr<const TokenizerData> BuildTokenizerData(const Json& j, const std
   d->id_kind.assign(n, TokenizerData::IdKind::kNone);
   for (const auto& [token, id] : d->vocab) {
     if (d->id_kind[id] != TokenizerData::IdKind::kNone)
-      r.Fail(fmt::format("model.vocab gives id {} to both '{}' and '{}'", id, d->id_token[id], token));
+      r.Fail(
+          fmt::format("model.vocab gives id {} to both '{}' and '{}'", id, d->id_token[id], token));
     d->id_kind[id] = TokenizerData::IdKind::kVocab;
     d->id_token[id] = token;
   }
   for (const auto& t : d->added) {
     if (d->id_kind[t.id] == TokenizerData::IdKind::kVocab && d->id_token[t.id] != t.content)
-      r.Fail(fmt::format("added token '{}' has id {}, which model.vocab gives to '{}'", t.content, t.id,
-                         d->id_token[t.id]));
-    if (d->id_kind[t.id] == TokenizerData::IdKind::kAdded || d->id_kind[t.id] == TokenizerData::IdKind::kSpecial)
-      r.Fail(fmt::format("added tokens '{}' and '{}' share id {}", d->id_token[t.id], t.content, t.id));
+      r.Fail(fmt::format("added token '{}' has id {}, which model.vocab gives to '{}'", t.content,
+                         t.id, d->id_token[t.id]));
+    if (d->id_kind[t.id] == TokenizerData::IdKind::kAdded ||
+        d->id_kind[t.id] == TokenizerData::IdKind::kSpecial)
+      r.Fail(fmt::format("added tokens '{}' and '{}' share id {}", d->id_token[t.id], t.content,
+                         t.id));
     d->id_kind[t.id] = t.special ? TokenizerData::IdKind::kSpecial : TokenizerData::IdKind::kAdded;
     d->id_token[t.id] = t.content;
   }
@@ -387,12 +413,15 @@ void BpeMerge(const TokenizerData& d, std::string_view word, std::vector<TokenId
     int32_t rank;
     int pos;
     TokenId id;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
   };
   const int n = static_cast<int>(word.size());
   std::vector<Symbol> syms(n);
   for (int i = 0; i < n; ++i)
-    syms[i] = {d.byte_ids[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1, true};
+    syms[i] = {d.byte_ids[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1,
+               true};
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
   auto push = [&](int pos) {
     const int next = syms[pos].next;
@@ -408,7 +437,8 @@ void BpeMerge(const TokenizerData& d, std::string_view word, std::vector<TokenId
     if (!left.alive || left.next < 0) continue;
     Symbol& right = syms[left.next];
     auto it = d.merge_map.find(PairKey(left.id, right.id));
-    if (it == d.merge_map.end() || it->second.rank != c.rank || it->second.id != c.id) continue;  // stale
+    if (it == d.merge_map.end() || it->second.rank != c.rank || it->second.id != c.id)
+      continue;  // stale
     left.id = c.id;
     right.alive = false;
     left.next = right.next;
@@ -456,7 +486,8 @@ EncodeScratch& Scratch() {
 // Splits `pieces` by the regex of `step`, keeping gaps and matches as the
 // step's behaviour says.
 void SplitPieces(const PreTokenizerStep& step, const std::vector<std::string_view>& pieces,
-                 std::vector<std::string_view>& out, std::vector<std::pair<size_t, size_t>>& matches) {
+                 std::vector<std::string_view>& out,
+                 std::vector<std::pair<size_t, size_t>>& matches) {
   for (std::string_view p : pieces) {
     matches.clear();
     step.regex->FindAll(p, matches);
@@ -507,8 +538,10 @@ void EncodeValidRun(const TokenizerData& d, std::string_view run, std::vector<To
 void EncodeText(const TokenizerData& d, std::string_view text, std::vector<TokenId>& out) {
   if (text.empty()) return;
   ForEachUtf8Run(text, [&](std::string_view run, bool valid) {
-    if (valid) EncodeValidRun(d, run, out);
-    else EncodeWord(d, run, out, Scratch().ids);  // invalid bytes: one pre-token of byte symbols
+    if (valid)
+      EncodeValidRun(d, run, out);
+    else
+      EncodeWord(d, run, out, Scratch().ids);  // invalid bytes: one pre-token of byte symbols
   });
 }
 
@@ -526,7 +559,8 @@ std::string_view TrimWhitespace(std::string_view s, bool front) {
   size_t end = s.size();
   while (end > 0) {
     size_t start = end - 1;
-    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80 && end - start < 4) --start;
+    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80 && end - start < 4)
+      --start;
     int len = Utf8ScalarLength(s, start);
     if (len == 0 || start + len != end || !IsUnicodeWhitespace(Utf8Decode(s, start, len))) break;
     end = start;
@@ -571,7 +605,8 @@ std::string Tokenizer::ToJsonString() const {
   for (size_t i = 0; i < d.added.size(); ++i) {
     const auto& t = d.added[i];
     out += fmt::format(
-        "{}\n    {{\"id\": {}, \"content\": {}, \"single_word\": false, \"lstrip\": {}, \"rstrip\": {}, "
+        "{}\n    {{\"id\": {}, \"content\": {}, \"single_word\": false, \"lstrip\": {}, "
+        "\"rstrip\": {}, "
         "\"normalized\": {}, \"special\": {}}}",
         i ? "," : "", t.id, q(t.content), t.lstrip, t.rstrip, t.normalized, t.special);
   }
@@ -581,7 +616,8 @@ std::string Tokenizer::ToJsonString() const {
   out += "  \"post_processor\": " + d.post_processor_json.dump() + ",\n";
   out += "  \"decoder\": " + d.decoder_json.dump() + ",\n";
   out += "  \"model\": {\n    \"type\": \"BPE\",\n";
-  for (const auto& [key, value] : d.model_extra.items()) out += "    " + q(key) + ": " + value.dump() + ",\n";
+  for (const auto& [key, value] : d.model_extra.items())
+    out += "    " + q(key) + ": " + value.dump() + ",\n";
   out += "    \"vocab\": {";
   bool first = true;
   for (size_t id = 0; id < d.id_token.size(); ++id) {
@@ -591,7 +627,8 @@ std::string Tokenizer::ToJsonString() const {
   }
   out += "\n    },\n    \"merges\": [";
   for (size_t i = 0; i < d.merges.size(); ++i)
-    out += fmt::format("{}\n      [{}, {}]", i ? "," : "", q(d.merges[i].first), q(d.merges[i].second));
+    out += fmt::format("{}\n      [{}, {}]", i ? "," : "", q(d.merges[i].first),
+                       q(d.merges[i].second));
   out += d.merges.empty() ? "]\n  }\n}\n" : "\n    ]\n  }\n}\n";
   return out;
 }
@@ -601,12 +638,15 @@ void Tokenizer::Save(const std::string& path) const {
   const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw IoError(fmt::format("cannot write tokenizer file '{}'", tmp), "check that the directory exists");
+    if (!out)
+      throw IoError(fmt::format("cannot write tokenizer file '{}'", tmp),
+                    "check that the directory exists");
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     out.flush();
     if (!out) {
       std::remove(tmp.c_str());
-      throw IoError(fmt::format("error while writing tokenizer file '{}'", tmp), "is the disk full?");
+      throw IoError(fmt::format("error while writing tokenizer file '{}'", tmp),
+                    "is the disk full?");
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -658,8 +698,10 @@ std::vector<TokenId> Tokenizer::Encode(std::string_view text, bool allow_special
       parts[p + 1].text = internal::TrimWhitespace(parts[p + 1].text, /*front=*/true);
   }
   for (const Part& part : parts) {
-    if (part.token) out.push_back(part.token->id);
-    else internal::EncodeText(d, part.text, out);
+    if (part.token)
+      out.push_back(part.token->id);
+    else
+      internal::EncodeText(d, part.text, out);
   }
   return out;
 }
@@ -670,8 +712,8 @@ std::string Tokenizer::Decode(std::span<const TokenId> ids, bool skip_special) c
   for (TokenId id : ids) {
     if (id < 0 || static_cast<size_t>(id) >= d.id_kind.size() ||
         d.id_kind[id] == TokenizerData::IdKind::kNone)
-      throw ConfigError(fmt::format("token id {} is not in the vocabulary of '{}' (size {})", id, d.source,
-                                    VocabSize()),
+      throw ConfigError(fmt::format("token id {} is not in the vocabulary of '{}' (size {})", id,
+                                    d.source, VocabSize()),
                         "decode ids made by the same tokenizer");
     if (skip_special && d.id_kind[id] == TokenizerData::IdKind::kSpecial) continue;
     out += d.id_bytes[id];
@@ -691,9 +733,10 @@ std::optional<TokenId> Tokenizer::TokenToId(std::string_view token) const {
 
 namespace {
 void CheckId(const TokenizerData& d, TokenId id) {
-  if (id < 0 || static_cast<size_t>(id) >= d.id_kind.size() || d.id_kind[id] == TokenizerData::IdKind::kNone)
-    throw ConfigError(fmt::format("token id {} is not in the vocabulary of '{}' (size {})", id, d.source,
-                                  d.id_kind.size()));
+  if (id < 0 || static_cast<size_t>(id) >= d.id_kind.size() ||
+      d.id_kind[id] == TokenizerData::IdKind::kNone)
+    throw ConfigError(fmt::format("token id {} is not in the vocabulary of '{}' (size {})", id,
+                                  d.source, d.id_kind.size()));
 }
 }  // namespace
 
@@ -722,9 +765,11 @@ TokenId Tokenizer::RequireLabelToken(std::string_view label) const {
   const std::string text = " " + std::string(label);
   auto ids = Encode(text);
   if (ids.size() == 1) return ids[0];
-  throw ConfigError(fmt::format("label '{}' is not one token after the answer prefix: '{}' -> [{}] with tokenizer '{}'",
-                                label, text, fmt::join(ids, ", "), data_->source),
-                    "use a tokenizer trained by rlid or letter labels");
+  throw ConfigError(
+      fmt::format(
+          "label '{}' is not one token after the answer prefix: '{}' -> [{}] with tokenizer '{}'",
+          label, text, fmt::join(ids, ", "), data_->source),
+      "use a tokenizer trained by rlid or letter labels");
 }
 
 TokenId Tokenizer::eos_id() const {

@@ -44,7 +44,7 @@ class Tokenizer {
   // Deterministic: equal counts are broken by the lexical order of the pair.
   static Tokenizer Train(const std::vector<std::string>& corpus, const TokenizerTrainOptions& opt);
 
-  std::string ToJsonString() const;   // HF tokenizer.json text
+  std::string ToJsonString() const;          // HF tokenizer.json text
   void Save(const std::string& path) const;  // atomic (tmp + rename); IoError on failure
 
   // Ids of `text` (arbitrary bytes; invalid UTF-8 goes through byte tokens).
@@ -76,7 +76,8 @@ class Tokenizer {
   const std::string& source() const;
 
  private:
-  explicit Tokenizer(std::shared_ptr<const internal::TokenizerData> data) : data_(std::move(data)) {}
+  explicit Tokenizer(std::shared_ptr<const internal::TokenizerData> data)
+      : data_(std::move(data)) {}
   std::shared_ptr<const internal::TokenizerData> data_;
 };
 

@@ -11,7 +11,8 @@ namespace rlid::policy {
 
 std::vector<std::string> EnvTextCorpus(const envs::Env& env, const EnvCorpusOptions& opt) {
   if (opt.episodes < 1)
-    throw ConfigError(fmt::format("tokenizer corpus needs at least 1 episode, found {}", opt.episodes));
+    throw ConfigError(
+        fmt::format("tokenizer corpus needs at least 1 episode, found {}", opt.episodes));
   std::vector<std::string> docs;
   docs.reserve(opt.episodes);
   const std::string instructions = env.Instructions();
@@ -22,7 +23,8 @@ std::vector<std::string> EnvTextCorpus(const envs::Env& env, const EnvCorpusOpti
     while (!state->IsTerminal()) {
       doc += state->Observation() + "\n";
       const envs::Menu menu = state->CompileMenu();
-      for (const auto& item : menu.items) doc += fmt::format("  {}) {}\n", item.label, item.command);
+      for (const auto& item : menu.items)
+        doc += fmt::format("  {}) {}\n", item.label, item.command);
       for (const auto& item : menu.items) {
         for (const auto& r : item.realisations) doc += r + "\n";
         doc += item.afterstate + "\n";

@@ -99,7 +99,7 @@ struct PreTokenizerStep {
   std::shared_ptr<const Regex> regex;  // Split pattern, or GPT-2's for ByteLevel use_regex
   bool removed = false;                // Split behaviour Removed (else Isolated)
   bool invert = false;
-  bool add_prefix_space = false;       // ByteLevel
+  bool add_prefix_space = false;  // ByteLevel
 };
 
 struct MergeTarget {
@@ -132,15 +132,15 @@ struct TokenizerData {
   std::string source;
 
   // BPE model.
-  std::unordered_map<std::string, TokenId> vocab;   // raw (byte-mapped) token -> id
+  std::unordered_map<std::string, TokenId> vocab;           // raw (byte-mapped) token -> id
   std::vector<std::pair<std::string, std::string>> merges;  // rank order
   std::unordered_map<uint64_t, MergeTarget> merge_map;      // (left << 32 | right) -> target
-  std::array<TokenId, 256> byte_ids{};                        // id of each single-byte token
+  std::array<TokenId, 256> byte_ids{};                      // id of each single-byte token
   bool ignore_merges = false;
 
   // Added tokens, split out of the text first (leftmost-longest).
   std::vector<AddedToken> added;
-  std::unordered_map<std::string, size_t> added_index;     // content -> index in `added`
+  std::unordered_map<std::string, size_t> added_index;       // content -> index in `added`
   std::array<std::vector<size_t>, 256> added_by_first_byte;  // indices, longest first
 
   std::vector<NormalForm> normalizers;

@@ -108,13 +108,19 @@ int Utf8ScalarLength(std::string_view s, size_t i) {
 }
 
 uint32_t Utf8Decode(std::string_view s, size_t i, int len) {
-  const auto at = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(s[i + k])); };
+  const auto at = [&](size_t k) {
+    return static_cast<uint32_t>(static_cast<unsigned char>(s[i + k]));
+  };
   switch (len) {
-    case 1: return at(0);
-    case 2: return ((at(0) & 0x1F) << 6) | (at(1) & 0x3F);
-    case 3: return ((at(0) & 0x0F) << 12) | ((at(1) & 0x3F) << 6) | (at(2) & 0x3F);
+    case 1:
+      return at(0);
+    case 2:
+      return ((at(0) & 0x1F) << 6) | (at(1) & 0x3F);
+    case 3:
+      return ((at(0) & 0x0F) << 12) | ((at(1) & 0x3F) << 6) | (at(2) & 0x3F);
     default:
-      return ((at(0) & 0x07) << 18) | ((at(1) & 0x3F) << 12) | ((at(2) & 0x3F) << 6) | (at(3) & 0x3F);
+      return ((at(0) & 0x07) << 18) | ((at(1) & 0x3F) << 12) | ((at(2) & 0x3F) << 6) |
+             (at(3) & 0x3F);
   }
 }
 
@@ -128,9 +134,9 @@ namespace {
 
 std::string NormalizeChunk(std::string_view s, int options) {
   utf8proc_uint8_t* dst = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                   static_cast<utf8proc_ssize_t>(s.size()), &dst, static_cast<utf8proc_option_t>(options));
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                          static_cast<utf8proc_ssize_t>(s.size()), &dst,
+                                          static_cast<utf8proc_option_t>(options));
   if (n < 0)
     throw InternalError(fmt::format("utf8proc could not normalise {} bytes of validated UTF-8: {}",
                                     s.size(), utf8proc_errmsg(n)));
@@ -144,10 +150,18 @@ std::string NormalizeChunk(std::string_view s, int options) {
 std::string Normalize(std::string_view s, NormalForm form) {
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case NormalForm::kNfc: options |= UTF8PROC_COMPOSE; break;
-    case NormalForm::kNfd: options |= UTF8PROC_DECOMPOSE; break;
-    case NormalForm::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormalForm::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::kNfc:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case NormalForm::kNfd:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormalForm::kNfkc:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormalForm::kNfkd:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   // Every ASCII character is a starter that no normal form changes and that
   // never composes with what precedes it, so the text can be cut before each
@@ -175,7 +189,8 @@ std::string Normalize(std::string_view s, NormalForm form) {
 Regex::Regex(const std::string& pattern, bool literal, const std::string& what) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);  // LITERAL rejects UCP
+  const uint32_t options =
+      PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);  // LITERAL rejects UCP
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                                    options, &error, &offset, nullptr);
   if (code == nullptr) {
@@ -215,7 +230,8 @@ struct JitContext {
 
 struct MatchData {
   pcre2_match_data* md;
-  explicit MatchData(const pcre2_code* code) : md(pcre2_match_data_create_from_pattern(code, nullptr)) {}
+  explicit MatchData(const pcre2_code* code)
+      : md(pcre2_match_data_create_from_pattern(code, nullptr)) {}
   ~MatchData() { pcre2_match_data_free(md); }
 };
 
@@ -230,8 +246,9 @@ void Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>& 
   pcre2_match_context* context = jit.context;
   while (offset <= s.size()) {
     // pcre2_jit_match skips pcre2_match's per-call checks (the subject is valid UTF-8).
-    int rc = jit_ ? pcre2_jit_match(code, subject, s.size(), offset, 0, data.md, context)
-                  : pcre2_match(code, subject, s.size(), offset, PCRE2_NO_UTF_CHECK, data.md, context);
+    int rc =
+        jit_ ? pcre2_jit_match(code, subject, s.size(), offset, 0, data.md, context)
+             : pcre2_match(code, subject, s.size(), offset, PCRE2_NO_UTF_CHECK, data.md, context);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && jit.size < (256u << 20)) {
       context = jit.Grow();
       continue;

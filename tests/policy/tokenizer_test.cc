@@ -38,7 +38,9 @@ std::string ReadText(const std::string& path) {
   return ss.str();
 }
 
-std::string DataPath(const std::string& name) { return SourceDir() + "/tests/data/tokenizer/" + name; }
+std::string DataPath(const std::string& name) {
+  return SourceDir() + "/tests/data/tokenizer/" + name;
+}
 std::string Qwen3Path() { return SourceDir() + "/build/assets/qwen3/tokenizer.json"; }
 
 // Loaded once for the whole binary; nullptr if the asset is missing.
@@ -58,7 +60,8 @@ Tokenizer HandMade() { return Tokenizer::FromFile(DataPath("llama3_style_tokeniz
 
 std::string Unhex(const std::string& hex) {
   std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
   return out;
 }
 
@@ -79,7 +82,7 @@ std::string AppendUtf8(std::string s, uint32_t cp) {
 // Latin-1 letters, Greek, Cyrillic, CJK, Hangul syllables, emoji).
 std::string RandomUtf8(Rng& rng, size_t chars) {
   static const std::vector<std::pair<uint32_t, uint32_t>> kRanges = {
-      {0x20, 0x7E}, {0x09, 0x0A}, {0xC0, 0xFF}, {0x391, 0x3A9}, {0x410, 0x44F},
+      {0x20, 0x7E},     {0x09, 0x0A},     {0xC0, 0xFF},       {0x391, 0x3A9}, {0x410, 0x44F},
       {0x4E00, 0x9FA5}, {0xAC00, 0xD7A3}, {0x1F600, 0x1F64F}, {0x20, 0x20}};
   std::string s;
   for (size_t i = 0; i < chars; ++i) {
@@ -98,7 +101,8 @@ std::string NfcRuns(const std::string& x) {
     size_t j = i;
     utf8proc_int32_t cp;
     while (j < x.size()) {
-      auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(x.data()) + j, x.size() - j, &cp);
+      auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(x.data()) + j,
+                                x.size() - j, &cp);
       if (n <= 0) break;
       j += n;
     }
@@ -122,8 +126,9 @@ TEST(TokenizerUnicode, ChunkedNormalFormsEqualWholeStringUtf8proc) {
   // must agree with utf8proc on the whole string (combining marks after ASCII
   // bases, reordering, Hangul jamo, compatibility characters).
   static const std::vector<std::pair<uint32_t, uint32_t>> kRanges = {
-      {0x41, 0x5A}, {0x61, 0x7A}, {0x20, 0x20}, {0x300, 0x36F}, {0x1100, 0x1112}, {0x1161, 0x1175},
-      {0x11A8, 0x11C2}, {0xFB00, 0xFB06}, {0x2160, 0x216F}, {0xC0, 0xFF}, {0x1E00, 0x1E20}, {0xF900, 0xF910}};
+      {0x41, 0x5A},     {0x61, 0x7A},     {0x20, 0x20},     {0x300, 0x36F},
+      {0x1100, 0x1112}, {0x1161, 0x1175}, {0x11A8, 0x11C2}, {0xFB00, 0xFB06},
+      {0x2160, 0x216F}, {0xC0, 0xFF},     {0x1E00, 0x1E20}, {0xF900, 0xF910}};
   Rng rng = Rng::Stream(5, "normalize_test");
   for (int i = 0; i < 300; ++i) {
     std::string s;
@@ -133,17 +138,20 @@ TEST(TokenizerUnicode, ChunkedNormalFormsEqualWholeStringUtf8proc) {
       s = AppendUtf8(std::move(s), static_cast<uint32_t>(lo + rng.UniformInt(hi - lo + 1)));
     }
     using Form = std::pair<internal::NormalForm, int>;
-    for (auto [form, options] : {Form{internal::NormalForm::kNfc, UTF8PROC_COMPOSE},
-                                 Form{internal::NormalForm::kNfd, UTF8PROC_DECOMPOSE},
-                                 Form{internal::NormalForm::kNfkc, UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
-                                 Form{internal::NormalForm::kNfkd, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT}}) {
+    for (auto [form, options] :
+         {Form{internal::NormalForm::kNfc, UTF8PROC_COMPOSE},
+          Form{internal::NormalForm::kNfd, UTF8PROC_DECOMPOSE},
+          Form{internal::NormalForm::kNfkc, UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
+          Form{internal::NormalForm::kNfkd, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT}}) {
       utf8proc_uint8_t* dst = nullptr;
-      const auto len = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), s.size(), &dst,
-                                    static_cast<utf8proc_option_t>(UTF8PROC_STABLE | options));
+      const auto len =
+          utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), s.size(), &dst,
+                       static_cast<utf8proc_option_t>(UTF8PROC_STABLE | options));
       ASSERT_GE(len, 0);
       const std::string want(reinterpret_cast<const char*>(dst), len);
       std::free(dst);
-      EXPECT_EQ(internal::Normalize(s, form), want) << "form " << static_cast<int>(form) << " #" << i;
+      EXPECT_EQ(internal::Normalize(s, form), want)
+          << "form " << static_cast<int>(form) << " #" << i;
     }
   }
 }
@@ -160,8 +168,8 @@ TEST(TokenizerHandMade, HandComputedIds) {
   EXPECT_EQ(tok.Encode(kHandText), kHandIds);
   // (?i:'s...) makes "'S" a pre-token, so the merge "' S" applies.
   EXPECT_EQ(tok.Encode("HE'S 7"), (Ids{72, 69, 268, 32, 55}));
-  EXPECT_EQ(tok.Encode("x  "), (Ids{120, 266}));           // trailing spaces: \s+ -> ĠĠ
-  EXPECT_EQ(tok.Encode("\xff\xfe"), (Ids{255, 254}));      // invalid UTF-8: byte tokens
+  EXPECT_EQ(tok.Encode("x  "), (Ids{120, 266}));       // trailing spaces: \s+ -> ĠĠ
+  EXPECT_EQ(tok.Encode("\xff\xfe"), (Ids{255, 254}));  // invalid UTF-8: byte tokens
   EXPECT_EQ(tok.Encode(""), Ids{});
   // Special token as text: " hello" "<|" "endoftext" "|>".
   EXPECT_EQ(tok.Encode(" hello<|endoftext|>", /*allow_special=*/false),
@@ -217,10 +225,14 @@ TEST(TokenizerHandMade, MergeArrayFormAndJsonRoundTrip) {
 
 TEST(TokenizerHandMade, SplitRemovedDropsMatches) {
   auto j = nlohmann::json::parse(ReadText(DataPath("llama3_style_tokenizer.json")));
-  j["pre_tokenizer"] = {{"type", "Sequence"},
-                        {"pretokenizers",
-                         {{{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Removed"}, {"invert", false}},
-                          {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", false}}}}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern", {{"String", " "}}},
+         {"behavior", "Removed"},
+         {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", false}}}}};
   const Tokenizer tok = Tokenizer::FromJsonString(j.dump());
   // "cat" "the" lose their spaces at the split, ByteLevel puts one back in front.
   EXPECT_EQ(tok.Encode("cat  the"), (Ids{262, 258}));
@@ -261,7 +273,8 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
   j["normalizer"] = {{"type", "BertNormalizer"}};
   ExpectConfigError(j, "normalizer 'BertNormalizer' is not supported");
   j = base;
-  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
   ExpectConfigError(j, "normalizer 'Lowercase' is not supported");
   j = base;
   j["model"]["type"] = "Unigram";
@@ -323,11 +336,13 @@ TEST(TokenizerQwen3, MatchesHuggingFaceGoldenIds) {
     const auto& c = corpus[i];
     const auto& g = golden[i];
     ASSERT_EQ(c["name"], g["name"]);
-    const std::string text = c.contains("hex") ? Unhex(c["hex"].get<std::string>()) : c["text"].get<std::string>();
+    const std::string text =
+        c.contains("hex") ? Unhex(c["hex"].get<std::string>()) : c["text"].get<std::string>();
     const Ids want = g["ids"].get<Ids>();
     EXPECT_EQ(qwen.Encode(text), want) << "case " << c["name"];
     const Ids want_plain = g.contains("ids_no_special") ? g["ids_no_special"].get<Ids>() : want;
-    EXPECT_EQ(qwen.Encode(text, /*allow_special=*/false), want_plain) << "case " << c["name"] << " (no special)";
+    EXPECT_EQ(qwen.Encode(text, /*allow_special=*/false), want_plain)
+        << "case " << c["name"] << " (no special)";
     if (g.contains("decoded")) {
       EXPECT_EQ(qwen.Decode(want), g["decoded"].get<std::string>()) << "case " << c["name"];
     }
@@ -351,7 +366,8 @@ TEST(TokenizerQwen3, KnownFactsAndLabels) {
     qwen.RequireLabelToken("10");
     ADD_FAILURE() << "' 10' is two tokens in Qwen3";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("label '10' is not one token after the answer prefix: ' 10' -> [220, 16, 15]"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "label '10' is not one token after the answer prefix: ' 10' -> [220, 16, 15]"),
               std::string::npos)
         << e.what();
     EXPECT_NE(e.hint().find("use a tokenizer trained by rlid or letter labels"), std::string::npos);
@@ -394,7 +410,8 @@ TEST(TokenizerQwen3, ConcurrentEncodeAgreesWithSerial) {
     threads.emplace_back([&, w] {
       for (int rep = 0; rep < 3; ++rep)
         for (size_t i = 0; i < texts.size(); ++i)
-          mismatches[w] += (copy.Encode(texts[(i + w * 7) % texts.size()]) != serial[(i + w * 7) % texts.size()]);
+          mismatches[w] += (copy.Encode(texts[(i + w * 7) % texts.size()]) !=
+                            serial[(i + w * 7) % texts.size()]);
     });
   for (auto& t : threads) t.join();
   for (int w = 0; w < 4; ++w) EXPECT_EQ(mismatches[w], 0) << "thread " << w;
@@ -402,8 +419,9 @@ TEST(TokenizerQwen3, ConcurrentEncodeAgreesWithSerial) {
 
 TEST(TokenizerQwen3, LongPathologicalInputs) {
   REQUIRE_QWEN3();
-  for (const std::string& s : {std::string(200000, ' '), std::string(100000, 'a'), std::string(50000, '\xff'),
-                               std::string(30000, '\n') + std::string(30000, '7')}) {
+  for (const std::string& s :
+       {std::string(200000, ' '), std::string(100000, 'a'), std::string(50000, '\xff'),
+        std::string(30000, '\n') + std::string(30000, '7')}) {
     const Ids ids = qwen.Encode(s);
     EXPECT_FALSE(ids.empty());
     EXPECT_EQ(qwen.Decode(ids), s);
@@ -499,7 +517,8 @@ TEST(TokenizerTrain, SaveLoadAndByteExactRoundTrip) {
   EXPECT_THROW(tok.Save((dir / "missing_dir" / "t.json").string()), IoError);
   Rng rng = Rng::Stream(3, "tokenizer_roundtrip");
   for (int i = 0; i < 100; ++i) {
-    const std::string x = i % 2 ? RandomBytes(rng, rng.UniformInt(400)) : RandomUtf8(rng, rng.UniformInt(150));
+    const std::string x =
+        i % 2 ? RandomBytes(rng, rng.UniformInt(400)) : RandomUtf8(rng, rng.UniformInt(150));
     const Ids ids = loaded.Encode(x, /*allow_special=*/false);
     EXPECT_EQ(ids, tok.Encode(x, false));
     EXPECT_EQ(loaded.Decode(ids), x) << "#" << i;  // no normaliser: exact for any bytes
