@@ -584,6 +584,16 @@ Tokenizer Tokenizer::FromJsonString(std::string_view json, std::string source) {
   return Tokenizer(internal::BuildTokenizerData(j, source));
 }
 
+Tokenizer::Tokenizer() {
+  // Built once: training on an empty corpus yields exactly the forced tokens.
+  static const std::shared_ptr<const internal::TokenizerData> kBytes = [] {
+    TokenizerTrainOptions opt;
+    opt.vocab_size = 285;  // 256 bytes + 26 forced label merges + 3 specials
+    return Train({}, opt).data_;
+  }();
+  data_ = kBytes;
+}
+
 Tokenizer Tokenizer::FromFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(fmt::format("cannot read tokenizer file '{}'", path), "check the path");

@@ -13,9 +13,11 @@
 #include <string_view>
 #include <vector>
 
+#include "policy/types.h"
+
 namespace rlid::policy {
 
-using TokenId = int32_t;
+// TokenId comes from policy/types.h.
 
 struct TokenizerTrainOptions {
   // Total ids including the 256 byte tokens, the forced " A".." Z" merges and
@@ -34,6 +36,9 @@ struct TokenizerData;
 // per-pre-token BPE cache. All const methods are safe to call concurrently.
 class Tokenizer {
  public:
+  // The byte-level tokenizer with no merges (256 byte tokens, " A".." Z",
+  // the special tokens): valid, and a placeholder until a real one is assigned.
+  Tokenizer();
   // Reads a HF tokenizer.json. IoError if unreadable; ConfigError if the JSON is
   // malformed or uses a component rlid does not implement (named in the message).
   static Tokenizer FromFile(const std::string& path);
