@@ -238,6 +238,17 @@ TEST(TokenizerHandMade, SplitRemovedDropsMatches) {
   EXPECT_EQ(tok.Encode("cat  the"), (Ids{262, 258}));
 }
 
+TEST(TokenizerHandMade, Gpt2StyleByteLevelRegexAndPrefixSpace) {
+  auto j = nlohmann::json::parse(ReadText(DataPath("llama3_style_tokenizer.json")));
+  j["pre_tokenizer"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  const Tokenizer tok = Tokenizer::FromJsonString(j.dump());
+  // GPT-2's " ?\p{N}+" keeps " 1212" whole: Ġ 12 12 (Llama-3 would cut "121" "2").
+  EXPECT_EQ(tok.Encode("cat 1212"), (Ids{262, 32, 263, 263}));
+  // Every section between added tokens gets the prefix space.
+  EXPECT_EQ(tok.Encode("the<|endoftext|>cat"), (Ids{258, 271, 262}));
+}
+
 TEST(TokenizerHandMade, AddedTokenStripOptions) {
   auto j = nlohmann::json::parse(ReadText(DataPath("llama3_style_tokenizer.json")));
   j["added_tokens"][1]["lstrip"] = true;
