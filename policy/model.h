@@ -21,12 +21,12 @@ namespace rlid::policy {
 struct ModelConfig {
   std::string preset = "tiny";       // tiny | small | base | custom (fields below override)
   int64_t vocab_size = 1024;         // set from the tokenizer when a model is created
-  int64_t hidden_size = 96;          // D
-  int64_t intermediate_size = 256;   // SwiGLU width
-  int64_t num_layers = 3;
-  int64_t num_heads = 4;             // query heads
-  int64_t num_kv_heads = 2;          // key/value heads (GQA); divides num_heads
-  int64_t head_dim = 24;             // explicit, may differ from D / num_heads
+  int64_t hidden_size = 128;         // D
+  int64_t intermediate_size = 384;   // SwiGLU width
+  int64_t num_layers = 2;
+  int64_t num_heads = 2;             // query heads
+  int64_t num_kv_heads = 1;          // key/value heads (GQA); divides num_heads
+  int64_t head_dim = 64;             // explicit, may differ from D / num_heads
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-6;
   bool qk_norm = true;               // Qwen3 q/k RMSNorm

@@ -28,7 +28,7 @@ TEST(Model, ShapesAndNames) {
   auto ids = torch::randint(0, 97, {3, 7}, torch::kInt64);
   auto mask = TransformerLMImpl::CausalMask(torch::full({3}, 7, torch::kInt64), 7);
   auto out = m->forward(ids, Positions(3, 7), mask);
-  EXPECT_EQ(out.hidden.sizes(), (std::vector<int64_t>{3, 7, 96}));
+  EXPECT_EQ(out.hidden.sizes(), (std::vector<int64_t>{3, 7, 128}));
   EXPECT_EQ(m->Logits(out.hidden).sizes(), (std::vector<int64_t>{3, 7, 97}));
   EXPECT_EQ(m->Value(out.hidden).sizes(), (std::vector<int64_t>{3, 7}));
   std::set<std::string> names;
@@ -121,8 +121,8 @@ TEST(Model, ConfigValidation) {
   c.num_kv_heads = 3;
   EXPECT_THROW(c.Validate(), ConfigError);
   ModelConfig d = ModelConfig::FromJson(Tiny().ToJson());
-  EXPECT_EQ(d.hidden_size, 96);
-  EXPECT_EQ(d.head_dim, 24);
+  EXPECT_EQ(d.hidden_size, 128);
+  EXPECT_EQ(d.head_dim, 64);
   EXPECT_TRUE(d.qk_norm);
 }
 

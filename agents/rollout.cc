@@ -1,0 +1,430 @@
+#include "agents/rollout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/rng.h"
+
+namespace rlid::agents {
+
+void ReadoutConfig::Load(ConfigNode n) {
+  n.GetEnum("realisations", realisations, {"all", "labels"},
+            "wordings marginalised into p(a|s): label + every realisation, or the label only");
+  n.GetEnum("normalisation", normalisation, {"menu", "other"},
+            "renormalise over the menu, or keep the off-menu mass as an explicit outcome");
+}
+
+void InvalidConfig::Load(ConfigNode n) {
+  n.GetEnum("rule", rule, {"penalty_retry", "penalty_noop", "end"},
+            "token plane: what an answer that compiles to no action does");
+  n.Get("penalty", penalty, "reward of an invalid answer");
+  n.Get("max_retries", max_retries, "penalty_retry: extra tries at the same state before the episode ends");
+  if (max_retries < 0) throw ConfigError(fmt::format("{}: max_retries must be >= 0", n.Where("max_retries")));
+}
+
+namespace {
+
+struct Slot {
+  EpisodeData data;
+  std::unique_ptr<envs::State> state;
+  Rng label_rng{0}, action_rng{0};
+  int turns = 0;    // agent decisions so far, invalid answers included
+  int retries = 0;  // consecutive invalid answers at the current state
+  bool done = false;
+};
+
+Slot StartEpisode(AgentContext& ctx, const EpisodeSpec& spec, envs::Split split, policy::Plane plane,
+                  int64_t& local_ids) {
+  Slot s;
+  s.data.spec = spec;
+  s.data.split = split;
+  s.data.plane = plane;
+  s.data.id = ctx.episode_ids ? ctx.episode_ids->Next() : ++local_ids;
+  s.state = ctx.env->NewState(spec.env_seed);
+  s.label_rng = Rng::Stream(ctx.seed, "labels", spec.stream);
+  s.action_rng = Rng::Stream(ctx.seed, "actions", spec.stream);
+  return s;
+}
+
+// Facts the new state makes observable go into memory.
+void WriteFacts(AgentContext& ctx, Slot& s, int t) {
+  if (!ctx.bank || !ctx.bank->config().enabled) return;
+  auto* facts = dynamic_cast<const envs::FactSource*>(s.state.get());
+  if (!facts) return;
+  for (const auto& f : facts->Facts())
+    ctx.bank->Write(f, memory::MemoryKind::kObservation, {ctx.run_id, s.data.id, t},
+                    envs::SplitName(s.data.split), ctx.policy_version);
+}
+
+// Menu (+ seeded permutation), memory retrieval and prompt for the next step.
+StepData PrepareStep(AgentContext& ctx, Slot& s, policy::Plane plane) {
+  StepData step;
+  step.t = static_cast<int>(s.data.steps.size());
+  step.observation = s.state->Observation();
+  step.menu = s.state->CompileMenu();
+  if (ctx.renderer->config().label_order == "shuffle") envs::ShuffleMenu(step.menu, s.label_rng);
+  std::vector<std::string> memory_texts;
+  if (ctx.bank && ctx.bank->config().enabled) {
+    step.memory = ctx.bank->Retrieve(step.observation, {s.data.id, envs::SplitName(s.data.split)});
+    for (const auto& r : step.memory) memory_texts.push_back(r.item.content);
+  }
+  step.prompt = ctx.renderer->Render(ctx.env->Instructions(), step.observation, memory_texts, step.menu, plane);
+  return step;
+}
+
+void FinishEpisode(AgentContext& ctx, Slot& s) {
+  s.done = true;
+  if (ctx.bank && ctx.bank->config().enabled) s.data.new_items = ctx.bank->EndEpisode(s.data.id);
+}
+
+// Applies a valid choice; returns the outcome and updates the episode.
+void ApplyChoice(AgentContext& ctx, Slot& s, StepData& step, Budget& budget) {
+  auto out = s.state->Apply(step.action);
+  step.reward = out.reward;
+  step.terminal = out.terminal;
+  s.data.ret += out.reward;
+  s.data.success = s.data.success || out.success;
+  s.data.truncated = out.truncated;
+  budget.env_steps += 1;
+  if (!out.terminal) WriteFacts(ctx, s, step.t + 1);
+}
+
+double FlopsFor(const AgentContext& ctx, int64_t tokens, int64_t context) {
+  return static_cast<double>(tokens) * ctx.model->config().ForwardFlopsPerToken(context);
+}
+
+}  // namespace
+
+// ---- decision plane ---------------------------------------------------------------
+
+policy::ReadoutRequest ReadoutRequestFor(const policy::PromptRenderer& renderer, const StepData& step,
+                                         const ReadoutConfig& readout, bool afterstates) {
+  policy::ReadoutRequest r;
+  r.prompt = step.prompt.tokens;
+  r.realisations = renderer.Realisations(step.menu, readout.realisations == "all");
+  if (afterstates) r.afterstates = renderer.AfterstateBranches(step.menu);
+  r.end_token = renderer.tokenizer().eos_id();
+  return r;
+}
+
+policy::ReadoutOptions ReadoutOptionsFor(const ReadoutConfig& readout, bool afterstates) {
+  policy::ReadoutOptions o;
+  o.normalisation = readout.normalisation;
+  o.afterstate_values = afterstates;
+  return o;
+}
+
+std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
+                                             envs::Split split, bool greedy, Budget& budget) {
+  RLID_CHECK(ctx.env && ctx.renderer && ctx.model, "incomplete agent context");
+  torch::NoGradGuard no_grad;
+  ctx.model->eval();
+  const policy::ReadoutOptions ropts = ReadoutOptionsFor(ctx.readout, ctx.afterstate_values);
+
+  std::vector<EpisodeData> finished(specs.size());
+  std::deque<size_t> queue;
+  for (size_t i = 0; i < specs.size(); ++i) queue.push_back(i);
+  std::vector<std::pair<size_t, Slot>> active;
+  int64_t local_ids = 0;
+
+  while (!queue.empty() || !active.empty()) {
+    while (static_cast<int>(active.size()) < std::max(1, ctx.num_envs) && !queue.empty()) {
+      size_t idx = queue.front();
+      queue.pop_front();
+      Slot s = StartEpisode(ctx, specs[idx], split, policy::Plane::kDecision, local_ids);
+      WriteFacts(ctx, s, 0);
+      active.emplace_back(idx, std::move(s));
+    }
+    // One readout forward for every active episode.
+    std::vector<StepData> steps;
+    std::vector<policy::ReadoutRequest> reqs;
+    for (auto& [idx, s] : active) {
+      steps.push_back(PrepareStep(ctx, s, policy::Plane::kDecision));
+      reqs.push_back(ReadoutRequestFor(*ctx.renderer, steps.back(), ctx.readout, ctx.afterstate_values));
+    }
+    auto rb = policy::Readout(ctx.model, reqs, ropts);
+    torch::Tensor ref_log_p;
+    if (ctx.ref_model) ref_log_p = policy::Readout(ctx.ref_model, reqs, ropts).log_p.to(torch::kCPU);
+    budget.forward_passes += ctx.ref_model ? 2 : 1;
+    budget.prompt_tokens += rb.tokens_processed;
+    budget.rollout_flops += FlopsFor(ctx, rb.tokens_processed, reqs[0].prompt.size()) * (ctx.ref_model ? 2 : 1);
+    auto log_p = rb.log_p.to(torch::kCPU).contiguous();
+    auto wlogp = rb.realisation_logp.to(torch::kCPU).contiguous();
+    auto value = rb.value.to(torch::kCPU), mass = rb.candidate_mass.to(torch::kCPU);
+    auto rowh = rb.row_entropy.to(torch::kCPU), menuh = rb.menu_entropy.to(torch::kCPU);
+    torch::Tensor after = ctx.afterstate_values ? rb.afterstate_value.to(torch::kCPU) : torch::Tensor();
+
+    for (size_t b = 0; b < active.size(); ++b) {
+      Slot& s = active[b].second;
+      StepData& step = steps[b];
+      const int K = static_cast<int>(step.menu.size());
+      auto lp = log_p[b];
+      std::vector<double> probs(K);
+      for (int k = 0; k < K; ++k) {
+        step.log_p.push_back(lp[k].item<float>());
+        probs[k] = std::exp(static_cast<double>(step.log_p.back()));
+        std::vector<float> words;
+        for (size_t w = 0; w < reqs[b].realisations[k].size(); ++w) words.push_back(wlogp[b][k][w].item<float>());
+        step.wording_logp.push_back(std::move(words));
+        if (after.defined()) step.afterstate_values.push_back(after[b][k].item<float>());
+        if (ref_log_p.defined()) step.ref_log_p.push_back(ref_log_p[b][k].item<float>());
+      }
+      step.value = value[b].item<float>();
+      step.candidate_mass = mass[b].item<float>();
+      step.row_entropy = rowh[b].item<float>();
+      step.menu_entropy = menuh[b].item<float>();
+      step.item = greedy ? static_cast<int>(std::max_element(probs.begin(), probs.end()) - probs.begin())
+                         : static_cast<int>(s.action_rng.Categorical(probs));
+      step.action = step.menu.items[step.item].action;
+      budget.decisions += 1;
+      budget.samples_generated += 1;
+      ApplyChoice(ctx, s, step, budget);
+      s.data.steps.push_back(std::move(step));
+      if (s.state->IsTerminal()) FinishEpisode(ctx, s);
+    }
+    // Retire finished episodes (keep the order of the spec list in the result).
+    for (auto it = active.begin(); it != active.end();) {
+      if (it->second.done) {
+        budget.episodes += 1;
+        finished[it->first] = std::move(it->second.data);
+        it = active.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return finished;
+}
+
+// ---- scripted -------------------------------------------------------------------------
+
+std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
+                                             envs::Split split, const Chooser& choose, Budget& budget) {
+  RLID_CHECK(ctx.env && ctx.renderer, "incomplete agent context");
+  std::vector<EpisodeData> out;
+  int64_t local_ids = 0;
+  for (const auto& spec : specs) {
+    Slot s = StartEpisode(ctx, spec, split, policy::Plane::kDecision, local_ids);
+    Rng rng = Rng::Stream(ctx.seed, "scripted", spec.stream);
+    WriteFacts(ctx, s, 0);
+    while (!s.state->IsTerminal()) {
+      StepData step = PrepareStep(ctx, s, policy::Plane::kDecision);
+      step.item = choose(*s.state, step, rng);
+      RLID_CHECK(step.item >= 0 && step.item < static_cast<int>(step.menu.size()), "scripted choice out of range");
+      step.action = step.menu.items[step.item].action;
+      budget.decisions += 1;
+      ApplyChoice(ctx, s, step, budget);
+      s.data.steps.push_back(std::move(step));
+    }
+    FinishEpisode(ctx, s);
+    budget.episodes += 1;
+    out.push_back(std::move(s.data));
+  }
+  return out;
+}
+
+// ---- token plane ------------------------------------------------------------------
+
+std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
+                                          envs::Split split, bool greedy, Budget& budget) {
+  RLID_CHECK(ctx.env && ctx.renderer && ctx.sampler, "incomplete agent context (token plane needs a sampler)");
+  torch::NoGradGuard no_grad;
+  const auto& tok = ctx.renderer->tokenizer();
+  const policy::TokenId eos = tok.eos_id();
+  const bool reasoning = ctx.renderer->config().reasoning;
+  const std::string prefix = ctx.renderer->config().answer_prefix;
+  const int step_limit = ctx.env->Info().step_limit;
+
+  // Stop at end-of-text, or at the end of the answer line.
+  policy::StopFn stop = [&](const std::vector<policy::TokenId>& gen) {
+    if (gen.empty()) return false;
+    if (gen.back() == eos) return true;
+    if (!reasoning) return tok.DecodeToken(gen.back()).find('\n') != std::string::npos;
+    std::string text = tok.Decode(gen, /*skip_special=*/true);
+    size_t at = text.rfind(prefix);
+    return at != std::string::npos && text.find('\n', at) != std::string::npos;
+  };
+
+  std::vector<EpisodeData> finished(specs.size());
+  std::deque<size_t> queue;
+  for (size_t i = 0; i < specs.size(); ++i) queue.push_back(i);
+  std::vector<std::pair<size_t, Slot>> active;
+  int64_t local_ids = 0;
+  uint64_t call = 0;
+  // Greedy evaluation decodes at temperature 0; the training options come back after.
+  struct RestoreOptions {
+    policy::TextSampler* sampler;
+    policy::SamplerOptions saved;
+    ~RestoreOptions() { sampler->SetOptions(saved); }
+  } restore{ctx.sampler, ctx.sampler->options()};
+  if (greedy) {
+    auto g = restore.saved;
+    g.temperature = 0;
+    ctx.sampler->SetOptions(g);
+  }
+
+  while (!queue.empty() || !active.empty()) {
+    while (static_cast<int>(active.size()) < std::max(1, ctx.num_envs) && !queue.empty()) {
+      size_t idx = queue.front();
+      queue.pop_front();
+      Slot s = StartEpisode(ctx, specs[idx], split, policy::Plane::kToken, local_ids);
+      WriteFacts(ctx, s, 0);
+      active.emplace_back(idx, std::move(s));
+    }
+    std::vector<StepData> steps;
+    for (auto& [idx, s] : active) steps.push_back(PrepareStep(ctx, s, policy::Plane::kToken));
+    // Identical prompts (e.g. a group at its first step) share one encoding:
+    // bucket them by how many episodes show the same prompt.
+    std::map<uint64_t, std::vector<size_t>> by_prompt;
+    for (size_t b = 0; b < steps.size(); ++b) by_prompt[steps[b].prompt.hash].push_back(b);
+    std::map<size_t, std::vector<uint64_t>> by_count;
+    for (const auto& [h, members] : by_prompt) by_count[members.size()].push_back(h);
+    int64_t before_prompt = ctx.sampler->prompt_tokens_encoded();
+    int64_t before_gen = ctx.sampler->tokens_generated();
+    size_t longest = 0;
+    for (const auto& [count, hashes] : by_count) {
+      std::vector<std::vector<policy::TokenId>> prompts;
+      for (uint64_t h : hashes) prompts.push_back(steps[by_prompt[h][0]].prompt.tokens);
+      uint64_t seed = Rng::DeriveSeed(ctx.seed, "sampler", ctx.iteration, call++);
+      auto results = ctx.sampler->Sample(prompts, static_cast<int>(count), stop, seed);
+      for (size_t p = 0; p < hashes.size(); ++p) {
+        const auto& members = by_prompt[hashes[p]];
+        for (size_t j = 0; j < members.size(); ++j) {
+          StepData& step = steps[members[j]];
+          const auto& r = results[p][j];
+          step.response = r.tokens;
+          step.rollout_logp = r.logprobs;
+          step.response_text = tok.Decode(r.tokens, /*skip_special=*/true);
+          longest = std::max(longest, r.tokens.size());
+        }
+      }
+    }
+    budget.forward_passes += static_cast<int64_t>(by_count.size()) * (1 + static_cast<int64_t>(longest));
+    budget.prompt_tokens += ctx.sampler->prompt_tokens_encoded() - before_prompt;
+    budget.generated_tokens += ctx.sampler->tokens_generated() - before_gen;
+
+    for (size_t b = 0; b < active.size(); ++b) {
+      Slot& s = active[b].second;
+      StepData& step = steps[b];
+      budget.decisions += 1;
+      budget.samples_generated += 1;
+      s.turns += 1;
+      auto res = step.menu.Compile(step.response_text);
+      if (res.valid()) {
+        s.retries = 0;
+        step.item = res.item;
+        step.action = res.action;
+        ApplyChoice(ctx, s, step, budget);
+      } else {
+        step.invalid = true;
+        step.invalid_reason = res.reason;
+        step.reward = ctx.invalid.penalty;
+        s.data.ret += step.reward;
+        s.data.invalid_steps += 1;
+        budget.invalid_steps += 1;
+        s.retries += 1;
+        bool end = ctx.invalid.rule == "end" ||
+                   (ctx.invalid.rule == "penalty_retry" && s.retries > ctx.invalid.max_retries);
+        step.terminal = end;
+      }
+      bool out_of_turns = !step.terminal && s.turns >= step_limit;
+      if (out_of_turns) {
+        step.terminal = true;
+        s.data.truncated = true;
+      }
+      bool done = step.terminal;
+      s.data.steps.push_back(std::move(step));
+      if (done) FinishEpisode(ctx, s);
+    }
+    for (auto it = active.begin(); it != active.end();) {
+      if (it->second.done) {
+        budget.episodes += 1;
+        finished[it->first] = std::move(it->second.data);
+        it = active.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return finished;
+}
+
+// ---- records ------------------------------------------------------------------------
+
+memory::EpisodeRecord ToRecord(const EpisodeData& e, const AgentContext& ctx) {
+  memory::EpisodeRecord r;
+  r.id = e.id;
+  r.run_id = ctx.run_id;
+  r.env = ctx.env->Info().name;
+  r.seed = e.spec.env_seed;
+  r.split = envs::SplitName(e.split);
+  r.plane = policy::PlaneName(e.plane);
+  r.policy_version = ctx.policy_version;
+  r.iteration = ctx.iteration;
+  r.ret = e.ret;
+  r.success = e.success;
+  r.length = static_cast<int>(e.steps.size());
+  r.truncated = e.truncated;
+  r.new_items = e.new_items;
+  const bool decision = e.plane == policy::Plane::kDecision;
+  for (const auto& s : e.steps) {
+    memory::StepRecord sr;
+    sr.t = s.t;
+    sr.observation = s.observation;
+    sr.prompt = s.prompt.text;
+    sr.prompt_hash = s.prompt.hash;
+    sr.prompt_tokens = static_cast<int>(s.prompt.tokens.size());
+    sr.action = s.invalid ? -1 : s.action;
+    if (s.item >= 0) {
+      sr.label = s.menu.items[s.item].label;
+      sr.command = s.menu.items[s.item].command;
+    }
+    sr.reward = s.reward;
+    sr.invalid = s.invalid;
+    sr.invalid_reason = s.invalid_reason;
+    if (decision) {
+      if (s.item >= 0 && static_cast<size_t>(s.item) < s.log_p.size()) {
+        sr.logp_rollout = sr.logp_train = s.log_p[s.item];
+        sr.value = s.value;
+      }
+    } else {
+      sr.generated_text = s.response_text;
+      sr.generated_tokens = static_cast<int>(s.response.size());
+      double roll = 0, train = 0;
+      for (float v : s.rollout_logp) roll += v;
+      for (float v : s.train_logp) train += v;
+      sr.logp_rollout = roll;
+      if (!s.train_logp.empty()) sr.logp_train = train;
+    }
+    for (size_t k = 0; k < s.menu.items.size(); ++k) {
+      const auto& it = s.menu.items[k];
+      memory::MenuItemRecord m;
+      m.position = static_cast<int>(k);
+      m.action = it.action;
+      m.label = it.label;
+      m.command = it.command;
+      m.afterstate = it.afterstate;
+      if (decision && k < s.log_p.size()) {
+        m.probability = std::exp(static_cast<double>(s.log_p[k]));
+        const auto& words = s.wording_logp[k];
+        for (size_t w = 0; w < words.size(); ++w) {
+          std::string text = w == 0 ? it.label : (w - 1 < it.realisations.size() ? it.realisations[w - 1] : "");
+          m.realisations.push_back({text, std::exp(static_cast<double>(words[w]))});
+        }
+      }
+      sr.menu.push_back(std::move(m));
+    }
+    sr.reads = memory::ToReads(s.memory);
+    r.steps.push_back(std::move(sr));
+  }
+  return r;
+}
+
+}  // namespace rlid::agents

@@ -1,0 +1,131 @@
+// Rollouts: an agent plays episodes on N environments at once. Decision plane:
+// every step batches the N prompts into ONE label-readout forward and samples
+// an action from p(a|s). Token plane: the rollout engine samples free text
+// that the env compiles into an action or an invalid answer. Both planes use
+// the same prompt renderer, memory bank and store records (interface
+// matching); every random stream derives from (run seed, episode stream).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agents/budget.h"
+#include "core/config.h"
+#include "core/rng.h"
+#include "envs/env.h"
+#include "memory/memory_bank.h"
+#include "memory/records.h"
+#include "policy/model.h"
+#include "policy/prompt.h"
+#include "policy/readout.h"
+#include "policy/sampler.h"
+
+namespace rlid::agents {
+
+struct ReadoutConfig {
+  std::string realisations = "all";    // all: label + every wording; labels: the label token only
+  std::string normalisation = "menu";  // menu | other (keep off-menu mass explicit)
+  void Load(ConfigNode n);
+};
+
+// What to do with a token-plane answer that compiles to no action.
+struct InvalidConfig {
+  std::string rule = "penalty_retry";  // penalty_retry | penalty_noop | end
+  double penalty = -0.1;               // reward of an invalid answer
+  int max_retries = 2;                 // penalty_retry: extra tries at the same state
+  void Load(ConfigNode n);
+};
+
+struct EpisodeSpec {
+  uint64_t env_seed = 0;
+  uint64_t stream = 0;  // index of this episode's RNG streams (unique within a run)
+  int group = -1;       // episodes sharing an env seed (group advantages)
+};
+
+struct StepData {
+  int t = 0;
+  std::string observation;
+  policy::RenderedPrompt prompt;
+  envs::Menu menu;                        // as shown (labels may be permuted)
+  std::vector<memory::Retrieved> memory;  // items in the prompt
+  // Decision plane (rollout readout; in the decision plane rollout = training forward).
+  std::vector<float> log_p;                     // per menu item
+  std::vector<std::vector<float>> wording_logp;  // per item, per wording
+  float value = 0, candidate_mass = 0, row_entropy = 0, menu_entropy = 0;
+  std::vector<float> afterstate_values;
+  std::vector<float> ref_log_p;  // reference policy's log p (when a reference is set)
+  // Token plane.
+  std::vector<policy::TokenId> response;
+  std::vector<float> rollout_logp;  // per response token, rollout engine
+  std::vector<float> train_logp;    // per response token, training forward (filled by the trainer)
+  std::string response_text;
+  // Outcome.
+  int item = -1;                       // chosen menu index (-1: invalid)
+  envs::ActionId action = envs::kNoAction;
+  bool invalid = false;
+  std::string invalid_reason;
+  double reward = 0;
+  bool terminal = false;
+};
+
+struct EpisodeData {
+  int64_t id = 0;  // store episode id
+  EpisodeSpec spec;
+  envs::Split split = envs::Split::kTrain;
+  policy::Plane plane = policy::Plane::kDecision;
+  std::vector<StepData> steps;
+  std::vector<memory::MemoryItem> new_items;
+  double ret = 0;
+  bool success = false, truncated = false;
+  int invalid_steps = 0;
+};
+
+// Everything a rollout needs; pointers are non-owning.
+struct AgentContext {
+  const envs::Env* env = nullptr;
+  policy::TransformerLM model{nullptr};      // the policy (decision readout, token scoring)
+  policy::TransformerLM ref_model{nullptr};  // frozen reference for KL (optional)
+  policy::TextSampler* sampler = nullptr;    // token plane rollout engine
+  const policy::PromptRenderer* renderer = nullptr;
+  ReadoutConfig readout;
+  InvalidConfig invalid;
+  memory::MemoryBank* bank = nullptr;   // memory (optional)
+  memory::IdAllocator* episode_ids = nullptr;  // store ids (a local counter when null)
+  int64_t run_id = 0;
+  uint64_t seed = 0;  // run seed
+  int64_t policy_version = 0;
+  int64_t iteration = 0;
+  int num_envs = 16;           // episodes played in lockstep (readout batch size)
+  bool afterstate_values = false;  // read the afterstate critic in the same pass
+};
+
+// Plays every spec (num_envs at a time, refilling slots as episodes end).
+// greedy: argmax action (evaluation); otherwise sampled from p(a|s).
+std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
+                                             envs::Split split, bool greedy, Budget& budget);
+
+// Token plane: the sampler generates each answer; invalid answers follow
+// ctx.invalid. greedy uses temperature 0.
+std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
+                                          envs::Split split, bool greedy, Budget& budget);
+
+// A scripted policy (oracle demonstrations, random play): picks the menu
+// index to take from the state and the step as the agent sees it.
+using Chooser = std::function<int(const envs::State& state, const StepData& step, Rng& rng)>;
+// Plays specs with the same prompts/memory/records as the agent, choosing by
+// `choose` (its Rng is the episode's "scripted" stream). Used by `rlid sft`.
+std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
+                                             envs::Split split, const Chooser& choose, Budget& budget);
+
+// The readout input of a step (prompt, wordings, afterstate branches).
+policy::ReadoutRequest ReadoutRequestFor(const policy::PromptRenderer& renderer, const StepData& step,
+                                         const ReadoutConfig& readout, bool afterstates);
+policy::ReadoutOptions ReadoutOptionsFor(const ReadoutConfig& readout, bool afterstates);
+
+// The store record of an episode (steps, menus with probabilities, reads, items).
+memory::EpisodeRecord ToRecord(const EpisodeData& e, const AgentContext& ctx);
+
+}  // namespace rlid::agents

@@ -1,0 +1,125 @@
+// `rlid train`, `rlid sft`, `rlid eval`: run an experiment config, warm-start
+// by behaviour cloning, evaluate a checkpoint on test seeds.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "policy/checkpoint.h"
+#include "trainers/experiment.h"
+#include "trainers/sft.h"
+#include "trainers/trainer.h"
+
+namespace rlid::cli {
+namespace {
+
+using trainers::ExperimentConfig;
+using trainers::Session;
+
+struct RunOptions {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string out;
+  void Add(CLI::App& app) {
+    app.add_option("config", config, "experiment TOML (see configs/)")->required()->check(CLI::ExistingFile);
+    app.add_option("--set", sets, "override a config key, e.g. --set trainer.lr=1e-4 (repeatable)");
+    app.add_option("--out", out, "run directory (default: runs/<name>-<timestamp>)");
+  }
+};
+
+void PrintEval(const char* what, const trainers::EvalResult& r) {
+  std::cout << fmt::format("{:<22} success {:.3f}  return {:+.3f}  length {:.1f}  invalid {:.3f}  ({} test episodes)\n",
+                           what, r.success, r.ret, r.length, r.invalid_rate, r.episodes);
+}
+
+class TrainCommand : public Command {
+ public:
+  void Setup(CLI::App& app) override {
+    opts_.Add(app);
+    app.add_flag("--resume", resume_, "continue the run in --out from its last checkpoint");
+    app.footer("trainers: " + Join(trainers::TrainerRegistry::Global().Names(), ", "));
+    app.callback([this] { Run(); });
+  }
+
+ private:
+  void Run() {
+    if (resume_ && opts_.out.empty())
+      throw ConfigError("--resume needs --out DIR (the run directory to continue)");
+    auto cfg = ExperimentConfig::Load(opts_.config, opts_.sets);
+    auto trainer = trainers::TrainerRegistry::Global().Make(cfg->trainer.algorithm);
+    Session s(*cfg, {.out_dir = opts_.out, .kind = "train", .arm = cfg->trainer.algorithm, .resume = resume_});
+    auto r = trainers::Train(s, *trainer, {resume_, false});
+    s.End("completed");
+    std::cout << fmt::format("\n{} finished {} iterations in {}\n", cfg->trainer.algorithm, r.iterations, s.run_dir);
+    PrintEval("test (greedy)", r.final_greedy);
+    if (cfg->trainer.eval_sampled) PrintEval("test (sampled)", r.final_sampled);
+    std::cout << "checkpoint " << r.final_checkpoint << "\n";
+  }
+  RunOptions opts_;
+  bool resume_ = false;
+};
+
+class SftCommand : public Command {
+ public:
+  void Setup(CLI::App& app) override {
+    opts_.Add(app);
+    app.callback([this] {
+      auto cfg = ExperimentConfig::Load(opts_.config, opts_.sets);
+      Session s(*cfg, {.out_dir = opts_.out, .kind = "sft", .arm = "sft"});
+      auto r = trainers::RunSft(s);
+      s.End("completed");
+      std::cout << fmt::format("\nsft: {} decisions from {} oracle episodes (demo success {:.2f}), final loss {:.4f}\n",
+                               r.examples, cfg->sft.episodes, r.demo_success, r.final_loss);
+      PrintEval("decision plane (greedy)", r.decision_greedy);
+      PrintEval("token plane (greedy)", r.token_greedy);
+      std::cout << "checkpoint " << r.checkpoint << "\n";
+    });
+  }
+
+ private:
+  RunOptions opts_;
+};
+
+class EvalCommand : public Command {
+ public:
+  void Setup(CLI::App& app) override {
+    app.add_option("--checkpoint", checkpoint_, "checkpoint directory")->required();
+    app.add_option("--config", config_, "experiment TOML for prompt/readout/memory settings (optional)");
+    app.add_option("--env", env_, "environment (overrides the config)");
+    app.add_option("--episodes", episodes_, "test episodes")->capture_default_str();
+    app.add_option("--plane", plane_, "decision | token")->check(CLI::IsMember({"decision", "token"}))->capture_default_str();
+    app.add_flag("--sampled", sampled_, "sample actions instead of greedy");
+    app.add_option("--set", sets_, "config override (repeatable), e.g. --set env.size=6");
+    app.add_option("--out", out_, "run directory for the evaluation records");
+    app.callback([this] { Run(); });
+  }
+
+ private:
+  void Run() {
+    std::vector<std::string> sets = sets_;
+    sets.push_back("policy.init=" + checkpoint_);
+    if (!env_.empty()) sets.push_back("env.name=" + env_);
+    auto cfg = ExperimentConfig::Load(config_, sets);
+    Session s(*cfg, {.out_dir = out_, .kind = "eval", .arm = plane_});
+    auto r = trainers::Evaluate(s, plane_ == "decision" ? policy::Plane::kDecision : policy::Plane::kToken,
+                                episodes_, !sampled_, 0);
+    s.End("completed");
+    PrintEval(fmt::format("{} plane ({})", plane_, sampled_ ? "sampled" : "greedy").c_str(), r);
+    std::cout << "records in " << s.run_dir << "\n";
+  }
+  std::string checkpoint_, config_, env_, plane_ = "decision", out_;
+  std::vector<std::string> sets_;
+  int64_t episodes_ = 64;
+  bool sampled_ = false;
+};
+
+const Registrar<CommandRegistry> kTrain("train", "train a policy from an experiment config",
+                                        [] { return std::make_unique<TrainCommand>(); });
+const Registrar<CommandRegistry> kSft("sft", "warm start by behaviour cloning from env oracles",
+                                      [] { return std::make_unique<SftCommand>(); });
+const Registrar<CommandRegistry> kEval("eval", "evaluate a checkpoint on test seeds",
+                                       [] { return std::make_unique<EvalCommand>(); });
+
+}  // namespace
+}  // namespace rlid::cli

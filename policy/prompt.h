@@ -1,0 +1,77 @@
+// PromptRenderer: (task instructions, observation, memory items, menu) ->
+// prompt text and tokens. Both planes get the *same* prompt (interface
+// matching): it ends with the answer prefix ("Action:"); the decision plane
+// reads the next token's distribution over the menu labels, the token plane
+// samples free text from the same position. Options hide afterstates or
+// memory so their effect can be measured.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/config.h"
+#include "envs/menu.h"
+#include "policy/tokenizer.h"
+
+namespace rlid::policy {
+
+enum class Plane { kDecision, kToken };
+const char* PlaneName(Plane p);
+
+struct PromptConfig {
+  bool show_instructions = true;  // the env's rules at the top
+  bool show_afterstates = true;   // "A) go north -> <afterstate>"
+  bool show_memory = true;        // retrieved memory items (when memory is enabled)
+  std::string answer_prefix = "Action:";  // the label is the next token
+  std::string label_order = "shuffle";    // shuffle: seeded per-step menu permutation | fixed
+  bool reasoning = false;  // token plane: ask for brief reasoning before "Action: <label>"
+  void Load(ConfigNode n);
+};
+
+// The prompt text alone (no tokenizer): also used to build tokenizer corpora
+// that contain exactly what the model will read.
+std::string RenderPromptText(const PromptConfig& cfg, const std::string& instructions,
+                             const std::string& observation, const std::vector<std::string>& memory,
+                             const envs::Menu& menu, Plane plane);
+
+struct RenderedPrompt {
+  std::string text;
+  std::vector<TokenId> tokens;
+  uint64_t hash = 0;  // of the text
+};
+
+class PromptRenderer {
+ public:
+  // Checks that every label A..Z is one token after the answer prefix
+  // (ConfigError otherwise).
+  PromptRenderer(PromptConfig cfg, Tokenizer tokenizer);
+
+  RenderedPrompt Render(const std::string& instructions, const std::string& observation,
+                        const std::vector<std::string>& memory, const envs::Menu& menu,
+                        Plane plane) const;
+  // Readout wordings per menu item: {label token} first, then (all = true)
+  // every realisation as " " + wording.
+  std::vector<std::vector<std::vector<TokenId>>> Realisations(const envs::Menu& menu, bool all) const;
+  // Afterstate branches for the afterstate critic: " <command> -> <afterstate>".
+  std::vector<std::vector<TokenId>> AfterstateBranches(const envs::Menu& menu) const;
+  // The token-plane target answer for an item: " <label>" then end-of-text.
+  std::vector<TokenId> AnswerTokens(const envs::MenuItem& item) const;
+  TokenId LabelToken(const std::string& label) const;
+  // Encodes with a cache (menu wordings repeat across steps). Thread-safe.
+  std::vector<TokenId> EncodeCached(const std::string& text) const;
+
+  const PromptConfig& config() const { return cfg_; }
+  const Tokenizer& tokenizer() const { return tok_; }
+
+ private:
+  PromptConfig cfg_;
+  Tokenizer tok_;
+  std::vector<TokenId> label_tokens_;  // A..Z
+  mutable std::mutex mu_;
+  mutable std::unordered_map<std::string, std::vector<TokenId>> cache_;
+};
+
+}  // namespace rlid::policy

@@ -1,0 +1,196 @@
+// Rollouts: batched decision episodes are deterministic by seed, count their
+// budget, and produce store records; the token plane compiles free text, and
+// every invalid answer is recorded with its reason.
+#include "agents/rollout.h"
+
+#include <gtest/gtest.h>
+
+#include "memory/store.h"
+#include "memory/writer.h"
+#include "tests/agents/fixtures.h"
+
+namespace rlid::agents {
+namespace {
+
+struct Rig {
+  std::unique_ptr<envs::Env> env;
+  policy::Tokenizer tok;
+  policy::TransformerLM model{nullptr};
+  std::unique_ptr<policy::PromptRenderer> renderer;
+  explicit Rig(const std::string& env_name, std::vector<std::string> params = {}) {
+    env = envs::MakeEnv(env_name, params);
+    tok = testing::EnvTokenizer(*env);
+    model = testing::TinyModel(tok);
+    renderer = std::make_unique<policy::PromptRenderer>(policy::PromptConfig{}, tok);
+  }
+  AgentContext Ctx() {
+    AgentContext c;
+    c.env = env.get();
+    c.model = model;
+    c.renderer = renderer.get();
+    c.seed = 11;
+    c.num_envs = 5;
+    return c;
+  }
+};
+
+std::vector<EpisodeSpec> Specs(int n, uint64_t base = 0) {
+  std::vector<EpisodeSpec> s;
+  for (int i = 0; i < n; ++i) s.push_back({envs::SplitSeed(envs::Split::kTrain, base + i), base + i, i / 2});
+  return s;
+}
+
+TEST(Rollout, DecisionEpisodesAreDeterministicAndCounted) {
+  Rig rig("maze", {"size=3"});
+  auto ctx = rig.Ctx();
+  Budget b1, b2;
+  auto a = RunDecisionEpisodes(ctx, Specs(8), envs::Split::kTrain, false, b1);
+  auto b = RunDecisionEpisodes(ctx, Specs(8), envs::Split::kTrain, false, b2);
+  ASSERT_EQ(a.size(), 8u);
+  int64_t steps = 0;
+  for (size_t e = 0; e < a.size(); ++e) {
+    ASSERT_EQ(a[e].steps.size(), b[e].steps.size());
+    for (size_t t = 0; t < a[e].steps.size(); ++t) {
+      EXPECT_EQ(a[e].steps[t].action, b[e].steps[t].action);
+      EXPECT_EQ(a[e].steps[t].prompt.text, b[e].steps[t].prompt.text);
+      // p(a|s) over the menu sums to one.
+      double total = 0;
+      for (float lp : a[e].steps[t].log_p) total += std::exp(lp);
+      EXPECT_NEAR(total, 1.0, 1e-4);
+    }
+    EXPECT_EQ(a[e].spec.env_seed, Specs(8)[e].env_seed);
+    steps += static_cast<int64_t>(a[e].steps.size());
+  }
+  EXPECT_EQ(b1.env_steps, steps);
+  EXPECT_EQ(b1.decisions, steps);
+  EXPECT_EQ(b1.episodes, 8);
+  EXPECT_GT(b1.forward_passes, 0);
+  EXPECT_LT(b1.forward_passes, steps);  // lockstep batching: one forward serves several episodes
+  EXPECT_GT(b1.prompt_tokens, 0);
+  EXPECT_EQ(b1.env_steps, b2.env_steps);
+}
+
+TEST(Rollout, GreedyPicksTheArgmax) {
+  Rig rig("bandit");
+  auto ctx = rig.Ctx();
+  Budget b;
+  auto eps = RunDecisionEpisodes(ctx, Specs(6), envs::Split::kTest, true, b);
+  for (const auto& e : eps)
+    for (const auto& s : e.steps)
+      EXPECT_EQ(s.item, std::max_element(s.log_p.begin(), s.log_p.end()) - s.log_p.begin());
+}
+
+TEST(Rollout, RecordsReachTheStore) {
+  Rig rig("keys");
+  testing::TempDir dir("rollout_store");
+  auto store = memory::Store::Open((dir.path() / "rlid.db").string(), memory::Store::Mode::kReadWrite);
+  memory::Writer writer(*store);
+  memory::RunRecord run;
+  run.name = "t";
+  run.kind = "train";
+  int64_t run_id = writer.BeginRun(run);
+  memory::MemoryConfig mc;
+  mc.enabled = true;
+  mc.scope = "episode";
+  memory::MemoryBank bank(mc, run_id, &store->item_ids());
+  auto ctx = rig.Ctx();
+  ctx.bank = &bank;
+  ctx.run_id = run_id;
+  ctx.episode_ids = &store->episode_ids();
+  Budget b;
+  auto eps = RunDecisionEpisodes(ctx, Specs(4), envs::Split::kTrain, false, b);
+  for (const auto& e : eps) writer.Submit(ToRecord(e, ctx));
+  writer.EndRun(run_id, "completed");
+  auto q = store->Query("SELECT count(*) FROM episodes");
+  EXPECT_EQ(std::get<int64_t>(q.rows[0][0]), 4);
+  q = store->Query("SELECT count(*) FROM steps");
+  EXPECT_EQ(std::get<int64_t>(q.rows[0][0]), b.env_steps);
+  // Menu probabilities of every step sum to one.
+  q = store->Query("SELECT max(abs(s - 1.0)) FROM (SELECT sum(probability) s FROM menu_items GROUP BY episode_id, t)");
+  EXPECT_LT(std::get<double>(q.rows[0][0]), 1e-4);
+  // keys emits facts; with memory on they are written and read back into prompts.
+  q = store->Query("SELECT count(*) FROM memory_items");
+  EXPECT_GT(std::get<int64_t>(q.rows[0][0]), 0);
+  q = store->Query("SELECT count(*) FROM memory_reads");
+  EXPECT_GT(std::get<int64_t>(q.rows[0][0]), 0);
+  EXPECT_TRUE(store->CheckIntegrity());
+}
+
+TEST(Rollout, TokenPlaneRecordsEveryInvalidAnswerWithItsReason) {
+  Rig rig("maze", {"size=3"});
+  policy::SamplerOptions so;
+  so.max_new_tokens = 6;
+  so.temperature = 1.5;  // a random model: mostly garbage answers
+  policy::TextSampler sampler(rig.model->config(), so, torch::kCPU);
+  sampler.SyncWeights(rig.model);
+  auto ctx = rig.Ctx();
+  ctx.sampler = &sampler;
+  ctx.invalid.rule = "penalty_noop";
+  Budget b;
+  auto eps = RunTokenEpisodes(ctx, Specs(6), envs::Split::kTrain, false, b);
+  int64_t invalid = 0, decisions = 0;
+  for (const auto& e : eps) {
+    for (const auto& s : e.steps) {
+      ++decisions;
+      EXPECT_FALSE(s.response.empty());
+      EXPECT_EQ(s.response.size(), s.rollout_logp.size());
+      if (s.invalid) {
+        ++invalid;
+        EXPECT_FALSE(s.invalid_reason.empty());
+        EXPECT_EQ(s.action, envs::kNoAction);
+        EXPECT_DOUBLE_EQ(s.reward, ctx.invalid.penalty);
+      } else {
+        EXPECT_GE(s.menu.IndexOfAction(s.action), 0);
+      }
+    }
+    EXPECT_LE(static_cast<int>(e.steps.size()), rig.env->Info().step_limit);
+  }
+  EXPECT_GT(invalid, 0);
+  EXPECT_EQ(b.invalid_steps, invalid);
+  EXPECT_EQ(b.decisions, decisions);
+  EXPECT_GT(b.generated_tokens, 0);
+}
+
+TEST(Rollout, InvalidRuleEndStopsTheEpisode) {
+  Rig rig("maze", {"size=3"});
+  policy::SamplerOptions so;
+  so.max_new_tokens = 4;
+  so.temperature = 2.0;
+  policy::TextSampler sampler(rig.model->config(), so, torch::kCPU);
+  sampler.SyncWeights(rig.model);
+  auto ctx = rig.Ctx();
+  ctx.sampler = &sampler;
+  ctx.invalid.rule = "end";
+  Budget b;
+  for (const auto& e : RunTokenEpisodes(ctx, Specs(6), envs::Split::kTrain, false, b)) {
+    for (size_t t = 0; t < e.steps.size(); ++t)
+      if (e.steps[t].invalid) {
+        EXPECT_EQ(t + 1, e.steps.size()) << "an invalid answer must end the episode";
+      }
+  }
+}
+
+TEST(Rollout, CompileFuzzNeverCrashes) {
+  // Random generations (uniform random token ids) compiled against real menus.
+  Rig rig("keys");
+  auto s = rig.env->NewState(4);
+  auto menu = s->CompileMenu();
+  Rng rng(9);
+  int invalid = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<policy::TokenId> ids(rng.UniformInt(12));
+    for (auto& id : ids) id = static_cast<policy::TokenId>(rng.UniformInt(rig.tok.VocabSize()));
+    std::string text = rig.tok.Decode(ids);
+    auto res = menu.Compile(text);
+    if (!res.valid()) {
+      ++invalid;
+      EXPECT_FALSE(res.reason.empty());
+    } else {
+      EXPECT_GE(menu.IndexOfAction(res.action), 0);
+    }
+  }
+  EXPECT_GT(invalid, 1000);
+}
+
+}  // namespace
+}  // namespace rlid::agents
