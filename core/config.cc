@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <fstream>
 #include <map>
@@ -42,7 +43,14 @@ std::string TomlText(const T& v) {
   std::ostringstream os;
   if constexpr (std::is_same_v<T, std::string>) {
     os << toml::value<std::string>(v);
-  } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, double>) {
+  } else if constexpr (std::is_same_v<T, double>) {
+    // Shortest round-trip text ("0.0004", not "0.00040000000000000002"), kept a TOML float.
+    std::string t = fmt::format("{}", v);
+    if (std::isfinite(v) && t.find_first_of(".eE") == std::string::npos) t += ".0";
+    if (std::isinf(v)) t = v > 0 ? "inf" : "-inf";
+    if (std::isnan(v)) t = "nan";
+    os << t;
+  } else if constexpr (std::is_same_v<T, bool>) {
     os << toml::value<T>(v);
   } else {
     os << toml::value<int64_t>(static_cast<int64_t>(v));
@@ -55,7 +63,7 @@ std::string TomlArrayText(const std::vector<T>& v) {
   toml::array a;
   for (const auto& x : v) {
     if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, double>)
-      a.push_back(x);
+      a.push_back(x);  // arrays keep toml++'s formatting
     else
       a.push_back(static_cast<int64_t>(x));
   }

@@ -110,8 +110,10 @@ std::vector<std::vector<TokenId>> PromptRenderer::AfterstateBranches(const envs:
   return out;
 }
 
-std::vector<TokenId> PromptRenderer::AnswerTokens(const envs::MenuItem& item) const {
-  return {LabelToken(item.label), tok_.eos_id()};
+std::vector<TokenId> PromptRenderer::AnswerTokens(const envs::MenuItem& item, bool command) const {
+  std::vector<TokenId> out = command ? EncodeCached(" " + item.command) : std::vector<TokenId>{LabelToken(item.label)};
+  out.push_back(tok_.eos_id());
+  return out;
 }
 
 }  // namespace rlid::policy

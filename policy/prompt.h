@@ -57,8 +57,9 @@ class PromptRenderer {
   std::vector<std::vector<std::vector<TokenId>>> Realisations(const envs::Menu& menu, bool all) const;
   // Afterstate branches for the afterstate critic: " <command> -> <afterstate>".
   std::vector<std::vector<TokenId>> AfterstateBranches(const envs::Menu& menu) const;
-  // The token-plane target answer for an item: " <label>" then end-of-text.
-  std::vector<TokenId> AnswerTokens(const envs::MenuItem& item) const;
+  // The token-plane target answer for an item, then end-of-text: " <label>",
+  // or (command = true) " <canonical command>".
+  std::vector<TokenId> AnswerTokens(const envs::MenuItem& item, bool command = false) const;
   TokenId LabelToken(const std::string& label) const;
   // Encodes with a cache (menu wordings repeat across steps). Thread-safe.
   std::vector<TokenId> EncodeCached(const std::string& text) const;

@@ -92,6 +92,8 @@ void SftConfig::Load(ConfigNode n) {
   n.Get("lr", lr, "learning rate");
   n.Get("label_weight", label_weight, "decision plane: cross-entropy on the label readout");
   n.Get("answer_weight", answer_weight, "token plane: LM loss on the answer text");
+  n.GetEnum("answer", answer, {"command", "label"},
+            "token-plane demonstration answer: the command text or the label letter");
   n.Get("lm_weight", lm_weight, "plain LM loss on the prompt text");
   if (random_action_frac < 0 || random_action_frac > 1)
     throw ConfigError(fmt::format("{}: sft.random_action_frac must be in [0, 1]", n.Where("random_action_frac")));

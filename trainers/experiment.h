@@ -52,7 +52,10 @@ struct TrainerConfig {
   int num_envs = 16;                       // episodes played in lockstep (batch of one forward)
   int64_t epochs = 4;                      // passes over the rollout batch
   int64_t minibatch_size = 64;             // decisions (decision plane) / responses (token plane)
-  bool normalize_advantages = true;        // whiten advantages per minibatch (gae)
+  // Whiten GAE advantages per minibatch. Off by default: rewards here are
+  // bounded, and once a task is solved the advantages are all ~0, so whitening
+  // blows value-head noise up into full-size updates (measured on bandit).
+  bool normalize_advantages = false;
   double vf_coef = 0.5;                    // value loss weight
   double vf_clip = 0.0;                    // value clip (0 = off)
   double ent_coef = 0.01;                  // menu-entropy bonus
@@ -100,6 +103,7 @@ struct SftConfig {
   double lr = 1e-3;
   double label_weight = 1.0;         // decision plane: cross-entropy of p(a*|s) (label readout)
   double answer_weight = 1.0;        // token plane: LM loss on the answer text
+  std::string answer = "command";    // token-plane answer text: the command ("go north") or the label ("B")
   double lm_weight = 0.2;            // plain LM loss on the prompt text (learn the env's vocabulary)
   void Load(ConfigNode n);
 };

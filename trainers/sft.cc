@@ -75,15 +75,19 @@ SftResult RunSft(Session& s, bool quiet) {
     for (int64_t b0 = 0; b0 < N; b0 += c.batch_size) {
       int64_t b1 = std::min(N, b0 + c.batch_size);
       std::vector<policy::ReadoutRequest> reqs;
-      std::vector<policy::ScoreRequest> answers, texts;
-      std::vector<int64_t> targets;
+      // One LM pass covers the prompt text (lm_weight) and the answer (answer_weight).
+      std::vector<policy::ScoreRequest> texts;
+      std::vector<int64_t> targets, prompt_len;
       for (int64_t k = b0; k < b1; ++k) {
         const auto* st = steps[perm[k]];
         reqs.push_back(agents::ReadoutRequestFor(*s.renderer, *st, s.cfg.readout, false));
         targets.push_back(st->item);
-        answers.push_back({st->prompt.tokens, s.renderer->AnswerTokens(st->menu.items[st->item])});
         const auto& p = st->prompt.tokens;
-        texts.push_back({{p.begin(), p.begin() + 1}, {p.begin() + 1, p.end()}});
+        std::vector<policy::TokenId> rest(p.begin() + 1, p.end());
+        auto answer = s.renderer->AnswerTokens(st->menu.items[st->item], c.answer == "command");
+        rest.insert(rest.end(), answer.begin(), answer.end());
+        texts.push_back({{p.front()}, rest});
+        prompt_len.push_back(static_cast<int64_t>(p.size()) - 1);
       }
       torch::Tensor loss = torch::zeros({}, torch::kFloat32);
       if (c.label_weight > 0) {
@@ -91,13 +95,16 @@ SftResult RunSft(Session& s, bool quiet) {
         auto t = torch::tensor(targets, torch::kInt64).to(rb.log_p.device());
         loss = loss + c.label_weight * -rb.log_p.gather(1, t.unsqueeze(1)).mean();
       }
-      if (c.answer_weight > 0) {
-        auto sb = policy::ScoreResponses(s.model, answers);
-        loss = loss + c.answer_weight * -(sb.logp * sb.mask).sum() / sb.mask.sum();
-      }
-      if (c.lm_weight > 0) {
+      if (c.answer_weight > 0 || c.lm_weight > 0) {
         auto sb = policy::ScoreResponses(s.model, texts);
-        loss = loss + c.lm_weight * -(sb.logp * sb.mask).sum() / sb.mask.sum();
+        auto pos = torch::arange(sb.logp.size(1), torch::kInt64).unsqueeze(0).to(sb.logp.device());
+        auto is_answer = pos >= torch::tensor(prompt_len, torch::kInt64).unsqueeze(1).to(sb.logp.device());
+        auto answer_mask = sb.mask * is_answer.to(sb.mask.scalar_type());
+        auto prompt_mask = sb.mask - answer_mask;
+        if (c.answer_weight > 0)
+          loss = loss + c.answer_weight * -(sb.logp * answer_mask).sum() / answer_mask.sum().clamp_min(1);
+        if (c.lm_weight > 0)
+          loss = loss + c.lm_weight * -(sb.logp * prompt_mask).sum() / prompt_mask.sum().clamp_min(1);
       }
       CheckFinite(loss, "sft loss", epoch);
       opt.ZeroGrad();
