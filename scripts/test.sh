@@ -4,8 +4,9 @@
 #   2. core/envs/memory tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --test
 scripts/build.sh
+scripts/fetch_test_assets.sh
 jobs=${RLID_TEST_JOBS:-2}
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
 

@@ -31,6 +31,8 @@ void CompareConfig::Load(ConfigNode n) {
   n.Get("budget_value", budget_value, "budget per arm and seed (env steps, seconds, or FLOPs)");
   n.Get("max_iterations", max_iterations, "safety cap on iterations (the budget should stop first)");
   n.Get("success_threshold", success_threshold, "success level for 'env steps to reach'");
+  n.GetEnum("success_metric", success_metric, {"greedy", "sampled"},
+            "test evaluation reported: greedy (argmax) or sampled policy (needs trainer.eval_sampled)");
   n.Get("warm_start", warm_start, "sft (behaviour cloning once) | none (shared fresh init) | checkpoint dir");
   n.Get("plots", plots, "render learning curves with gnuplot");
   for (const auto& a : names) arms.push_back({a, a, {}});
@@ -58,6 +60,7 @@ void CompareConfig::Load(ConfigNode n) {
     if (!seen.insert(a.name).second) throw ConfigError(fmt::format("compare: arm '{}' appears twice", a.name));
   }
   if (!(budget_value > 0)) throw ConfigError(fmt::format("{}: budget_value must be > 0", n.Where("budget_value")));
+
 }
 
 namespace {
@@ -93,7 +96,7 @@ std::map<int64_t, std::map<std::string, double>> ReadMetrics(const std::string& 
 }
 
 ArmSeedResult Collect(const std::string& db, int64_t run_id, const ArmSpec& arm, const std::string& plane,
-                      uint64_t seed, double threshold) {
+                      uint64_t seed, double threshold, bool sampled) {
   ArmSeedResult r;
   r.arm = arm.name;
   r.algorithm = arm.algorithm;
@@ -130,9 +133,11 @@ ArmSeedResult Collect(const std::string& db, int64_t run_id, const ArmSpec& arm,
       p.env_steps = get("budget/env_steps");
       p.wall = get("budget/wall_seconds");
       p.flops = get("budget/train_flops") + get("budget/rollout_flops");
-      p.success = get("eval/success");
-      p.success_sampled = std::isnan(get("eval/success_sampled")) ? p.success : get("eval/success_sampled");
-      p.ret = get("eval/return");
+      double greedy = get("eval/success");
+      double samp = std::isnan(get("eval/success_sampled")) ? greedy : get("eval/success_sampled");
+      p.success = sampled ? samp : greedy;
+      p.success_sampled = samp;
+      p.ret = sampled && !std::isnan(get("eval/return_sampled")) ? get("eval/return_sampled") : get("eval/return");
       r.curve.push_back(p);
       if (r.steps_to_threshold < 0 && p.success >= threshold) r.steps_to_threshold = p.env_steps;
     }
@@ -267,7 +272,7 @@ std::string ReadFile(const fs::path& p) {
 // Writes per-arm curve data and renders SVG + PNG with gnuplot. Returns the
 // SVG paths (empty when gnuplot is missing or failed).
 std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeedResult>& runs,
-                                  const std::vector<ArmSpec>& arms) {
+                                  const std::vector<ArmSpec>& arms, const std::string& metric) {
   fs::create_directories(dir);
   // Per arm: the k-th evaluation averaged over seeds (x = mean env steps / seconds).
   for (const auto& arm : arms) {
@@ -305,10 +310,10 @@ std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeed
     for (const char* term : {"svg size 760,420 dynamic font 'sans,11' background '#ffffff'",
                              "pngcairo size 760,420 font 'sans,10'"}) {
       bool svg = std::string(term).rfind("svg", 0) == 0;
-      script += fmt::format("set terminal {}\nset output '{}'\n", term, (dir / (p.name + (svg ? ".svg" : ".png"))).string());
-      script += fmt::format("set xlabel '{}'\nset ylabel 'test success (greedy)'\nset yrange [-0.02:1.05]\n"
+      script += fmt::format("set terminal {} noenhanced\nset output '{}'\n", term, (dir / (p.name + (svg ? ".svg" : ".png"))).string());
+      script += fmt::format("set xlabel '{}'\nset ylabel 'test success ({})'\nset yrange [-0.02:1.05]\n"
                             "set key bottom right\nset grid\nset style fill transparent solid 0.15 noborder\n",
-                            p.xlabel);
+                            p.xlabel, metric);
       script += "plot ";
       for (size_t i = 0; i < arms.size(); ++i) {
         std::string dat = (dir / (arms[i].name + ".dat")).string();
@@ -333,7 +338,7 @@ std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeed
 
 std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const CompareConfig& cfg) {
   std::string out = fmt::format("{:<20} {:<8} {:>13} {:>8} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>10}\n", "arm",
-                                "plane", "test success", "return", fmt::format("steps→{:g}", cfg.success_threshold),
+                                "plane", cfg.success_metric == "sampled" ? "test (sampled)" : "test success", "return", fmt::format("steps→{:g}", cfg.success_threshold),
                                 "gen tok", "fwd", "invalid", "wall s", "budget", "grad var");
   for (const auto& a : arms) {
     std::string budget = cfg.budget == "env_steps" ? fmt::format("{:.0f}", a.env_steps)
@@ -397,6 +402,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
                         fmt::format("policy.init={}", result.warm_start), fmt::format("trainer.budget={}", cc.budget),
                         fmt::format("trainer.budget_value={}", cc.budget_value),
                         fmt::format("trainer.iterations={}", cc.max_iterations)});
+      if (cc.success_metric == "sampled") c.ApplyOverride("trainer.eval_sampled=true");
       c.ApplyOverrides(arm.sets);
       auto exp = ExperimentConfig::FromConfig(std::move(c));
       auto trainer = TrainerRegistry::Global().Make(arm.algorithm);
@@ -411,7 +417,8 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
         run_id = s.run_id;
         resolved_by_arm.emplace(arm.name, exp->raw.ResolvedToml());
       }
-      auto r = Collect(db, run_id, arm, policy::PlaneName(trainer->plane()), seed, cc.success_threshold);
+      auto r = Collect(db, run_id, arm, policy::PlaneName(trainer->plane()), seed, cc.success_threshold,
+                       cc.success_metric == "sampled");
       result.runs.push_back(r);
       if (!quiet)
         spdlog::info("arm {} seed {}: test success {:.3f} after {:.0f} env steps, {:.1f}s", arm.name, seed,
@@ -424,7 +431,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
 
   // ---- curves and report ----------------------------------------------------------------
   std::vector<fs::path> svgs;
-  if (cc.plots) svgs = RenderPlots(fs::path(result.run_dir) / "plots", result.runs, cc.arms);
+  if (cc.plots) svgs = RenderPlots(fs::path(result.run_dir) / "plots", result.runs, cc.arms, cc.success_metric);
   double total = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0;
   const std::string& first = resolved_by_arm.at(cc.arms.front().name);
   std::string html = "<!doctype html><html><head><meta charset='utf-8'><title>rlid compare — " + Html(env_name) +
@@ -454,7 +461,8 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
   }
   html += "</ul></li>";
   html += fmt::format("<li><b>Wall-clock</b> of the whole comparison: {:.0f} s.</li></ul>", total);
-  html += "<h2>Results</h2><table id='summary'><tr><th>arm</th><th>plane</th><th>test success (mean ± sd)</th><th>return</th>"
+  html += "<h2>Results</h2><table id='summary'><tr><th>arm</th><th>plane</th><th>test success, " + cc.success_metric +
+          " policy (mean ± sd)</th><th>return</th>"
           "<th>env steps to " + fmt::format("{:g}", cc.success_threshold) + "</th><th>generated tokens</th><th>forward passes</th>"
           "<th>invalid rate</th><th>wall s</th><th>env steps used</th><th>grad variance</th></tr>";
   for (const auto& a : result.arms)

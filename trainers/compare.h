@@ -26,6 +26,7 @@ struct CompareConfig {
   double budget_value = 2000;
   int64_t max_iterations = 1000;     // safety cap; the budget should stop each arm first
   double success_threshold = 0.8;    // for "env steps to reach"
+  std::string success_metric = "greedy";  // greedy | sampled: which test evaluation the table and curves use
   std::string warm_start = "sft";    // sft (run rlid sft once) | none | <checkpoint dir>
   bool plots = true;                 // gnuplot curves (skipped with a warning when gnuplot is absent)
   void Load(ConfigNode n);
