@@ -415,8 +415,25 @@ AuditCheck LabelBias(policy::TransformerLM& model, const policy::PromptRenderer&
   }
   std::string lift;
   for (double l : stats.LiftByPosition()) lift += fmt::format("{}{:.2f}", lift.empty() ? "" : " ", l);
+  // Content-free prior: the same prompt frame with the observation and the
+  // menu contents removed; what is left is the model's preference for letters.
+  envs::Menu blank;
+  std::vector<TokenId> label_tokens;
+  for (size_t k = 0; k < states[0].menu.size(); ++k) {
+    envs::MenuItem it;
+    it.label = envs::LabelFor(static_cast<int>(k));
+    blank.items.push_back(it);
+    label_tokens.push_back(renderer.LabelToken(it.label));
+  }
+  auto frame = renderer.Render(env.Instructions(), "", {}, blank, policy::Plane::kDecision);
+  auto prior = policy::ContentFreePrior(model, frame.tokens, label_tokens);
+  std::string prior_text;
+  for (int64_t k = 0; k < prior.size(0); ++k)
+    prior_text += fmt::format("{}{}={:.3f}", prior_text.empty() ? "" : " ", envs::LabelFor(static_cast<int>(k)),
+                              std::exp(prior[k].item<double>()));
   c.numbers = {{"menus (shuffled, each also reversed)", std::to_string(stats.pairs())},
                {"lift by position A, B, C, ... (1 = no position preference)", lift},
+               {"content-free prior over the labels", prior_text},
                {"order flip rate (argmax changes when the menu is reversed)", G(stats.FlipRate())},
                {"mean candidate mass (share of the row on menu labels)", G(mass / std::max<int64_t>(menus, 1))}};
   c.note = "Informational: a letter/position prior is not an action preference; shuffle labels per step (prompt.label_order) to decorrelate.";

@@ -1,0 +1,101 @@
+// Checkpoints: atomic round trip of weights + config + tokenizer + format
+// version; a newer format version, mismatched shapes, missing tensors and
+// missing files each fail with a clear error.
+#include "policy/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "policy/safetensors.h"
+#include "tests/agents/fixtures.h"
+
+namespace rlid::policy {
+namespace {
+namespace fs = std::filesystem;
+
+TEST(Checkpoint, RoundTripKeepsWeightsConfigAndTokenizer) {
+  auto env = envs::MakeEnv("bandit");
+  auto tok = testing::EnvTokenizer(*env);
+  auto model = testing::TinyModel(tok, 21);
+  testing::TempDir dir("ckpt");
+  auto path = (dir.path() / "c1").string();
+  SaveCheckpoint(path, model, tok, {{"iteration", 7}}, [](const std::string& tmp) {
+    std::ofstream(tmp + "/extra.txt") << "state";
+  });
+  for (const char* f : {"model.safetensors", "config.json", "tokenizer.json", "rlid.json", "extra.txt"})
+    EXPECT_TRUE(fs::exists(fs::path(path) / f)) << f;
+  // No temporary directories are left behind.
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  auto loaded = LoadCheckpoint(path);
+  EXPECT_EQ(loaded.meta["extra"]["iteration"], 7);
+  EXPECT_EQ(loaded.meta["format_version"], kCheckpointFormatVersion);
+  EXPECT_EQ(loaded.tokenizer.Fingerprint(), tok.Fingerprint());
+  auto a = model->named_parameters(), b = loaded.model->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& p : a) EXPECT_TRUE(torch::equal(p.value(), b[p.key()])) << p.key();
+  // Saving over an existing checkpoint replaces it atomically.
+  model->InitWeights(22);
+  SaveCheckpoint(path, model, tok);
+  auto again = LoadCheckpoint(path);
+  EXPECT_TRUE(torch::equal(again.model->named_parameters()["model.norm.weight"],
+                           model->named_parameters()["model.norm.weight"]));
+  EXPECT_FALSE(fs::exists(fs::path(path) / "extra.txt"));
+}
+
+TEST(Checkpoint, BadCheckpointsFailClearly) {
+  auto env = envs::MakeEnv("bandit");
+  auto tok = testing::EnvTokenizer(*env);
+  auto model = testing::TinyModel(tok);
+  testing::TempDir dir("ckpt_bad");
+  auto path = (dir.path() / "c").string();
+  SaveCheckpoint(path, model, tok);
+
+  EXPECT_THROW(LoadCheckpoint((dir.path() / "missing").string()), IoError);
+
+  // A newer format version.
+  auto meta_path = fs::path(path) / "rlid.json";
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(meta_path));
+  meta["format_version"] = kCheckpointFormatVersion + 1;
+  std::ofstream(meta_path) << meta.dump();
+  try {
+    LoadCheckpoint(path);
+    FAIL() << "a newer format version must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
+  }
+  meta["format_version"] = kCheckpointFormatVersion;
+  std::ofstream(meta_path) << meta.dump();
+  EXPECT_NO_THROW(LoadCheckpoint(path));
+
+  // Shapes that disagree with config.json.
+  auto cfg_path = fs::path(path) / "config.json";
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(cfg_path));
+  cfg["intermediate_size"] = cfg["intermediate_size"].get<int>() + 8;
+  std::ofstream(cfg_path) << cfg.dump();
+  try {
+    LoadCheckpoint(path);
+    FAIL() << "mismatched shapes must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("shape"), std::string::npos) << e.what();
+  }
+  cfg["intermediate_size"] = cfg["intermediate_size"].get<int>() - 8;
+  std::ofstream(cfg_path) << cfg.dump();
+
+  // A missing tensor.
+  auto tensors = LoadSafetensors((fs::path(path) / "model.safetensors").string());
+  tensors.erase("model.layers.0.mlp.up_proj.weight");
+  SaveSafetensors((fs::path(path) / "model.safetensors").string(), tensors);
+  EXPECT_THROW(LoadCheckpoint(path), ConfigError);
+
+  // A corrupt weights file.
+  std::ofstream(fs::path(path) / "model.safetensors") << "not a safetensors file";
+  EXPECT_THROW(LoadCheckpoint(path), IoError);
+}
+
+}  // namespace
+}  // namespace rlid::policy
