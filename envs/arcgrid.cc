@@ -20,6 +20,7 @@
 #include "core/rng.h"
 #include "core/strings.h"
 #include "envs/menu_state.h"
+#include "envs/simple_env.h"
 
 namespace rlid::envs {
 namespace {
@@ -546,25 +547,16 @@ class ArcState final : public MenuState, public OracleState {
   mutable std::optional<Plan> plan_;
 };
 
-class ArcEnv final : public Env {
- public:
-  explicit ArcEnv(ArcParams p) : params_(p) {}
-  EnvInfo Info() const override {
-    return {"arcgrid", "ARC-like grid puzzles: compose grid operations to reach a target grid",
-            params_.step_limit, true};
-  }
-  std::string Instructions() const override {
-    return "Grid puzzle. Digits are colours and 0 is the empty background. Each step applies one "
-           "operation to the whole grid (rotate, flip, transpose, crop, gravity, fill, recolour). "
-           "Make the grid equal the target.";
-  }
-  std::unique_ptr<State> NewState(uint64_t seed) const override {
-    return std::make_unique<ArcState>(params_, seed);
-  }
-
- private:
-  ArcParams params_;
-};
+// The env: its facts, its rules, and a state per seed.
+std::unique_ptr<Env> MakeArcEnv(const ArcParams& p) {
+  return std::make_unique<SimpleEnv>(
+      EnvInfo{"arcgrid", "ARC-like grid puzzles: compose grid operations to reach a target grid",
+              p.step_limit, true},
+      "Grid puzzle. Digits are colours and 0 is the empty background. Each step applies one "
+      "operation to the whole grid (rotate, flip, transpose, crop, gravity, fill, recolour). "
+      "Make the grid equal the target.",
+      [p](uint64_t seed) -> std::unique_ptr<State> { return std::make_unique<ArcState>(p, seed); });
+}
 
 const Registrar<EnvRegistry> kRegister(
     "arcgrid", "ARC-like grid puzzles (rotate, flip, crop, gravity, recolour ...)",
@@ -616,7 +608,7 @@ const Registrar<EnvRegistry> kRegister(
         throw ConfigError(fmt::format("{}: env.step_cost = {} must be >= 0 and finite",
                                       c.Where("step_cost"), p.step_cost),
                           "e.g. 0.01");
-      auto env = std::make_unique<ArcEnv>(p);
+      auto env = MakeArcEnv(p);
       env->NewState(0);  // fails early (ConfigError) when no task fits the operation set
       return env;
     });

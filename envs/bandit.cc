@@ -10,6 +10,7 @@
 #include "core/hash.h"
 #include "core/rng.h"
 #include "envs/menu_state.h"
+#include "envs/simple_env.h"
 #include "envs/state_graph.h"
 
 namespace rlid::envs {
@@ -22,16 +23,20 @@ struct Arm {
 
 constexpr std::array<Arm, 8> kArms = {{
     {"water", {"is thirsty after a long run", "has a dry throat", "feels parched"}},
-    {"umbrella", {"sees dark rain clouds", "is about to walk out into a storm", "hates getting wet"}},
+    {"umbrella",
+     {"sees dark rain clouds", "is about to walk out into a storm", "hates getting wet"}},
     {"coat", {"is shivering in the cold", "is going out into the snow", "feels chilly"}},
-    {"sunscreen", {"is heading to a sunny beach", "burns easily in the sun", "will sit in the sun all day"}},
+    {"sunscreen",
+     {"is heading to a sunny beach", "burns easily in the sun", "will sit in the sun all day"}},
     {"map", {"is lost in a new city", "does not know the way", "needs directions"}},
     {"lamp", {"wants to read at night", "sits in a dark room", "cannot see in the dark"}},
     {"bandage", {"has a cut on the hand", "scraped a knee", "is bleeding a little"}},
     {"snack", {"is very hungry", "skipped lunch", "has an empty stomach"}},
 }};
-constexpr std::array<const char*, 8> kNames = {"Mia", "Leo", "Ava", "Noah", "Zoe", "Omar", "Ines", "Ravi"};
-constexpr std::array<const char*, 4> kPlaces = {"at the market", "at the station", "in the park", "at the harbour"};
+constexpr std::array<const char*, 8> kNames = {"Mia", "Leo",  "Ava",  "Noah",
+                                               "Zoe", "Omar", "Ines", "Ravi"};
+constexpr std::array<const char*, 4> kPlaces = {"at the market", "at the station", "in the park",
+                                                "at the harbour"};
 
 struct BanditParams {
   int arms = 4;               // number of items on the menu (2..8)
@@ -55,8 +60,8 @@ class BanditState final : public MenuState, public OracleState {
   std::string Observation() const override {
     if (chosen_ >= 0)
       return fmt::format("You recommended the {} to {}.", kArms[chosen_].item, kNames[name_]);
-    return fmt::format("{} {} {}. Recommend one item.", kNames[name_],
-                       kArms[target_].needs[cue_], kPlaces[place_]);
+    return fmt::format("{} {} {}. Recommend one item.", kNames[name_], kArms[target_].needs[cue_],
+                       kPlaces[place_]);
   }
   std::unique_ptr<State> Clone() const override { return std::make_unique<BanditState>(*this); }
   uint64_t Hash() const override {
@@ -96,22 +101,15 @@ class BanditState final : public MenuState, public OracleState {
   std::vector<int> order_;
 };
 
-class BanditEnv final : public Env {
- public:
-  explicit BanditEnv(BanditParams p) : params_(p) {}
-  EnvInfo Info() const override {
-    return {"bandit", "contextual k-armed bandit: recommend the item a customer needs", 1, true};
-  }
-  std::string Instructions() const override {
-    return "You run a small shop. Recommend the item that meets the customer's need.";
-  }
-  std::unique_ptr<State> NewState(uint64_t seed) const override {
-    return std::make_unique<BanditState>(params_, seed);
-  }
-
- private:
-  BanditParams params_;
-};
+// The env: its facts, its rules, and a state per seed.
+std::unique_ptr<Env> MakeBanditEnv(const BanditParams& p) {
+  return std::make_unique<SimpleEnv>(
+      EnvInfo{"bandit", "contextual k-armed bandit: recommend the item a customer needs", 1, true},
+      "You run a small shop. Recommend the item that meets the customer's need.",
+      [p](uint64_t seed) -> std::unique_ptr<State> {
+        return std::make_unique<BanditState>(p, seed);
+      });
+}
 
 const Registrar<EnvRegistry> kRegister(
     "bandit", "contextual k-armed bandit with a text context (one decision)", [](ConfigNode c) {
@@ -122,7 +120,7 @@ const Registrar<EnvRegistry> kRegister(
       if (p.arms < 2 || p.arms > static_cast<int>(kArms.size()))
         throw ConfigError(fmt::format("{}: env.arms = {} is out of range", c.Where("arms"), p.arms),
                           "use 2..8");
-      return std::make_unique<BanditEnv>(p);
+      return MakeBanditEnv(p);
     });
 
 }  // namespace

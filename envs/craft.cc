@@ -22,6 +22,7 @@
 #include "core/rng.h"
 #include "core/strings.h"
 #include "envs/menu_state.h"
+#include "envs/simple_env.h"
 
 namespace rlid::envs {
 namespace {
@@ -527,25 +528,18 @@ class CraftState final : public MenuState, public OracleState, public FactSource
   bool made_ = false;        // the target was made
 };
 
-class CraftEnv final : public Env {
- public:
-  explicit CraftEnv(CraftParams p) : params_(p) {}
-  EnvInfo Info() const override {
-    return {"craft", "craft a target item from a recipe DAG: gather, combine, avoid wrong pairs",
-            params_.step_limit, true};
-  }
-  std::string Instructions() const override {
-    return "You are crafting. Gather base materials and combine two items by a recipe to make "
-           "the goal item; combining uses up both items. Combining items that are not a recipe "
-           "wastes a step.";
-  }
-  std::unique_ptr<State> NewState(uint64_t seed) const override {
-    return std::make_unique<CraftState>(params_, seed);
-  }
-
- private:
-  CraftParams params_;
-};
+// The env: its facts, its rules, and a state per seed.
+std::unique_ptr<Env> MakeCraftEnv(const CraftParams& p) {
+  return std::make_unique<SimpleEnv>(
+      EnvInfo{"craft", "craft a target item from a recipe DAG: gather, combine, avoid wrong pairs",
+              p.step_limit, true},
+      "You are crafting. Gather base materials and combine two items by a recipe to make "
+      "the goal item; combining uses up both items. Combining items that are not a recipe "
+      "wastes a step.",
+      [p](uint64_t seed) -> std::unique_ptr<State> {
+        return std::make_unique<CraftState>(p, seed);
+      });
+}
 
 const Registrar<EnvRegistry> kRegister(
     "craft", "crafting from a recipe DAG (gather, combine, wrong combinations)", [](ConfigNode c) {
@@ -587,7 +581,7 @@ const Registrar<EnvRegistry> kRegister(
         throw ConfigError(fmt::format("{}: env.step_cost = {} must be >= 0 and finite",
                                       c.Where("step_cost"), p.step_cost),
                           "e.g. 0.01");
-      return std::make_unique<CraftEnv>(p);
+      return MakeCraftEnv(p);
     });
 
 }  // namespace

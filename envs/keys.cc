@@ -4,12 +4,12 @@
 // or inside closed containers. The goal is to put the object on a surface in
 // a goal room. Only the current room is observed, so facts seen earlier (where
 // a key lies) matter later. Oracle: BFS over the full hidden state.
-#include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/kruskal_min_spanning_tree.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/kruskal_min_spanning_tree.hpp>
 #include <cmath>
 #include <deque>
 #include <iterator>
@@ -21,6 +21,7 @@
 #include "core/hash.h"
 #include "core/rng.h"
 #include "envs/menu_state.h"
+#include "envs/simple_env.h"
 
 namespace rlid::envs {
 namespace {
@@ -667,26 +668,18 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
   ActionId last_ = kNoAction;  // for AfterstateText only; not part of Hash()
 };
 
-class KeysEnv final : public Env {
- public:
-  explicit KeysEnv(KeysParams p) : params_(p) {}
-  EnvInfo Info() const override {
-    return {"keys", "household: find keys, unlock doors, deliver an object", params_.step_limit,
-            true};
-  }
-  std::string Instructions() const override {
-    return "You are in a house. Doors join rooms; a locked door opens with the key of its colour, "
-           "which stays in the lock. Open containers to see inside. You see only the room you are "
-           "in. "
-           "Complete the goal.";
-  }
-  std::unique_ptr<State> NewState(uint64_t seed) const override {
-    return std::make_unique<KeysState>(Generate(params_, seed));
-  }
-
- private:
-  KeysParams params_;
-};
+// The env: its facts, its rules, and a state per seed.
+std::unique_ptr<Env> MakeKeysEnv(const KeysParams& p) {
+  return std::make_unique<SimpleEnv>(
+      EnvInfo{"keys", "household: find keys, unlock doors, deliver an object", p.step_limit, true},
+      "You are in a house. Doors join rooms; a locked door opens with the key of its colour, "
+      "which stays in the lock. Open containers to see inside. You see only the room you are "
+      "in. "
+      "Complete the goal.",
+      [p](uint64_t seed) -> std::unique_ptr<State> {
+        return std::make_unique<KeysState>(Generate(p, seed));
+      });
+}
 
 void CheckRange(const ConfigNode& c, const char* key, int value, int lo, int hi,
                 const std::string& hint) {
@@ -730,7 +723,7 @@ const Registrar<EnvRegistry> kRegister(
                         c.Where(), p.rooms, p.locked_doors, p.containers, MaxMenuSize(p),
                         kMaxMenuSize),
             "use fewer rooms, locked doors or containers");
-      return std::make_unique<KeysEnv>(p);
+      return MakeKeysEnv(p);
     });
 
 }  // namespace

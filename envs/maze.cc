@@ -3,12 +3,12 @@
 // of extra openings that create loops. The agent moves north/east/south/west
 // through open passages to the exit; with view_radius > 0 only nearby cells
 // are described (partial observability). Oracle: BFS distances to the exit.
-#include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/kruskal_min_spanning_tree.hpp>
 #include <fmt/format.h>
 
 #include <array>
 #include <bit>
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/kruskal_min_spanning_tree.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <deque>
@@ -19,6 +19,7 @@
 #include "core/hash.h"
 #include "core/rng.h"
 #include "envs/menu_state.h"
+#include "envs/simple_env.h"
 
 namespace rlid::envs {
 namespace {
@@ -284,26 +285,20 @@ class MazeState final : public MenuState, public OracleState, public FactSource 
   int pos_;
 };
 
-class MazeEnv final : public Env {
- public:
-  explicit MazeEnv(MazeParams p) : params_(p) {}
-  EnvInfo Info() const override {
-    return {"maze", "grid maze: walk through open passages to the exit", params_.step_limit, true};
-  }
-  std::string Instructions() const override {
-    return fmt::format(
-        "You are in a maze of {0}x{0} cells. Move north, east, south or west through open passages "
-        "to reach the exit. Positions are (row,column): row 1 is the north edge, column 1 the west "
-        "edge.",
-        params_.size);
-  }
-  std::unique_ptr<State> NewState(uint64_t seed) const override {
-    return std::make_unique<MazeState>(Generate(params_, seed));
-  }
-
- private:
-  MazeParams params_;
-};
+// The env: its facts, its rules, and a state per seed.
+std::unique_ptr<Env> MakeMazeEnv(const MazeParams& p) {
+  return std::make_unique<SimpleEnv>(
+      EnvInfo{"maze", "grid maze: walk through open passages to the exit", p.step_limit, true},
+      fmt::format("You are in a maze of {0}x{0} cells. Move north, east, south or west through "
+                  "open passages "
+                  "to reach the exit. Positions are (row,column): row 1 is the north edge, column "
+                  "1 the west "
+                  "edge.",
+                  p.size),
+      [p](uint64_t seed) -> std::unique_ptr<State> {
+        return std::make_unique<MazeState>(Generate(p, seed));
+      });
+}
 
 const Registrar<EnvRegistry> kRegister(
     "maze", "grid maze from a random spanning tree plus loops (optionally partially observable)",
@@ -340,7 +335,7 @@ const Registrar<EnvRegistry> kRegister(
             fmt::format("{}: need success_reward > 0 and step_cost >= 0, got {} and {}", c.Where(),
                         p.success_reward, p.step_cost),
             "the oracle assumes the shortest path is optimal; defaults are 1.0 and 0.01");
-      return std::make_unique<MazeEnv>(p);
+      return MakeMazeEnv(p);
     });
 
 }  // namespace
