@@ -17,15 +17,18 @@ namespace {
 class CompareCommand : public Command {
  public:
   void Setup(CLI::App& app) override {
-    app.add_option("config", config_, "experiment TOML with a [compare] section")->required()->check(CLI::ExistingFile);
+    app.add_option("config", config_, "experiment TOML with a [compare] section")
+        ->required()
+        ->check(CLI::ExistingFile);
     app.add_option("--set", sets_, "override a config key for every arm (repeatable)");
     app.add_option("--out", out_, "run directory (default: runs/<name>-compare-<timestamp>)");
     app.add_flag("--quiet", quiet_, "no progress lines");
     app.callback([this] {
       auto r = trainers::RunCompare(config_, sets_, out_, quiet_);
       std::cout << "\n" << r.table << "\n" << r.verdict << "\n\n";
-      std::cout << fmt::format("budget: {} = {:g} per arm and seed; seeds: {}; all arms started from {}\n",
-                               r.config.budget, r.config.budget_value, r.config.seeds.size(), r.warm_start);
+      std::cout << fmt::format(
+          "budget: {} = {:g} per arm and seed; seeds: {}; all arms started from {}\n",
+          r.config.budget, r.config.budget_value, r.config.seeds.size(), r.warm_start);
       std::cout << "report: " << std::filesystem::absolute(r.report).string() << "\n";
     });
   }
@@ -42,9 +45,13 @@ class AuditCommand : public Command {
     app.add_option("--checkpoint", checkpoint_, "checkpoint directory")->required();
     env_.Add(app, /*with_seed=*/false);
     app.add_option("--states", opts_.states, "test states to check on")->capture_default_str();
-    app.add_option("--mc-samples", opts_.mc_samples, "Monte-Carlo draws per state (Rao-Blackwell)")->capture_default_str();
-    app.add_option("--seed", opts_.seed, "seed for states, advantages and draws")->capture_default_str();
-    app.add_option("--only", opts_.only, "run only these checks (marginalisation, rao_blackwell, ppo_gradient, teaching, label_bias)");
+    app.add_option("--mc-samples", opts_.mc_samples, "Monte-Carlo draws per state (Rao-Blackwell)")
+        ->capture_default_str();
+    app.add_option("--seed", opts_.seed, "seed for states, advantages and draws")
+        ->capture_default_str();
+    app.add_option("--only", opts_.only,
+                   "run only these checks (marginalisation, rao_blackwell, ppo_gradient, teaching, "
+                   "label_bias)");
     app.callback([this] {
       auto ck = policy::LoadCheckpoint(checkpoint_);
       auto env = env_.Make();
@@ -54,7 +61,9 @@ class AuditCommand : public Command {
       int failed = 0;
       for (const auto& c : checks) failed += !c.informational && !c.passed;
       std::cout << (failed ? fmt::format("{} check(s) FAILED\n", failed) : "all checks passed\n");
-      if (failed) throw NumericError(fmt::format("{} audit check(s) failed", failed), "see the numbers above");
+      if (failed)
+        throw NumericError(fmt::format("{} audit check(s) failed", failed),
+                           "see the numbers above");
     });
   }
 
@@ -64,9 +73,11 @@ class AuditCommand : public Command {
   trainers::AuditOptions opts_;
 };
 
-const Registrar<CommandRegistry> kCompare("compare", "compare decision- and token-plane arms under a matched budget",
-                                          [] { return std::make_unique<CompareCommand>(); });
-const Registrar<CommandRegistry> kAudit("audit", "check the decision-plane theory on a checkpoint and env",
+const Registrar<CommandRegistry> kCompare(
+    "compare", "compare decision- and token-plane arms under a matched budget",
+    [] { return std::make_unique<CompareCommand>(); });
+const Registrar<CommandRegistry> kAudit("audit",
+                                        "check the decision-plane theory on a checkpoint and env",
                                         [] { return std::make_unique<AuditCommand>(); });
 
 }  // namespace

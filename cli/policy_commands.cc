@@ -31,7 +31,9 @@ struct PolicyOptions {
   bool json = false;
 
   void Add(CLI::App& app) {
-    app.add_option("--checkpoint", checkpoint, "checkpoint directory (rlid policy init / sft / train)")->required();
+    app.add_option("--checkpoint", checkpoint,
+                   "checkpoint directory (rlid policy init / sft / train)")
+        ->required();
     env.Add(app);
     app.add_flag("--no-afterstates", no_afterstates, "hide afterstates in the prompt");
     app.add_flag("--json", json, "print JSON");
@@ -52,7 +54,8 @@ Loaded Load(const PolicyOptions& o, policy::Plane plane, policy::PromptConfig pc
   l.ck = policy::LoadCheckpoint(o.checkpoint);
   l.env = o.env.Make();
   l.state = l.env->NewState(o.env.seed);
-  if (l.state->IsTerminal()) throw ConfigError("the initial state is terminal; nothing to read out");
+  if (l.state->IsTerminal())
+    throw ConfigError("the initial state is terminal; nothing to read out");
   if (o.no_afterstates) pc.show_afterstates = false;
   l.renderer = std::make_unique<policy::PromptRenderer>(pc, l.ck.tokenizer);
   l.menu = l.state->CompileMenu();
@@ -70,8 +73,10 @@ class PolicyCommand : public Command {
     app.require_subcommand(1);
     auto* init = app.add_subcommand("init", "write a freshly initialised model checkpoint");
     init->add_option("--out", init_out_, "checkpoint directory to write")->required();
-    init->add_option("--tokenizer", init_tokenizer_, "tokenizer.json (default: train one on --env text)");
-    init->add_option("--env", init_env_, "env whose text trains the tokenizer")->capture_default_str();
+    init->add_option("--tokenizer", init_tokenizer_,
+                     "tokenizer.json (default: train one on --env text)");
+    init->add_option("--env", init_env_, "env whose text trains the tokenizer")
+        ->capture_default_str();
     init->add_option("--preset", init_preset_, "tiny | small | base")->capture_default_str();
     init->add_option("--seed", init_seed_, "initialisation seed")->capture_default_str();
     init->callback([this] { Init(); });
@@ -85,10 +90,13 @@ class PolicyCommand : public Command {
     auto* sample = app.add_subcommand("sample", "sample token-plane answers and compile them");
     sa_.Add(*sample);
     sample->add_option("-n,--num", num_, "samples")->capture_default_str();
-    sample->add_option("--temperature", sopts_.temperature, "sampling temperature (0 = greedy)")->capture_default_str();
+    sample->add_option("--temperature", sopts_.temperature, "sampling temperature (0 = greedy)")
+        ->capture_default_str();
     sample->add_option("--top-p", sopts_.top_p, "nucleus mass")->capture_default_str();
-    sample->add_option("--max-new-tokens", sopts_.max_new_tokens, "longest answer")->capture_default_str();
-    sample->add_option("--dtype", sopts_.dtype, "rollout engine: float32 | bfloat16")->capture_default_str();
+    sample->add_option("--max-new-tokens", sopts_.max_new_tokens, "longest answer")
+        ->capture_default_str();
+    sample->add_option("--dtype", sopts_.dtype, "rollout engine: float32 | bfloat16")
+        ->capture_default_str();
     sample->add_option("--sample-seed", sample_seed_, "sampling seed")->capture_default_str();
     sample->callback([this] { Sample(); });
   }
@@ -109,8 +117,8 @@ class PolicyCommand : public Command {
     policy::TransformerLM model(mc);
     model->InitWeights(init_seed_);
     policy::SaveCheckpoint(init_out_, model, tok, {{"kind", "init"}, {"seed", init_seed_}});
-    std::cout << fmt::format("wrote {} ({} preset, {} parameters, vocab {})\n", init_out_, init_preset_,
-                             mc.NumParameters(), tok.VocabSize());
+    std::cout << fmt::format("wrote {} ({} preset, {} parameters, vocab {})\n", init_out_,
+                             init_preset_, mc.NumParameters(), tok.VocabSize());
   }
 
   void Readout() {
@@ -131,8 +139,11 @@ class PolicyCommand : public Command {
       for (size_t w = 0; w < req.realisations[k].size(); ++w)
         words.push_back({{"text", w == 0 ? it.label : it.realisations[w - 1]},
                          {"p", std::exp(rb.realisation_logp[0][k][w].item<double>())}});
-      items.push_back({{"label", it.label}, {"command", it.command}, {"action", it.action},
-                       {"p", std::exp(rb.log_p[0][k].item<double>())}, {"realisations", words}});
+      items.push_back({{"label", it.label},
+                       {"command", it.command},
+                       {"action", it.action},
+                       {"p", std::exp(rb.log_p[0][k].item<double>())},
+                       {"realisations", words}});
     }
     nlohmann::json out = {{"prompt", l.prompt.text},
                           {"prompt_tokens", l.prompt.tokens.size()},
@@ -147,18 +158,22 @@ class PolicyCommand : public Command {
       return;
     }
     std::cout << l.prompt.text << "\n\n";
-    std::cout << fmt::format("{:<4} {:>7}  {}\n", "", "p(a|s)", "command   [realisations: pi(r|s)]");
+    std::cout << fmt::format("{:<4} {:>7}  {}\n", "", "p(a|s)",
+                             "command   [realisations: pi(r|s)]");
     for (const auto& it : items) {
       std::string words;
       for (const auto& w : it["realisations"])
-        words += fmt::format("{}{}: {:.4f}", words.empty() ? "" : ", ", w["text"].get<std::string>(), w["p"].get<double>());
+        words += fmt::format("{}{}: {:.4f}", words.empty() ? "" : ", ",
+                             w["text"].get<std::string>(), w["p"].get<double>());
       std::cout << fmt::format("{:<4} {:>7.4f}  {}   [{}]\n", it["label"].get<std::string>() + ")",
                                it["p"].get<double>(), it["command"].get<std::string>(), words);
     }
-    std::cout << fmt::format("\ncandidate mass {:.4f}  off-menu {:.4f}  row entropy {:.3f}  menu entropy {:.3f}  value {:+.4f}  ({} prompt tokens, one forward)\n",
-                             out["candidate_mass"].get<double>(), out["p_other"].get<double>(),
-                             out["row_entropy"].get<double>(), out["menu_entropy"].get<double>(),
-                             out["value"].get<double>(), l.prompt.tokens.size());
+    std::cout << fmt::format(
+        "\ncandidate mass {:.4f}  off-menu {:.4f}  row entropy {:.3f}  menu entropy {:.3f}  value "
+        "{:+.4f}  ({} prompt tokens, one forward)\n",
+        out["candidate_mass"].get<double>(), out["p_other"].get<double>(),
+        out["row_entropy"].get<double>(), out["menu_entropy"].get<double>(),
+        out["value"].get<double>(), l.prompt.tokens.size());
   }
 
   void Sample() {
@@ -167,21 +182,27 @@ class PolicyCommand : public Command {
     sampler.SyncWeights(l.ck.model);
     const auto& tok = l.ck.tokenizer;
     const auto eos = tok.eos_id();
-    auto res = sampler.Sample({l.prompt.tokens}, num_,
-                              [&](const std::vector<policy::TokenId>& g) {
-                                return g.back() == eos || tok.DecodeToken(g.back()).find('\n') != std::string::npos;
-                              },
-                              sample_seed_);
+    auto res = sampler.Sample(
+        {l.prompt.tokens}, num_,
+        [&](const std::vector<policy::TokenId>& g) {
+          return g.back() == eos || tok.DecodeToken(g.back()).find('\n') != std::string::npos;
+        },
+        sample_seed_);
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : res[0]) {
       std::string text = tok.Decode(r.tokens, true);
       auto c = l.menu.Compile(text);
       double lp = 0;
       for (float v : r.logprobs) lp += v;
-      out.push_back({{"text", text}, {"tokens", r.tokens}, {"logprobs", r.logprobs}, {"logprob", lp},
-                     {"finish", r.finish}, {"valid", c.valid()},
+      out.push_back({{"text", text},
+                     {"tokens", r.tokens},
+                     {"logprobs", r.logprobs},
+                     {"logprob", lp},
+                     {"finish", r.finish},
+                     {"valid", c.valid()},
                      {"action", c.valid() ? l.menu.items[c.item].command : ""},
-                     {"label", c.valid() ? l.menu.items[c.item].label : ""}, {"invalid_reason", c.reason}});
+                     {"label", c.valid() ? l.menu.items[c.item].label : ""},
+                     {"invalid_reason", c.reason}});
     }
     if (sa_.json) {
       std::cout << out.dump(2) << "\n";
@@ -192,9 +213,11 @@ class PolicyCommand : public Command {
       std::string shown = o["text"].get<std::string>();
       for (char& ch : shown)
         if (ch == '\n') ch = ' ';
-      std::cout << fmt::format("{:<24} logp {:8.4f}  -> {}\n", "'" + shown + "'", o["logprob"].get<double>(),
-                               o["valid"].get<bool>() ? o["label"].get<std::string>() + ") " + o["action"].get<std::string>()
-                                                      : "invalid: " + o["invalid_reason"].get<std::string>());
+      std::cout << fmt::format(
+          "{:<24} logp {:8.4f}  -> {}\n", "'" + shown + "'", o["logprob"].get<double>(),
+          o["valid"].get<bool>()
+              ? o["label"].get<std::string>() + ") " + o["action"].get<std::string>()
+              : "invalid: " + o["invalid_reason"].get<std::string>());
     }
   }
 
@@ -207,7 +230,8 @@ class PolicyCommand : public Command {
   uint64_t sample_seed_ = 0;
 };
 
-const Registrar<CommandRegistry> kRegister("policy", "initialise a model, read out p(a|s), sample answers",
+const Registrar<CommandRegistry> kRegister("policy",
+                                           "initialise a model, read out p(a|s), sample answers",
                                            [] { return std::make_unique<PolicyCommand>(); });
 
 }  // namespace

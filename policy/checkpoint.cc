@@ -80,17 +80,19 @@ void SaveCheckpoint(const std::string& dir, TransformerLM& model, const Tokenize
 LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device) {
   fs::path root(dir);
   if (!fs::is_directory(root))
-    throw IoError(fmt::format("checkpoint '{}' is not a directory", dir),
-                  "pass a directory written by `rlid sft`/`rlid train` (runs/<run>/checkpoints/...)");
+    throw IoError(
+        fmt::format("checkpoint '{}' is not a directory", dir),
+        "pass a directory written by `rlid sft`/`rlid train` (runs/<run>/checkpoints/...)");
   LoadedCheckpoint out;
   out.dir = dir;
   if (fs::exists(root / "rlid.json")) {
     out.meta = ReadJson(root / "rlid.json");
     int version = out.meta.value("format_version", -1);
     if (version > kCheckpointFormatVersion)
-      throw ConfigError(fmt::format("checkpoint '{}' has format version {}, newer than this rlid ({})", dir,
-                                    version, kCheckpointFormatVersion),
-                        "upgrade rlid to load it");
+      throw ConfigError(
+          fmt::format("checkpoint '{}' has format version {}, newer than this rlid ({})", dir,
+                      version, kCheckpointFormatVersion),
+          "upgrade rlid to load it");
     if (version < 1)
       throw IoError(fmt::format("checkpoint '{}': rlid.json has no valid format_version", dir));
   }
@@ -99,8 +101,8 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device) {
     throw IoError(fmt::format("checkpoint '{}' has no tokenizer.json", dir));
   out.tokenizer = Tokenizer::FromFile((root / "tokenizer.json").string());
   if (out.tokenizer.VocabSize() > cfg.vocab_size)
-    throw ConfigError(fmt::format("checkpoint '{}': tokenizer has {} ids but the model only {}", dir,
-                                  out.tokenizer.VocabSize(), cfg.vocab_size));
+    throw ConfigError(fmt::format("checkpoint '{}': tokenizer has {} ids but the model only {}",
+                                  dir, out.tokenizer.VocabSize(), cfg.vocab_size));
   TensorMap tensors = LoadSafetensors((root / "model.safetensors").string());
   out.model = TransformerLM(cfg);
   torch::NoGradGuard no_grad;
@@ -116,14 +118,15 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device) {
       continue;
     }
     if (it->second.sizes() != p.value().sizes())
-      throw ConfigError(fmt::format("checkpoint '{}': tensor '{}' has shape {} but the config needs {}", dir,
-                                    p.key(), c10::str(it->second.sizes()), c10::str(p.value().sizes())),
-                        "config.json and model.safetensors disagree; the checkpoint is damaged");
+      throw ConfigError(
+          fmt::format("checkpoint '{}': tensor '{}' has shape {} but the config needs {}", dir,
+                      p.key(), c10::str(it->second.sizes()), c10::str(p.value().sizes())),
+          "config.json and model.safetensors disagree; the checkpoint is damaged");
     p.value().copy_(it->second.to(torch::kFloat32));
   }
   if (!missing.empty())
-    throw ConfigError(fmt::format("checkpoint '{}' lacks {} tensor(s), e.g. '{}'", dir, missing.size(),
-                                  missing.front()));
+    throw ConfigError(fmt::format("checkpoint '{}' lacks {} tensor(s), e.g. '{}'", dir,
+                                  missing.size(), missing.front()));
   out.model->to(device);
   return out;
 }

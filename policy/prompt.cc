@@ -22,9 +22,10 @@ void PromptConfig::Load(ConfigNode n) {
 PromptRenderer::PromptRenderer(PromptConfig cfg, Tokenizer tokenizer)
     : cfg_(std::move(cfg)), tok_(std::move(tokenizer)) {
   if (cfg_.answer_prefix.empty() || cfg_.answer_prefix.back() == ' ')
-    throw ConfigError(fmt::format("prompt.answer_prefix '{}' must be non-empty and not end with a space",
-                                  cfg_.answer_prefix),
-                      "the label token carries its own leading space (' B')");
+    throw ConfigError(
+        fmt::format("prompt.answer_prefix '{}' must be non-empty and not end with a space",
+                    cfg_.answer_prefix),
+        "the label token carries its own leading space (' B')");
   const auto prefix = tok_.Encode(cfg_.answer_prefix);
   for (int i = 0; i < envs::kMaxMenuSize; ++i) {
     std::string label = envs::LabelFor(i);
@@ -33,9 +34,10 @@ PromptRenderer::PromptRenderer(PromptConfig cfg, Tokenizer tokenizer)
     auto expect = prefix;
     expect.push_back(id);
     if (joined != expect)
-      throw ConfigError(fmt::format("label '{}' is not one token after the answer prefix '{}'", label,
-                                    cfg_.answer_prefix),
-                        "use a tokenizer trained by `rlid tokenizer train` or an answer prefix ending in ':'");
+      throw ConfigError(
+          fmt::format("label '{}' is not one token after the answer prefix '{}'", label,
+                      cfg_.answer_prefix),
+          "use a tokenizer trained by `rlid tokenizer train` or an answer prefix ending in ':'");
     label_tokens_.push_back(id);
   }
 }
@@ -81,9 +83,10 @@ std::string RenderPromptText(const PromptConfig& cfg, const std::string& instruc
   return text;
 }
 
-RenderedPrompt PromptRenderer::Render(const std::string& instructions, const std::string& observation,
-                                      const std::vector<std::string>& memory, const envs::Menu& menu,
-                                      Plane plane) const {
+RenderedPrompt PromptRenderer::Render(const std::string& instructions,
+                                      const std::string& observation,
+                                      const std::vector<std::string>& memory,
+                                      const envs::Menu& menu, Plane plane) const {
   RenderedPrompt out;
   out.text = RenderPromptText(cfg_, instructions, observation, memory, menu, plane);
   out.tokens = tok_.Encode(out.text, /*allow_special=*/false);
@@ -106,12 +109,14 @@ std::vector<std::vector<std::vector<TokenId>>> PromptRenderer::Realisations(cons
 
 std::vector<std::vector<TokenId>> PromptRenderer::AfterstateBranches(const envs::Menu& menu) const {
   std::vector<std::vector<TokenId>> out;
-  for (const auto& it : menu.items) out.push_back(EncodeCached(" " + it.command + " -> " + it.afterstate));
+  for (const auto& it : menu.items)
+    out.push_back(EncodeCached(" " + it.command + " -> " + it.afterstate));
   return out;
 }
 
 std::vector<TokenId> PromptRenderer::AnswerTokens(const envs::MenuItem& item, bool command) const {
-  std::vector<TokenId> out = command ? EncodeCached(" " + item.command) : std::vector<TokenId>{LabelToken(item.label)};
+  std::vector<TokenId> out =
+      command ? EncodeCached(" " + item.command) : std::vector<TokenId>{LabelToken(item.label)};
   out.push_back(tok_.eos_id());
   return out;
 }

@@ -22,9 +22,9 @@ enum class Plane { kDecision, kToken };
 const char* PlaneName(Plane p);
 
 struct PromptConfig {
-  bool show_instructions = true;  // the env's rules at the top
-  bool show_afterstates = true;   // "A) go north -> <afterstate>"
-  bool show_memory = true;        // retrieved memory items (when memory is enabled)
+  bool show_instructions = true;          // the env's rules at the top
+  bool show_afterstates = true;           // "A) go north -> <afterstate>"
+  bool show_memory = true;                // retrieved memory items (when memory is enabled)
   std::string answer_prefix = "Action:";  // the label is the next token
   std::string label_order = "shuffle";    // shuffle: seeded per-step menu permutation | fixed
   bool reasoning = false;  // token plane: ask for brief reasoning before "Action: <label>"
@@ -54,7 +54,8 @@ class PromptRenderer {
                         Plane plane) const;
   // Readout wordings per menu item: {label token} first, then (all = true)
   // every realisation as " " + wording.
-  std::vector<std::vector<std::vector<TokenId>>> Realisations(const envs::Menu& menu, bool all) const;
+  std::vector<std::vector<std::vector<TokenId>>> Realisations(const envs::Menu& menu,
+                                                              bool all) const;
   // Afterstate branches for the afterstate critic: " <command> -> <afterstate>".
   std::vector<std::vector<TokenId>> AfterstateBranches(const envs::Menu& menu) const;
   // The token-plane target answer for an item, then end-of-text: " <label>",

@@ -27,8 +27,8 @@ struct AuditState {
 };
 
 // Test-split states reached by seeded random play, menus shuffled per state.
-std::vector<AuditState> CollectStates(const envs::Env& env, const policy::PromptRenderer& renderer, int64_t n,
-                                      uint64_t seed) {
+std::vector<AuditState> CollectStates(const envs::Env& env, const policy::PromptRenderer& renderer,
+                                      int64_t n, uint64_t seed) {
   std::vector<AuditState> out;
   Rng rng = Rng::Stream(seed, "audit_states");
   for (uint64_t i = 0; static_cast<int64_t>(out.size()) < n && i < 1000; ++i) {
@@ -42,7 +42,8 @@ std::vector<AuditState> CollectStates(const envs::Env& env, const policy::Prompt
     AuditState a;
     a.menu = s->CompileMenu();
     envs::ShuffleMenu(a.menu, rng);
-    a.prompt = renderer.Render(env.Instructions(), s->Observation(), {}, a.menu, policy::Plane::kDecision);
+    a.prompt =
+        renderer.Render(env.Instructions(), s->Observation(), {}, a.menu, policy::Plane::kDecision);
     a.state = std::move(s);
     out.push_back(std::move(a));
   }
@@ -52,7 +53,8 @@ std::vector<AuditState> CollectStates(const envs::Env& env, const policy::Prompt
 
 // The request with duplicate wordings of an item removed (so realisation
 // indices address distinct events).
-policy::ReadoutRequest DistinctRequest(const policy::PromptRenderer& renderer, const AuditState& a) {
+policy::ReadoutRequest DistinctRequest(const policy::PromptRenderer& renderer,
+                                       const AuditState& a) {
   policy::ReadoutRequest r;
   r.prompt = a.prompt.tokens;
   r.end_token = renderer.tokenizer().eos_id();
@@ -97,10 +99,12 @@ std::vector<torch::Tensor> Params(policy::TransformerLM& m) {
 }
 
 torch::Tensor FlatGrad(const torch::Tensor& y, const std::vector<torch::Tensor>& params) {
-  auto g = torch::autograd::grad({y}, params, {}, /*retain_graph=*/true, false, /*allow_unused=*/true);
+  auto g =
+      torch::autograd::grad({y}, params, {}, /*retain_graph=*/true, false, /*allow_unused=*/true);
   std::vector<torch::Tensor> flat;
   for (size_t i = 0; i < g.size(); ++i)
-    flat.push_back(g[i].defined() ? g[i].reshape(-1).to(torch::kFloat64) : torch::zeros({params[i].numel()}, torch::kFloat64));
+    flat.push_back(g[i].defined() ? g[i].reshape(-1).to(torch::kFloat64)
+                                  : torch::zeros({params[i].numel()}, torch::kFloat64));
   return torch::cat(flat);
 }
 
@@ -109,7 +113,8 @@ std::string G(double v) { return fmt::format("{:.4g}", v); }
 // ---- 1 ----------------------------------------------------------------------------
 AuditCheck Marginalisation(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
                            const std::vector<AuditState>& states) {
-  AuditCheck c{"marginalisation", "Marginalisation identity: single-pass p(a|s) = sum_r pi(r|s) from separate passes"};
+  AuditCheck c{"marginalisation",
+               "Marginalisation identity: single-pass p(a|s) = sum_r pi(r|s) from separate passes"};
   torch::NoGradGuard ng;
   double max_other = 0, max_menu = 0;
   int64_t naive_passes = 0, wordings = 0;
@@ -131,14 +136,17 @@ AuditCheck Marginalisation(policy::TransformerLM& model, const policy::PromptRen
       total += s;
     }
     for (size_t k = 0; k < sums.size(); ++k) {
-      max_other = std::max(max_other, std::abs(std::exp(other.log_p[0][k].item<double>()) - sums[k]));
-      max_menu = std::max(max_menu, std::abs(std::exp(menu.log_p[0][k].item<double>()) - sums[k] / total));
+      max_other =
+          std::max(max_other, std::abs(std::exp(other.log_p[0][k].item<double>()) - sums[k]));
+      max_menu =
+          std::max(max_menu, std::abs(std::exp(menu.log_p[0][k].item<double>()) - sums[k] / total));
     }
   }
   c.passed = max_other < 1e-4 && max_menu < 1e-4;
   c.numbers = {{"states", std::to_string(states.size())},
                {"realisations scored separately", std::to_string(wordings)},
-               {"forward passes: single-pass vs separate", fmt::format("{} vs {}", states.size(), naive_passes)},
+               {"forward passes: single-pass vs separate",
+                fmt::format("{} vs {}", states.size(), naive_passes)},
                {"max |p(a|s) - sum_r pi(r|s)| (unnormalised)", G(max_other)},
                {"max |p(a|s) - sum_r pi(r|s) / Z| (menu-normalised)", G(max_menu)},
                {"tolerance", "1e-4"}};
@@ -148,7 +156,8 @@ AuditCheck Marginalisation(policy::TransformerLM& model, const policy::PromptRen
 // ---- 2 ----------------------------------------------------------------------------
 AuditCheck RaoBlackwell(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
                         const std::vector<AuditState>& states, int64_t mc, uint64_t seed) {
-  AuditCheck c{"rao_blackwell", "Rao-Blackwell: sampled-realisation vs marginal (label) gradient estimator"};
+  AuditCheck c{"rao_blackwell",
+               "Rao-Blackwell: sampled-realisation vs marginal (label) gradient estimator"};
   auto params = Params(model);
   Rng rng = Rng::Stream(seed, "audit_rao_blackwell");
   double worst_rel = 0, var_sampled = 0, var_marginal = 0, worst_z = 0;
@@ -212,26 +221,32 @@ AuditCheck RaoBlackwell(policy::TransformerLM& model, const policy::PromptRender
     worst_z = std::max(worst_z, se > 0 ? d / se : 0.0);
   }
   c.passed = worst_rel < 1e-3 && lower && worst_z < 4.0;
-  c.numbers = {{"states", std::to_string(n_states)},
-               {"exact means: max ||E_sampled - E_marginal|| / ||E||", G(worst_rel)},
-               {"Monte-Carlo: max ||mean diff|| / standard error", fmt::format("{:.2f} ({} draws per state)", worst_z, mc)},
-               {"variance, sampled-realisation estimator", G(var_sampled)},
-               {"variance, marginal estimator", G(var_marginal)},
-               {"variance ratio marginal / sampled", G(var_marginal / std::max(var_sampled, 1e-300))}};
-  c.note = "Same expectation E_y[A(g(y)) grad log pi(y|s)] = E_a[A(a) grad log p(a|s)]; realisation noise is removed.";
+  c.numbers = {
+      {"states", std::to_string(n_states)},
+      {"exact means: max ||E_sampled - E_marginal|| / ||E||", G(worst_rel)},
+      {"Monte-Carlo: max ||mean diff|| / standard error",
+       fmt::format("{:.2f} ({} draws per state)", worst_z, mc)},
+      {"variance, sampled-realisation estimator", G(var_sampled)},
+      {"variance, marginal estimator", G(var_marginal)},
+      {"variance ratio marginal / sampled", G(var_marginal / std::max(var_sampled, 1e-300))}};
+  c.note =
+      "Same expectation E_y[A(g(y)) grad log pi(y|s)] = E_a[A(a) grad log p(a|s)]; realisation "
+      "noise is removed.";
   return c;
 }
 
 // ---- 3 ----------------------------------------------------------------------------
 AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
                        const std::vector<AuditState>& states, uint64_t seed) {
-  AuditCheck c{"ppo_gradient", "PPO gradient check: autograd vs central finite differences (float64)"};
+  AuditCheck c{"ppo_gradient",
+               "PPO gradient check: autograd vs central finite differences (float64)"};
   auto m64 = policy::CloneModel(model);
   m64->to(torch::kFloat64);
   for (auto& p : m64->parameters()) p.set_requires_grad(true);
   Rng rng = Rng::Stream(seed, "audit_ppo");
   std::vector<policy::ReadoutRequest> reqs;
-  for (size_t i = 0; i < std::min<size_t>(states.size(), 4); ++i) reqs.push_back(DistinctRequest(renderer, states[i]));
+  for (size_t i = 0; i < std::min<size_t>(states.size(), 4); ++i)
+    reqs.push_back(DistinctRequest(renderer, states[i]));
   const int64_t B = static_cast<int64_t>(reqs.size());
   std::vector<int64_t> chosen;
   std::vector<double> adv, noise, vnoise, ret;
@@ -248,7 +263,8 @@ AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRendere
   {
     torch::NoGradGuard ng;
     auto rb = policy::Readout(m64, reqs, {"menu", false});
-    old_logp = rb.log_p.gather(1, torch::tensor(chosen).unsqueeze(1)).squeeze(1) + torch::tensor(noise, torch::kFloat64);
+    old_logp = rb.log_p.gather(1, torch::tensor(chosen).unsqueeze(1)).squeeze(1) +
+               torch::tensor(noise, torch::kFloat64);
     old_v = rb.value + torch::tensor(vnoise, torch::kFloat64);
   }
   auto loss_fn = [&]() {
@@ -267,7 +283,7 @@ AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRendere
     std::vector<torch::Tensor> dir;
     double sq = 0;
     for (auto& p : params) {
-      auto g = torch::randn(p.sizes(), torch::TensorOptions().dtype(torch::kFloat64)) ;
+      auto g = torch::randn(p.sizes(), torch::TensorOptions().dtype(torch::kFloat64));
       dir.push_back(g);
       sq += g.pow(2).sum().item<double>();
     }
@@ -294,12 +310,16 @@ AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRendere
     double fd = (lp - lm) / (2 * eps);
     double rel = std::abs(analytic - fd) / std::max({std::abs(analytic), std::abs(fd), 1e-10});
     worst = std::max(worst, rel);
-    c.numbers.push_back({fmt::format("direction {}: autograd vs finite difference", d + 1), fmt::format("{:.10g} vs {:.10g}", analytic, fd)});
+    c.numbers.push_back({fmt::format("direction {}: autograd vs finite difference", d + 1),
+                         fmt::format("{:.10g} vs {:.10g}", analytic, fd)});
   }
   c.numbers.push_back({"max relative error", G(worst)});
   c.numbers.push_back({"tolerance", "1e-5"});
   c.passed = worst < 1e-5;
-  c.note = "Loss = clipped surrogate on p(a|s) ratios + 0.5 * clipped value loss - 0.01 * menu entropy, B = " + std::to_string(B) + ".";
+  c.note =
+      "Loss = clipped surrogate on p(a|s) ratios + 0.5 * clipped value loss - 0.01 * menu entropy, "
+      "B = " +
+      std::to_string(B) + ".";
   return c;
 }
 
@@ -320,7 +340,8 @@ AuditCheck Teaching(policy::TransformerLM& model, const policy::PromptRenderer& 
     in.groups = {0, 0, 0, 0};
     double m = ComputeAdvantages(ac, in).advantages.abs().max().item<double>();
     ok = ok && m == 0.0;
-    c.numbers.push_back({fmt::format("all-wrong group, {}: max |A|", std_norm ? "GRPO" : "Dr. GRPO"), G(m)});
+    c.numbers.push_back(
+        {fmt::format("all-wrong group, {}: max |A|", std_norm ? "GRPO" : "Dr. GRPO"), G(m)});
   }
   // (b) GSPO's sequence clip vs per-token clipping with one outlier token.
   auto old = torch::full({1, 4}, -1.0, f64);
@@ -344,10 +365,12 @@ AuditCheck Teaching(policy::TransformerLM& model, const policy::PromptRenderer& 
     losses[which] = res.loss.item<double>();
   }
   ok = ok && nonzero[0] == 3 && nonzero[1] == 0;
-  c.numbers.push_back({"outlier token (log-ratio 2 on 1 of 4 tokens): tokens with gradient, per-token PPO clip",
-                       fmt::format("{} of 4 (loss {:.4f})", nonzero[0], losses[0])});
-  c.numbers.push_back({"same sequence, GSPO sequence clip", fmt::format("{} of 4 (loss {:.4f}; geometric-mean ratio {:.3f} is clipped)",
-                                                                       nonzero[1], losses[1], std::exp(0.5))});
+  c.numbers.push_back(
+      {"outlier token (log-ratio 2 on 1 of 4 tokens): tokens with gradient, per-token PPO clip",
+       fmt::format("{} of 4 (loss {:.4f})", nonzero[0], losses[0])});
+  c.numbers.push_back({"same sequence, GSPO sequence clip",
+                       fmt::format("{} of 4 (loss {:.4f}; geometric-mean ratio {:.3f} is clipped)",
+                                   nonzero[1], losses[1], std::exp(0.5))});
   // (c) TIS keeps a very small engine ratio, IcePop zeroes it.
   auto o = torch::full({1, 1}, -1.0, f64), r = torch::full({1, 1}, -1.0 + std::log(1000.0), f64);
   auto mask = torch::ones({1, 1}, torch::kBool);
@@ -365,20 +388,26 @@ AuditCheck Teaching(policy::TransformerLM& model, const policy::PromptRenderer& 
     torch::NoGradGuard ng;
     auto rb = policy::Readout(model, {DistinctRequest(renderer, states[0])}, {"menu", false});
     double hm = rb.menu_entropy[0].item<double>(), hr = rb.row_entropy[0].item<double>();
-    double K = static_cast<double>(states[0].menu.size()), V = static_cast<double>(model->config().vocab_size);
-    c.numbers.push_back({"state 1: menu entropy H(p(.|s)) / KL(p || uniform menu)", fmt::format("{:.4f} / {:.4f} nats", hm, std::log(K) - hm)});
-    c.numbers.push_back({"state 1: full-row entropy / KL(row || uniform vocab)", fmt::format("{:.4f} / {:.4f} nats", hr, std::log(V) - hr)});
+    double K = static_cast<double>(states[0].menu.size()),
+           V = static_cast<double>(model->config().vocab_size);
+    c.numbers.push_back({"state 1: menu entropy H(p(.|s)) / KL(p || uniform menu)",
+                         fmt::format("{:.4f} / {:.4f} nats", hm, std::log(K) - hm)});
+    c.numbers.push_back({"state 1: full-row entropy / KL(row || uniform vocab)",
+                         fmt::format("{:.4f} / {:.4f} nats", hr, std::log(V) - hr)});
     c.numbers.push_back({"state 1: candidate mass", G(rb.candidate_mass[0].item<double>())});
   }
   c.passed = ok;
-  c.note = "The menu KL that decision PPO uses is exact over K actions; the row statistics spread over the whole vocabulary.";
+  c.note =
+      "The menu KL that decision PPO uses is exact over K actions; the row statistics spread over "
+      "the whole vocabulary.";
   return c;
 }
 
 // ---- 5 ----------------------------------------------------------------------------
 AuditCheck LabelBias(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
                      const std::vector<AuditState>& states, const envs::Env& env, uint64_t seed) {
-  AuditCheck c{"label_bias", "Label bias: position prior under shuffled menus, order flip rate, candidate mass"};
+  AuditCheck c{"label_bias",
+               "Label bias: position prior under shuffled menus, order flip rate, candidate mass"};
   c.informational = true;
   torch::NoGradGuard ng;
   policy::LabelPositionStats stats;
@@ -389,14 +418,16 @@ AuditCheck LabelBias(policy::TransformerLM& model, const policy::PromptRenderer&
     for (int rep = 0; rep < 4; ++rep) {
       envs::Menu m = a.menu;
       envs::ShuffleMenu(m, rng);
-      auto prompt = renderer.Render(env.Instructions(), a.state->Observation(), {}, m, policy::Plane::kDecision);
+      auto prompt = renderer.Render(env.Instructions(), a.state->Observation(), {}, m,
+                                    policy::Plane::kDecision);
       policy::ReadoutRequest req;
       req.prompt = prompt.tokens;
       req.realisations = renderer.Realisations(m, false);
       req.end_token = renderer.tokenizer().eos_id();
       auto rb = policy::Readout(model, {req}, {"menu", false});
       std::vector<double> fwd;
-      for (size_t k = 0; k < m.size(); ++k) fwd.push_back(std::exp(rb.log_p[0][static_cast<int64_t>(k)].item<double>()));
+      for (size_t k = 0; k < m.size(); ++k)
+        fwd.push_back(std::exp(rb.log_p[0][static_cast<int64_t>(k)].item<double>()));
       mass += rb.candidate_mass[0].item<double>();
       ++menus;
       // The same menu in reversed order.
@@ -404,17 +435,20 @@ AuditCheck LabelBias(policy::TransformerLM& model, const policy::PromptRenderer&
       for (size_t k = 0; k < m.size(); ++k) rev[k] = static_cast<int>(m.size() - 1 - k);
       envs::Menu mr = m;
       envs::PermuteMenu(mr, rev);
-      auto pr = renderer.Render(env.Instructions(), a.state->Observation(), {}, mr, policy::Plane::kDecision);
+      auto pr = renderer.Render(env.Instructions(), a.state->Observation(), {}, mr,
+                                policy::Plane::kDecision);
       req.prompt = pr.tokens;
       req.realisations = renderer.Realisations(mr, false);
       auto rr = policy::Readout(model, {req}, {"menu", false});
       std::vector<double> back;
-      for (size_t k = 0; k < mr.size(); ++k) back.push_back(std::exp(rr.log_p[0][static_cast<int64_t>(k)].item<double>()));
+      for (size_t k = 0; k < mr.size(); ++k)
+        back.push_back(std::exp(rr.log_p[0][static_cast<int64_t>(k)].item<double>()));
       stats.AddReversedPair(fwd, back);
     }
   }
   std::string lift;
-  for (double l : stats.LiftByPosition()) lift += fmt::format("{}{:.2f}", lift.empty() ? "" : " ", l);
+  for (double l : stats.LiftByPosition())
+    lift += fmt::format("{}{:.2f}", lift.empty() ? "" : " ", l);
   // Content-free prior: the same prompt frame with the observation and the
   // menu contents removed; what is left is the model's preference for letters.
   envs::Menu blank;
@@ -429,33 +463,42 @@ AuditCheck LabelBias(policy::TransformerLM& model, const policy::PromptRenderer&
   auto prior = policy::ContentFreePrior(model, frame.tokens, label_tokens);
   std::string prior_text;
   for (int64_t k = 0; k < prior.size(0); ++k)
-    prior_text += fmt::format("{}{}={:.3f}", prior_text.empty() ? "" : " ", envs::LabelFor(static_cast<int>(k)),
-                              std::exp(prior[k].item<double>()));
+    prior_text +=
+        fmt::format("{}{}={:.3f}", prior_text.empty() ? "" : " ",
+                    envs::LabelFor(static_cast<int>(k)), std::exp(prior[k].item<double>()));
   c.numbers = {{"menus (shuffled, each also reversed)", std::to_string(stats.pairs())},
                {"lift by position A, B, C, ... (1 = no position preference)", lift},
                {"content-free prior over the labels", prior_text},
                {"order flip rate (argmax changes when the menu is reversed)", G(stats.FlipRate())},
-               {"mean candidate mass (share of the row on menu labels)", G(mass / std::max<int64_t>(menus, 1))}};
-  c.note = "Informational: a letter/position prior is not an action preference; shuffle labels per step (prompt.label_order) to decorrelate.";
+               {"mean candidate mass (share of the row on menu labels)",
+                G(mass / std::max<int64_t>(menus, 1))}};
+  c.note =
+      "Informational: a letter/position prior is not an action preference; shuffle labels per step "
+      "(prompt.label_order) to decorrelate.";
   return c;
 }
 
 }  // namespace
 
-std::vector<AuditCheck> RunAudit(policy::TransformerLM model, const policy::PromptRenderer& renderer,
-                                 const envs::Env& env, const AuditOptions& options) {
+std::vector<AuditCheck> RunAudit(policy::TransformerLM model,
+                                 const policy::PromptRenderer& renderer, const envs::Env& env,
+                                 const AuditOptions& options) {
   model->eval();
   auto states = CollectStates(env, renderer, options.states, options.seed);
   auto want = [&](const char* id) {
-    return options.only.empty() || std::find(options.only.begin(), options.only.end(), id) != options.only.end();
+    return options.only.empty() ||
+           std::find(options.only.begin(), options.only.end(), id) != options.only.end();
   };
   for (const auto& id : options.only)
-    if (id != "marginalisation" && id != "rao_blackwell" && id != "ppo_gradient" && id != "teaching" && id != "label_bias")
-      throw ConfigError(fmt::format("unknown audit check '{}'", id),
-                        "checks: marginalisation, rao_blackwell, ppo_gradient, teaching, label_bias");
+    if (id != "marginalisation" && id != "rao_blackwell" && id != "ppo_gradient" &&
+        id != "teaching" && id != "label_bias")
+      throw ConfigError(
+          fmt::format("unknown audit check '{}'", id),
+          "checks: marginalisation, rao_blackwell, ppo_gradient, teaching, label_bias");
   std::vector<AuditCheck> out;
   if (want("marginalisation")) out.push_back(Marginalisation(model, renderer, states));
-  if (want("rao_blackwell")) out.push_back(RaoBlackwell(model, renderer, states, options.mc_samples, options.seed));
+  if (want("rao_blackwell"))
+    out.push_back(RaoBlackwell(model, renderer, states, options.mc_samples, options.seed));
   if (want("ppo_gradient")) out.push_back(PpoGradient(model, renderer, states, options.seed));
   if (want("teaching")) out.push_back(Teaching(model, renderer, states));
   if (want("label_bias")) out.push_back(LabelBias(model, renderer, states, env, options.seed));
@@ -466,7 +509,8 @@ std::string FormatAudit(const std::vector<AuditCheck>& checks) {
   std::string out;
   int i = 0;
   for (const auto& c : checks) {
-    out += fmt::format("{}. {}  [{}]\n", ++i, c.title, c.informational ? "INFO" : (c.passed ? "PASS" : "FAIL"));
+    out += fmt::format("{}. {}  [{}]\n", ++i, c.title,
+                       c.informational ? "INFO" : (c.passed ? "PASS" : "FAIL"));
     size_t w = 0;
     for (const auto& [k, v] : c.numbers) w = std::max(w, k.size());
     for (const auto& [k, v] : c.numbers) out += fmt::format("   {:<{}}  {}\n", k, w, v);

@@ -20,14 +20,14 @@
 namespace rlid::trainers {
 
 struct AuditOptions {
-  int64_t states = 6;          // test-split states the checks run on
-  int64_t mc_samples = 2000;   // Monte-Carlo draws per state (Rao-Blackwell)
-  uint64_t seed = 0;           // seeds state selection, advantages and draws
+  int64_t states = 6;             // test-split states the checks run on
+  int64_t mc_samples = 2000;      // Monte-Carlo draws per state (Rao-Blackwell)
+  uint64_t seed = 0;              // seeds state selection, advantages and draws
   std::vector<std::string> only;  // check ids to run (empty = all)
 };
 
 struct AuditCheck {
-  std::string id;     // marginalisation | rao_blackwell | ppo_gradient | teaching | label_bias
+  std::string id;  // marginalisation | rao_blackwell | ppo_gradient | teaching | label_bias
   std::string title;
   bool passed = true;
   bool informational = false;  // reports numbers without a pass/fail claim
@@ -35,8 +35,9 @@ struct AuditCheck {
   std::string note;
 };
 
-std::vector<AuditCheck> RunAudit(policy::TransformerLM model, const policy::PromptRenderer& renderer,
-                                 const envs::Env& env, const AuditOptions& options);
+std::vector<AuditCheck> RunAudit(policy::TransformerLM model,
+                                 const policy::PromptRenderer& renderer, const envs::Env& env,
+                                 const AuditOptions& options);
 std::string FormatAudit(const std::vector<AuditCheck>& checks);
 
 }  // namespace rlid::trainers

@@ -24,11 +24,12 @@ struct CompareConfig {
   std::vector<uint64_t> seeds = {1, 2};
   std::string budget = "env_steps";  // env_steps | wall_clock | flops
   double budget_value = 2000;
-  int64_t max_iterations = 1000;     // safety cap; the budget should stop each arm first
-  double success_threshold = 0.8;    // for "env steps to reach"
-  std::string success_metric = "greedy";  // greedy | sampled: which test evaluation the table and curves use
-  std::string warm_start = "sft";    // sft (run rlid sft once) | none | <checkpoint dir>
-  bool plots = true;                 // gnuplot curves (skipped with a warning when gnuplot is absent)
+  int64_t max_iterations = 1000;   // safety cap; the budget should stop each arm first
+  double success_threshold = 0.8;  // for "env steps to reach"
+  std::string success_metric =
+      "greedy";  // greedy | sampled: which test evaluation the table and curves use
+  std::string warm_start = "sft";  // sft (run rlid sft once) | none | <checkpoint dir>
+  bool plots = true;               // gnuplot curves (skipped with a warning when gnuplot is absent)
   void Load(ConfigNode n);
 };
 
@@ -58,7 +59,8 @@ struct ArmSummary {
   double success_mean = 0, success_std = 0, return_mean = 0;
   double steps_to_threshold = -1;  // mean over seeds that reached it
   int reached = 0;                 // seeds that reached the threshold
-  double generated_tokens = 0, forward_passes = 0, invalid_rate = 0, wall = 0, env_steps = 0, flops = 0;
+  double generated_tokens = 0, forward_passes = 0, invalid_rate = 0, wall = 0, env_steps = 0,
+         flops = 0;
   double grad_var = -1, grad_var_all_action = -1;
 };
 

@@ -29,8 +29,11 @@ SftResult RunSft(Session& s, bool quiet) {
   }
   agents::Chooser oracle = [&](const envs::State& state, const agents::StepData& step, Rng& rng) {
     auto* o = dynamic_cast<const envs::OracleState*>(&state);
-    if (!o) throw ConfigError(fmt::format("env '{}' has no oracle; rlid sft needs one", s.env->Info().name));
-    if (rng.Bernoulli(c.random_action_frac)) return static_cast<int>(rng.UniformInt(step.menu.size()));
+    if (!o)
+      throw ConfigError(
+          fmt::format("env '{}' has no oracle; rlid sft needs one", s.env->Info().name));
+    if (rng.Bernoulli(c.random_action_frac))
+      return static_cast<int>(rng.UniformInt(step.menu.size()));
     auto best = o->OptimalActions();
     if (best.empty()) return static_cast<int>(rng.UniformInt(step.menu.size()));
     int idx = step.menu.IndexOfAction(best[rng.UniformInt(best.size())]);
@@ -48,7 +51,8 @@ SftResult RunSft(Session& s, bool quiet) {
   }
   result.demo_success /= std::max<size_t>(episodes.size(), 1);
   result.examples = static_cast<int64_t>(steps.size());
-  if (steps.empty()) throw ConfigError("rlid sft: the demonstrations contain no decisions", "raise sft.episodes");
+  if (steps.empty())
+    throw ConfigError("rlid sft: the demonstrations contain no decisions", "raise sft.episodes");
 
   // ---- training ----------------------------------------------------------------
   const int64_t N = result.examples;
@@ -98,13 +102,16 @@ SftResult RunSft(Session& s, bool quiet) {
       if (c.answer_weight > 0 || c.lm_weight > 0) {
         auto sb = policy::ScoreResponses(s.model, texts);
         auto pos = torch::arange(sb.logp.size(1), torch::kInt64).unsqueeze(0).to(sb.logp.device());
-        auto is_answer = pos >= torch::tensor(prompt_len, torch::kInt64).unsqueeze(1).to(sb.logp.device());
+        auto is_answer =
+            pos >= torch::tensor(prompt_len, torch::kInt64).unsqueeze(1).to(sb.logp.device());
         auto answer_mask = sb.mask * is_answer.to(sb.mask.scalar_type());
         auto prompt_mask = sb.mask - answer_mask;
         if (c.answer_weight > 0)
-          loss = loss + c.answer_weight * -(sb.logp * answer_mask).sum() / answer_mask.sum().clamp_min(1);
+          loss = loss +
+                 c.answer_weight * -(sb.logp * answer_mask).sum() / answer_mask.sum().clamp_min(1);
         if (c.lm_weight > 0)
-          loss = loss + c.lm_weight * -(sb.logp * prompt_mask).sum() / prompt_mask.sum().clamp_min(1);
+          loss =
+              loss + c.lm_weight * -(sb.logp * prompt_mask).sum() / prompt_mask.sum().clamp_min(1);
       }
       CheckFinite(loss, "sft loss", epoch);
       opt.ZeroGrad();
@@ -115,20 +122,24 @@ SftResult RunSft(Session& s, bool quiet) {
     }
     result.final_loss = epoch_loss / std::max<int64_t>(batches, 1);
     s.LogMetrics(epoch, {{"sft/loss", result.final_loss}, {"charts/lr", opt.current_lr()}});
-    if (!quiet) spdlog::info("sft epoch {}/{}: loss {:.4f}", epoch + 1, c.epochs, result.final_loss);
+    if (!quiet)
+      spdlog::info("sft epoch {}/{}: loss {:.4f}", epoch + 1, c.epochs, result.final_loss);
   }
   if (s.sampler) s.sampler->SyncWeights(s.model);
 
   // ---- evaluation and checkpoint -------------------------------------------------
-  result.decision_greedy = Evaluate(s, policy::Plane::kDecision, s.cfg.trainer.eval_episodes, true, c.epochs);
-  result.token_greedy = Evaluate(s, policy::Plane::kToken, s.cfg.trainer.eval_episodes, true, c.epochs);
+  result.decision_greedy =
+      Evaluate(s, policy::Plane::kDecision, s.cfg.trainer.eval_episodes, true, c.epochs);
+  result.token_greedy =
+      Evaluate(s, policy::Plane::kToken, s.cfg.trainer.eval_episodes, true, c.epochs);
   s.LogMetrics(c.epochs, {{"eval/success", result.decision_greedy.success},
                           {"eval/token_success", result.token_greedy.success},
                           {"eval/token_invalid_rate", result.token_greedy.invalid_rate},
                           {"sft/demo_success", result.demo_success}});
   fs::path dir = fs::path(s.run_dir) / "checkpoints" / "sft";
-  policy::SaveCheckpoint(dir.string(), s.model, s.tokenizer,
-                         {{"kind", "sft"}, {"examples", result.examples}, {"seed", s.cfg.run.seed}});
+  policy::SaveCheckpoint(
+      dir.string(), s.model, s.tokenizer,
+      {{"kind", "sft"}, {"examples", result.examples}, {"seed", s.cfg.run.seed}});
   s.writer->Submit(memory::CheckpointRecord{s.run_id, c.epochs, dir.string()});
   s.writer->Flush();
   result.checkpoint = dir.string();
