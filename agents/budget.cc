@@ -12,6 +12,7 @@ Budget& Budget::operator+=(const Budget& o) {
   generated_tokens += o.generated_tokens;
   samples_generated += o.samples_generated;
   samples_used += o.samples_used;
+  tokens_used += o.tokens_used;
   groups_generated += o.groups_generated;
   groups_kept += o.groups_kept;
   train_flops += o.train_flops;
@@ -30,6 +31,7 @@ std::vector<std::pair<std::string, double>> Budget::Metrics() const {
           {"budget/generated_tokens", static_cast<double>(generated_tokens)},
           {"budget/samples_generated", static_cast<double>(samples_generated)},
           {"budget/samples_used", static_cast<double>(samples_used)},
+          {"budget/tokens_used", static_cast<double>(tokens_used)},
           {"budget/groups_generated", static_cast<double>(groups_generated)},
           {"budget/groups_kept", static_cast<double>(groups_kept)},
           {"budget/train_flops", train_flops},

@@ -20,6 +20,7 @@ struct Budget {
   int64_t generated_tokens = 0;   // tokens sampled by the rollout engine
   int64_t samples_generated = 0;  // decisions/responses produced
   int64_t samples_used = 0;       // of those, the ones that reached an update
+  int64_t tokens_used = 0;        // token plane: response tokens of the samples that reached an update
   int64_t groups_generated = 0;   // token plane groups sampled
   int64_t groups_kept = 0;        // groups that reached an update
   double train_flops = 0;         // estimated forward+backward FLOPs of updates

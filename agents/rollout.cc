@@ -288,6 +288,7 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
     for (const auto& [h, members] : by_prompt) by_count[members.size()].push_back(h);
     int64_t before_prompt = ctx.sampler->prompt_tokens_encoded();
     int64_t before_gen = ctx.sampler->tokens_generated();
+    int64_t before_fed = ctx.sampler->tokens_processed();
     size_t longest = 0;
     for (const auto& [count, hashes] : by_count) {
       std::vector<std::vector<policy::TokenId>> prompts;
@@ -309,6 +310,9 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
     budget.forward_passes += static_cast<int64_t>(by_count.size()) * (1 + static_cast<int64_t>(longest));
     budget.prompt_tokens += ctx.sampler->prompt_tokens_encoded() - before_prompt;
     budget.generated_tokens += ctx.sampler->tokens_generated() - before_gen;
+    budget.rollout_flops += static_cast<double>(ctx.sampler->tokens_processed() - before_fed) *
+                            ctx.sampler->engine()->config().ForwardFlopsPerToken(
+                                static_cast<int64_t>(steps.front().prompt.tokens.size()));
 
     for (size_t b = 0; b < active.size(); ++b) {
       Slot& s = active[b].second;

@@ -47,6 +47,7 @@ agents::Budget BudgetFromJson(const nlohmann::json& j) {
   b.generated_tokens = static_cast<int64_t>(get("generated_tokens"));
   b.samples_generated = static_cast<int64_t>(get("samples_generated"));
   b.samples_used = static_cast<int64_t>(get("samples_used"));
+  b.tokens_used = static_cast<int64_t>(get("tokens_used"));
   b.groups_generated = static_cast<int64_t>(get("groups_generated"));
   b.groups_kept = static_cast<int64_t>(get("groups_kept"));
   b.train_flops = get("train_flops");

@@ -1,0 +1,93 @@
+// Learning tests of the token-plane baselines: from the SFT warm start that
+// decision PPO's tests use too (warm_start_configs.h), each of grpo, dr_grpo,
+// dapo and gspo must raise the test-seed success of its sampled policy on the
+// bandit and on a 3x3 maze within a fixed budget of iterations x episodes.
+// Each case states its budget and threshold and prints what it reached. The
+// thresholds were met with margin for run seeds 1, 2 and 3 before seed 1 was
+// fixed (see docs/token_plane.md for the numbers and the commands).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "tests/trainers/token_rig.h"
+#include "tests/trainers/warm_start.h"
+#include "tests/trainers/warm_start_configs.h"
+
+namespace rlid::testing {
+namespace {
+
+struct LearnCase {
+  const char* name;
+  const char* algorithm;
+  bool maze;
+  int64_t iterations;  // budget: iterations x 32 episodes
+  double min_gain;     // required rise of the sampled test success (64 test episodes)
+  std::vector<std::string> extra = {};
+};
+
+// Bandit: 8 env seeds x 8 episodes per iteration; sampling at temperature 0.7
+// (at 1.0 the warm start's answers are mostly invalid text).
+std::vector<std::string> BanditSets() {
+  return {"trainer.episodes_per_iteration=64", "trainer.num_envs=64", "trainer.group_size=8",
+          "trainer.epochs=2",                  "trainer.minibatch_size=32", "trainer.lr=5e-4",
+          "sampler.temperature=0.7",           "sampler.max_new_tokens=8"};
+}
+
+// Maze: 8 env seeds x 4 episodes per iteration; an invalid answer costs its
+// penalty and a turn (penalty_noop: under penalty_retry / end, quitting by
+// invalid answers beats a long failure and is learned); per-step discounted
+// returns give invalid answers their own credit.
+std::vector<std::string> MazeSets() {
+  return {"trainer.episodes_per_iteration=32", "trainer.num_envs=32",          "trainer.group_size=4",
+          "trainer.epochs=1",                  "trainer.minibatch_size=32",     "trainer.lr=5e-4",
+          "trainer.invalid.rule=penalty_noop", "trainer.return_mode=discounted", "trainer.advantage.gamma=0.9",
+          "sampler.temperature=1.0",           "sampler.max_new_tokens=8"};
+}
+
+class TokenLearning : public ::testing::TestWithParam<LearnCase> {};
+
+TEST_P(TokenLearning, ImprovesTestSuccessFromTheSharedWarmStart) {
+  const LearnCase& c = GetParam();
+  const char* toml = c.maze ? kMaze3SftToml : kBanditSftToml;
+  const std::string ckpt = WarmStart(c.maze ? "maze3_sft" : "bandit_sft", toml);
+  std::vector<std::string> sets = c.maze ? MazeSets() : BanditSets();
+  sets.push_back("policy.init=" + ckpt);
+  sets.push_back(std::string("trainer.algorithm=") + c.algorithm);
+  sets.push_back("trainer.iterations=" + std::to_string(c.iterations));
+  sets.insert(sets.end(), c.extra.begin(), c.extra.end());
+  if (const char* seed = std::getenv("RLID_LEARN_SEED")) sets.push_back(std::string("run.seed=") + seed);  // CALIBRATION ONLY
+  TokenRun run(std::string("learn_") + c.name, toml, sets);
+  const int64_t episodes = run.cfg().trainer.eval_episodes;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto before = trainers::Evaluate(run.session(), policy::Plane::kToken, episodes, /*greedy=*/false, 0);
+  for (int64_t it = 0; it < c.iterations; ++it) run.Iterate(it);
+  auto after = trainers::Evaluate(run.session(), policy::Plane::kToken, episodes, /*greedy=*/false, c.iterations);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::printf("[learn %s] budget %lld iterations x %lld episodes: sampled test success %.3f -> %.3f "
+              "(required gain %.2f), invalid rate %.3f -> %.3f, return %+.3f -> %+.3f, %.1f s\n",
+              c.name, static_cast<long long>(c.iterations),
+              static_cast<long long>(run.cfg().trainer.episodes_per_iteration), before.success, after.success,
+              c.min_gain, before.invalid_rate, after.invalid_rate, before.ret, after.ret, seconds);
+  EXPECT_GE(after.success - before.success, c.min_gain);
+  EXPECT_LE(after.invalid_rate, before.invalid_rate);
+  EXPECT_GT(after.ret, before.ret);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Baselines, TokenLearning,
+    ::testing::Values(LearnCase{"grpo_bandit", "grpo", false, 12, 0.25},
+                      LearnCase{"dr_grpo_bandit", "dr_grpo", false, 12, 0.25},
+                      LearnCase{"dapo_bandit", "dapo", false, 12, 0.25},
+                      LearnCase{"gspo_bandit", "gspo", false, 12, 0.25},
+                      LearnCase{"grpo_maze3", "grpo", true, 10, 0.08},
+                      LearnCase{"dr_grpo_maze3", "dr_grpo", true, 10, 0.08},
+                      LearnCase{"dapo_maze3", "dapo", true, 10, 0.08},
+                      LearnCase{"gspo_maze3", "gspo", true, 10, 0.08}),
+    [](const ::testing::TestParamInfo<LearnCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace rlid::testing
