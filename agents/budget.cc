@@ -1,3 +1,4 @@
+// Budget counters and stage timers of rollouts and training.
 #include "agents/budget.h"
 
 namespace rlid::agents {
@@ -37,6 +38,15 @@ std::vector<std::pair<std::string, double>> Budget::Metrics() const {
           {"budget/train_flops", train_flops},
           {"budget/rollout_flops", rollout_flops},
           {"budget/wall_seconds", wall_seconds}};
+}
+
+std::vector<std::pair<std::string, double>> StageTimes::Delta(const StageTimes& since) const {
+  return {{"time/readout_s", readout - since.readout},
+          {"time/env_s", env - since.env},
+          {"time/update_s", update - since.update},
+          {"time/logging_s", logging - since.logging},
+          {"time/eval_s", eval - since.eval},
+          {"time/checkpoint_s", checkpoint - since.checkpoint}};
 }
 
 }  // namespace rlid::agents

@@ -3,6 +3,7 @@
 // invalid answers) is counted, never hidden. All counters are cumulative.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -30,6 +31,35 @@ struct Budget {
   Budget& operator+=(const Budget& o);
   // ("budget/env_steps", value), ... for the metrics table.
   std::vector<std::pair<std::string, double>> Metrics() const;
+};
+
+// Wall-clock seconds by stage, cumulative over a run: where an iteration's
+// time goes (`time/*` metrics, `rlid bench train`). Not saved in checkpoints.
+struct StageTimes {
+  double readout = 0;     // policy forwards of rollouts (label readout, reference, sampler)
+  double env = 0;         // env steps, menus + afterstates, memory, prompt rendering
+  double update = 0;      // the trainer's update (advantages, epochs x minibatches)
+  double logging = 0;     // store records + metrics on the training thread
+  double eval = 0;        // test-seed evaluation
+  double checkpoint = 0;  // checkpoint writing
+
+  // ("time/readout_s", this - since), ... for the stages above.
+  std::vector<std::pair<std::string, double>> Delta(const StageTimes& since) const;
+};
+
+// Adds the seconds between construction and destruction to `*into` (no-op for null).
+class StageTimer {
+ public:
+  explicit StageTimer(double* into) : into_(into), start_(std::chrono::steady_clock::now()) {}
+  ~StageTimer() {
+    if (into_) *into_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
+
+ private:
+  double* into_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace rlid::agents

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -87,6 +88,10 @@ void FinishEpisode(AgentContext& ctx, Slot& s) {
 // Applies a valid choice; returns the outcome and updates the episode.
 void ApplyChoice(AgentContext& ctx, Slot& s, StepData& step, Budget& budget) {
   auto out = s.state->Apply(step.action);
+  if (!std::isfinite(out.reward))
+    throw NumericError(fmt::format("non-finite reward {} from env '{}' at iteration {} (env seed {}, step {})",
+                                   out.reward, ctx.env->Info().name, ctx.iteration, s.data.spec.env_seed, step.t),
+                       "the environment produced NaN/Inf; check its reward parameters ([env] section)");
   step.reward = out.reward;
   step.terminal = out.terminal;
   s.data.ret += out.reward;
@@ -94,6 +99,18 @@ void ApplyChoice(AgentContext& ctx, Slot& s, StepData& step, Budget& budget) {
   s.data.truncated = out.truncated;
   budget.env_steps += 1;
   if (!out.terminal) WriteFacts(ctx, s, step.t + 1);
+}
+
+// Sum of probs over the menu items the oracle calls optimal; -1 without an oracle.
+double OptimalMass(const envs::State& state, const envs::Menu& menu, const std::vector<double>& probs) {
+  auto* oracle = dynamic_cast<const envs::OracleState*>(&state);
+  if (!oracle) return -1;
+  double mass = 0;
+  for (envs::ActionId a : oracle->OptimalActions()) {
+    int k = menu.IndexOfAction(a);
+    if (k >= 0) mass += probs[k];
+  }
+  return mass;
 }
 
 double FlopsFor(const AgentContext& ctx, int64_t tokens, int64_t context) {
@@ -126,6 +143,8 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
   RLID_CHECK(ctx.env && ctx.renderer && ctx.model, "incomplete agent context");
   torch::NoGradGuard no_grad;
   ctx.model->eval();
+  double* readout_seconds = ctx.times ? &ctx.times->readout : nullptr;
+  double* env_seconds = ctx.times ? &ctx.times->env : nullptr;
   const policy::ReadoutOptions ropts = ReadoutOptionsFor(ctx.readout, ctx.afterstate_values);
 
   std::vector<EpisodeData> finished(specs.size());
@@ -135,32 +154,46 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
   int64_t local_ids = 0;
 
   while (!queue.empty() || !active.empty()) {
-    while (static_cast<int>(active.size()) < std::max(1, ctx.num_envs) && !queue.empty()) {
-      size_t idx = queue.front();
-      queue.pop_front();
-      Slot s = StartEpisode(ctx, specs[idx], split, policy::Plane::kDecision, local_ids);
-      WriteFacts(ctx, s, 0);
-      active.emplace_back(idx, std::move(s));
-    }
     // One readout forward for every active episode.
     std::vector<StepData> steps;
     std::vector<policy::ReadoutRequest> reqs;
-    for (auto& [idx, s] : active) {
-      steps.push_back(PrepareStep(ctx, s, policy::Plane::kDecision));
-      reqs.push_back(ReadoutRequestFor(*ctx.renderer, steps.back(), ctx.readout, ctx.afterstate_values));
+    {
+      StageTimer timer(env_seconds);
+      while (static_cast<int>(active.size()) < std::max(1, ctx.num_envs) && !queue.empty()) {
+        size_t idx = queue.front();
+        queue.pop_front();
+        Slot s = StartEpisode(ctx, specs[idx], split, policy::Plane::kDecision, local_ids);
+        WriteFacts(ctx, s, 0);
+        active.emplace_back(idx, std::move(s));
+      }
+      for (auto& [idx, s] : active) {
+        steps.push_back(PrepareStep(ctx, s, policy::Plane::kDecision));
+        reqs.push_back(ReadoutRequestFor(*ctx.renderer, steps.back(), ctx.readout, ctx.afterstate_values));
+      }
     }
-    auto rb = policy::Readout(ctx.model, reqs, ropts);
-    torch::Tensor ref_log_p;
-    if (ctx.ref_model) ref_log_p = policy::Readout(ctx.ref_model, reqs, ropts).log_p.to(torch::kCPU);
-    budget.forward_passes += ctx.ref_model ? 2 : 1;
-    budget.prompt_tokens += rb.tokens_processed;
-    budget.rollout_flops += FlopsFor(ctx, rb.tokens_processed, reqs[0].prompt.size()) * (ctx.ref_model ? 2 : 1);
-    auto log_p = rb.log_p.to(torch::kCPU).contiguous();
-    auto wlogp = rb.realisation_logp.to(torch::kCPU).contiguous();
-    auto value = rb.value.to(torch::kCPU), mass = rb.candidate_mass.to(torch::kCPU);
-    auto rowh = rb.row_entropy.to(torch::kCPU), menuh = rb.menu_entropy.to(torch::kCPU);
-    torch::Tensor after = ctx.afterstate_values ? rb.afterstate_value.to(torch::kCPU) : torch::Tensor();
+    torch::Tensor log_p, wlogp, value, mass, rowh, menuh, after, ref_log_p;
+    {
+      StageTimer timer(readout_seconds);
+      auto rb = policy::Readout(ctx.model, reqs, ropts);
+      if (ctx.ref_model) ref_log_p = policy::Readout(ctx.ref_model, reqs, ropts).log_p.to(torch::kCPU);
+      budget.forward_passes += ctx.ref_model ? 2 : 1;
+      budget.prompt_tokens += rb.tokens_processed;
+      budget.rollout_flops += FlopsFor(ctx, rb.tokens_processed, reqs[0].prompt.size()) * (ctx.ref_model ? 2 : 1);
+      log_p = rb.log_p.to(torch::kCPU).contiguous();
+      wlogp = rb.realisation_logp.to(torch::kCPU).contiguous();
+      value = rb.value.to(torch::kCPU), mass = rb.candidate_mass.to(torch::kCPU);
+      rowh = rb.row_entropy.to(torch::kCPU), menuh = rb.menu_entropy.to(torch::kCPU);
+      if (ctx.afterstate_values) after = rb.afterstate_value.to(torch::kCPU);
+      auto mask = rb.item_mask.to(torch::kCPU);
+      if (!(torch::isfinite(log_p) | ~mask).all().item<bool>() || !torch::isfinite(value).all().item<bool>())
+        throw NumericError(fmt::format("non-finite policy output (log p(a|s) or value) in the rollout readout at "
+                                       "iteration {}",
+                                       ctx.iteration),
+                           "the policy's weights are broken; lower the learning rate or resume from the last "
+                           "checkpoint");
+    }
 
+    StageTimer timer(env_seconds);
     for (size_t b = 0; b < active.size(); ++b) {
       Slot& s = active[b].second;
       StepData& step = steps[b];
@@ -183,6 +216,7 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
       step.item = greedy ? static_cast<int>(std::max_element(probs.begin(), probs.end()) - probs.begin())
                          : static_cast<int>(s.action_rng.Categorical(probs));
       step.action = step.menu.items[step.item].action;
+      if (ctx.oracle_probs) step.p_optimal = OptimalMass(*s.state, step.menu, probs);
       budget.decisions += 1;
       budget.samples_generated += 1;
       ApplyChoice(ctx, s, step, budget);
@@ -270,16 +304,22 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
     ctx.sampler->SetOptions(g);
   }
 
+  double* readout_seconds = ctx.times ? &ctx.times->readout : nullptr;
+  double* env_seconds = ctx.times ? &ctx.times->env : nullptr;
   while (!queue.empty() || !active.empty()) {
-    while (static_cast<int>(active.size()) < std::max(1, ctx.num_envs) && !queue.empty()) {
-      size_t idx = queue.front();
-      queue.pop_front();
-      Slot s = StartEpisode(ctx, specs[idx], split, policy::Plane::kToken, local_ids);
-      WriteFacts(ctx, s, 0);
-      active.emplace_back(idx, std::move(s));
-    }
     std::vector<StepData> steps;
-    for (auto& [idx, s] : active) steps.push_back(PrepareStep(ctx, s, policy::Plane::kToken));
+    {
+      StageTimer timer(env_seconds);
+      while (static_cast<int>(active.size()) < std::max(1, ctx.num_envs) && !queue.empty()) {
+        size_t idx = queue.front();
+        queue.pop_front();
+        Slot s = StartEpisode(ctx, specs[idx], split, policy::Plane::kToken, local_ids);
+        WriteFacts(ctx, s, 0);
+        active.emplace_back(idx, std::move(s));
+      }
+      for (auto& [idx, s] : active) steps.push_back(PrepareStep(ctx, s, policy::Plane::kToken));
+    }
+    std::optional<StageTimer> sampling(std::in_place, readout_seconds);
     // Identical prompts (e.g. a group at its first step) share one encoding:
     // bucket them by how many episodes show the same prompt.
     std::map<uint64_t, std::vector<size_t>> by_prompt;
@@ -313,7 +353,9 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
     budget.rollout_flops += static_cast<double>(ctx.sampler->tokens_processed() - before_fed) *
                             ctx.sampler->engine()->config().ForwardFlopsPerToken(
                                 static_cast<int64_t>(steps.front().prompt.tokens.size()));
+    sampling.reset();
 
+    StageTimer timer(env_seconds);
     for (size_t b = 0; b < active.size(); ++b) {
       Slot& s = active[b].second;
       StepData& step = steps[b];

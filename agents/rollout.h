@@ -57,6 +57,9 @@ struct StepData {
   float value = 0, candidate_mass = 0, row_entropy = 0, menu_entropy = 0;
   std::vector<float> afterstate_values;
   std::vector<float> ref_log_p;  // reference policy's log p (when a reference is set)
+  // Sum of p(a|s) over the oracle's optimal items (AgentContext::oracle_probs
+  // and an env with an oracle); < 0 when not measured.
+  double p_optimal = -1;
   // Token plane.
   std::vector<policy::TokenId> response;
   std::vector<float> rollout_logp;  // per response token, rollout engine
@@ -100,10 +103,15 @@ struct AgentContext {
   int64_t iteration = 0;
   int num_envs = 16;           // episodes played in lockstep (readout batch size)
   bool afterstate_values = false;  // read the afterstate critic in the same pass
+  bool oracle_probs = false;       // fill StepData::p_optimal (evaluation; needs an OracleState)
+  StageTimes* times = nullptr;     // adds readout / env seconds here (optional)
 };
 
 // Plays every spec (num_envs at a time, refilling slots as episodes end).
 // greedy: argmax action (evaluation); otherwise sampled from p(a|s).
+// Throws NumericError (naming the tensor and ctx.iteration) when the readout
+// returns a non-finite log p(a|s) or value (the policy's weights are broken)
+// or the env a non-finite reward; nothing of that batch is returned.
 std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
                                              envs::Split split, bool greedy, Budget& budget);
 

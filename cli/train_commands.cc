@@ -29,8 +29,9 @@ struct RunOptions {
 };
 
 void PrintEval(const char* what, const trainers::EvalResult& r) {
-  std::cout << fmt::format("{:<22} success {:.3f}  return {:+.3f}  length {:.1f}  invalid {:.3f}  ({} test episodes)\n",
-                           what, r.success, r.ret, r.length, r.invalid_rate, r.episodes);
+  std::string p_optimal = r.p_optimal >= 0 ? fmt::format("  p(optimal) {:.3f}", r.p_optimal) : "";
+  std::cout << fmt::format("{:<22} success {:.3f}  return {:+.3f}  length {:.1f}  invalid {:.3f}{}  ({} test episodes)\n",
+                           what, r.success, r.ret, r.length, r.invalid_rate, p_optimal, r.episodes);
 }
 
 class TrainCommand : public Command {

@@ -43,7 +43,7 @@ void TrainerConfig::Load(ConfigNode n) {
   n.Get("vf_coef", vf_coef, "value-loss weight");
   n.Get("vf_clip", vf_clip, "value clip range (0 = off)");
   n.Get("ent_coef", ent_coef, "menu-entropy bonus weight");
-  n.Get("target_kl", target_kl, "early-stop an iteration's epochs once the epoch's approx_kl exceeds this (0 = off)");
+  n.Get("target_kl", target_kl, "stop an iteration's epochs once the epoch's mean exact menu KL(old || new) exceeds this (0 = off)");
   n.GetEnum("estimator", estimator, {"sampled", "all_action"},
             "decision policy gradient: sampled action, or Rao-Blackwellised over the whole menu");
   n.Get("grad_variance_every", grad_variance_every, "measure per-sample gradient variance every k iterations (0 = off)");
@@ -172,7 +172,7 @@ std::string Timestamp() {
 }
 }  // namespace
 
-Session::Session(const ExperimentConfig& c, SessionOptions options) : cfg(c) {
+Session::Session(const ExperimentConfig& c, SessionOptions options) : cfg(c), record(options.record) {
   std::string out_dir = options.out_dir;
   const bool resume = options.resume;
   policy::SetNumThreads(cfg.run.threads);
@@ -272,14 +272,18 @@ agents::AgentContext Session::AgentCtx(int64_t iteration) {
   ctx.iteration = iteration;
   ctx.num_envs = cfg.trainer.num_envs;
   ctx.afterstate_values = cfg.trainer.estimator == "all_action";
+  ctx.times = &times;
   return ctx;
 }
 
 void Session::Record(const std::vector<agents::EpisodeData>& episodes, const agents::AgentContext& ctx) {
+  if (!record) return;
+  agents::StageTimer timer(&times.logging);
   for (const auto& e : episodes) writer->Submit(agents::ToRecord(e, ctx));
 }
 
 void Session::LogMetrics(int64_t iteration, const std::vector<std::pair<std::string, double>>& metrics) {
+  agents::StageTimer timer(&times.logging);
   double now = memory::NowUnixSeconds();
   for (const auto& [k, v] : metrics) writer->Submit(memory::MetricRecord{run_id, iteration, k, v, now});
 }

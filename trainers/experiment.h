@@ -59,7 +59,7 @@ struct TrainerConfig {
   double vf_coef = 0.5;                    // value loss weight
   double vf_clip = 0.0;                    // value clip (0 = off)
   double ent_coef = 0.01;                  // menu-entropy bonus
-  double target_kl = 0.0;                  // stop the epochs of an iteration once approx_kl exceeds it (0 = off)
+  double target_kl = 0.0;                  // stop an iteration's epochs once the epoch's mean menu KL(old||new) exceeds it (0 = off)
   std::string estimator = "sampled";       // sampled | all_action (Rao-Blackwellised, decision plane)
   int64_t grad_variance_every = 0;         // measure per-sample gradient variance every k iterations (0 = off)
   int64_t grad_variance_samples = 8;       // states per measurement
@@ -135,6 +135,10 @@ struct SessionOptions {
   bool resume = false;         // reuse the run directory's tokenizer.json
   std::string config_file = "config.toml";  // where the resolved config is written ("" = not)
   bool quiet = false;          // no info log line
+  // Provenance records (episodes, steps, menus, memory items and reads) go to
+  // the store; off = only runs, metrics and checkpoints (`rlid bench train`
+  // measures the overhead of recording this way).
+  bool record = true;
 };
 
 // The live objects of a run.
@@ -147,7 +151,8 @@ class Session {
 
   // An agent context for rollouts at this iteration.
   agents::AgentContext AgentCtx(int64_t iteration);
-  // Records episodes to the store (and their memory items).
+  // Records episodes to the store (and their memory items); nothing when
+  // SessionOptions::record is off. Time spent counts as times.logging.
   void Record(const std::vector<agents::EpisodeData>& episodes, const agents::AgentContext& ctx);
   void LogMetrics(int64_t iteration, const std::vector<std::pair<std::string, double>>& metrics);
   void End(const std::string& status);
@@ -166,6 +171,8 @@ class Session {
   std::unique_ptr<memory::MemoryBank> bank;
   int64_t run_id = 0;
   agents::Budget budget;
+  agents::StageTimes times;  // where the run's wall-clock went (rollout contexts add to it)
+  bool record = true;        // SessionOptions::record
 
   policy::TextSampler& Sampler();
 

@@ -79,6 +79,7 @@ class PpoDecisionTrainer final : public Trainer {
       items[i] = st->item;
       ends[i] = i + 1 == N || dec[i + 1].episode != dec[i].episode;
     }
+    CheckFinite(reward, "reward", it);
 
     // ---- 2. advantages -----------------------------------------------------------
     torch::Tensor adv, ret;
@@ -108,11 +109,14 @@ class PpoDecisionTrainer final : public Trainer {
                                     t.advantage.estimator),
                         "set trainer.advantage.estimator");
     }
+    CheckFinite(adv, "advantages", it);
+    CheckFinite(ret, "value targets", it);
 
     // ---- 3. epochs x minibatches -------------------------------------------------
     const auto ropts = agents::ReadoutOptionsFor(s.cfg.readout, all_action);
     Rng shuffle = Rng::Stream(s.cfg.run.seed, "minibatches", it);
     double sum_pg = 0, sum_v = 0, sum_ent = 0, sum_kl = 0, sum_clip = 0, sum_akl = 0, sum_gn = 0, sum_after = 0;
+    double sum_menu_kl = 0;
     int64_t updates = 0;
     s.model->train();
     int64_t epochs_run = 0;
@@ -137,15 +141,30 @@ class PpoDecisionTrainer final : public Trainer {
         if (t.normalize_advantages && t.advantage.estimator == "gae" && mb_adv.numel() > 1)
           mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8);
 
+        // Exact KL(old || new) over the menu: the early-stop signal of target_kl
+        // (the decision plane can afford it exactly; approx_kl is its
+        // single-sample estimate, logged for comparison with CleanRL).
+        double menu_kl = 0;
+        {
+          torch::NoGradGuard ng;
+          const int64_t B = static_cast<int64_t>(idx.size()), K = rb.log_p.size(1);
+          auto old_items = torch::full({B, K}, -INFINITY, f64);
+          for (int64_t b = 0; b < B; ++b) {
+            const auto& lp = dec[idx[b]].step->log_p;
+            for (size_t k = 0; k < lp.size(); ++k) old_items[b][k] = lp[k];
+          }
+          menu_kl = MenuKl(old_items.to(dev), rb.log_p.to(torch::kFloat64), mask).mean().item<double>();
+        }
+        sum_menu_kl += menu_kl;
+        epoch_kl += menu_kl;
+        ++epoch_updates;
+
         torch::Tensor pg;
         if (!all_action) {
           auto res = DecisionPpoLoss(t.loss, logp, old_logp.index_select(0, ix).to(dev), mb_adv);
           pg = res.loss;
           sum_clip += res.metrics.count("clip_frac") ? res.metrics["clip_frac"] : 0.0;
-          double akl = res.metrics.count("approx_kl") ? res.metrics["approx_kl"] : 0.0;
-          sum_akl += akl;
-          epoch_kl += akl;
-          ++epoch_updates;
+          sum_akl += res.metrics.count("approx_kl") ? res.metrics["approx_kl"] : 0.0;
         } else {
           // q_hat(s, a): afterstate critic values recorded at rollout (detached).
           const int64_t B = static_cast<int64_t>(idx.size()), K = rb.log_p.size(1);
@@ -195,8 +214,9 @@ class PpoDecisionTrainer final : public Trainer {
     metrics.push_back({"losses/policy", sum_pg / u});
     metrics.push_back({"losses/value", sum_v / u});
     metrics.push_back({"losses/entropy", sum_ent / u});
-    metrics.push_back({"losses/clipfrac", sum_clip / u});
-    metrics.push_back({"losses/approx_kl", sum_akl / u});
+    if (!all_action) metrics.push_back({"losses/clipfrac", sum_clip / u});
+    if (!all_action) metrics.push_back({"losses/approx_kl", sum_akl / u});
+    metrics.push_back({"losses/menu_kl_old", sum_menu_kl / u});
     if (use_ref) metrics.push_back({"losses/kl_ref", sum_kl / u});
     if (all_action) metrics.push_back({"losses/afterstate_value", sum_after / u});
     metrics.push_back({"losses/grad_norm", sum_gn / u});
@@ -215,11 +235,13 @@ class PpoDecisionTrainer final : public Trainer {
   Metrics MeasureGradientVariance(Session& s, const std::vector<Decision>& dec, const torch::Tensor& adv,
                                   bool all_action) {
     const auto& t = s.cfg.trainer;
-    const int64_t n = std::min<int64_t>(t.grad_variance_samples, static_cast<int64_t>(dec.size()));
+    const int64_t total = static_cast<int64_t>(dec.size());
+    const int64_t n = std::min<int64_t>(t.grad_variance_samples, total);
     if (n < 2) return {};
     const auto ropts = agents::ReadoutOptionsFor(s.cfg.readout, all_action);
     std::vector<std::function<torch::Tensor()>> sampled, marginal;
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t i = j * total / n;  // spread over the batch, not one episode's first steps
       const agents::StepData* st = dec[i].step;
       auto req = agents::ReadoutRequestFor(*s.renderer, *st, s.cfg.readout, all_action);
       double a_gae = adv[i].item<double>();

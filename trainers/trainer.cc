@@ -64,6 +64,8 @@ bool BudgetReached(const TrainerConfig& t, const agents::Budget& b) {
 }
 
 std::string WriteCheckpoint(Session& s, Trainer& trainer, int64_t iteration) {
+  agents::StageTimer timer(&s.times.checkpoint);
+  CheckParametersFinite(s.model, iteration);
   fs::path dir = fs::path(s.run_dir) / "checkpoints" / fmt::format("iter_{:06d}", iteration);
   nlohmann::json extra = {{"iteration", iteration}, {"budget", BudgetJson(s.budget)},
                           {"algorithm", s.cfg.trainer.algorithm}, {"seed", s.cfg.run.seed}};
@@ -129,7 +131,18 @@ Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes) {
   return m;
 }
 
+void CheckParametersFinite(policy::TransformerLM& model, int64_t iteration) {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : model->named_parameters()) {
+    if (torch::isfinite(p.value()).all().item<bool>()) continue;
+    throw NumericError(fmt::format("non-finite weights in parameter '{}' after iteration {}", p.key(), iteration),
+                       "no checkpoint was written from these weights; lower trainer.lr (or raise "
+                       "max_grad_norm's strictness), check rewards, or resume from the last checkpoint");
+  }
+}
+
 EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool greedy, int64_t iteration) {
+  agents::StageTimer timer(&s.times.eval);
   std::vector<agents::EpisodeSpec> specs;
   for (int64_t i = 0; i < episodes; ++i) {
     agents::EpisodeSpec spec;
@@ -140,6 +153,9 @@ EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool gree
   agents::Budget scratch;  // evaluation is not part of the training budget
   agents::AgentContext ctx = s.AgentCtx(iteration);
   ctx.ref_model = nullptr;
+  ctx.afterstate_values = false;
+  ctx.oracle_probs = true;
+  ctx.times = nullptr;  // all of it is evaluation time
   std::vector<agents::EpisodeData> eps;
   if (plane == policy::Plane::kDecision) {
     eps = agents::RunDecisionEpisodes(ctx, specs, envs::Split::kTest, greedy, scratch);
@@ -147,20 +163,24 @@ EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool gree
     ctx.sampler = &s.Sampler();
     eps = agents::RunTokenEpisodes(ctx, specs, envs::Split::kTest, greedy, scratch);
   }
-  s.Record(eps, ctx);
+  if (s.record)
+    for (const auto& e : eps) s.writer->Submit(agents::ToRecord(e, ctx));
   EvalResult r;
   r.episodes = episodes;
-  double steps = 0, invalid = 0;
+  double steps = 0, invalid = 0, p_opt = 0, measured = 0;
   for (const auto& e : eps) {
     r.success += e.success;
     r.ret += e.ret;
     r.length += e.steps.size();
     steps += e.steps.size();
     invalid += e.invalid_steps;
+    for (const auto& st : e.steps)
+      if (st.p_optimal >= 0) p_opt += st.p_optimal, measured += 1;
   }
   double n = std::max<int64_t>(episodes, 1);
   r.success /= n, r.ret /= n, r.length /= n;
   r.invalid_rate = steps > 0 ? invalid / steps : 0;
+  if (measured > 0) r.p_optimal = p_opt / measured;
   return r;
 }
 
@@ -208,12 +228,19 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
     spdlog::info("resumed from {} at iteration {}", dir.string(), start);
   }
   double t_start = Now();
+  agents::StageTimes logged = s.times;  // time/* metrics are the stage times since the last metrics
   for (int64_t it = start; it < t.iterations; ++it) {
+    const agents::StageTimes before = s.times;
     double t0 = Now();
     Metrics m = trainer.Iterate(s, it);
-    s.budget.wall_seconds += Now() - t0;
+    CheckParametersFinite(s.model, it);
+    const double iteration_s = Now() - t0;
+    s.budget.wall_seconds += iteration_s;
     for (const auto& kv : s.budget.Metrics()) m.push_back(kv);
-    m.push_back({"time/iteration_s", Now() - t0});
+    // The update is whatever the iteration spent outside the rollout's
+    // readout/env stages and logging (advantages, epochs x minibatches).
+    s.times.update += iteration_s - (s.times.readout - before.readout) - (s.times.env - before.env) -
+                      (s.times.logging - before.logging);
     bool last = it + 1 == t.iterations || BudgetReached(t, s.budget);
     if (last || (t.eval_every > 0 && (it + 1) % t.eval_every == 0)) {
       auto g = Evaluate(s, plane, t.eval_episodes, /*greedy=*/true, it);
@@ -221,6 +248,7 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
       m.push_back({"eval/return", g.ret});
       m.push_back({"eval/length", g.length});
       m.push_back({"eval/invalid_rate", g.invalid_rate});
+      if (g.p_optimal >= 0) m.push_back({"eval/p_optimal", g.p_optimal});
       result.final_greedy = g;
       if (t.eval_sampled) {
         auto sm = Evaluate(s, plane, t.eval_episodes, /*greedy=*/false, it);
@@ -229,6 +257,9 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
         result.final_sampled = sm;
       }
     }
+    m.push_back({"time/iteration_s", iteration_s});
+    for (const auto& kv : s.times.Delta(logged)) m.push_back(kv);
+    logged = s.times;
     s.LogMetrics(it, m);
     result.iterations = it + 1;
     if (last || (t.checkpoint_every > 0 && (it + 1) % t.checkpoint_every == 0))

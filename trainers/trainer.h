@@ -37,10 +37,18 @@ using TrainerRegistry = Registry<Trainer>;
 struct EvalResult {
   int64_t episodes = 0;
   double success = 0, ret = 0, length = 0, invalid_rate = 0;
+  // Decision plane, env with an oracle: mean over the visited test states of
+  // sum_{a optimal} p(a|s) (bandit: P(best arm)); -1 when not measured.
+  double p_optimal = -1;
 };
 
-// Test-split episodes 0..n-1 (the same seeds at every evaluation).
+// Test-split episodes 0..n-1 (the same seeds at every evaluation). The time
+// counts as s.times.eval; records go to the store when s.record is on.
 EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool greedy, int64_t iteration);
+
+// Throws NumericError naming the first parameter with a NaN/Inf entry and the
+// iteration (the non-finite guard: such weights are never checkpointed).
+void CheckParametersFinite(policy::TransformerLM& model, int64_t iteration);
 
 // Train-seed episodes of one iteration: episodes_per_iteration / group_size
 // env seeds, each played group_size times; streams unique per episode.
@@ -62,6 +70,14 @@ struct TrainOptions {
   std::string label;   // progress-line prefix (compare: "<arm> s<seed>")
 };
 
+// The loop: per iteration trainer.Iterate, the non-finite guard on the
+// weights, budget + time/* metrics, evaluation every eval_every iterations
+// (and after the last), metrics into SQLite, checkpoints every
+// checkpoint_every iterations (and after the last), the progress line.
+// resume: continues from checkpoints/latest of s.run_dir (weights, trainer
+// state, budget counters, iteration), which gives the same weights and metrics
+// as an uninterrupted run because every random stream derives from
+// (run seed, iteration / episode stream).
 TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt = {});
 
 // Per-sample gradient variance of losses[i]() over the model parameters:

@@ -1,0 +1,120 @@
+// Learning tests of decision PPO on CPU within a fixed budget, with fixed
+// seeds: from scratch on the contextual bandit, P(best arm) > 0.9; from a
+// short SFT warm start that solves clearly fewer than 90% of the 3x3 test
+// mazes, >= 90% test-seed success. Each test prints the numbers it reached.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "tests/agents/fixtures.h"
+#include "tests/trainers/warm_start.h"
+#include "tests/trainers/warm_start_configs.h"
+#include "trainers/trainer.h"
+
+namespace rlid::trainers {
+namespace {
+
+using rlid::testing::Experiment;
+using rlid::testing::TempDir;
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// Bandit from a random model. Budget: 12 iterations x 64 episodes (768
+// decisions) on one thread. P(best arm) = mean over the 64 test states of
+// p(best arm | s) from the label readout (EvalResult::p_optimal).
+constexpr const char* kBanditPpoToml = R"(
+[run]
+name = "bandit_ppo_test"
+seed = 1
+threads = 1
+
+[env]
+name = "bandit"
+arms = 4
+
+[policy]
+preset = "tiny"
+
+[trainer]
+algorithm = "ppo_decision"
+iterations = 12
+episodes_per_iteration = 64
+num_envs = 64
+epochs = 4
+minibatch_size = 32
+lr = 1e-3
+ent_coef = 0.0
+eval_every = 0
+eval_episodes = 64
+eval_sampled = false
+checkpoint_every = 0
+)";
+
+TEST(PpoLearning, BanditPBestArmAboveNinetyPercent) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto cfg = Experiment(kBanditPpoToml);
+  TempDir dir("ppo_bandit");
+  auto trainer = TrainerRegistry::Global().Make("ppo_decision");
+  Session s(*cfg, {.out_dir = dir.str(), .quiet = true});
+  auto r = Train(s, *trainer, {.quiet = true});
+  s.End("completed");
+  std::cout << "  bandit: P(best arm) " << r.final_greedy.p_optimal << ", greedy success "
+            << r.final_greedy.success << " after " << r.iterations << " iterations in " << Seconds(t0) << " s\n";
+  EXPECT_GT(r.final_greedy.p_optimal, 0.9);
+}
+
+// Maze 3x3 from the shared SFT warm start. Budget: 10 iterations x 32
+// episodes on one thread.
+constexpr const char* kMazePpoToml = R"(
+[run]
+name = "maze3_ppo_test"
+seed = 1
+threads = 1
+
+[env]
+name = "maze"
+size = 3
+
+[policy]
+preset = "tiny"
+
+[trainer]
+algorithm = "ppo_decision"
+iterations = 10
+episodes_per_iteration = 32
+num_envs = 32
+epochs = 4
+minibatch_size = 64
+lr = 1e-4
+target_kl = 0.02
+eval_every = 0
+eval_episodes = 64
+eval_sampled = false
+checkpoint_every = 0
+
+[trainer.advantage]
+gamma = 0.95
+)";
+
+TEST(PpoLearning, Maze3FromAShortWarmStartReachesNinetyPercent) {
+  const std::string ckpt = rlid::testing::WarmStart("maze3_sft", rlid::testing::kMaze3SftToml);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto cfg = Experiment(kMazePpoToml, {"policy.init=" + ckpt});
+  TempDir dir("ppo_maze3");
+  auto trainer = TrainerRegistry::Global().Make("ppo_decision");
+  Session s(*cfg, {.out_dir = dir.str(), .quiet = true});
+  auto start = Evaluate(s, policy::Plane::kDecision, cfg->trainer.eval_episodes, /*greedy=*/true, -1);
+  auto r = Train(s, *trainer, {.quiet = true});
+  s.End("completed");
+  std::cout << "  maze3: warm start " << start.success << " -> " << r.final_greedy.success
+            << " greedy test success (p_optimal " << start.p_optimal << " -> " << r.final_greedy.p_optimal
+            << ") after " << r.iterations << " iterations in " << Seconds(t0) << " s\n";
+  EXPECT_LT(start.success, 0.85) << "the warm start is too strong for a learning test";
+  EXPECT_GE(r.final_greedy.success, 0.9);
+}
+
+}  // namespace
+}  // namespace rlid::trainers
