@@ -39,6 +39,8 @@ class TrainCommand : public Command {
   void Setup(CLI::App& app) override {
     opts_.Add(app);
     app.add_flag("--resume", resume_, "continue the run in --out from its last checkpoint");
+    app.add_flag("--metrics-only", metrics_only_,
+                 "record runs, metrics and checkpoints but not episodes/steps/menus/memory reads");
     app.footer("trainers: " + Join(trainers::TrainerRegistry::Global().Names(), ", "));
     app.callback([this] { Run(); });
   }
@@ -49,7 +51,8 @@ class TrainCommand : public Command {
       throw ConfigError("--resume needs --out DIR (the run directory to continue)");
     auto cfg = ExperimentConfig::Load(opts_.config, opts_.sets);
     auto trainer = trainers::TrainerRegistry::Global().Make(cfg->trainer.algorithm);
-    Session s(*cfg, {.out_dir = opts_.out, .kind = "train", .arm = cfg->trainer.algorithm, .resume = resume_});
+    Session s(*cfg, {.out_dir = opts_.out, .kind = "train", .arm = cfg->trainer.algorithm, .resume = resume_,
+                        .record = !metrics_only_});
     auto r = trainers::Train(s, *trainer, {resume_, false});
     s.End("completed");
     std::cout << fmt::format("\n{} finished {} iterations in {}\n", cfg->trainer.algorithm, r.iterations, s.run_dir);
@@ -58,7 +61,7 @@ class TrainCommand : public Command {
     std::cout << "checkpoint " << r.final_checkpoint << "\n";
   }
   RunOptions opts_;
-  bool resume_ = false;
+  bool resume_ = false, metrics_only_ = false;
 };
 
 class SftCommand : public Command {

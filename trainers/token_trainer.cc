@@ -312,7 +312,6 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
   sopts.temperature = s.cfg.sampler.temperature > 0 ? s.cfg.sampler.temperature : 1.0;  // match the sampler
 
   // ---- 1. rollout: groups on train seeds (DAPO: resample zero-variance groups) ---
-  const double t_rollout = Seconds();
   agents::AgentContext ctx = s.AgentCtx(it);
   ctx.sampler = &sampler;
   Rollout ro = CollectGroups(s, ctx, it);
@@ -394,7 +393,6 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
     if (t.target_kl > 0 && epoch_updates > 0 && epoch_kl / epoch_updates > t.target_kl) break;
   }
   sampler.SyncWeights(s.model);
-  const double t_end = Seconds();
   s.budget.samples_used += N;
   s.budget.tokens_used += ro.kept_work.tokens;
 
@@ -406,9 +404,9 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
   metrics.push_back({"charts/lr", opt_->current_lr()});
   metrics.push_back({"charts/epochs", static_cast<double>(epochs_run)});
   metrics.push_back({"charts/responses", static_cast<double>(N)});
-  metrics.push_back({"time/rollout_s", t_score - t_rollout});
+  // time/readout_s, env_s, update_s come from the loop's stage times; this is
+  // the share of the update spent re-scoring the rollouts with the training forward.
   metrics.push_back({"time/old_logprob_s", t_update - t_score});
-  metrics.push_back({"time/update_s", t_end - t_update});
   metrics.push_back({"sampling/rounds", static_cast<double>(ro.rounds)});
   const std::pair<const char*, const Work*> kinds[] = {
       {"generated", &ro.generated}, {"kept", &ro.kept_work}, {"dropped", &ro.dropped_work}};

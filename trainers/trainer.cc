@@ -71,13 +71,13 @@ std::string WriteCheckpoint(Session& s, Trainer& trainer, int64_t iteration) {
                           {"algorithm", s.cfg.trainer.algorithm}, {"seed", s.cfg.run.seed}};
   policy::SaveCheckpoint(dir.string(), s.model, s.tokenizer, extra,
                          [&](const std::string& tmp) { trainer.SaveState(tmp); });
-  // "latest" names the newest complete checkpoint; replaced atomically.
+  // "latest" is a relative symlink to the newest complete checkpoint (usable
+  // wherever a checkpoint directory is expected), replaced atomically.
   fs::path latest = fs::path(s.run_dir) / "checkpoints" / "latest";
-  {
-    std::ofstream f(latest.string() + ".tmp");
-    f << dir.filename().string() << "\n";
-  }
-  fs::rename(latest.string() + ".tmp", latest);
+  fs::path tmp = latest.string() + ".tmp";
+  fs::remove(tmp);
+  fs::create_directory_symlink(dir.filename(), tmp);
+  fs::rename(tmp, latest);
   s.writer->Submit(memory::CheckpointRecord{s.run_id, iteration, dir.string()});
   return dir.string();
 }
@@ -213,9 +213,9 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
   trainer.Setup(s);
   if (opt.resume) {
     fs::path latest = fs::path(s.run_dir) / "checkpoints" / "latest";
-    std::ifstream f(latest);
-    std::string name;
-    if (!f || !(f >> name))
+    std::error_code ec;
+    fs::path name = fs::read_symlink(latest, ec);
+    if (ec || name.empty())
       throw IoError(fmt::format("--resume: no checkpoint in '{}'", (fs::path(s.run_dir) / "checkpoints").string()),
                     "resume needs a run directory with checkpoints/latest (checkpoint_every > 0)");
     fs::path dir = fs::path(s.run_dir) / "checkpoints" / name;

@@ -112,6 +112,12 @@ TEST(Compare, SharedStartSeedsAndMatchedBudget) {
       "WHERE e.split = 'test' AND r.kind = 'compare'");
   EXPECT_EQ(std::get<int64_t>(eval.rows[0][0]), 2);
   EXPECT_EQ(std::get<int64_t>(eval.rows[0][1]), 8);
+  // Every metric is logged once per (run, iteration) in both planes.
+  auto dup = store->Query(
+      "SELECT group_concat(key) FROM (SELECT key, count(*) AS n FROM metrics GROUP BY run_id, iteration, key "
+      "HAVING n > 1)");
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(dup.rows[0][0]))
+      << "metrics logged twice: " << std::get<std::string>(dup.rows[0][0]);
 }
 
 TEST(Compare, TableHasItsColumns) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ostream>
 
 #include "tests/trainers/token_rig.h"
 #include "tests/trainers/warm_start.h"
@@ -45,6 +46,9 @@ std::vector<std::string> MazeSets() {
           "trainer.invalid.rule=penalty_noop", "trainer.return_mode=discounted", "trainer.advantage.gamma=0.9",
           "sampler.temperature=1.0",           "sampler.max_new_tokens=8"};
 }
+
+// gtest prints the case by name, not as raw bytes.
+void PrintTo(const LearnCase& c, std::ostream* os) { *os << c.name; }
 
 class TokenLearning : public ::testing::TestWithParam<LearnCase> {};
 
