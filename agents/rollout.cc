@@ -117,6 +117,52 @@ double FlopsFor(const AgentContext& ctx, int64_t tokens, int64_t context) {
   return static_cast<double>(tokens) * ctx.model->config().ForwardFlopsPerToken(context);
 }
 
+// The lockstep schedule shared by both planes: up to num_envs episodes play at
+// once; a finished one leaves its slot to the next spec in the queue, and the
+// result keeps the order of the spec list.
+class Lockstep {
+ public:
+  Lockstep(AgentContext& ctx, const std::vector<EpisodeSpec>& specs, envs::Split split, policy::Plane plane)
+      : ctx_(ctx), specs_(specs), split_(split), plane_(plane), finished_(specs.size()) {
+    for (size_t i = 0; i < specs.size(); ++i) queue_.push_back(i);
+  }
+  bool Running() const { return !queue_.empty() || !active_.empty(); }
+  // Starts queued episodes while slots are free; returns the active ones.
+  std::vector<std::pair<size_t, Slot>>& Fill() {
+    while (static_cast<int>(active_.size()) < std::max(1, ctx_.num_envs) && !queue_.empty()) {
+      size_t idx = queue_.front();
+      queue_.pop_front();
+      Slot s = StartEpisode(ctx_, specs_[idx], split_, plane_, local_ids_);
+      WriteFacts(ctx_, s, 0);
+      active_.emplace_back(idx, std::move(s));
+    }
+    return active_;
+  }
+  // Moves finished episodes out of their slots.
+  void Retire(Budget& budget) {
+    for (auto it = active_.begin(); it != active_.end();) {
+      if (it->second.done) {
+        budget.episodes += 1;
+        finished_[it->first] = std::move(it->second.data);
+        it = active_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::vector<EpisodeData> Finished() { return std::move(finished_); }
+
+ private:
+  AgentContext& ctx_;
+  const std::vector<EpisodeSpec>& specs_;
+  envs::Split split_;
+  policy::Plane plane_;
+  std::vector<EpisodeData> finished_;
+  std::deque<size_t> queue_;
+  std::vector<std::pair<size_t, Slot>> active_;
+  int64_t local_ids_ = 0;
+};
+
 }  // namespace
 
 // ---- decision plane ---------------------------------------------------------------
@@ -147,26 +193,16 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
   double* env_seconds = ctx.times ? &ctx.times->env : nullptr;
   const policy::ReadoutOptions ropts = ReadoutOptionsFor(ctx.readout, ctx.afterstate_values);
 
-  std::vector<EpisodeData> finished(specs.size());
-  std::deque<size_t> queue;
-  for (size_t i = 0; i < specs.size(); ++i) queue.push_back(i);
-  std::vector<std::pair<size_t, Slot>> active;
-  int64_t local_ids = 0;
-
-  while (!queue.empty() || !active.empty()) {
+  Lockstep lockstep(ctx, specs, split, policy::Plane::kDecision);
+  while (lockstep.Running()) {
     // One readout forward for every active episode.
     std::vector<StepData> steps;
     std::vector<policy::ReadoutRequest> reqs;
+    std::vector<std::pair<size_t, Slot>>* slots = nullptr;
     {
       StageTimer timer(env_seconds);
-      while (static_cast<int>(active.size()) < std::max(1, ctx.num_envs) && !queue.empty()) {
-        size_t idx = queue.front();
-        queue.pop_front();
-        Slot s = StartEpisode(ctx, specs[idx], split, policy::Plane::kDecision, local_ids);
-        WriteFacts(ctx, s, 0);
-        active.emplace_back(idx, std::move(s));
-      }
-      for (auto& [idx, s] : active) {
+      slots = &lockstep.Fill();
+      for (auto& [idx, s] : *slots) {
         steps.push_back(PrepareStep(ctx, s, policy::Plane::kDecision));
         reqs.push_back(ReadoutRequestFor(*ctx.renderer, steps.back(), ctx.readout, ctx.afterstate_values));
       }
@@ -194,8 +230,8 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
     }
 
     StageTimer timer(env_seconds);
-    for (size_t b = 0; b < active.size(); ++b) {
-      Slot& s = active[b].second;
+    for (size_t b = 0; b < slots->size(); ++b) {
+      Slot& s = (*slots)[b].second;
       StepData& step = steps[b];
       const int K = static_cast<int>(step.menu.size());
       auto lp = log_p[b];
@@ -223,18 +259,9 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
       s.data.steps.push_back(std::move(step));
       if (s.state->IsTerminal()) FinishEpisode(ctx, s);
     }
-    // Retire finished episodes (keep the order of the spec list in the result).
-    for (auto it = active.begin(); it != active.end();) {
-      if (it->second.done) {
-        budget.episodes += 1;
-        finished[it->first] = std::move(it->second.data);
-        it = active.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    lockstep.Retire(budget);
   }
-  return finished;
+  return lockstep.Finished();
 }
 
 // ---- scripted -------------------------------------------------------------------------
@@ -286,11 +313,7 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
     return at != std::string::npos && text.find('\n', at) != std::string::npos;
   };
 
-  std::vector<EpisodeData> finished(specs.size());
-  std::deque<size_t> queue;
-  for (size_t i = 0; i < specs.size(); ++i) queue.push_back(i);
-  std::vector<std::pair<size_t, Slot>> active;
-  int64_t local_ids = 0;
+  Lockstep lockstep(ctx, specs, split, policy::Plane::kToken);
   uint64_t call = 0;
   // Greedy evaluation decodes at temperature 0; the training options come back after.
   struct RestoreOptions {
@@ -306,18 +329,13 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
 
   double* readout_seconds = ctx.times ? &ctx.times->readout : nullptr;
   double* env_seconds = ctx.times ? &ctx.times->env : nullptr;
-  while (!queue.empty() || !active.empty()) {
+  while (lockstep.Running()) {
     std::vector<StepData> steps;
+    std::vector<std::pair<size_t, Slot>>* slots = nullptr;
     {
       StageTimer timer(env_seconds);
-      while (static_cast<int>(active.size()) < std::max(1, ctx.num_envs) && !queue.empty()) {
-        size_t idx = queue.front();
-        queue.pop_front();
-        Slot s = StartEpisode(ctx, specs[idx], split, policy::Plane::kToken, local_ids);
-        WriteFacts(ctx, s, 0);
-        active.emplace_back(idx, std::move(s));
-      }
-      for (auto& [idx, s] : active) steps.push_back(PrepareStep(ctx, s, policy::Plane::kToken));
+      slots = &lockstep.Fill();
+      for (auto& [idx, s] : *slots) steps.push_back(PrepareStep(ctx, s, policy::Plane::kToken));
     }
     std::optional<StageTimer> sampling(std::in_place, readout_seconds);
     // Identical prompts (e.g. a group at its first step) share one encoding:
@@ -356,8 +374,8 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
     sampling.reset();
 
     StageTimer timer(env_seconds);
-    for (size_t b = 0; b < active.size(); ++b) {
-      Slot& s = active[b].second;
+    for (size_t b = 0; b < slots->size(); ++b) {
+      Slot& s = (*slots)[b].second;
       StepData& step = steps[b];
       budget.decisions += 1;
       budget.samples_generated += 1;
@@ -389,17 +407,9 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
       s.data.steps.push_back(std::move(step));
       if (done) FinishEpisode(ctx, s);
     }
-    for (auto it = active.begin(); it != active.end();) {
-      if (it->second.done) {
-        budget.episodes += 1;
-        finished[it->first] = std::move(it->second.data);
-        it = active.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    lockstep.Retire(budget);
   }
-  return finished;
+  return lockstep.Finished();
 }
 
 // ---- records ------------------------------------------------------------------------
