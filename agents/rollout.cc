@@ -26,8 +26,10 @@ void InvalidConfig::Load(ConfigNode n) {
   n.GetEnum("rule", rule, {"penalty_retry", "penalty_noop", "end"},
             "token plane: what an answer that compiles to no action does");
   n.Get("penalty", penalty, "reward of an invalid answer");
-  n.Get("max_retries", max_retries, "penalty_retry: extra tries at the same state before the episode ends");
-  if (max_retries < 0) throw ConfigError(fmt::format("{}: max_retries must be >= 0", n.Where("max_retries")));
+  n.Get("max_retries", max_retries,
+        "penalty_retry: extra tries at the same state before the episode ends");
+  if (max_retries < 0)
+    throw ConfigError(fmt::format("{}: max_retries must be >= 0", n.Where("max_retries")));
 }
 
 namespace {
@@ -41,8 +43,8 @@ struct Slot {
   bool done = false;
 };
 
-Slot StartEpisode(AgentContext& ctx, const EpisodeSpec& spec, envs::Split split, policy::Plane plane,
-                  int64_t& local_ids) {
+Slot StartEpisode(AgentContext& ctx, const EpisodeSpec& spec, envs::Split split,
+                  policy::Plane plane, int64_t& local_ids) {
   Slot s;
   s.data.spec = spec;
   s.data.split = split;
@@ -76,7 +78,8 @@ StepData PrepareStep(AgentContext& ctx, Slot& s, policy::Plane plane) {
     step.memory = ctx.bank->Retrieve(step.observation, {s.data.id, envs::SplitName(s.data.split)});
     for (const auto& r : step.memory) memory_texts.push_back(r.item.content);
   }
-  step.prompt = ctx.renderer->Render(ctx.env->Instructions(), step.observation, memory_texts, step.menu, plane);
+  step.prompt = ctx.renderer->Render(ctx.env->Instructions(), step.observation, memory_texts,
+                                     step.menu, plane);
   return step;
 }
 
@@ -89,9 +92,10 @@ void FinishEpisode(AgentContext& ctx, Slot& s) {
 void ApplyChoice(AgentContext& ctx, Slot& s, StepData& step, Budget& budget) {
   auto out = s.state->Apply(step.action);
   if (!std::isfinite(out.reward))
-    throw NumericError(fmt::format("non-finite reward {} from env '{}' at iteration {} (env seed {}, step {})",
-                                   out.reward, ctx.env->Info().name, ctx.iteration, s.data.spec.env_seed, step.t),
-                       "the environment produced NaN/Inf; check its reward parameters ([env] section)");
+    throw NumericError(
+        fmt::format("non-finite reward {} from env '{}' at iteration {} (env seed {}, step {})",
+                    out.reward, ctx.env->Info().name, ctx.iteration, s.data.spec.env_seed, step.t),
+        "the environment produced NaN/Inf; check its reward parameters ([env] section)");
   step.reward = out.reward;
   step.terminal = out.terminal;
   s.data.ret += out.reward;
@@ -102,7 +106,8 @@ void ApplyChoice(AgentContext& ctx, Slot& s, StepData& step, Budget& budget) {
 }
 
 // Sum of probs over the menu items the oracle calls optimal; -1 without an oracle.
-double OptimalMass(const envs::State& state, const envs::Menu& menu, const std::vector<double>& probs) {
+double OptimalMass(const envs::State& state, const envs::Menu& menu,
+                   const std::vector<double>& probs) {
   auto* oracle = dynamic_cast<const envs::OracleState*>(&state);
   if (!oracle) return -1;
   double mass = 0;
@@ -122,7 +127,8 @@ double FlopsFor(const AgentContext& ctx, int64_t tokens, int64_t context) {
 // result keeps the order of the spec list.
 class Lockstep {
  public:
-  Lockstep(AgentContext& ctx, const std::vector<EpisodeSpec>& specs, envs::Split split, policy::Plane plane)
+  Lockstep(AgentContext& ctx, const std::vector<EpisodeSpec>& specs, envs::Split split,
+           policy::Plane plane)
       : ctx_(ctx), specs_(specs), split_(split), plane_(plane), finished_(specs.size()) {
     for (size_t i = 0; i < specs.size(); ++i) queue_.push_back(i);
   }
@@ -167,8 +173,9 @@ class Lockstep {
 
 // ---- decision plane ---------------------------------------------------------------
 
-policy::ReadoutRequest ReadoutRequestFor(const policy::PromptRenderer& renderer, const StepData& step,
-                                         const ReadoutConfig& readout, bool afterstates) {
+policy::ReadoutRequest ReadoutRequestFor(const policy::PromptRenderer& renderer,
+                                         const StepData& step, const ReadoutConfig& readout,
+                                         bool afterstates) {
   policy::ReadoutRequest r;
   r.prompt = step.prompt.tokens;
   r.realisations = renderer.Realisations(step.menu, readout.realisations == "all");
@@ -184,7 +191,8 @@ policy::ReadoutOptions ReadoutOptionsFor(const ReadoutConfig& readout, bool afte
   return o;
 }
 
-std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
+std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
+                                             const std::vector<EpisodeSpec>& specs,
                                              envs::Split split, bool greedy, Budget& budget) {
   RLID_CHECK(ctx.env && ctx.renderer && ctx.model, "incomplete agent context");
   torch::NoGradGuard no_grad;
@@ -204,29 +212,34 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
       slots = &lockstep.Fill();
       for (auto& [idx, s] : *slots) {
         steps.push_back(PrepareStep(ctx, s, policy::Plane::kDecision));
-        reqs.push_back(ReadoutRequestFor(*ctx.renderer, steps.back(), ctx.readout, ctx.afterstate_values));
+        reqs.push_back(
+            ReadoutRequestFor(*ctx.renderer, steps.back(), ctx.readout, ctx.afterstate_values));
       }
     }
     torch::Tensor log_p, wlogp, value, mass, rowh, menuh, after, ref_log_p;
     {
       StageTimer timer(readout_seconds);
       auto rb = policy::Readout(ctx.model, reqs, ropts);
-      if (ctx.ref_model) ref_log_p = policy::Readout(ctx.ref_model, reqs, ropts).log_p.to(torch::kCPU);
+      if (ctx.ref_model)
+        ref_log_p = policy::Readout(ctx.ref_model, reqs, ropts).log_p.to(torch::kCPU);
       budget.forward_passes += ctx.ref_model ? 2 : 1;
       budget.prompt_tokens += rb.tokens_processed;
-      budget.rollout_flops += FlopsFor(ctx, rb.tokens_processed, reqs[0].prompt.size()) * (ctx.ref_model ? 2 : 1);
+      budget.rollout_flops +=
+          FlopsFor(ctx, rb.tokens_processed, reqs[0].prompt.size()) * (ctx.ref_model ? 2 : 1);
       log_p = rb.log_p.to(torch::kCPU).contiguous();
       wlogp = rb.realisation_logp.to(torch::kCPU).contiguous();
       value = rb.value.to(torch::kCPU), mass = rb.candidate_mass.to(torch::kCPU);
       rowh = rb.row_entropy.to(torch::kCPU), menuh = rb.menu_entropy.to(torch::kCPU);
       if (ctx.afterstate_values) after = rb.afterstate_value.to(torch::kCPU);
       auto mask = rb.item_mask.to(torch::kCPU);
-      if (!(torch::isfinite(log_p) | ~mask).all().item<bool>() || !torch::isfinite(value).all().item<bool>())
-        throw NumericError(fmt::format("non-finite policy output (log p(a|s) or value) in the rollout readout at "
-                                       "iteration {}",
-                                       ctx.iteration),
-                           "the policy's weights are broken; lower the learning rate or resume from the last "
-                           "checkpoint");
+      if (!(torch::isfinite(log_p) | ~mask).all().item<bool>() ||
+          !torch::isfinite(value).all().item<bool>())
+        throw NumericError(
+            fmt::format("non-finite policy output (log p(a|s) or value) in the rollout readout at "
+                        "iteration {}",
+                        ctx.iteration),
+            "the policy's weights are broken; lower the learning rate or resume from the last "
+            "checkpoint");
     }
 
     StageTimer timer(env_seconds);
@@ -240,7 +253,8 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
         step.log_p.push_back(lp[k].item<float>());
         probs[k] = std::exp(static_cast<double>(step.log_p.back()));
         std::vector<float> words;
-        for (size_t w = 0; w < reqs[b].realisations[k].size(); ++w) words.push_back(wlogp[b][k][w].item<float>());
+        for (size_t w = 0; w < reqs[b].realisations[k].size(); ++w)
+          words.push_back(wlogp[b][k][w].item<float>());
         step.wording_logp.push_back(std::move(words));
         if (after.defined()) step.afterstate_values.push_back(after[b][k].item<float>());
         if (ref_log_p.defined()) step.ref_log_p.push_back(ref_log_p[b][k].item<float>());
@@ -249,8 +263,9 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
       step.candidate_mass = mass[b].item<float>();
       step.row_entropy = rowh[b].item<float>();
       step.menu_entropy = menuh[b].item<float>();
-      step.item = greedy ? static_cast<int>(std::max_element(probs.begin(), probs.end()) - probs.begin())
-                         : static_cast<int>(s.action_rng.Categorical(probs));
+      step.item =
+          greedy ? static_cast<int>(std::max_element(probs.begin(), probs.end()) - probs.begin())
+                 : static_cast<int>(s.action_rng.Categorical(probs));
       step.action = step.menu.items[step.item].action;
       if (ctx.oracle_probs) step.p_optimal = OptimalMass(*s.state, step.menu, probs);
       budget.decisions += 1;
@@ -266,8 +281,10 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
 
 // ---- scripted -------------------------------------------------------------------------
 
-std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
-                                             envs::Split split, const Chooser& choose, Budget& budget) {
+std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
+                                             const std::vector<EpisodeSpec>& specs,
+                                             envs::Split split, const Chooser& choose,
+                                             Budget& budget) {
   RLID_CHECK(ctx.env && ctx.renderer, "incomplete agent context");
   std::vector<EpisodeData> out;
   int64_t local_ids = 0;
@@ -278,7 +295,8 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx, const std::vecto
     while (!s.state->IsTerminal()) {
       StepData step = PrepareStep(ctx, s, policy::Plane::kDecision);
       step.item = choose(*s.state, step, rng);
-      RLID_CHECK(step.item >= 0 && step.item < static_cast<int>(step.menu.size()), "scripted choice out of range");
+      RLID_CHECK(step.item >= 0 && step.item < static_cast<int>(step.menu.size()),
+                 "scripted choice out of range");
       step.action = step.menu.items[step.item].action;
       budget.decisions += 1;
       ApplyChoice(ctx, s, step, budget);
@@ -295,7 +313,8 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx, const std::vecto
 
 std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
                                           envs::Split split, bool greedy, Budget& budget) {
-  RLID_CHECK(ctx.env && ctx.renderer && ctx.sampler, "incomplete agent context (token plane needs a sampler)");
+  RLID_CHECK(ctx.env && ctx.renderer && ctx.sampler,
+             "incomplete agent context (token plane needs a sampler)");
   torch::NoGradGuard no_grad;
   const auto& tok = ctx.renderer->tokenizer();
   const policy::TokenId eos = tok.eos_id();
@@ -365,7 +384,8 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
         }
       }
     }
-    budget.forward_passes += static_cast<int64_t>(by_count.size()) * (1 + static_cast<int64_t>(longest));
+    budget.forward_passes +=
+        static_cast<int64_t>(by_count.size()) * (1 + static_cast<int64_t>(longest));
     budget.prompt_tokens += ctx.sampler->prompt_tokens_encoded() - before_prompt;
     budget.generated_tokens += ctx.sampler->tokens_generated() - before_gen;
     budget.rollout_flops += static_cast<double>(ctx.sampler->tokens_processed() - before_fed) *
@@ -471,7 +491,8 @@ memory::EpisodeRecord ToRecord(const EpisodeData& e, const AgentContext& ctx) {
         m.probability = std::exp(static_cast<double>(s.log_p[k]));
         const auto& words = s.wording_logp[k];
         for (size_t w = 0; w < words.size(); ++w) {
-          std::string text = w == 0 ? it.label : (w - 1 < it.realisations.size() ? it.realisations[w - 1] : "");
+          std::string text =
+              w == 0 ? it.label : (w - 1 < it.realisations.size() ? it.realisations[w - 1] : "");
           m.realisations.push_back({text, std::exp(static_cast<double>(words[w]))});
         }
       }

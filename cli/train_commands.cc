@@ -22,7 +22,9 @@ struct RunOptions {
   std::vector<std::string> sets;
   std::string out;
   void Add(CLI::App& app) {
-    app.add_option("config", config, "experiment TOML (see configs/)")->required()->check(CLI::ExistingFile);
+    app.add_option("config", config, "experiment TOML (see configs/)")
+        ->required()
+        ->check(CLI::ExistingFile);
     app.add_option("--set", sets, "override a config key, e.g. --set trainer.lr=1e-4 (repeatable)");
     app.add_option("--out", out, "run directory (default: runs/<name>-<timestamp>)");
   }
@@ -30,8 +32,10 @@ struct RunOptions {
 
 void PrintEval(const char* what, const trainers::EvalResult& r) {
   std::string p_optimal = r.p_optimal >= 0 ? fmt::format("  p(optimal) {:.3f}", r.p_optimal) : "";
-  std::cout << fmt::format("{:<22} success {:.3f}  return {:+.3f}  length {:.1f}  invalid {:.3f}{}  ({} test episodes)\n",
-                           what, r.success, r.ret, r.length, r.invalid_rate, p_optimal, r.episodes);
+  std::cout << fmt::format(
+      "{:<22} success {:.3f}  return {:+.3f}  length {:.1f}  invalid {:.3f}{}  ({} test "
+      "episodes)\n",
+      what, r.success, r.ret, r.length, r.invalid_rate, p_optimal, r.episodes);
 }
 
 class TrainCommand : public Command {
@@ -51,11 +55,15 @@ class TrainCommand : public Command {
       throw ConfigError("--resume needs --out DIR (the run directory to continue)");
     auto cfg = ExperimentConfig::Load(opts_.config, opts_.sets);
     auto trainer = trainers::TrainerRegistry::Global().Make(cfg->trainer.algorithm);
-    Session s(*cfg, {.out_dir = opts_.out, .kind = "train", .arm = cfg->trainer.algorithm, .resume = resume_,
-                        .record = !metrics_only_});
+    Session s(*cfg, {.out_dir = opts_.out,
+                     .kind = "train",
+                     .arm = cfg->trainer.algorithm,
+                     .resume = resume_,
+                     .record = !metrics_only_});
     auto r = trainers::Train(s, *trainer, {resume_, false});
     s.End("completed");
-    std::cout << fmt::format("\n{} finished {} iterations in {}\n", cfg->trainer.algorithm, r.iterations, s.run_dir);
+    std::cout << fmt::format("\n{} finished {} iterations in {}\n", cfg->trainer.algorithm,
+                             r.iterations, s.run_dir);
     PrintEval("test (greedy)", r.final_greedy);
     if (cfg->trainer.eval_sampled) PrintEval("test (sampled)", r.final_sampled);
     std::cout << "checkpoint " << r.final_checkpoint << "\n";
@@ -73,8 +81,9 @@ class SftCommand : public Command {
       Session s(*cfg, {.out_dir = opts_.out, .kind = "sft", .arm = "sft"});
       auto r = trainers::RunSft(s);
       s.End("completed");
-      std::cout << fmt::format("\nsft: {} decisions from {} oracle episodes (demo success {:.2f}), final loss {:.4f}\n",
-                               r.examples, cfg->sft.episodes, r.demo_success, r.final_loss);
+      std::cout << fmt::format(
+          "\nsft: {} decisions from {} oracle episodes (demo success {:.2f}), final loss {:.4f}\n",
+          r.examples, cfg->sft.episodes, r.demo_success, r.final_loss);
       PrintEval("decision plane (greedy)", r.decision_greedy);
       PrintEval("token plane (greedy)", r.token_greedy);
       std::cout << "checkpoint " << r.checkpoint << "\n";
@@ -89,10 +98,13 @@ class EvalCommand : public Command {
  public:
   void Setup(CLI::App& app) override {
     app.add_option("--checkpoint", checkpoint_, "checkpoint directory")->required();
-    app.add_option("--config", config_, "experiment TOML for prompt/readout/memory settings (optional)");
+    app.add_option("--config", config_,
+                   "experiment TOML for prompt/readout/memory settings (optional)");
     app.add_option("--env", env_, "environment (overrides the config)");
     app.add_option("--episodes", episodes_, "test episodes")->capture_default_str();
-    app.add_option("--plane", plane_, "decision | token")->check(CLI::IsMember({"decision", "token"}))->capture_default_str();
+    app.add_option("--plane", plane_, "decision | token")
+        ->check(CLI::IsMember({"decision", "token"}))
+        ->capture_default_str();
     app.add_flag("--sampled", sampled_, "sample actions instead of greedy");
     app.add_option("--set", sets_, "config override (repeatable), e.g. --set env.size=6");
     app.add_option("--out", out_, "run directory for the evaluation records");
@@ -106,8 +118,9 @@ class EvalCommand : public Command {
     if (!env_.empty()) sets.push_back("env.name=" + env_);
     auto cfg = ExperimentConfig::Load(config_, sets);
     Session s(*cfg, {.out_dir = out_, .kind = "eval", .arm = plane_});
-    auto r = trainers::Evaluate(s, plane_ == "decision" ? policy::Plane::kDecision : policy::Plane::kToken,
-                                episodes_, !sampled_, 0);
+    auto r = trainers::Evaluate(
+        s, plane_ == "decision" ? policy::Plane::kDecision : policy::Plane::kToken, episodes_,
+        !sampled_, 0);
     s.End("completed");
     PrintEval(fmt::format("{} plane ({})", plane_, sampled_ ? "sampled" : "greedy").c_str(), r);
     std::cout << "records in " << s.run_dir << "\n";

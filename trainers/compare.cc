@@ -72,13 +72,6 @@ void CompareConfig::Load(ConfigNode n) {
 
 namespace {
 
-std::string Timestamp() {
-  auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
-  return buf;
-}
-
 Config BaseConfig(const std::string& path, const std::vector<std::string>& sets) {
   Config cfg = Config::FromFile(path);
   cfg.ApplyOverrides(sets);

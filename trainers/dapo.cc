@@ -24,8 +24,9 @@ const Registrar<TrainerPresetRegistry> kPreset("dapo", "DAPO defaults", [] {
   }});
 });
 
-const Registrar<TrainerRegistry> kRegister("dapo", "DAPO: clip-higher, dynamic sampling, token-mean, overlong shaping",
-                                           [] { return std::make_unique<TokenTrainer>(); });
+const Registrar<TrainerRegistry> kRegister(
+    "dapo", "DAPO: clip-higher, dynamic sampling, token-mean, overlong shaping",
+    [] { return std::make_unique<TokenTrainer>(); });
 
 }  // namespace
 }  // namespace rlid::trainers

@@ -19,8 +19,9 @@ const Registrar<TrainerPresetRegistry> kPreset("dr_grpo", "Dr. GRPO defaults", [
   }});
 });
 
-const Registrar<TrainerRegistry> kRegister("dr_grpo", "Dr. GRPO: no std normalisation, constant-normaliser aggregation",
-                                           [] { return std::make_unique<TokenTrainer>(); });
+const Registrar<TrainerRegistry> kRegister(
+    "dr_grpo", "Dr. GRPO: no std normalisation, constant-normaliser aggregation",
+    [] { return std::make_unique<TokenTrainer>(); });
 
 }  // namespace
 }  // namespace rlid::trainers

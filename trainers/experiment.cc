@@ -31,28 +31,37 @@ void TokenizerConfig::Load(ConfigNode n) {
 
 void TrainerConfig::Load(ConfigNode n) {
   n.Get("algorithm", algorithm, "registered trainer: ppo_decision, grpo, dr_grpo, dapo, gspo");
-  TrainerPresetRegistry::Global().Get(algorithm).factory()->apply(*this);  // unknown names list the known ones
+  TrainerPresetRegistry::Global().Get(algorithm).factory()->apply(
+      *this);  // unknown names list the known ones
   n.Get("iterations", iterations, "outer iterations (rollout -> update)");
   n.Get("episodes_per_iteration", episodes_per_iteration, "rollout episodes per iteration");
   n.Get("group_size", group_size, "episodes per env seed (group advantages)");
-  n.Get("train_seed_pool", train_seed_pool, "> 0: draw train seeds from this many; 0 = fresh seeds");
+  n.Get("train_seed_pool", train_seed_pool,
+        "> 0: draw train seeds from this many; 0 = fresh seeds");
   n.Get("num_envs", num_envs, "episodes played in lockstep (one forward per step)");
   n.Get("epochs", epochs, "passes over each rollout batch");
-  n.Get("minibatch_size", minibatch_size, "decisions (decision plane) or responses (token plane) per step");
+  n.Get("minibatch_size", minibatch_size,
+        "decisions (decision plane) or responses (token plane) per step");
   n.Get("normalize_advantages", normalize_advantages, "whiten GAE advantages per minibatch");
   n.Get("vf_coef", vf_coef, "value-loss weight");
   n.Get("vf_clip", vf_clip, "value clip range (0 = off)");
   n.Get("ent_coef", ent_coef, "menu-entropy bonus weight");
-  n.Get("target_kl", target_kl, "stop an iteration's epochs once the epoch's mean exact menu KL(old || new) exceeds this (0 = off)");
+  n.Get("target_kl", target_kl,
+        "stop an iteration's epochs once the epoch's mean exact menu KL(old || new) exceeds this "
+        "(0 = off)");
   n.GetEnum("estimator", estimator, {"sampled", "all_action"},
             "decision policy gradient: sampled action, or Rao-Blackwellised over the whole menu");
-  n.Get("grad_variance_every", grad_variance_every, "measure per-sample gradient variance every k iterations (0 = off)");
+  n.Get("grad_variance_every", grad_variance_every,
+        "measure per-sample gradient variance every k iterations (0 = off)");
   n.Get("grad_variance_samples", grad_variance_samples, "states per gradient-variance measurement");
-  n.Get("eval_every", eval_every, "evaluate on test seeds every k iterations (0 = only at the end)");
+  n.Get("eval_every", eval_every,
+        "evaluate on test seeds every k iterations (0 = only at the end)");
   n.Get("eval_episodes", eval_episodes, "test episodes per evaluation");
   n.Get("eval_sampled", eval_sampled, "also evaluate the sampled policy (besides greedy)");
-  n.Get("checkpoint_every", checkpoint_every, "checkpoint every k iterations (0 = only at the end)");
-  n.GetEnum("budget", budget, {"iterations", "env_steps", "wall_clock", "flops"}, "what stops the run");
+  n.Get("checkpoint_every", checkpoint_every,
+        "checkpoint every k iterations (0 = only at the end)");
+  n.GetEnum("budget", budget, {"iterations", "env_steps", "wall_clock", "flops"},
+            "what stops the run");
   n.Get("budget_value", budget_value, "limit for env_steps / wall_clock seconds / training flops");
   n.GetEnum("return_mode", return_mode, {"episode", "discounted"},
             "token plane: advantage from the episode return, or per-step discounted returns");
@@ -62,14 +71,19 @@ void TrainerConfig::Load(ConfigNode n) {
   kl.Load(n.Section("kl"));
   invalid.Load(n.Section("invalid"));
   auto s = n.Section("sampling");
-  s.Get("filter_zero_variance_groups", filter_zero_variance_groups, "DAPO: drop groups whose returns are all equal");
-  s.Get("max_generation_rounds", max_generation_rounds, "DAPO: rollout rounds to fill a batch before giving up");
-  s.GetEnum("on_partial_batch", on_partial_batch, {"continue", "error"},
-            "DAPO: when the rounds run out, train on the partial batch (logged) or stop with an error");
-  s.Get("overlong_buffer", overlong_buffer, "DAPO overlong shaping buffer L_buf in tokens (0 = off)");
+  s.Get("filter_zero_variance_groups", filter_zero_variance_groups,
+        "DAPO: drop groups whose returns are all equal");
+  s.Get("max_generation_rounds", max_generation_rounds,
+        "DAPO: rollout rounds to fill a batch before giving up");
+  s.GetEnum(
+      "on_partial_batch", on_partial_batch, {"continue", "error"},
+      "DAPO: when the rounds run out, train on the partial batch (logged) or stop with an error");
+  s.Get("overlong_buffer", overlong_buffer,
+        "DAPO overlong shaping buffer L_buf in tokens (0 = off)");
   s.Get("overlong_factor", overlong_factor, "DAPO overlong penalty factor");
   auto positive = [&](const char* key, int64_t v) {
-    if (v <= 0) throw ConfigError(fmt::format("{}: trainer.{} must be > 0, found {}", n.Where(key), key, v));
+    if (v <= 0)
+      throw ConfigError(fmt::format("{}: trainer.{} must be > 0, found {}", n.Where(key), key, v));
   };
   positive("iterations", iterations);
   positive("episodes_per_iteration", episodes_per_iteration);
@@ -78,15 +92,18 @@ void TrainerConfig::Load(ConfigNode n) {
   positive("minibatch_size", minibatch_size);
   positive("num_envs", num_envs);
   if (episodes_per_iteration % group_size != 0)
-    throw ConfigError(fmt::format("{}: episodes_per_iteration = {} is not a multiple of group_size = {}",
-                                  n.Where("episodes_per_iteration"), episodes_per_iteration, group_size));
+    throw ConfigError(
+        fmt::format("{}: episodes_per_iteration = {} is not a multiple of group_size = {}",
+                    n.Where("episodes_per_iteration"), episodes_per_iteration, group_size));
   if (budget != "iterations" && !(budget_value > 0))
-    throw ConfigError(fmt::format("{}: trainer.budget = '{}' needs budget_value > 0", n.Where("budget"), budget));
+    throw ConfigError(
+        fmt::format("{}: trainer.budget = '{}' needs budget_value > 0", n.Where("budget"), budget));
 }
 
 void SftConfig::Load(ConfigNode n) {
   n.Get("episodes", episodes, "oracle episodes on train seeds");
-  n.Get("random_action_frac", random_action_frac, "fraction of random actions (imperfect demonstrations)");
+  n.Get("random_action_frac", random_action_frac,
+        "fraction of random actions (imperfect demonstrations)");
   n.Get("epochs", epochs, "passes over the demonstrations");
   n.Get("batch_size", batch_size, "decisions per optimiser step");
   n.Get("lr", lr, "learning rate");
@@ -96,7 +113,8 @@ void SftConfig::Load(ConfigNode n) {
             "token-plane demonstration answer: the command text or the label letter");
   n.Get("lm_weight", lm_weight, "plain LM loss on the prompt text");
   if (random_action_frac < 0 || random_action_frac > 1)
-    throw ConfigError(fmt::format("{}: sft.random_action_frac must be in [0, 1]", n.Where("random_action_frac")));
+    throw ConfigError(
+        fmt::format("{}: sft.random_action_frac must be in [0, 1]", n.Where("random_action_frac")));
 }
 
 namespace {
@@ -104,10 +122,13 @@ void LoadSampler(ConfigNode n, policy::SamplerOptions& o) {
   n.Get("temperature", o.temperature, "token plane sampling temperature");
   n.Get("top_p", o.top_p, "nucleus mass (1 = off)");
   n.Get("max_new_tokens", o.max_new_tokens, "longest answer in tokens");
-  n.GetEnum("dtype", o.dtype, {"float32", "bfloat16"}, "rollout-engine weights (bf16 = a different engine)");
+  n.GetEnum("dtype", o.dtype, {"float32", "bfloat16"},
+            "rollout-engine weights (bf16 = a different engine)");
   n.Get("kv_cache", o.kv_cache, "incremental decoding with a KV cache");
-  if (o.max_new_tokens < 1) throw ConfigError(fmt::format("{}: max_new_tokens must be >= 1", n.Where("max_new_tokens")));
-  if (!(o.top_p > 0 && o.top_p <= 1)) throw ConfigError(fmt::format("{}: top_p must be in (0, 1]", n.Where("top_p")));
+  if (o.max_new_tokens < 1)
+    throw ConfigError(fmt::format("{}: max_new_tokens must be >= 1", n.Where("max_new_tokens")));
+  if (!(o.top_p > 0 && o.top_p <= 1))
+    throw ConfigError(fmt::format("{}: top_p must be in (0, 1]", n.Where("top_p")));
 }
 }  // namespace
 
@@ -119,7 +140,8 @@ std::unique_ptr<ExperimentConfig> ExperimentConfig::FromConfig(Config cfg) {
   e->tokenizer.Load(root.Section("tokenizer"));
   ConfigNode pol = root.Section("policy");
   e->model.Load(pol);
-  pol.Get("init", e->init_checkpoint, "start from this checkpoint (rlid sft output); empty = fresh model");
+  pol.Get("init", e->init_checkpoint,
+          "start from this checkpoint (rlid sft output); empty = fresh model");
   e->prompt.Load(root.Section("prompt"));
   e->readout.Load(root.Section("readout"));
   LoadSampler(root.Section("sampler"), e->sampler);
@@ -151,8 +173,8 @@ policy::Tokenizer MakeTokenizer(const ExperimentConfig& cfg, const envs::Env& en
     while (!s->IsTerminal()) {
       auto menu = s->CompileMenu();
       envs::ShuffleMenu(menu, rng);
-      corpus.push_back(policy::RenderPromptText(cfg.prompt, env.Instructions(), s->Observation(), {}, menu,
-                                                policy::Plane::kDecision) +
+      corpus.push_back(policy::RenderPromptText(cfg.prompt, env.Instructions(), s->Observation(),
+                                                {}, menu, policy::Plane::kDecision) +
                        " " + menu.items[0].label);
       auto legal = s->LegalActions();
       s->Apply(legal[rng.UniformInt(legal.size())]);
@@ -163,23 +185,23 @@ policy::Tokenizer MakeTokenizer(const ExperimentConfig& cfg, const envs::Env& en
   return policy::Tokenizer::Train(corpus, topt);
 }
 
-namespace {
 std::string Timestamp() {
   auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
   return buf;
 }
-}  // namespace
 
-Session::Session(const ExperimentConfig& c, SessionOptions options) : cfg(c), record(options.record) {
+Session::Session(const ExperimentConfig& c, SessionOptions options)
+    : cfg(c), record(options.record) {
   std::string out_dir = options.out_dir;
   const bool resume = options.resume;
   policy::SetNumThreads(cfg.run.threads);
   if (cfg.run.device == "cuda") {
     if (!torch::cuda::is_available())
-      throw ConfigError("run.device = 'cuda' but no CUDA device is available to this LibTorch build",
-                        "use device = 'cpu' (Debian's libtorch is CPU-only)");
+      throw ConfigError(
+          "run.device = 'cuda' but no CUDA device is available to this LibTorch build",
+          "use device = 'cpu' (Debian's libtorch is CPU-only)");
     device = torch::Device(torch::kCUDA);
   }
   // Run directory.
@@ -195,7 +217,9 @@ Session::Session(const ExperimentConfig& c, SessionOptions options) : cfg(c), re
   std::string resolved = cfg.raw.ResolvedToml();
   if (!options.config_file.empty()) {
     std::ofstream f(fs::path(run_dir) / options.config_file);
-    if (!f) throw IoError(fmt::format("cannot write '{}/{}'", run_dir, options.config_file), "is the directory writable?");
+    if (!f)
+      throw IoError(fmt::format("cannot write '{}/{}'", run_dir, options.config_file),
+                    "is the directory writable?");
     f << "# resolved config of this run (rlid " << VersionString() << ")\n" << resolved;
   }
   env = envs::MakeEnv(cfg.env_section);
@@ -206,7 +230,8 @@ Session::Session(const ExperimentConfig& c, SessionOptions options) : cfg(c), re
     model = ck.model;
   } else {
     fs::path saved = fs::path(run_dir) / "tokenizer.json";
-    tokenizer = resume && fs::exists(saved) ? policy::Tokenizer::FromFile(saved.string()) : MakeTokenizer(cfg, *env);
+    tokenizer = resume && fs::exists(saved) ? policy::Tokenizer::FromFile(saved.string())
+                                            : MakeTokenizer(cfg, *env);
     policy::ModelConfig mc = cfg.model;
     mc.vocab_size = tokenizer.VocabSize();
     model = policy::TransformerLM(mc);
@@ -276,16 +301,19 @@ agents::AgentContext Session::AgentCtx(int64_t iteration) {
   return ctx;
 }
 
-void Session::Record(const std::vector<agents::EpisodeData>& episodes, const agents::AgentContext& ctx) {
+void Session::Record(const std::vector<agents::EpisodeData>& episodes,
+                     const agents::AgentContext& ctx) {
   if (!record) return;
   agents::StageTimer timer(&times.logging);
   for (const auto& e : episodes) writer->Submit(agents::ToRecord(e, ctx));
 }
 
-void Session::LogMetrics(int64_t iteration, const std::vector<std::pair<std::string, double>>& metrics) {
+void Session::LogMetrics(int64_t iteration,
+                         const std::vector<std::pair<std::string, double>>& metrics) {
   agents::StageTimer timer(&times.logging);
   double now = memory::NowUnixSeconds();
-  for (const auto& [k, v] : metrics) writer->Submit(memory::MetricRecord{run_id, iteration, k, v, now});
+  for (const auto& [k, v] : metrics)
+    writer->Submit(memory::MetricRecord{run_id, iteration, k, v, now});
 }
 
 void Session::End(const std::string& status) {

@@ -36,8 +36,8 @@ struct RunConfig {
 };
 
 struct TokenizerConfig {
-  std::string path;              // tokenizer.json to use; empty = train one from env text
-  int vocab_size = 1024;         // when training
+  std::string path;               // tokenizer.json to use; empty = train one from env text
+  int vocab_size = 1024;          // when training
   int64_t corpus_episodes = 200;  // random-play episodes per env for the training corpus
   void Load(ConfigNode n);
 };
@@ -56,24 +56,27 @@ struct TrainerConfig {
   // bounded, and once a task is solved the advantages are all ~0, so whitening
   // blows value-head noise up into full-size updates (measured on bandit).
   bool normalize_advantages = false;
-  double vf_coef = 0.5;                    // value loss weight
-  double vf_clip = 0.0;                    // value clip (0 = off)
-  double ent_coef = 0.01;                  // menu-entropy bonus
-  double target_kl = 0.0;                  // stop an iteration's epochs once the epoch's mean menu KL(old||new) exceeds it (0 = off)
-  std::string estimator = "sampled";       // sampled | all_action (Rao-Blackwellised, decision plane)
-  int64_t grad_variance_every = 0;         // measure per-sample gradient variance every k iterations (0 = off)
-  int64_t grad_variance_samples = 8;       // states per measurement
-  int64_t eval_every = 5;                  // evaluate on test seeds every k iterations (0 = only at the end)
-  int64_t eval_episodes = 32;              // test episodes per evaluation
-  bool eval_sampled = true;                // also evaluate the sampled (not only greedy) policy
-  int64_t checkpoint_every = 10;           // write a checkpoint every k iterations (0 = only at the end)
-  std::string budget = "iterations";       // iterations | env_steps | wall_clock | flops: what stops the run
-  double budget_value = 0;                 // the limit for env_steps / wall_clock (s) / flops
-  OptimConfig optim;                       // lr, schedule, clipping (keys live in [trainer])
-  AdvantageConfig advantage;               // [trainer.advantage]
-  LossConfig loss;                         // [trainer.loss] (+ [trainer.loss.engine])
-  KlConfig kl;                             // [trainer.kl]
-  agents::InvalidConfig invalid;           // [trainer.invalid] (token plane)
+  double vf_coef = 0.5;    // value loss weight
+  double vf_clip = 0.0;    // value clip (0 = off)
+  double ent_coef = 0.01;  // menu-entropy bonus
+  double target_kl = 0.0;  // stop an iteration's epochs once the epoch's mean menu KL(old||new)
+                           // exceeds it (0 = off)
+  std::string estimator = "sampled";  // sampled | all_action (Rao-Blackwellised, decision plane)
+  int64_t grad_variance_every =
+      0;  // measure per-sample gradient variance every k iterations (0 = off)
+  int64_t grad_variance_samples = 8;  // states per measurement
+  int64_t eval_every = 5;         // evaluate on test seeds every k iterations (0 = only at the end)
+  int64_t eval_episodes = 32;     // test episodes per evaluation
+  bool eval_sampled = true;       // also evaluate the sampled (not only greedy) policy
+  int64_t checkpoint_every = 10;  // write a checkpoint every k iterations (0 = only at the end)
+  std::string budget =
+      "iterations";               // iterations | env_steps | wall_clock | flops: what stops the run
+  double budget_value = 0;        // the limit for env_steps / wall_clock (s) / flops
+  OptimConfig optim;              // lr, schedule, clipping (keys live in [trainer])
+  AdvantageConfig advantage;      // [trainer.advantage]
+  LossConfig loss;                // [trainer.loss] (+ [trainer.loss.engine])
+  KlConfig kl;                    // [trainer.kl]
+  agents::InvalidConfig invalid;  // [trainer.invalid] (token plane)
   // DAPO extras ([trainer.sampling]).
   bool filter_zero_variance_groups = false;
   int64_t max_generation_rounds = 4;
@@ -96,15 +99,17 @@ struct TrainerPreset {
 using TrainerPresetRegistry = Registry<TrainerPreset>;
 
 struct SftConfig {
-  int64_t episodes = 256;            // oracle episodes (train seeds)
-  double random_action_frac = 0.1;   // fraction of random (non-oracle) actions, so the start is imperfect
+  int64_t episodes = 256;  // oracle episodes (train seeds)
+  double random_action_frac =
+      0.1;  // fraction of random (non-oracle) actions, so the start is imperfect
   int64_t epochs = 3;
   int64_t batch_size = 32;
   double lr = 1e-3;
-  double label_weight = 1.0;         // decision plane: cross-entropy of p(a*|s) (label readout)
-  double answer_weight = 1.0;        // token plane: LM loss on the answer text
-  std::string answer = "command";    // token-plane answer text: the command ("go north") or the label ("B")
-  double lm_weight = 0.2;            // plain LM loss on the prompt text (learn the env's vocabulary)
+  double label_weight = 1.0;   // decision plane: cross-entropy of p(a*|s) (label readout)
+  double answer_weight = 1.0;  // token plane: LM loss on the answer text
+  std::string answer =
+      "command";           // token-plane answer text: the command ("go north") or the label ("B")
+  double lm_weight = 0.2;  // plain LM loss on the prompt text (learn the env's vocabulary)
   void Load(ConfigNode n);
 };
 
@@ -124,17 +129,21 @@ struct ExperimentConfig {
   SftConfig sft;
 
   // Loads every section, applies --set overrides, rejects unknown keys.
-  static std::unique_ptr<ExperimentConfig> Load(const std::string& path, const std::vector<std::string>& sets);
+  static std::unique_ptr<ExperimentConfig> Load(const std::string& path,
+                                                const std::vector<std::string>& sets);
   static std::unique_ptr<ExperimentConfig> FromConfig(Config cfg);
 };
 
+// Local time as YYYYmmdd-HHMMSS (default run directory names).
+std::string Timestamp();
+
 struct SessionOptions {
-  std::string out_dir;         // run directory; empty = runs/<name>-<timestamp>
-  std::string kind = "train";  // train | sft | eval | compare (runs.kind)
-  std::string arm;             // runs.arm
-  bool resume = false;         // reuse the run directory's tokenizer.json
+  std::string out_dir;                      // run directory; empty = runs/<name>-<timestamp>
+  std::string kind = "train";               // train | sft | eval | compare (runs.kind)
+  std::string arm;                          // runs.arm
+  bool resume = false;                      // reuse the run directory's tokenizer.json
   std::string config_file = "config.toml";  // where the resolved config is written ("" = not)
-  bool quiet = false;          // no info log line
+  bool quiet = false;                       // no info log line
   // Provenance records (episodes, steps, menus, memory items and reads) go to
   // the store; off = only runs, metrics and checkpoints (`rlid bench train`
   // measures the overhead of recording this way).
@@ -164,7 +173,7 @@ class Session {
   policy::Tokenizer tokenizer;
   std::unique_ptr<policy::PromptRenderer> renderer;
   policy::TransformerLM model{nullptr};
-  policy::TransformerLM ref_model{nullptr};  // frozen copy of the initial policy (KL)
+  policy::TransformerLM ref_model{nullptr};      // frozen copy of the initial policy (KL)
   std::unique_ptr<policy::TextSampler> sampler;  // token plane (created on demand)
   std::unique_ptr<memory::Store> store;
   std::unique_ptr<memory::Writer> writer;

@@ -19,8 +19,9 @@ const Registrar<TrainerPresetRegistry> kPreset("grpo", "GRPO defaults", [] {
   }});
 });
 
-const Registrar<TrainerRegistry> kRegister("grpo", "GRPO: group-normalised returns, clipped token surrogate",
-                                           [] { return std::make_unique<TokenTrainer>(); });
+const Registrar<TrainerRegistry> kRegister(
+    "grpo", "GRPO: group-normalised returns, clipped token surrogate",
+    [] { return std::make_unique<TokenTrainer>(); });
 
 }  // namespace
 }  // namespace rlid::trainers

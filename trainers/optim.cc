@@ -26,9 +26,10 @@ double LearningRate(const OptimConfig& cfg, int64_t step, int64_t total_steps) {
   if (cfg.warmup_steps > 0 && step < cfg.warmup_steps)
     return cfg.lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);
   if (cfg.schedule == "constant" || total_steps <= cfg.warmup_steps) return cfg.lr;
-  double progress = std::clamp(static_cast<double>(step - cfg.warmup_steps) /
-                                   static_cast<double>(std::max<int64_t>(1, total_steps - cfg.warmup_steps)),
-                               0.0, 1.0);
+  double progress =
+      std::clamp(static_cast<double>(step - cfg.warmup_steps) /
+                     static_cast<double>(std::max<int64_t>(1, total_steps - cfg.warmup_steps)),
+                 0.0, 1.0);
   double floor = cfg.min_lr_frac * cfg.lr;
   if (cfg.schedule == "linear") return cfg.lr - (cfg.lr - floor) * progress;
   return floor + 0.5 * (cfg.lr - floor) * (1.0 + std::cos(M_PI * progress));
@@ -37,19 +38,22 @@ double LearningRate(const OptimConfig& cfg, int64_t step, int64_t total_steps) {
 void CheckFinite(const torch::Tensor& t, const std::string& name, int64_t iteration) {
   if (!t.defined()) return;
   if (!torch::isfinite(t.detach()).all().item<bool>())
-    throw NumericError(fmt::format("non-finite {} at iteration {}", name, iteration),
-                       "weights were not updated; lower the learning rate, check rewards, or resume "
-                       "from the last checkpoint");
+    throw NumericError(
+        fmt::format("non-finite {} at iteration {}", name, iteration),
+        "weights were not updated; lower the learning rate, check rewards, or resume "
+        "from the last checkpoint");
 }
 
 Optimizer::Optimizer(std::vector<torch::Tensor> params, OptimConfig cfg, int64_t total_steps,
                      std::vector<std::string> param_names)
-    : params_(std::move(params)), names_(std::move(param_names)), cfg_(cfg), total_steps_(total_steps) {
-  adam_ = std::make_unique<torch::optim::AdamW>(
-      params_, torch::optim::AdamWOptions(cfg_.lr)
-                   .betas({cfg_.beta1, cfg_.beta2})
-                   .eps(cfg_.eps)
-                   .weight_decay(cfg_.weight_decay));
+    : params_(std::move(params)),
+      names_(std::move(param_names)),
+      cfg_(cfg),
+      total_steps_(total_steps) {
+  adam_ = std::make_unique<torch::optim::AdamW>(params_, torch::optim::AdamWOptions(cfg_.lr)
+                                                             .betas({cfg_.beta1, cfg_.beta2})
+                                                             .eps(cfg_.eps)
+                                                             .weight_decay(cfg_.weight_decay));
   lr_ = LearningRate(cfg_, 0, total_steps_);
 }
 
@@ -62,8 +66,9 @@ double Optimizer::Step(int64_t schedule_step, int64_t iteration) {
     if (!g.defined()) continue;
     double n = g.detach().pow(2).sum().item<double>();
     if (!std::isfinite(n))
-      CheckFinite(g, "gradient of " + (i < names_.size() ? names_[i] : fmt::format("parameter #{}", i)),
-                  iteration);
+      CheckFinite(
+          g, "gradient of " + (i < names_.size() ? names_[i] : fmt::format("parameter #{}", i)),
+          iteration);
     sq += n;
   }
   double norm = std::sqrt(sq);
@@ -89,7 +94,8 @@ void Optimizer::Save(const std::string& path) const {
 
 void Optimizer::Load(const std::string& path) {
   if (!std::filesystem::exists(path))
-    throw IoError(fmt::format("optimizer state '{}' not found", path), "resume needs a checkpoint written by rlid train");
+    throw IoError(fmt::format("optimizer state '{}' not found", path),
+                  "resume needs a checkpoint written by rlid train");
   torch::serialize::InputArchive archive;
   archive.load_from(path);
   adam_->load(archive);

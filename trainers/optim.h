@@ -14,13 +14,13 @@
 namespace rlid::trainers {
 
 struct OptimConfig {
-  double lr = 3e-4;                    // peak learning rate
-  std::string schedule = "constant";   // constant | linear | cosine (decay to min_lr_frac * lr)
-  int64_t warmup_steps = 0;            // linear warm-up (in schedule steps: iterations for RL, steps for SFT)
-  double min_lr_frac = 0.1;            // floor of the decaying schedules
-  double weight_decay = 0.0;           // AdamW decoupled weight decay
+  double lr = 3e-4;                   // peak learning rate
+  std::string schedule = "constant";  // constant | linear | cosine (decay to min_lr_frac * lr)
+  int64_t warmup_steps = 0;  // linear warm-up (in schedule steps: iterations for RL, steps for SFT)
+  double min_lr_frac = 0.1;  // floor of the decaying schedules
+  double weight_decay = 0.0;  // AdamW decoupled weight decay
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double max_grad_norm = 1.0;          // global-norm clipping (0 = off)
+  double max_grad_norm = 1.0;  // global-norm clipping (0 = off)
   void Load(ConfigNode n);
 };
 

@@ -39,7 +39,8 @@ class PpoDecisionTrainer final : public Trainer {
       names.push_back(p.key());
       params.push_back(p.value());
     }
-    opt_ = std::make_unique<Optimizer>(params, s.cfg.trainer.optim, s.cfg.trainer.iterations, names);
+    opt_ =
+        std::make_unique<Optimizer>(params, s.cfg.trainer.optim, s.cfg.trainer.iterations, names);
   }
   void SaveState(const std::string& dir) const override { opt_->Save(dir + "/optimizer.pt"); }
   void LoadState(const std::string& dir) override { opt_->Load(dir + "/optimizer.pt"); }
@@ -51,8 +52,9 @@ class PpoDecisionTrainer final : public Trainer {
 
     // ---- 1. rollout ------------------------------------------------------------
     agents::AgentContext ctx = s.AgentCtx(it);
-    auto episodes = agents::RunDecisionEpisodes(ctx, TrainSpecs(t, s.cfg.run.seed, it), envs::Split::kTrain,
-                                                /*greedy=*/false, s.budget);
+    auto episodes =
+        agents::RunDecisionEpisodes(ctx, TrainSpecs(t, s.cfg.run.seed, it), envs::Split::kTrain,
+                                    /*greedy=*/false, s.budget);
     s.Record(episodes, ctx);
     Metrics metrics = RolloutMetrics(episodes);
 
@@ -97,17 +99,21 @@ class PpoDecisionTrainer final : public Trainer {
         scores[e] = episodes[e].ret;
         groups.push_back(episodes[e].spec.group);
       }
-      torch::Tensor ep_adv = t.advantage.estimator == "grpo"
-                                 ? GroupNormalizedScores(scores, groups, t.advantage.std_norm, t.advantage.std_eps)
-                                 : LeaveOneOutScores(scores, groups);
+      torch::Tensor ep_adv =
+          t.advantage.estimator == "grpo"
+              ? GroupNormalizedScores(scores, groups, t.advantage.std_norm, t.advantage.std_eps)
+              : LeaveOneOutScores(scores, groups);
       adv = torch::empty({N}, f64);
       for (int64_t i = 0; i < N; ++i) adv[i] = ep_adv[dec[i].episode];
       // The value head still learns the discounted return-to-go.
-      ret = GaeAdvantages({reward, torch::zeros({N}, f64), ends, torch::Tensor()}, t.advantage.gamma, 1.0).returns;
+      ret = GaeAdvantages({reward, torch::zeros({N}, f64), ends, torch::Tensor()},
+                          t.advantage.gamma, 1.0)
+                .returns;
     } else {
-      throw ConfigError(fmt::format("ppo_decision supports advantage estimators gae, grpo, rloo; got '{}'",
-                                    t.advantage.estimator),
-                        "set trainer.advantage.estimator");
+      throw ConfigError(
+          fmt::format("ppo_decision supports advantage estimators gae, grpo, rloo; got '{}'",
+                      t.advantage.estimator),
+          "set trainer.advantage.estimator");
     }
     CheckFinite(adv, "advantages", it);
     CheckFinite(ret, "value targets", it);
@@ -115,7 +121,8 @@ class PpoDecisionTrainer final : public Trainer {
     // ---- 3. epochs x minibatches -------------------------------------------------
     const auto ropts = agents::ReadoutOptionsFor(s.cfg.readout, all_action);
     Rng shuffle = Rng::Stream(s.cfg.run.seed, "minibatches", it);
-    double sum_pg = 0, sum_v = 0, sum_ent = 0, sum_kl = 0, sum_clip = 0, sum_akl = 0, sum_gn = 0, sum_after = 0;
+    double sum_pg = 0, sum_v = 0, sum_ent = 0, sum_kl = 0, sum_clip = 0, sum_akl = 0, sum_gn = 0,
+           sum_after = 0;
     double sum_menu_kl = 0;
     int64_t updates = 0;
     s.model->train();
@@ -129,10 +136,13 @@ class PpoDecisionTrainer final : public Trainer {
         std::vector<int64_t> idx(perm.begin() + b0, perm.begin() + b1);
         auto ix = torch::tensor(idx, torch::kInt64);
         std::vector<policy::ReadoutRequest> reqs;
-        for (int64_t i : idx) reqs.push_back(agents::ReadoutRequestFor(*s.renderer, *dec[i].step, s.cfg.readout, all_action));
+        for (int64_t i : idx)
+          reqs.push_back(
+              agents::ReadoutRequestFor(*s.renderer, *dec[i].step, s.cfg.readout, all_action));
         auto rb = policy::Readout(s.model, reqs, ropts);
-        s.budget.train_flops += 3.0 * static_cast<double>(rb.tokens_processed) *
-                                s.model->config().ForwardFlopsPerToken(static_cast<int64_t>(reqs[0].prompt.size()));
+        s.budget.train_flops +=
+            3.0 * static_cast<double>(rb.tokens_processed) *
+            s.model->config().ForwardFlopsPerToken(static_cast<int64_t>(reqs[0].prompt.size()));
         auto dev = rb.log_p.device();
         auto mask = rb.item_mask;
         auto mb_items = items.index_select(0, ix).to(dev);
@@ -153,7 +163,8 @@ class PpoDecisionTrainer final : public Trainer {
             const auto& lp = dec[idx[b]].step->log_p;
             for (size_t k = 0; k < lp.size(); ++k) old_items[b][k] = lp[k];
           }
-          menu_kl = MenuKl(old_items.to(dev), rb.log_p.to(torch::kFloat64), mask).mean().item<double>();
+          menu_kl =
+              MenuKl(old_items.to(dev), rb.log_p.to(torch::kFloat64), mask).mean().item<double>();
         }
         sum_menu_kl += menu_kl;
         epoch_kl += menu_kl;
@@ -175,7 +186,8 @@ class PpoDecisionTrainer final : public Trainer {
           }
           pg = -AllActionSurrogate(rb.log_p.to(torch::kFloat64), mask, q.to(dev)).mean();
           // The afterstate critic learns the return of the action taken.
-          auto after = rb.afterstate_value.gather(1, mb_items.unsqueeze(1)).squeeze(1).to(torch::kFloat64);
+          auto after =
+              rb.afterstate_value.gather(1, mb_items.unsqueeze(1)).squeeze(1).to(torch::kFloat64);
           auto after_loss = 0.5 * (after - ret.index_select(0, ix).to(dev)).pow(2).mean();
           sum_after += after_loss.item<double>();
           pg = pg + t.vf_coef * after_loss;
@@ -232,8 +244,8 @@ class PpoDecisionTrainer final : public Trainer {
   // Per-sample gradient variance of the policy-gradient estimators on the same
   // states. With the afterstate critic both estimators use the same A(s,a):
   // sampled g_i = A(s_i,a_i) grad log p(a_i|s_i); all-action g_i = sum_a A grad p.
-  Metrics MeasureGradientVariance(Session& s, const std::vector<Decision>& dec, const torch::Tensor& adv,
-                                  bool all_action) {
+  Metrics MeasureGradientVariance(Session& s, const std::vector<Decision>& dec,
+                                  const torch::Tensor& adv, bool all_action) {
     const auto& t = s.cfg.trainer;
     const int64_t total = static_cast<int64_t>(dec.size());
     const int64_t n = std::min<int64_t>(t.grad_variance_samples, total);
@@ -250,7 +262,8 @@ class PpoDecisionTrainer final : public Trainer {
         double a = a_gae;
         if (all_action) {
           double base = 0;
-          for (size_t k = 0; k < st->afterstate_values.size(); ++k) base += std::exp(st->log_p[k]) * st->afterstate_values[k];
+          for (size_t k = 0; k < st->afterstate_values.size(); ++k)
+            base += std::exp(st->log_p[k]) * st->afterstate_values[k];
           a = st->afterstate_values[st->item] - base;
         }
         return -a * rb.log_p[0][st->item];
@@ -258,7 +271,8 @@ class PpoDecisionTrainer final : public Trainer {
       if (all_action)
         marginal.push_back([&, req, st] {
           auto rb = policy::Readout(s.model, {req}, ropts);
-          auto q = torch::tensor(std::vector<double>(st->afterstate_values.begin(), st->afterstate_values.end()),
+          auto q = torch::tensor(std::vector<double>(st->afterstate_values.begin(),
+                                                     st->afterstate_values.end()),
                                  torch::kFloat64)
                        .unsqueeze(0)
                        .to(rb.log_p.device());
@@ -279,9 +293,9 @@ const Registrar<TrainerPresetRegistry> kPreset("ppo_decision", "decision PPO def
     t.group_size = 1;
   }});
 });
-const Registrar<TrainerRegistry> kRegister("ppo_decision",
-                                           "decision-level PPO on p(a|s) from the single-pass label readout",
-                                           [] { return std::make_unique<PpoDecisionTrainer>(); });
+const Registrar<TrainerRegistry> kRegister(
+    "ppo_decision", "decision-level PPO on p(a|s) from the single-pass label readout",
+    [] { return std::make_unique<PpoDecisionTrainer>(); });
 
 }  // namespace
 }  // namespace rlid::trainers

@@ -30,12 +30,15 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
                                          const std::vector<agents::EpisodeData>& episodes,
                                          const std::vector<std::vector<double>>& kl_per_step) {
   const auto& adv_cfg = cfg.advantage;
-  if (adv_cfg.estimator != "grpo" && adv_cfg.estimator != "rloo" && adv_cfg.estimator != "reinforce_pp_baseline")
-    throw ConfigError(fmt::format("token-plane trainers use group advantages; trainer.advantage.estimator = '{}'",
-                                  adv_cfg.estimator),
-                      "use grpo, rloo or reinforce_pp_baseline");
+  if (adv_cfg.estimator != "grpo" && adv_cfg.estimator != "rloo" &&
+      adv_cfg.estimator != "reinforce_pp_baseline")
+    throw ConfigError(
+        fmt::format("token-plane trainers use group advantages; trainer.advantage.estimator = '{}'",
+                    adv_cfg.estimator),
+        "use grpo, rloo or reinforce_pp_baseline");
   if (!kl_per_step.empty() && kl_per_step.size() != episodes.size())
-    throw InternalError(fmt::format("kl_per_step has {} episodes, expected {}", kl_per_step.size(), episodes.size()));
+    throw InternalError(fmt::format("kl_per_step has {} episodes, expected {}", kl_per_step.size(),
+                                    episodes.size()));
   // Per-step reward after shaping: DAPO overlong penalty, KL in the reward.
   auto shaped = [&](size_t e, size_t t) {
     const auto& st = episodes[e].steps[t];
@@ -43,7 +46,8 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
     if (cfg.overlong_buffer > 0) {
       double len = static_cast<double>(st.response.size());
       double start = static_cast<double>(max_new_tokens - cfg.overlong_buffer);
-      r += std::min(-(len - start) / static_cast<double>(cfg.overlong_buffer) * cfg.overlong_factor, 0.0);
+      r += std::min(-(len - start) / static_cast<double>(cfg.overlong_buffer) * cfg.overlong_factor,
+                    0.0);
     }
     if (!kl_per_step.empty()) r -= cfg.kl.coef * kl_per_step[e].at(t);
     return r;
@@ -88,8 +92,8 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
   return samples;
 }
 
-std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<TokenSample>& samples, int64_t size,
-                                                   Rng* rng) {
+std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<TokenSample>& samples,
+                                                   int64_t size, Rng* rng) {
   if (size <= 0) throw InternalError(fmt::format("minibatch size must be > 0, found {}", size));
   std::unordered_map<uint64_t, size_t> bucket_of;
   std::vector<std::vector<size_t>> buckets;
@@ -111,11 +115,13 @@ std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<TokenSample
 void TokenTrainer::Setup(Session& s) {
   const TrainerConfig& t = s.cfg.trainer;
   if (t.overlong_buffer > 0 && t.overlong_buffer >= s.cfg.sampler.max_new_tokens)
-    throw ConfigError(fmt::format("trainer.sampling.overlong_buffer = {} must be below sampler.max_new_tokens = {}: "
-                                  "the penalty starts at max_new_tokens - overlong_buffer tokens, so every answer "
-                                  "would be penalised",
-                                  t.overlong_buffer, s.cfg.sampler.max_new_tokens),
-                      "raise sampler.max_new_tokens or lower (0 = off) trainer.sampling.overlong_buffer");
+    throw ConfigError(
+        fmt::format(
+            "trainer.sampling.overlong_buffer = {} must be below sampler.max_new_tokens = {}: "
+            "the penalty starts at max_new_tokens - overlong_buffer tokens, so every answer "
+            "would be penalised",
+            t.overlong_buffer, s.cfg.sampler.max_new_tokens),
+        "raise sampler.max_new_tokens or lower (0 = off) trainer.sampling.overlong_buffer");
   std::vector<std::string> names;
   std::vector<torch::Tensor> params;
   for (auto& p : s.model->named_parameters()) {
@@ -156,7 +162,8 @@ struct Rollout {
 Rollout CollectGroups(Session& s, const agents::AgentContext& ctx, int64_t it) {
   const TrainerConfig& t = s.cfg.trainer;
   const int64_t want = t.episodes_per_iteration / t.group_size;
-  const int64_t max_rounds = t.filter_zero_variance_groups ? std::max<int64_t>(1, t.max_generation_rounds) : 1;
+  const int64_t max_rounds =
+      t.filter_zero_variance_groups ? std::max<int64_t>(1, t.max_generation_rounds) : 1;
   Rollout out;
   int64_t kept_groups = 0;
   while (kept_groups < want && out.rounds < max_rounds) {
@@ -164,8 +171,9 @@ Rollout CollectGroups(Session& s, const agents::AgentContext& ctx, int64_t it) {
     agents::AgentContext rctx = ctx;
     rctx.iteration = round_it;  // sampler streams of this round
     const int64_t tokens_before = s.budget.generated_tokens;
-    auto eps = agents::RunTokenEpisodes(rctx, TrainSpecs(t, s.cfg.run.seed, round_it), envs::Split::kTrain,
-                                        /*greedy=*/false, s.budget);
+    auto eps =
+        agents::RunTokenEpisodes(rctx, TrainSpecs(t, s.cfg.run.seed, round_it), envs::Split::kTrain,
+                                 /*greedy=*/false, s.budget);
     out.generated.tokens += s.budget.generated_tokens - tokens_before;
     std::map<int, std::vector<size_t>> by_group;
     for (size_t i = 0; i < eps.size(); ++i) {
@@ -176,7 +184,8 @@ Rollout CollectGroups(Session& s, const agents::AgentContext& ctx, int64_t it) {
     for (auto& [g, members] : by_group) {
       std::vector<const agents::EpisodeData*> grp;
       for (size_t i : members) grp.push_back(&eps[i]);
-      const bool keep = kept_groups < want && !(t.filter_zero_variance_groups && ZeroVarianceGroup(grp));
+      const bool keep =
+          kept_groups < want && !(t.filter_zero_variance_groups && ZeroVarianceGroup(grp));
       Work& w = keep ? out.kept_work : out.dropped_work;
       w.groups += 1;
       for (size_t i : members) {
@@ -194,13 +203,16 @@ Rollout CollectGroups(Session& s, const agents::AgentContext& ctx, int64_t it) {
   }
   if (kept_groups < want) {
     if (t.on_partial_batch == "error")
-      throw Error(fmt::format("DAPO could not fill the batch of iteration {}: {} of {} groups had non-zero return "
-                              "variance after {} rounds ({} groups generated)",
-                              it, kept_groups, want, out.rounds, out.generated.groups),
-                  "raise trainer.sampling.max_generation_rounds, or set trainer.sampling.on_partial_batch = "
-                  "'continue' to train on the partial batch");
-    spdlog::warn("iteration {}: partial batch, {} of {} groups kept after {} rounds", it, kept_groups, want,
-                 out.rounds);
+      throw Error(
+          fmt::format(
+              "DAPO could not fill the batch of iteration {}: {} of {} groups had non-zero return "
+              "variance after {} rounds ({} groups generated)",
+              it, kept_groups, want, out.rounds, out.generated.groups),
+          "raise trainer.sampling.max_generation_rounds, or set trainer.sampling.on_partial_batch "
+          "= "
+          "'continue' to train on the partial batch");
+    spdlog::warn("iteration {}: partial batch, {} of {} groups kept after {} rounds", it,
+                 kept_groups, want, out.rounds);
   }
   return out;
 }
@@ -214,21 +226,24 @@ torch::Tensor Pad(const std::vector<const std::vector<float>*>& rows, int64_t T)
   auto out = torch::zeros({static_cast<int64_t>(rows.size()), T}, torch::kFloat64);
   auto a = out.accessor<double, 2>();
   for (size_t i = 0; i < rows.size(); ++i)
-    for (size_t t = 0; t < rows[i]->size() && static_cast<int64_t>(t) < T; ++t) a[i][t] = (*rows[i])[t];
+    for (size_t t = 0; t < rows[i]->size() && static_cast<int64_t>(t) < T; ++t)
+      a[i][t] = (*rows[i])[t];
   return out;
 }
 
 // [B, T] bool mask of the first len_i positions.
 torch::Tensor LengthMask(const std::vector<int64_t>& lengths, int64_t T) {
   auto out = torch::zeros({static_cast<int64_t>(lengths.size()), T}, torch::kBool);
-  for (size_t i = 0; i < lengths.size(); ++i) out[static_cast<int64_t>(i)].slice(0, 0, lengths[i]).fill_(true);
+  for (size_t i = 0; i < lengths.size(); ++i)
+    out[static_cast<int64_t>(i)].slice(0, 0, lengths[i]).fill_(true);
   return out;
 }
 
 // Fills StepData::train_logp (and ref_log_p with a reference) for every step
 // with a response, by the training forward without gradient; the responses to
 // one prompt are scored in the same batch (shared prefix). Counts the forwards.
-void ScoreOld(Session& s, std::vector<agents::EpisodeData>& kept, const policy::ScoreOptions& sopts) {
+void ScoreOld(Session& s, std::vector<agents::EpisodeData>& kept,
+              const policy::ScoreOptions& sopts) {
   std::vector<TokenSample> rows;
   for (auto& e : kept)
     for (auto& st : e.steps)
@@ -241,11 +256,14 @@ void ScoreOld(Session& s, std::vector<agents::EpisodeData>& kept, const policy::
     auto sb = policy::ScoreResponses(s.model, reqs, sopts);
     auto lp = sb.logp.to(torch::kCPU).to(torch::kFloat32).contiguous();
     torch::Tensor ref;
-    if (s.ref_model) ref = policy::ScoreResponses(s.ref_model, reqs, sopts).logp.to(torch::kCPU).to(torch::kFloat32);
+    if (s.ref_model)
+      ref =
+          policy::ScoreResponses(s.ref_model, reqs, sopts).logp.to(torch::kCPU).to(torch::kFloat32);
     const int passes = s.ref_model ? 2 : 1;
     s.budget.forward_passes += passes;
-    s.budget.train_flops += passes * static_cast<double>(sb.tokens_processed) *
-                            s.model->config().ForwardFlopsPerToken(static_cast<int64_t>(reqs[0].prompt.size()));
+    s.budget.train_flops +=
+        passes * static_cast<double>(sb.tokens_processed) *
+        s.model->config().ForwardFlopsPerToken(static_cast<int64_t>(reqs[0].prompt.size()));
     for (size_t j = 0; j < mb.size(); ++j) {
       auto* st = const_cast<agents::StepData*>(rows[mb[j]].step);
       const int64_t n = static_cast<int64_t>(st->response.size());
@@ -262,7 +280,8 @@ void ScoreOld(Session& s, std::vector<agents::EpisodeData>& kept, const policy::
 
 // Σ_t kl_t of each step's response under [trainer.kl] (estimator of
 // train_logp vs ref_log_p), for the reward placement.
-std::vector<std::vector<double>> KlPerStep(const KlConfig& kl, const std::vector<agents::EpisodeData>& kept) {
+std::vector<std::vector<double>> KlPerStep(const KlConfig& kl,
+                                           const std::vector<agents::EpisodeData>& kept) {
   std::vector<std::vector<double>> out;
   for (const auto& e : kept) {
     std::vector<double> per_step;
@@ -273,7 +292,8 @@ std::vector<std::vector<double>> KlPerStep(const KlConfig& kl, const std::vector
       }
       const int64_t n = static_cast<int64_t>(st.response.size());
       auto logp = Pad({&st.train_logp}, n), ref = Pad({&st.ref_log_p}, n);
-      per_step.push_back(KlPenalty(kl, logp, ref, torch::ones({1, n}, torch::kBool)).sum().item<double>());
+      per_step.push_back(
+          KlPenalty(kl, logp, ref, torch::ones({1, n}, torch::kBool)).sum().item<double>());
     }
     out.push_back(std::move(per_step));
   }
@@ -309,7 +329,8 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
   const TrainerConfig& t = s.cfg.trainer;
   auto& sampler = s.Sampler();
   policy::ScoreOptions sopts;
-  sopts.temperature = s.cfg.sampler.temperature > 0 ? s.cfg.sampler.temperature : 1.0;  // match the sampler
+  sopts.temperature =
+      s.cfg.sampler.temperature > 0 ? s.cfg.sampler.temperature : 1.0;  // match the sampler
 
   // ---- 1. rollout: groups on train seeds (DAPO: resample zero-variance groups) ---
   agents::AgentContext ctx = s.AgentCtx(it);
@@ -328,7 +349,8 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
   // ---- 2. old log-probs (training forward), reference, advantages -----------------
   ScoreOld(s, ro.kept, sopts);
   std::vector<std::vector<double>> kl_per_step;
-  if (s.ref_model && t.kl.coef > 0 && t.kl.placement == "reward") kl_per_step = KlPerStep(t.kl, ro.kept);
+  if (s.ref_model && t.kl.coef > 0 && t.kl.placement == "reward")
+    kl_per_step = KlPerStep(t.kl, ro.kept);
   s.Record(ro.kept, ctx);
   s.Record(ro.dropped, ctx);
   auto samples = TokenAdvantages(t, s.cfg.sampler.max_new_tokens, ro.kept, kl_per_step);
@@ -341,7 +363,8 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
   Rng shuffle = Rng::Stream(s.cfg.run.seed, "minibatches", it);
   LossConfig loss_cfg = t.loss;
   if (loss_cfg.aggregation == "seq_mean_token_sum_norm" && loss_cfg.aggregation_norm <= 0)
-    loss_cfg.aggregation_norm = s.cfg.sampler.max_new_tokens;  // Dr. GRPO's constant: the longest answer
+    loss_cfg.aggregation_norm =
+        s.cfg.sampler.max_new_tokens;  // Dr. GRPO's constant: the longest answer
   KlConfig kl_cfg = t.kl;
   if (kl_cfg.placement != "loss" || !s.ref_model) kl_cfg.coef = 0;
   std::map<std::string, double> sums;
@@ -367,8 +390,9 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
       }
       auto sb = policy::ScoreResponses(s.model, reqs, sopts);
       s.budget.forward_passes += 1;
-      s.budget.train_flops += 3.0 * static_cast<double>(sb.tokens_processed) *
-                              s.model->config().ForwardFlopsPerToken(static_cast<int64_t>(reqs[0].prompt.size()));
+      s.budget.train_flops +=
+          3.0 * static_cast<double>(sb.tokens_processed) *
+          s.model->config().ForwardFlopsPerToken(static_cast<int64_t>(reqs[0].prompt.size()));
       auto dev = sb.logp.device();
       PolicyLossInputs in;
       in.log_prob = sb.logp.slice(1, 0, T).to(torch::kFloat64);
@@ -384,7 +408,8 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
       sum_gn += opt_->Step(it, it);
       sum_loss += res.loss.item<double>();
       for (const auto& [k, v] : res.metrics)
-        if (k.rfind("engine/", 0) != 0) sums[k] += v;  // engine/* is reported once, on the whole batch
+        if (k.rfind("engine/", 0) != 0)
+          sums[k] += v;  // engine/* is reported once, on the whole batch
       if (res.metrics.count("approx_kl")) epoch_kl += res.metrics.at("approx_kl");
       ++epoch_updates;
       ++updates;
@@ -399,7 +424,8 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
   // ---- 4. metrics ------------------------------------------------------------------------
   const double u = static_cast<double>(std::max<int64_t>(updates, 1));
   metrics.push_back({"losses/policy", sum_loss / u});
-  for (const auto& [k, v] : sums) metrics.push_back({k == "clip_frac" ? "losses/clipfrac" : "losses/" + k, v / u});
+  for (const auto& [k, v] : sums)
+    metrics.push_back({k == "clip_frac" ? "losses/clipfrac" : "losses/" + k, v / u});
   metrics.push_back({"losses/grad_norm", sum_gn / u});
   metrics.push_back({"charts/lr", opt_->current_lr()});
   metrics.push_back({"charts/epochs", static_cast<double>(epochs_run)});
@@ -420,7 +446,8 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
     for (int64_t i = 0; i < std::min<int64_t>(N, t.grad_variance_samples); ++i) {
       const auto* smp = &samples[i];
       per_sample.push_back([&, smp] {
-        auto sb = policy::ScoreResponses(s.model, {{smp->step->prompt.tokens, smp->step->response}}, sopts);
+        auto sb = policy::ScoreResponses(s.model, {{smp->step->prompt.tokens, smp->step->response}},
+                                         sopts);
         return -smp->advantage * (sb.logp * sb.mask).sum();
       });
     }

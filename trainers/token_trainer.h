@@ -42,10 +42,10 @@ struct TokenSample {
 // Group-relative advantages, one per response. The score of a response is
 //   return_mode "episode":    the episode's shaped return Σ_t r'_t, the same for every step;
 //   return_mode "discounted": its step's return-to-go G_t = r'_t + γ G_{t+1} (γ = advantage.gamma),
-// where r'_t = r_t + overlong shaping (DAPO, when overlong_buffer > 0) − kl.coef · kl_per_step[e][t]
-// (KL in the reward; empty = none). Scores are compared within the episode's group
-// (spec.group): in "discounted" mode every step of every episode of the group is one
-// member. Steps without a response get no sample. Exposed for tests.
+// where r'_t = r_t + overlong shaping (DAPO, when overlong_buffer > 0) − kl.coef ·
+// kl_per_step[e][t] (KL in the reward; empty = none). Scores are compared within the episode's
+// group (spec.group): in "discounted" mode every step of every episode of the group is one member.
+// Steps without a response get no sample. Exposed for tests.
 std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_tokens,
                                          const std::vector<agents::EpisodeData>& episodes,
                                          const std::vector<std::vector<double>>& kl_per_step = {});
@@ -57,7 +57,7 @@ bool ZeroVarianceGroup(const std::vector<const agents::EpisodeData*>& group);
 // responses to the same prompt adjacent, so the shared-prefix forward encodes
 // that prompt once: prompt buckets are shuffled by `rng` (in first-seen order
 // when rng is null), concatenated, and cut every `size` responses.
-std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<TokenSample>& samples, int64_t size,
-                                                   Rng* rng);
+std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<TokenSample>& samples,
+                                                   int64_t size, Rng* rng);
 
 }  // namespace rlid::trainers

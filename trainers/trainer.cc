@@ -67,8 +67,10 @@ std::string WriteCheckpoint(Session& s, Trainer& trainer, int64_t iteration) {
   agents::StageTimer timer(&s.times.checkpoint);
   CheckParametersFinite(s.model, iteration);
   fs::path dir = fs::path(s.run_dir) / "checkpoints" / fmt::format("iter_{:06d}", iteration);
-  nlohmann::json extra = {{"iteration", iteration}, {"budget", BudgetJson(s.budget)},
-                          {"algorithm", s.cfg.trainer.algorithm}, {"seed", s.cfg.run.seed}};
+  nlohmann::json extra = {{"iteration", iteration},
+                          {"budget", BudgetJson(s.budget)},
+                          {"algorithm", s.cfg.trainer.algorithm},
+                          {"seed", s.cfg.run.seed}};
   policy::SaveCheckpoint(dir.string(), s.model, s.tokenizer, extra,
                          [&](const std::string& tmp) { trainer.SaveState(tmp); });
   // "latest" is a relative symlink to the newest complete checkpoint (usable
@@ -84,7 +86,8 @@ std::string WriteCheckpoint(Session& s, Trainer& trainer, int64_t iteration) {
 
 }  // namespace
 
-std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t run_seed, int64_t iteration) {
+std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t run_seed,
+                                            int64_t iteration) {
   const int64_t groups = cfg.episodes_per_iteration / cfg.group_size;
   Rng pool = Rng::Stream(run_seed, "train_seeds", iteration);
   std::vector<agents::EpisodeSpec> specs;
@@ -94,7 +97,8 @@ std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t r
     for (int64_t k = 0; k < cfg.group_size; ++k) {
       agents::EpisodeSpec spec;
       spec.env_seed = envs::SplitSeed(envs::Split::kTrain, index);
-      spec.stream = static_cast<uint64_t>(iteration * cfg.episodes_per_iteration + g * cfg.group_size + k);
+      spec.stream =
+          static_cast<uint64_t>(iteration * cfg.episodes_per_iteration + g * cfg.group_size + k);
       spec.group = static_cast<int>(g);
       specs.push_back(spec);
     }
@@ -135,13 +139,15 @@ void CheckParametersFinite(policy::TransformerLM& model, int64_t iteration) {
   torch::NoGradGuard no_grad;
   for (const auto& p : model->named_parameters()) {
     if (torch::isfinite(p.value()).all().item<bool>()) continue;
-    throw NumericError(fmt::format("non-finite weights in parameter '{}' after iteration {}", p.key(), iteration),
-                       "no checkpoint was written from these weights; lower trainer.lr (or raise "
-                       "max_grad_norm's strictness), check rewards, or resume from the last checkpoint");
+    throw NumericError(
+        fmt::format("non-finite weights in parameter '{}' after iteration {}", p.key(), iteration),
+        "no checkpoint was written from these weights; lower trainer.lr (or raise "
+        "max_grad_norm's strictness), check rewards, or resume from the last checkpoint");
   }
 }
 
-EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool greedy, int64_t iteration) {
+EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool greedy,
+                    int64_t iteration) {
   agents::StageTimer timer(&s.times.eval);
   std::vector<agents::EpisodeSpec> specs;
   for (int64_t i = 0; i < episodes; ++i) {
@@ -184,15 +190,17 @@ EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool gree
   return r;
 }
 
-double GradientVariance(policy::TransformerLM& model, const std::vector<std::function<torch::Tensor()>>& losses) {
+double GradientVariance(policy::TransformerLM& model,
+                        const std::vector<std::function<torch::Tensor()>>& losses) {
   std::vector<torch::Tensor> params;
   for (auto& p : model->parameters())
     if (p.requires_grad()) params.push_back(p);
   std::vector<torch::Tensor> grads;
   for (const auto& f : losses) {
     auto loss = f();
-    auto g = torch::autograd::grad({loss}, params, {}, /*retain_graph=*/false, /*create_graph=*/false,
-                                   /*allow_unused=*/true);
+    auto g =
+        torch::autograd::grad({loss}, params, {}, /*retain_graph=*/false, /*create_graph=*/false,
+                              /*allow_unused=*/true);
     std::vector<torch::Tensor> flat;
     for (size_t i = 0; i < g.size(); ++i)
       flat.push_back(g[i].defined() ? g[i].reshape(-1).to(torch::kFloat64)
@@ -216,7 +224,8 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
     std::error_code ec;
     fs::path name = fs::read_symlink(latest, ec);
     if (ec || name.empty())
-      throw IoError(fmt::format("--resume: no checkpoint in '{}'", (fs::path(s.run_dir) / "checkpoints").string()),
+      throw IoError(fmt::format("--resume: no checkpoint in '{}'",
+                                (fs::path(s.run_dir) / "checkpoints").string()),
                     "resume needs a run directory with checkpoints/latest (checkpoint_every > 0)");
     fs::path dir = fs::path(s.run_dir) / "checkpoints" / name;
     auto ck = policy::LoadCheckpoint(dir.string(), s.device);
@@ -239,8 +248,8 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
     for (const auto& kv : s.budget.Metrics()) m.push_back(kv);
     // The update is whatever the iteration spent outside the rollout's
     // readout/env stages and logging (advantages, epochs x minibatches).
-    s.times.update += iteration_s - (s.times.readout - before.readout) - (s.times.env - before.env) -
-                      (s.times.logging - before.logging);
+    s.times.update += iteration_s - (s.times.readout - before.readout) -
+                      (s.times.env - before.env) - (s.times.logging - before.logging);
     bool last = it + 1 == t.iterations || BudgetReached(t, s.budget);
     if (last || (t.eval_every > 0 && (it + 1) % t.eval_every == 0)) {
       auto g = Evaluate(s, plane, t.eval_episodes, /*greedy=*/true, it);
@@ -285,9 +294,12 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
         where = fmt::format("it {} {:.0f}% of FLOPs", it + 1, 100 * frac);
       }
       frac = std::clamp(frac, 1e-9, 1.0);
-      std::string eval = std::isnan(find("eval/success")) ? "" : fmt::format(" | test {:.2f}", find("eval/success"));
-      spdlog::info("{}[{}] train success {:.2f} return {:+.3f}{} | ETA {}", opt.label.empty() ? "" : opt.label + " ",
-                   where, find("rollout/success"), find("rollout/return"), eval, Duration(elapsed * (1 - frac) / frac));
+      std::string eval = std::isnan(find("eval/success"))
+                             ? ""
+                             : fmt::format(" | test {:.2f}", find("eval/success"));
+      spdlog::info("{}[{}] train success {:.2f} return {:+.3f}{} | ETA {}",
+                   opt.label.empty() ? "" : opt.label + " ", where, find("rollout/success"),
+                   find("rollout/return"), eval, Duration(elapsed * (1 - frac) / frac));
     }
     if (BudgetReached(t, s.budget)) {
       result.budget_reached = true;

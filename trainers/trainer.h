@@ -44,7 +44,8 @@ struct EvalResult {
 
 // Test-split episodes 0..n-1 (the same seeds at every evaluation). The time
 // counts as s.times.eval; records go to the store when s.record is on.
-EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool greedy, int64_t iteration);
+EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool greedy,
+                    int64_t iteration);
 
 // Throws NumericError naming the first parameter with a NaN/Inf entry and the
 // iteration (the non-finite guard: such weights are never checkpointed).
@@ -52,7 +53,8 @@ void CheckParametersFinite(policy::TransformerLM& model, int64_t iteration);
 
 // Train-seed episodes of one iteration: episodes_per_iteration / group_size
 // env seeds, each played group_size times; streams unique per episode.
-std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t run_seed, int64_t iteration);
+std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t run_seed,
+                                            int64_t iteration);
 
 // Summary metrics of a batch of episodes ("rollout/success", ...).
 Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes);
@@ -82,6 +84,7 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt = {});
 
 // Per-sample gradient variance of losses[i]() over the model parameters:
 // mean_i ||g_i - mean_j g_j||^2 (each closure builds its own graph).
-double GradientVariance(policy::TransformerLM& model, const std::vector<std::function<torch::Tensor()>>& losses);
+double GradientVariance(policy::TransformerLM& model,
+                        const std::vector<std::function<torch::Tensor()>>& losses);
 
 }  // namespace rlid::trainers

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "envs/env.h"
 #include "envs/menu_state.h"
+#include "tests/envs/env_test_util.h"
 
 namespace rlid::envs {
 namespace {
@@ -27,13 +28,7 @@ StepOutcome Do(State& s, const std::string& text) {
 
 OracleState& Oracle(State& s) { return dynamic_cast<OracleState&>(s); }
 
-int Words(const std::string& s) {
-  std::istringstream is(s);
-  std::string w;
-  int n = 0;
-  while (is >> w) ++n;
-  return n;
-}
+using testing::Words;
 
 TEST(ArcGrid, PinnedSeed0WithHandCheckedOperations) {
   auto s = MakeEnv("arcgrid")->NewState(0);

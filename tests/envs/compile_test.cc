@@ -48,7 +48,8 @@ TEST(Compile, LabelsWordingsAndSurroundingText) {
 
 TEST(Compile, InvalidWithReasons) {
   Menu m = Compass();
-  for (const char* t : {"", "   ", "fly up", "go north or go south", "A and B", "B go north", "Z"}) {
+  for (const char* t :
+       {"", "   ", "fly up", "go north or go south", "A and B", "B go north", "Z"}) {
     auto r = m.Compile(t);
     EXPECT_FALSE(r.valid()) << t << " matched " << r.matched;
     EXPECT_FALSE(r.reason.empty()) << t;

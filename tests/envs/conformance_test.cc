@@ -59,7 +59,8 @@ TEST_P(EnvConformance, InfoAndInstructions) {
 
 TEST_P(EnvConformance, SameSeedSameTrajectory) {
   for (uint64_t seed = 0; seed < kSeeds; ++seed) {
-    EXPECT_EQ(RandomPlay(*env_, seed, 99 + seed), RandomPlay(*env_, seed, 99 + seed)) << "seed " << seed;
+    EXPECT_EQ(RandomPlay(*env_, seed, 99 + seed), RandomPlay(*env_, seed, 99 + seed))
+        << "seed " << seed;
     EXPECT_EQ(env_->NewState(seed)->Observation(), env_->NewState(seed)->Observation());
   }
   // Different seeds give different instances (at least most of the time).
@@ -132,13 +133,17 @@ TEST_P(EnvConformance, CompileAcceptsEveryWordingAndRejectsGarbage) {
       Menu menu = s->CompileMenu();
       for (size_t i = 0; i < menu.size(); ++i) {
         const auto& it = menu.items[i];
-        std::vector<std::string> texts = {it.label, " " + it.label + "\n", "(" + it.label + ")",
-                                          "I choose " + it.label + ".", "Action: " + it.label,
+        std::vector<std::string> texts = {it.label,
+                                          " " + it.label + "\n",
+                                          "(" + it.label + ")",
+                                          "I choose " + it.label + ".",
+                                          "Action: " + it.label,
                                           it.label + ") " + it.command};
         for (const auto& r : it.realisations) {
           texts.push_back(r);
           std::string upper = r;
-          for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+          for (char& ch : upper)
+            ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
           texts.push_back("  " + upper + "  ");
           texts.push_back("Action: " + r);
         }
@@ -149,7 +154,8 @@ TEST_P(EnvConformance, CompileAcceptsEveryWordingAndRejectsGarbage) {
           EXPECT_EQ(menu.Compile(t).action, it.action) << "'" << t << "'";
         }
       }
-      std::vector<std::string> junks = {std::string(), std::string("   "), std::string("xyzzy plugh"),
+      std::vector<std::string> junks = {std::string(), std::string("   "),
+                                        std::string("xyzzy plugh"),
                                         std::string("\xff\xfe\x00\x01", 4)};
       if (seed < 2 && s->StepCount() == 0) {  // huge inputs once per env (they cost ms each)
         junks.push_back(std::string(1 << 20, 'q'));
@@ -164,8 +170,10 @@ TEST_P(EnvConformance, CompileAcceptsEveryWordingAndRejectsGarbage) {
         std::string junk(bytes.UniformInt(300), '\0');
         for (char& ch : junk) ch = static_cast<char>(bytes.UniformInt(256));
         auto res = s->Compile(junk);  // must not crash; if valid it names a menu action
-        if (res.valid()) EXPECT_GE(menu.IndexOfAction(res.action), 0);
-        else EXPECT_FALSE(res.reason.empty());
+        if (res.valid())
+          EXPECT_GE(menu.IndexOfAction(res.action), 0);
+        else
+          EXPECT_FALSE(res.reason.empty());
       }
       auto legal = s->LegalActions();
       s->Apply(legal[rng.UniformInt(legal.size())]);

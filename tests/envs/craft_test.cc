@@ -11,6 +11,7 @@
 #include "envs/env.h"
 #include "envs/menu_state.h"
 #include "envs/state_graph.h"
+#include "tests/envs/env_test_util.h"
 
 namespace rlid::envs {
 namespace {
@@ -28,13 +29,7 @@ std::vector<std::string> Commands(const Menu& m) {
   return out;
 }
 
-int Words(const std::string& s) {
-  std::istringstream is(s);
-  std::string w;
-  int n = 0;
-  while (is >> w) ++n;
-  return n;
-}
+using testing::Words;
 
 TEST(Craft, PinnedSeed0) {
   auto s = MakeEnv("craft")->NewState(0);
@@ -179,22 +174,8 @@ TEST(Craft, OracleMatchesEnumerationOnVisitedStates) {
   // A long step limit keeps the budget out of the comparison; the carry
   // limit keeps the graphs small.
   for (const char* depth : {"depth=1", "depth=2"}) {
-    auto env = MakeEnv("craft", {depth, "step_limit=60"});
-    for (uint64_t seed = 0; seed < 6; ++seed) {
-      auto s = env->NewState(seed);
-      Rng rng(seed);
-      for (int step = 0; step < 4 && !s->IsTerminal(); ++step) {
-        auto* oracle = dynamic_cast<OracleState*>(s.get());
-        Solution sol = SolveByEnumeration(*s);
-        EXPECT_NEAR(oracle->OptimalReturn(), sol.optimal_return, 1e-9) << depth << " seed " << seed;
-        auto mine = oracle->OptimalActions();
-        EXPECT_EQ(std::set<ActionId>(mine.begin(), mine.end()),
-                  std::set<ActionId>(sol.optimal_actions.begin(), sol.optimal_actions.end()))
-            << depth << " seed " << seed << " step " << step;
-        auto legal = s->LegalActions();
-        s->Apply(legal[rng.UniformInt(legal.size())]);
-      }
-    }
+    testing::ExpectOracleMatchesEnumeration(*MakeEnv("craft", {depth, "step_limit=60"}), 6, 4,
+                                            depth);
   }
 }
 

@@ -10,9 +10,11 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/strings.h"
 #include "envs/env.h"
 #include "envs/menu_state.h"
 #include "envs/state_graph.h"
+#include "tests/envs/env_test_util.h"
 
 namespace rlid::envs {
 namespace {
@@ -204,19 +206,8 @@ TEST(Keys, OracleMatchesExhaustiveEnumeration) {
   for (auto params :
        {std::vector<std::string>{}, std::vector<std::string>{"rooms=5", "locked_doors=2"},
         std::vector<std::string>{"locked_doors=0", "containers=3"}}) {
-    auto env = MakeEnv("keys", params);
-    for (uint64_t seed = 0; seed < 4; ++seed) {
-      auto s = env->NewState(seed);
-      Rng rng(seed);
-      for (int step = 0; step < 6 && !s->IsTerminal(); ++step) {
-        Solution sol = SolveByEnumeration(*s);
-        auto* o = dynamic_cast<OracleState*>(s.get());
-        EXPECT_NEAR(o->OptimalReturn(), sol.optimal_return, 1e-9);
-        EXPECT_EQ(o->OptimalActions(), sol.optimal_actions);
-        auto legal = s->LegalActions();
-        s->Apply(legal[rng.UniformInt(legal.size())]);
-      }
-    }
+    testing::ExpectOracleMatchesEnumeration(*MakeEnv("keys", params), 4, 6,
+                                            "keys " + Join(params, " "));
   }
 }
 

@@ -10,9 +10,11 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/strings.h"
 #include "envs/env.h"
 #include "envs/menu_state.h"
 #include "envs/state_graph.h"
+#include "tests/envs/env_test_util.h"
 
 namespace rlid::envs {
 namespace {
@@ -222,19 +224,8 @@ TEST(Maze, StepLimitTruncatesAndTheOracleKnowsIt) {
 TEST(Maze, OracleMatchesExhaustiveEnumeration) {
   for (auto params :
        {std::vector<std::string>{}, std::vector<std::string>{"size=6", "extra_edges=0.5"}}) {
-    auto env = MakeEnv("maze", params);
-    for (uint64_t seed = 0; seed < 6; ++seed) {
-      auto s = env->NewState(seed);
-      Rng rng(seed);
-      for (int step = 0; step < 8 && !s->IsTerminal(); ++step) {
-        Solution sol = SolveByEnumeration(*s);
-        auto* o = dynamic_cast<OracleState*>(s.get());
-        EXPECT_NEAR(o->OptimalReturn(), sol.optimal_return, 1e-9);
-        EXPECT_EQ(o->OptimalActions(), sol.optimal_actions);
-        auto legal = s->LegalActions();
-        s->Apply(legal[rng.UniformInt(legal.size())]);
-      }
-    }
+    testing::ExpectOracleMatchesEnumeration(*MakeEnv("maze", params), 6, 8,
+                                            "maze " + Join(params, " "));
   }
 }
 

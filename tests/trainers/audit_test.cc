@@ -12,8 +12,9 @@ namespace {
 TEST(Audit, ChecksPassOnARandomTinyModel) {
   policy::SetNumThreads(1);
   for (const char* env_name : {"bandit", "maze"}) {
-    auto env = envs::MakeEnv(env_name, std::string(env_name) == "maze" ? std::vector<std::string>{"size=3"}
-                                                                        : std::vector<std::string>{});
+    auto env =
+        envs::MakeEnv(env_name, std::string(env_name) == "maze" ? std::vector<std::string>{"size=3"}
+                                                                : std::vector<std::string>{});
     auto tok = testing::EnvTokenizer(*env);
     auto model = testing::TinyModel(tok, 17);
     policy::PromptRenderer renderer(policy::PromptConfig{}, tok);

@@ -80,7 +80,8 @@ double Num(const memory::Value& v) {
 TEST(Compare, SharedStartSeedsAndMatchedBudget) {
   auto dir = CompareDir();
   auto store = memory::Store::Open(dir + "/rlid.db", memory::Store::Mode::kReadOnly);
-  auto runs = store->Query("SELECT id, arm, seed, config_toml FROM runs WHERE kind = 'compare' ORDER BY id");
+  auto runs = store->Query(
+      "SELECT id, arm, seed, config_toml FROM runs WHERE kind = 'compare' ORDER BY id");
   ASSERT_EQ(runs.rows.size(), 4u);  // 2 arms x 2 seeds
   std::map<std::string, std::set<int64_t>> seeds;
   std::set<std::string> inits;
@@ -93,8 +94,10 @@ TEST(Compare, SharedStartSeedsAndMatchedBudget) {
     inits.insert(toml.substr(at, toml.find('\n', at) - at));
     // Budget matched within one iteration: crossed at the last iteration only.
     int64_t id = std::get<int64_t>(row[0]);
-    auto q = store->Query(fmt::format(
-        "SELECT iteration, value FROM metrics WHERE run_id = {} AND key = 'budget/env_steps' ORDER BY iteration", id));
+    auto q =
+        store->Query(fmt::format("SELECT iteration, value FROM metrics WHERE run_id = {} AND key = "
+                                 "'budget/env_steps' ORDER BY iteration",
+                                 id));
     ASSERT_GE(q.rows.size(), 2u);
     double last = Num(q.rows.back()[1]), before = Num(q.rows[q.rows.size() - 2][1]);
     EXPECT_GE(last, kBudget) << arm;
@@ -108,13 +111,15 @@ TEST(Compare, SharedStartSeedsAndMatchedBudget) {
   EXPECT_EQ(std::get<int64_t>(sft.rows[0][0]), 1);
   // Evaluation used the same test seeds for every arm.
   auto eval = store->Query(
-      "SELECT count(DISTINCT r.arm), count(DISTINCT e.seed) FROM episodes e JOIN runs r ON r.id = e.run_id "
+      "SELECT count(DISTINCT r.arm), count(DISTINCT e.seed) FROM episodes e JOIN runs r ON r.id = "
+      "e.run_id "
       "WHERE e.split = 'test' AND r.kind = 'compare'");
   EXPECT_EQ(std::get<int64_t>(eval.rows[0][0]), 2);
   EXPECT_EQ(std::get<int64_t>(eval.rows[0][1]), 8);
   // Every metric is logged once per (run, iteration) in both planes.
   auto dup = store->Query(
-      "SELECT group_concat(key) FROM (SELECT key, count(*) AS n FROM metrics GROUP BY run_id, iteration, key "
+      "SELECT group_concat(key) FROM (SELECT key, count(*) AS n FROM metrics GROUP BY run_id, "
+      "iteration, key "
       "HAVING n > 1)");
   EXPECT_TRUE(std::holds_alternative<std::monostate>(dup.rows[0][0]))
       << "metrics logged twice: " << std::get<std::string>(dup.rows[0][0]);
@@ -126,8 +131,8 @@ TEST(Compare, TableHasItsColumns) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string table = ss.str();
-  for (const char* col : {"arm", "plane", "test success", "return", "steps→0.8", "gen tok", "fwd", "invalid",
-                          "wall s", "budget", "grad var"})
+  for (const char* col : {"arm", "plane", "test success", "return", "steps→0.8", "gen tok", "fwd",
+                          "invalid", "wall s", "budget", "grad var"})
     EXPECT_NE(table.find(col), std::string::npos) << col << "\n" << table;
   EXPECT_NE(table.find("ppo_decision"), std::string::npos);
   EXPECT_NE(table.find("grpo"), std::string::npos);
@@ -139,16 +144,20 @@ TEST(Compare, TableHasItsColumns) {
 TEST(Compare, ReportRendersInHeadlessChromium) {
   auto dir = CompareDir();
   std::string chromium = fs::exists("/usr/bin/chromium") ? "/usr/bin/chromium" : "";
-  ASSERT_FALSE(chromium.empty()) << "headless Chromium is needed: scripts/setup.sh --browser installs it";
+  ASSERT_FALSE(chromium.empty())
+      << "headless Chromium is needed: scripts/setup.sh --browser installs it";
   auto artefacts = testing::TestCacheDir() / "artefacts";
   fs::create_directories(artefacts);
   auto profile = testing::TestCacheDir() / "chromium_profile";
-  std::string flags = "--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
-                      "--disable-background-networking --disable-component-update --disable-sync "
-                      "--user-data-dir=" + profile.string();
+  std::string flags =
+      "--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
+      "--disable-background-networking --disable-component-update --disable-sync "
+      "--user-data-dir=" +
+      profile.string();
   std::string url = "file://" + fs::absolute(dir + "/report.html").string();
   auto dom_file = artefacts / "report_dom.html";
-  std::string cmd = chromium + " " + flags + " --dump-dom '" + url + "' >'" + dom_file.string() + "' 2>/dev/null";
+  std::string cmd =
+      chromium + " " + flags + " --dump-dom '" + url + "' >'" + dom_file.string() + "' 2>/dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream in(dom_file);
   std::stringstream ss;
@@ -164,8 +173,8 @@ TEST(Compare, ReportRendersInHeadlessChromium) {
   EXPECT_NE(dom.find("same warm-start checkpoint"), std::string::npos);
   auto png = artefacts / "report.png";
   fs::remove(png);
-  cmd = chromium + " " + flags + " --window-size=1200,1800 --screenshot='" + png.string() + "' '" + url +
-        "' >/dev/null 2>&1";
+  cmd = chromium + " " + flags + " --window-size=1200,1800 --screenshot='" + png.string() + "' '" +
+        url + "' >/dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   ASSERT_TRUE(fs::exists(png));
   EXPECT_GT(fs::file_size(png), 20000u) << "the screenshot looks empty";

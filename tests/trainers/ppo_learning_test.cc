@@ -25,8 +25,8 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 // Bandit from a random model. Budget: 20 iterations x 64 episodes (1280
 // decisions) on one thread; lr 3e-4 with the exact-menu-KL early stop (at
 // lr 1e-3 without it P(best arm) stalls near 0.7). Seeds 1, 2, 3 reached
-// 0.97, 0.96, 0.98 (build/rlid train with this config, --set run.seed=N). P(best arm) = mean over the 64 test states of
-// p(best arm | s) from the label readout (EvalResult::p_optimal).
+// 0.97, 0.96, 0.98 (build/rlid train with this config, --set run.seed=N). P(best arm) = mean over
+// the 64 test states of p(best arm | s) from the label readout (EvalResult::p_optimal).
 constexpr const char* kBanditPpoToml = R"(
 [run]
 name = "bandit_ppo_test"
@@ -65,7 +65,8 @@ TEST(PpoLearning, BanditPBestArmAboveNinetyPercent) {
   auto r = Train(s, *trainer, {.quiet = true});
   s.End("completed");
   std::cout << "  bandit: P(best arm) " << r.final_greedy.p_optimal << ", greedy success "
-            << r.final_greedy.success << " after " << r.iterations << " iterations in " << Seconds(t0) << " s\n";
+            << r.final_greedy.success << " after " << r.iterations << " iterations in "
+            << Seconds(t0) << " s\n";
   EXPECT_GT(r.final_greedy.p_optimal, 0.9);
 }
 
@@ -109,12 +110,14 @@ TEST(PpoLearning, Maze3FromAShortWarmStartReachesNinetyPercent) {
   TempDir dir("ppo_maze3");
   auto trainer = TrainerRegistry::Global().Make("ppo_decision");
   Session s(*cfg, {.out_dir = dir.str(), .quiet = true});
-  auto start = Evaluate(s, policy::Plane::kDecision, cfg->trainer.eval_episodes, /*greedy=*/true, -1);
+  auto start =
+      Evaluate(s, policy::Plane::kDecision, cfg->trainer.eval_episodes, /*greedy=*/true, -1);
   auto r = Train(s, *trainer, {.quiet = true});
   s.End("completed");
   std::cout << "  maze3: warm start " << start.success << " -> " << r.final_greedy.success
-            << " greedy test success (p_optimal " << start.p_optimal << " -> " << r.final_greedy.p_optimal
-            << ") after " << r.iterations << " iterations in " << Seconds(t0) << " s\n";
+            << " greedy test success (p_optimal " << start.p_optimal << " -> "
+            << r.final_greedy.p_optimal << ") after " << r.iterations << " iterations in "
+            << Seconds(t0) << " s\n";
   EXPECT_LT(start.success, 0.85) << "the warm start is too strong for a learning test";
   EXPECT_GE(r.final_greedy.success, 0.9);
 }

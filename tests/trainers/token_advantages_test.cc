@@ -14,8 +14,8 @@ namespace {
 
 // An episode of the given group whose step t has reward rewards[t] and a
 // response of lengths[t] tokens (default 2) to a prompt with hash prompt_hash + t.
-agents::EpisodeData Episode(int group, std::vector<double> rewards, std::vector<size_t> lengths = {},
-                            uint64_t prompt_hash = 100) {
+agents::EpisodeData Episode(int group, std::vector<double> rewards,
+                            std::vector<size_t> lengths = {}, uint64_t prompt_hash = 100) {
   agents::EpisodeData e;
   e.spec.group = group;
   for (size_t t = 0; t < rewards.size(); ++t) {
@@ -39,8 +39,9 @@ TrainerConfig Grpo(bool std_norm) {
 
 TEST(TokenAdvantages, EpisodeReturnIsGroupNormalisedAndBroadcastToEveryStep) {
   // Group 0: returns 1 and 0 (2 and 1 steps); group 1: returns 0.5, 0.5, 2.
-  std::vector<agents::EpisodeData> eps = {Episode(0, {0.0, 1.0}), Episode(0, {0.0}), Episode(1, {0.5}),
-                                          Episode(1, {0.25, 0.25}), Episode(1, {2.0})};
+  std::vector<agents::EpisodeData> eps = {Episode(0, {0.0, 1.0}), Episode(0, {0.0}),
+                                          Episode(1, {0.5}), Episode(1, {0.25, 0.25}),
+                                          Episode(1, {2.0})};
   auto samples = TokenAdvantages(Grpo(true), 16, eps);
   ASSERT_EQ(samples.size(), 7u);
   // Group 0: mean 0.5, unbiased std sqrt(0.5): A = ±0.5 / (sqrt(0.5) + 1e-6).
@@ -65,8 +66,8 @@ TEST(TokenAdvantages, EpisodeReturnIsGroupNormalisedAndBroadcastToEveryStep) {
 }
 
 TEST(TokenAdvantages, DiscountedReturnsToGoAreComparedWithinTheGroup) {
-  // gamma 0.5. Episode A rewards (0, -0.1, 1): G = (0.2, 0.4, 1). Episode B rewards (-0.1, 0): G = (-0.1, 0).
-  // Group members (5 steps): mean = 1.5 / 5 = 0.3.
+  // gamma 0.5. Episode A rewards (0, -0.1, 1): G = (0.2, 0.4, 1). Episode B rewards (-0.1, 0): G =
+  // (-0.1, 0). Group members (5 steps): mean = 1.5 / 5 = 0.3.
   TrainerConfig c = Grpo(false);
   c.return_mode = "discounted";
   c.advantage.gamma = 0.5;
@@ -84,7 +85,8 @@ TEST(TokenAdvantages, DiscountedReturnsToGoAreComparedWithinTheGroup) {
   double mean = 0, var = 0;
   for (double v : g) mean += v / 5;
   for (double v : g) var += (v - mean) * (v - mean) / 4;
-  for (int i = 0; i < 5; ++i) EXPECT_NEAR(s[i].advantage, (g[i] - mean) / (std::sqrt(var) + 1e-6), 1e-12);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_NEAR(s[i].advantage, (g[i] - mean) / (std::sqrt(var) + 1e-6), 1e-12);
 
   // Episodes of different groups never share a baseline: B's advantages do not
   // depend on A's rewards.

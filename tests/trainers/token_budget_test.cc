@@ -16,20 +16,24 @@ TEST(TokenBudget, DapoCountsGeneratedKeptAndDroppedWork) {
   const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
   // 8 groups of 4 per batch, up to 3 rounds: with a good start many groups
   // succeed 4/4 (zero variance) and are dropped.
-  TokenRun run("dapo_budget", kBanditSftToml,
-               {"policy.init=" + ckpt, "trainer.algorithm=dapo", "trainer.episodes_per_iteration=32",
-                "trainer.group_size=4", "trainer.sampling.max_generation_rounds=3", "trainer.epochs=1",
-                "trainer.minibatch_size=32", "trainer.lr=1e-4", "sampler.max_new_tokens=8"});
+  TokenRun run(
+      "dapo_budget", kBanditSftToml,
+      {"policy.init=" + ckpt, "trainer.algorithm=dapo", "trainer.episodes_per_iteration=32",
+       "trainer.group_size=4", "trainer.sampling.max_generation_rounds=3", "trainer.epochs=1",
+       "trainer.minibatch_size=32", "trainer.lr=1e-4", "sampler.max_new_tokens=8"});
   const agents::Budget start = run.session().budget;
-  double gen_groups = 0, kept_groups = 0, gen_samples = 0, kept_samples = 0, gen_tokens = 0, kept_tokens = 0;
+  double gen_groups = 0, kept_groups = 0, gen_samples = 0, kept_samples = 0, gen_tokens = 0,
+         kept_tokens = 0;
   double dropped_samples = 0;
   for (int64_t it = 0; it < 2; ++it) {
     auto m = run.Iterate(it);
     const char* kinds[] = {"groups", "samples", "tokens"};
     for (const char* k : kinds) {
-      const std::string g = std::string("sampling/generated_") + k, kp = std::string("sampling/kept_") + k,
+      const std::string g = std::string("sampling/generated_") + k,
+                        kp = std::string("sampling/kept_") + k,
                         d = std::string("sampling/dropped_") + k;
-      EXPECT_EQ(MetricValue(m, g), MetricValue(m, kp) + MetricValue(m, d)) << k << " at iteration " << it;
+      EXPECT_EQ(MetricValue(m, g), MetricValue(m, kp) + MetricValue(m, d))
+          << k << " at iteration " << it;
     }
     const double rounds = MetricValue(m, "sampling/rounds");
     EXPECT_EQ(MetricValue(m, "sampling/generated_groups"), 8 * rounds);
@@ -37,7 +41,8 @@ TEST(TokenBudget, DapoCountsGeneratedKeptAndDroppedWork) {
     if (MetricValue(m, "sampling/kept_groups") < 8) {
       EXPECT_EQ(rounds, 3);
     }
-    EXPECT_EQ(MetricValue(m, "sampling/kept_samples"), 4 * MetricValue(m, "sampling/kept_groups"));  // bandit: 1 step
+    EXPECT_EQ(MetricValue(m, "sampling/kept_samples"),
+              4 * MetricValue(m, "sampling/kept_groups"));  // bandit: 1 step
     EXPECT_EQ(MetricValue(m, "charts/responses"), MetricValue(m, "sampling/kept_samples"));
     gen_groups += MetricValue(m, "sampling/generated_groups");
     kept_groups += MetricValue(m, "sampling/kept_groups");
@@ -46,11 +51,13 @@ TEST(TokenBudget, DapoCountsGeneratedKeptAndDroppedWork) {
     dropped_samples += MetricValue(m, "sampling/dropped_samples");
     gen_tokens += MetricValue(m, "sampling/generated_tokens");
     kept_tokens += MetricValue(m, "sampling/kept_tokens");
-    std::printf("[dapo budget] iteration %lld: rounds %.0f, groups generated %.0f kept %.0f, tokens generated %.0f "
-                "kept %.0f\n",
-                static_cast<long long>(it), rounds, MetricValue(m, "sampling/generated_groups"),
-                MetricValue(m, "sampling/kept_groups"), MetricValue(m, "sampling/generated_tokens"),
-                MetricValue(m, "sampling/kept_tokens"));
+    std::printf(
+        "[dapo budget] iteration %lld: rounds %.0f, groups generated %.0f kept %.0f, tokens "
+        "generated %.0f "
+        "kept %.0f\n",
+        static_cast<long long>(it), rounds, MetricValue(m, "sampling/generated_groups"),
+        MetricValue(m, "sampling/kept_groups"), MetricValue(m, "sampling/generated_tokens"),
+        MetricValue(m, "sampling/kept_tokens"));
   }
   EXPECT_GT(gen_groups, kept_groups) << "the warm start should produce zero-variance groups";
   EXPECT_GE(gen_groups - kept_groups, 4) << "many zero-variance groups expected";
@@ -77,9 +84,10 @@ TEST(TokenBudget, DapoCountsGeneratedKeptAndDroppedWork) {
 
 TEST(TokenBudget, GrpoKeepsEverythingItGenerates) {
   const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
-  TokenRun run("grpo_budget", kBanditSftToml,
-               {"policy.init=" + ckpt, "trainer.algorithm=grpo", "trainer.episodes_per_iteration=16",
-                "trainer.group_size=4", "trainer.epochs=1", "sampler.max_new_tokens=8"});
+  TokenRun run(
+      "grpo_budget", kBanditSftToml,
+      {"policy.init=" + ckpt, "trainer.algorithm=grpo", "trainer.episodes_per_iteration=16",
+       "trainer.group_size=4", "trainer.epochs=1", "sampler.max_new_tokens=8"});
   auto m = run.Iterate(0);
   EXPECT_EQ(MetricValue(m, "sampling/rounds"), 1);
   EXPECT_EQ(MetricValue(m, "sampling/dropped_groups"), 0);
@@ -96,10 +104,12 @@ TEST(TokenBudget, PartialBatchFollowsTheConfiguredRule) {
   // Every outcome pays 1 (right, wrong or invalid answer), so every group has
   // zero variance and no batch can be filled.
   const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
-  std::vector<std::string> sets = {"policy.init=" + ckpt, "env.wrong_reward=1.0", "trainer.invalid.rule=end",
-                                   "trainer.invalid.penalty=1.0", "trainer.algorithm=dapo",
-                                   "trainer.episodes_per_iteration=8", "trainer.group_size=4",
-                                   "trainer.sampling.max_generation_rounds=2", "sampler.max_new_tokens=8"};
+  std::vector<std::string> sets = {
+      "policy.init=" + ckpt,      "env.wrong_reward=1.0",
+      "trainer.invalid.rule=end", "trainer.invalid.penalty=1.0",
+      "trainer.algorithm=dapo",   "trainer.episodes_per_iteration=8",
+      "trainer.group_size=4",     "trainer.sampling.max_generation_rounds=2",
+      "sampler.max_new_tokens=8"};
   {
     TokenRun run("dapo_partial", kBanditSftToml, sets);
     auto m = run.Iterate(0);  // on_partial_batch = "continue": an empty batch, no update

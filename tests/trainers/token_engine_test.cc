@@ -20,9 +20,10 @@ namespace rlid::testing {
 namespace {
 
 std::vector<std::string> Sets(const std::string& ckpt, const std::string& dtype) {
-  return {"policy.init=" + ckpt,        "trainer.algorithm=grpo",   "trainer.episodes_per_iteration=32",
-          "trainer.group_size=4",       "trainer.num_envs=32",      "trainer.epochs=1",
-          "sampler.temperature=0.7",    "sampler.max_new_tokens=8", "sampler.dtype=" + dtype};
+  return {
+      "policy.init=" + ckpt,     "trainer.algorithm=grpo",   "trainer.episodes_per_iteration=32",
+      "trainer.group_size=4",    "trainer.num_envs=32",      "trainer.epochs=1",
+      "sampler.temperature=0.7", "sampler.max_new_tokens=8", "sampler.dtype=" + dtype};
 }
 
 // Per trained response: (rollout log-prob, training log-prob, tokens), from the store.
@@ -31,11 +32,13 @@ struct Seq {
 };
 std::vector<Seq> TrainedResponses(const TokenRun& run) {
   auto q = run.Query(
-      "SELECT s.logp_rollout, s.logp_train, s.generated_tokens FROM steps s JOIN episodes e ON e.id = s.episode_id "
+      "SELECT s.logp_rollout, s.logp_train, s.generated_tokens FROM steps s JOIN episodes e ON "
+      "e.id = s.episode_id "
       "WHERE e.split = 'train' AND s.logp_train IS NOT NULL");
   std::vector<Seq> out;
   for (const auto& r : q.rows)
-    out.push_back({std::get<double>(r[0]), std::get<double>(r[1]), static_cast<double>(std::get<int64_t>(r[2]))});
+    out.push_back({std::get<double>(r[0]), std::get<double>(r[1]),
+                   static_cast<double>(std::get<int64_t>(r[2]))});
   return out;
 }
 
@@ -57,16 +60,20 @@ TEST(TokenEngine, Bf16RolloutGapIsCorrectedAndReportedAtSequenceLevel) {
   auto seqs = TrainedResponses(tis);
   ASSERT_EQ(static_cast<double>(seqs.size()), MetricValue(m, "charts/responses"));
   double tokens = 0, gap = 0, gap_abs_seq = 0;
-  for (const auto& s : seqs) tokens += s.n, gap += s.rollout - s.train, gap_abs_seq += std::abs(s.rollout - s.train);
+  for (const auto& s : seqs)
+    tokens += s.n, gap += s.rollout - s.train, gap_abs_seq += std::abs(s.rollout - s.train);
   // engine/kl = mean over tokens of (rollout - old): the stored per-response sums give it exactly.
   EXPECT_NEAR(MetricValue(m, "engine/kl"), gap / tokens, 1e-6);
-  EXPECT_GT(gap_abs_seq / static_cast<double>(seqs.size()), 1e-3) << "bf16 must differ from the fp32 forward";
+  EXPECT_GT(gap_abs_seq / static_cast<double>(seqs.size()), 1e-3)
+      << "bf16 must differ from the fp32 forward";
   EXPECT_GT(MetricValue(m, "engine/logp_gap_abs"), 1e-4);
   // TIS at sequence level, cap 1: w_i = min(k_i, 1), token weighted.
   const double capped = TokenMean(seqs, [](double k) { return k > 1.0 ? 1.0 : 0.0; });
   EXPECT_NEAR(MetricValue(m, "engine/capped_frac"), capped, 1e-6);
-  EXPECT_NEAR(MetricValue(m, "engine/weight_mean"), TokenMean(seqs, [](double k) { return std::min(k, 1.0); }), 1e-6);
-  EXPECT_NEAR(MetricValue(m, "engine/ratio_mean"), TokenMean(seqs, [](double k) { return k; }), 1e-6);
+  EXPECT_NEAR(MetricValue(m, "engine/weight_mean"),
+              TokenMean(seqs, [](double k) { return std::min(k, 1.0); }), 1e-6);
+  EXPECT_NEAR(MetricValue(m, "engine/ratio_mean"), TokenMean(seqs, [](double k) { return k; }),
+              1e-6);
   EXPECT_GT(capped, 0.05);
   EXPECT_LT(capped, 0.95);
   EXPECT_LE(MetricValue(m, "engine/weight_mean"), 1.0);
@@ -86,16 +93,18 @@ TEST(TokenEngine, Bf16RolloutGapIsCorrectedAndReportedAtSequenceLevel) {
   auto mi = ice.Iterate(0);
   auto seqs2 = TrainedResponses(ice);
   ASSERT_EQ(seqs2.size(), seqs.size());
-  const double low = std::stod(std::to_string(std::exp(-x))), high = std::stod(std::to_string(std::exp(x)));
+  const double low = std::stod(std::to_string(std::exp(-x))),
+               high = std::stod(std::to_string(std::exp(x)));
   const double masked = TokenMean(seqs2, [&](double k) { return k < low || k > high ? 1.0 : 0.0; });
   EXPECT_NEAR(MetricValue(mi, "engine/masked_frac"), masked, 1e-6);
   EXPECT_NEAR(MetricValue(mi, "engine/weight_mean"),
               TokenMean(seqs2, [&](double k) { return k < low || k > high ? 0.0 : k; }), 1e-6);
   EXPECT_GT(masked, 0.2);
   EXPECT_LT(masked, 0.8);
-  std::printf("[engine] bf16: mean |gap| per response %.2e, engine/kl %.2e; tis cap 1 capped %.3f; icepop "
-              "[%.5f, %.5f] masked %.3f\n",
-              gap_abs_seq / static_cast<double>(seqs.size()), gap / tokens, capped, low, high, masked);
+  std::printf(
+      "[engine] bf16: mean |gap| per response %.2e, engine/kl %.2e; tis cap 1 capped %.3f; icepop "
+      "[%.5f, %.5f] masked %.3f\n",
+      gap_abs_seq / static_cast<double>(seqs.size()), gap / tokens, capped, low, high, masked);
 }
 
 TEST(TokenEngine, Fp32EngineAgreesWithTheTrainingForward) {
@@ -116,7 +125,8 @@ TEST(TokenEngine, TokenLevelTisCapsAndIcePopMasksRealRollouts) {
   auto ctx = s.AgentCtx(0);
   ctx.sampler = &s.Sampler();
   std::vector<agents::EpisodeSpec> specs;
-  for (int i = 0; i < 24; ++i) specs.push_back({envs::SplitSeed(envs::Split::kTrain, i), static_cast<uint64_t>(i), i});
+  for (int i = 0; i < 24; ++i)
+    specs.push_back({envs::SplitSeed(envs::Split::kTrain, i), static_cast<uint64_t>(i), i});
   auto eps = agents::RunTokenEpisodes(ctx, specs, envs::Split::kTrain, false, s.budget);
   std::vector<policy::ScoreRequest> reqs;
   std::vector<const std::vector<float>*> roll;
@@ -173,15 +183,18 @@ TEST(TokenEngine, TokenLevelTisCapsAndIcePopMasksRealRollouts) {
   in.old_log_prob = old;
   in.rollout_log_prob = rollout;
   in.response_mask = mask;
-  in.advantages = torch::linspace(-1.0, 1.0, old.size(0), torch::kFloat64) + 0.05;  // none exactly 0
+  in.advantages =
+      torch::linspace(-1.0, 1.0, old.size(0), torch::kFloat64) + 0.05;  // none exactly 0
   auto res = trainers::PolicyLoss(loss, trainers::KlConfig{}, in);
   res.loss.backward();
   auto g = in.log_prob.grad();
   EXPECT_EQ(g.masked_select(outside).abs().max().item<double>(), 0.0);
   EXPECT_GT(g.masked_select(inside).abs().min().item<double>(), 0.0);
-  std::printf("[engine] token level: %lld tokens, median |gap| %.2e, tis cap 1 capped %.3f, icepop masked %.3f\n",
-              static_cast<long long>(mask.sum().item<int64_t>()), x, capped,
-              ci.metrics.at("engine/masked_frac"));
+  std::printf(
+      "[engine] token level: %lld tokens, median |gap| %.2e, tis cap 1 capped %.3f, icepop masked "
+      "%.3f\n",
+      static_cast<long long>(mask.sum().item<int64_t>()), x, capped,
+      ci.metrics.at("engine/masked_frac"));
 }
 
 }  // namespace

@@ -31,17 +31,23 @@ std::string Mangle(const envs::Menu& menu, Rng& rng, const policy::Tokenizer& to
       for (auto& c : s) c = static_cast<char>(rng.UniformInt(256));
       return s;
     }
-    case 2: return item.label + " " + other.label;
-    case 3: return "Action: " + item.command + " and " + other.command;
-    case 4: return item.command.substr(0, rng.UniformInt(item.command.size() + 1));
+    case 2:
+      return item.label + " " + other.label;
+    case 3:
+      return "Action: " + item.command + " and " + other.command;
+    case 4:
+      return item.command.substr(0, rng.UniformInt(item.command.size() + 1));
     case 5: {
       std::string s = item.command;
       if (!s.empty()) s[rng.UniformInt(s.size())] = static_cast<char>('a' + rng.UniformInt(26));
       return s;
     }
-    case 6: return std::string(rng.UniformInt(3000), item.label.empty() ? 'x' : item.label[0]);
-    case 7: return "\n\n" + item.label + ")\n" + other.command;
-    default: return item.label + ") " + item.command + ".";
+    case 6:
+      return std::string(rng.UniformInt(3000), item.label.empty() ? 'x' : item.label[0]);
+    case 7:
+      return "\n\n" + item.label + ")\n" + other.command;
+    default:
+      return item.label + ") " + item.command + ".";
   }
 }
 
@@ -124,7 +130,8 @@ struct RandomPolicyRig {
     ctx.invalid.max_retries = max_retries;
     std::vector<agents::EpisodeSpec> specs;
     for (int i = 0; i < episodes; ++i)
-      specs.push_back({envs::SplitSeed(envs::Split::kTrain, static_cast<uint64_t>(i)), static_cast<uint64_t>(i), 0});
+      specs.push_back({envs::SplitSeed(envs::Split::kTrain, static_cast<uint64_t>(i)),
+                       static_cast<uint64_t>(i), 0});
     agents::Budget b;
     auto eps = agents::RunTokenEpisodes(ctx, specs, envs::Split::kTrain, false, b);
     int64_t invalid = 0;
@@ -150,7 +157,8 @@ TEST(TokenInvalid, EachRuleDoesWhatItSays) {
   const int step_limit = rig.env->Info().step_limit;
   int64_t total_invalid = 0;
 
-  // penalty_retry: at most max_retries + 1 invalid answers in a row; the one past the retries ends the episode.
+  // penalty_retry: at most max_retries + 1 invalid answers in a row; the one past the retries ends
+  // the episode.
   int ended_by_retries = 0;
   for (const auto& e : rig.Play("penalty_retry", 1, 8)) {
     double ret = 0;
@@ -174,7 +182,8 @@ TEST(TokenInvalid, EachRuleDoesWhatItSays) {
   }
   EXPECT_GT(ended_by_retries, 0);
 
-  // penalty_noop: an invalid answer leaves the state as it was; only the turn limit or the goal ends an episode.
+  // penalty_noop: an invalid answer leaves the state as it was; only the turn limit or the goal
+  // ends an episode.
   for (const auto& e : rig.Play("penalty_noop", 0, 4)) {
     for (size_t t = 0; t + 1 < e.steps.size(); ++t) {
       if (e.steps[t].invalid) {
@@ -198,12 +207,14 @@ TEST(TokenInvalid, EachRuleDoesWhatItSays) {
 
   // Every invalid step is in the store with its reason, action -1 and no label.
   auto q = rig.store->Query(
-      "SELECT count(*), sum(invalid_reason <> ''), sum(action = -1), sum(label = ''), sum(generated_text IS NOT NULL) "
+      "SELECT count(*), sum(invalid_reason <> ''), sum(action = -1), sum(label = ''), "
+      "sum(generated_text IS NOT NULL) "
       "FROM steps WHERE invalid = 1");
   ASSERT_EQ(q.rows.size(), 1u);
   for (const auto& v : q.rows[0]) EXPECT_EQ(std::get<int64_t>(v), total_invalid);
   EXPECT_GT(total_invalid, 10);
-  q = rig.store->Query("SELECT count(*) FROM steps WHERE invalid = 0 AND (action < 0 OR invalid_reason <> '')");
+  q = rig.store->Query(
+      "SELECT count(*) FROM steps WHERE invalid = 0 AND (action < 0 OR invalid_reason <> '')");
   EXPECT_EQ(std::get<int64_t>(q.rows[0][0]), 0);
   EXPECT_TRUE(rig.store->CheckIntegrity());
 }

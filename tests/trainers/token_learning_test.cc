@@ -31,9 +31,14 @@ struct LearnCase {
 // Bandit: 8 env seeds x 8 episodes per iteration; sampling at temperature 0.7
 // (at 1.0 the warm start's answers are mostly invalid text).
 std::vector<std::string> BanditSets() {
-  return {"trainer.episodes_per_iteration=64", "trainer.num_envs=64", "trainer.group_size=8",
-          "trainer.epochs=2",                  "trainer.minibatch_size=32", "trainer.lr=5e-4",
-          "sampler.temperature=0.7",           "sampler.max_new_tokens=8"};
+  return {"trainer.episodes_per_iteration=64",
+          "trainer.num_envs=64",
+          "trainer.group_size=8",
+          "trainer.epochs=2",
+          "trainer.minibatch_size=32",
+          "trainer.lr=5e-4",
+          "sampler.temperature=0.7",
+          "sampler.max_new_tokens=8"};
 }
 
 // Maze: 8 env seeds x 4 episodes per iteration; an invalid answer costs its
@@ -41,10 +46,17 @@ std::vector<std::string> BanditSets() {
 // invalid answers beats a long failure and is learned); per-step discounted
 // returns give invalid answers their own credit.
 std::vector<std::string> MazeSets() {
-  return {"trainer.episodes_per_iteration=32", "trainer.num_envs=32",          "trainer.group_size=4",
-          "trainer.epochs=1",                  "trainer.minibatch_size=32",     "trainer.lr=5e-4",
-          "trainer.invalid.rule=penalty_noop", "trainer.return_mode=discounted", "trainer.advantage.gamma=0.9",
-          "sampler.temperature=1.0",           "sampler.max_new_tokens=8"};
+  return {"trainer.episodes_per_iteration=32",
+          "trainer.num_envs=32",
+          "trainer.group_size=4",
+          "trainer.epochs=1",
+          "trainer.minibatch_size=32",
+          "trainer.lr=5e-4",
+          "trainer.invalid.rule=penalty_noop",
+          "trainer.return_mode=discounted",
+          "trainer.advantage.gamma=0.9",
+          "sampler.temperature=1.0",
+          "sampler.max_new_tokens=8"};
 }
 
 // gtest prints the case by name, not as raw bytes.
@@ -61,37 +73,44 @@ TEST_P(TokenLearning, ImprovesTestSuccessFromTheSharedWarmStart) {
   sets.push_back(std::string("trainer.algorithm=") + c.algorithm);
   sets.push_back("trainer.iterations=" + std::to_string(c.iterations));
   sets.insert(sets.end(), c.extra.begin(), c.extra.end());
-  if (const char* seed = std::getenv("RLID_LEARN_SEED")) sets.push_back(std::string("run.seed=") + seed);  // CALIBRATION ONLY
+  if (const char* seed = std::getenv("RLID_LEARN_SEED"))
+    sets.push_back(std::string("run.seed=") + seed);  // CALIBRATION ONLY
   TokenRun run(std::string("learn_") + c.name, toml, sets);
   const int64_t episodes = run.cfg().trainer.eval_episodes;
 
   const auto t0 = std::chrono::steady_clock::now();
-  auto before = trainers::Evaluate(run.session(), policy::Plane::kToken, episodes, /*greedy=*/false, 0);
+  auto before =
+      trainers::Evaluate(run.session(), policy::Plane::kToken, episodes, /*greedy=*/false, 0);
   for (int64_t it = 0; it < c.iterations; ++it) run.Iterate(it);
-  auto after = trainers::Evaluate(run.session(), policy::Plane::kToken, episodes, /*greedy=*/false, c.iterations);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto after = trainers::Evaluate(run.session(), policy::Plane::kToken, episodes, /*greedy=*/false,
+                                  c.iterations);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  std::printf("[learn %s] budget %lld iterations x %lld episodes: sampled test success %.3f -> %.3f "
-              "(required gain %.2f), invalid rate %.3f -> %.3f, return %+.3f -> %+.3f, %.1f s\n",
-              c.name, static_cast<long long>(c.iterations),
-              static_cast<long long>(run.cfg().trainer.episodes_per_iteration), before.success, after.success,
-              c.min_gain, before.invalid_rate, after.invalid_rate, before.ret, after.ret, seconds);
+  std::printf(
+      "[learn %s] budget %lld iterations x %lld episodes: sampled test success %.3f -> %.3f "
+      "(required gain %.2f), invalid rate %.3f -> %.3f, return %+.3f -> %+.3f, %.1f s\n",
+      c.name, static_cast<long long>(c.iterations),
+      static_cast<long long>(run.cfg().trainer.episodes_per_iteration), before.success,
+      after.success, c.min_gain, before.invalid_rate, after.invalid_rate, before.ret, after.ret,
+      seconds);
   EXPECT_GE(after.success - before.success, c.min_gain);
   EXPECT_LE(after.invalid_rate, before.invalid_rate);
   EXPECT_GT(after.ret, before.ret);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Baselines, TokenLearning,
-    ::testing::Values(LearnCase{"grpo_bandit", "grpo", false, 12, 0.25},
-                      LearnCase{"dr_grpo_bandit", "dr_grpo", false, 12, 0.25},
-                      LearnCase{"dapo_bandit", "dapo", false, 12, 0.25},
-                      LearnCase{"gspo_bandit", "gspo", false, 12, 0.25},
-                      LearnCase{"grpo_maze3", "grpo", true, 10, 0.08},
-                      LearnCase{"dr_grpo_maze3", "dr_grpo", true, 10, 0.08},
-                      LearnCase{"dapo_maze3", "dapo", true, 10, 0.08},
-                      LearnCase{"gspo_maze3", "gspo", true, 10, 0.08}),
-    [](const ::testing::TestParamInfo<LearnCase>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Baselines, TokenLearning,
+                         ::testing::Values(LearnCase{"grpo_bandit", "grpo", false, 12, 0.25},
+                                           LearnCase{"dr_grpo_bandit", "dr_grpo", false, 12, 0.25},
+                                           LearnCase{"dapo_bandit", "dapo", false, 12, 0.25},
+                                           LearnCase{"gspo_bandit", "gspo", false, 12, 0.25},
+                                           LearnCase{"grpo_maze3", "grpo", true, 10, 0.08},
+                                           LearnCase{"dr_grpo_maze3", "dr_grpo", true, 10, 0.08},
+                                           LearnCase{"dapo_maze3", "dapo", true, 10, 0.08},
+                                           LearnCase{"gspo_maze3", "gspo", true, 10, 0.08}),
+                         [](const ::testing::TestParamInfo<LearnCase>& info) {
+                           return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace rlid::testing

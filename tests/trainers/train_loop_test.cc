@@ -43,7 +43,8 @@ seed = 3
 threads = 1
 
 [env]
-)" + env + R"(
+)" + env +
+         R"(
 
 [tokenizer]
 vocab_size = 384
@@ -82,7 +83,8 @@ TrainResult RunTraining(const ExperimentConfig& cfg, const std::string& dir, boo
 }
 
 memory::QueryResult Query(const std::string& dir, const std::string& sql) {
-  auto store = memory::Store::Open((fs::path(dir) / memory::kDatabaseFileName).string(), memory::Store::Mode::kReadOnly);
+  auto store = memory::Store::Open((fs::path(dir) / memory::kDatabaseFileName).string(),
+                                   memory::Store::Mode::kReadOnly);
   return store->Query(sql);
 }
 
@@ -100,14 +102,16 @@ std::map<std::pair<int64_t, std::string>, double> DeterministicMetrics(const std
                  "SELECT iteration, key, value FROM metrics WHERE key NOT LIKE 'time/%' "
                  "AND key != 'budget/wall_seconds' ORDER BY run_id, rowid");
   std::map<std::pair<int64_t, std::string>, double> out;
-  for (const auto& row : q.rows) out[{std::get<int64_t>(row[0]), std::get<std::string>(row[1])}] = AsDouble(row[2]);
+  for (const auto& row : q.rows)
+    out[{std::get<int64_t>(row[0]), std::get<std::string>(row[1])}] = AsDouble(row[2]);
   return out;
 }
 
 // A trainer that crashes when it reaches iteration `crash_at` (a killed process).
 class CrashingTrainer final : public Trainer {
  public:
-  CrashingTrainer(std::unique_ptr<Trainer> inner, int64_t crash_at) : inner_(std::move(inner)), crash_at_(crash_at) {}
+  CrashingTrainer(std::unique_ptr<Trainer> inner, int64_t crash_at)
+      : inner_(std::move(inner)), crash_at_(crash_at) {}
   policy::Plane plane() const override { return inner_->plane(); }
   void Setup(Session& s) override { inner_->Setup(s); }
   Metrics Iterate(Session& s, int64_t it) override {
@@ -161,7 +165,8 @@ TEST(TrainLoop, ResumeAfterACrashEqualsAnUninterruptedRun) {
   const std::string episodes =
       "SELECT iteration, seed, ret FROM episodes WHERE split = 'train' AND iteration >= 2 "
       "AND run_id = (SELECT max(id) FROM runs) ORDER BY id";
-  EXPECT_EQ(memory::FormatCsv(Query(whole.str(), episodes)), memory::FormatCsv(Query(crashed.str(), episodes)));
+  EXPECT_EQ(memory::FormatCsv(Query(whole.str(), episodes)),
+            memory::FormatCsv(Query(crashed.str(), episodes)));
 }
 
 TEST(TrainLoop, ResumeWithoutACheckpointIsAnIoError) {
@@ -193,7 +198,9 @@ TEST(TrainLoop, NonFiniteRewardStopsWithTheTensorAndIteration) {
     FAIL() << "expected a NumericError";
   } catch (const NumericError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("non-finite reward nan from env 'bandit' at iteration 0"), std::string::npos) << what;
+    EXPECT_NE(what.find("non-finite reward nan from env 'bandit' at iteration 0"),
+              std::string::npos)
+        << what;
   }
   EXPECT_FALSE(fs::exists(dir.path() / "checkpoints" / "latest"));
 }
@@ -201,8 +208,8 @@ TEST(TrainLoop, NonFiniteRewardStopsWithTheTensorAndIteration) {
 TEST(TrainLoop, AbsurdLearningRateStopsBeforeWritingBrokenWeights) {
   // lr = 1e12 with clipping off: the first Adam steps move weights by ~1e12,
   // the forward overflows, and a non-finite tensor appears within a few steps.
-  auto cfg = Experiment(LoopToml(), {"trainer.lr=1e12", "trainer.max_grad_norm=0", "trainer.lr_schedule=constant",
-                                    "trainer.checkpoint_every=1"});
+  auto cfg = Experiment(LoopToml(), {"trainer.lr=1e12", "trainer.max_grad_norm=0",
+                                     "trainer.lr_schedule=constant", "trainer.checkpoint_every=1"});
   TempDir dir("absurd_lr");
   std::string message;
   try {
@@ -223,7 +230,8 @@ TEST(TrainLoop, RerunningAConfigRecordsTheSameTrajectories) {
   RunTraining(*cfg, a.str());
   RunTraining(*cfg, b.str());
   const std::string steps =
-      "SELECT e.iteration, e.split, e.seed, s.t, s.action, s.label, s.reward, s.logp_rollout, s.prompt_hash "
+      "SELECT e.iteration, e.split, e.seed, s.t, s.action, s.label, s.reward, s.logp_rollout, "
+      "s.prompt_hash "
       "FROM steps s JOIN episodes e ON e.id = s.episode_id ORDER BY e.id, s.t";
   auto ra = Query(a.str(), steps), rb = Query(b.str(), steps);
   EXPECT_GT(ra.rows.size(), 32u);
@@ -232,16 +240,20 @@ TEST(TrainLoop, RerunningAConfigRecordsTheSameTrajectories) {
 
 TEST(TrainLoop, BudgetCountersAgreeWithTheStore) {
   auto cfg = Experiment(LoopToml(kMaze2), {"trainer.iterations=2", "trainer.num_envs=8",
-                                    "trainer.eval_sampled=false"});
+                                           "trainer.eval_sampled=false"});
   TempDir dir("budget");
   RunTraining(*cfg, dir.str());
   auto metric = [&](const std::string& key) {
-    auto q = Query(dir.str(), "SELECT value FROM metrics WHERE iteration = 1 AND key = '" + key + "'");
+    auto q =
+        Query(dir.str(), "SELECT value FROM metrics WHERE iteration = 1 AND key = '" + key + "'");
     return AsDouble(q.rows.at(0).at(0));
   };
-  auto scalar = [&](const std::string& sql) { return AsDouble(Query(dir.str(), sql).rows.at(0).at(0)); };
-  const double train_steps =
-      scalar("SELECT count(*) FROM steps s JOIN episodes e ON e.id = s.episode_id WHERE e.split = 'train'");
+  auto scalar = [&](const std::string& sql) {
+    return AsDouble(Query(dir.str(), sql).rows.at(0).at(0));
+  };
+  const double train_steps = scalar(
+      "SELECT count(*) FROM steps s JOIN episodes e ON e.id = s.episode_id WHERE e.split = "
+      "'train'");
   EXPECT_EQ(metric("budget/episodes"), 2 * 16);
   EXPECT_EQ(metric("budget/env_steps"), train_steps);
   EXPECT_EQ(metric("budget/decisions"), train_steps);
@@ -270,12 +282,14 @@ TEST(TrainLoop, BudgetCountersAgreeWithTheStore) {
   EXPECT_EQ(metric("budget/forward_passes"), forwards);
   EXPECT_LT(forwards, train_steps);
   // Prompt tokens: at least every prompt once (the readout also reads the wordings).
-  EXPECT_GT(metric("budget/prompt_tokens"),
-            scalar("SELECT sum(s.prompt_tokens) FROM steps s JOIN episodes e ON e.id = s.episode_id "
-                   "WHERE e.split = 'train'"));
+  EXPECT_GT(
+      metric("budget/prompt_tokens"),
+      scalar("SELECT sum(s.prompt_tokens) FROM steps s JOIN episodes e ON e.id = s.episode_id "
+             "WHERE e.split = 'train'"));
   EXPECT_GT(metric("budget/train_flops"), metric("budget/rollout_flops"));
   // The time split covers the iteration.
-  double parts = metric("time/readout_s") + metric("time/env_s") + metric("time/update_s") + metric("time/logging_s");
+  double parts = metric("time/readout_s") + metric("time/env_s") + metric("time/update_s") +
+                 metric("time/logging_s");
   EXPECT_GT(metric("time/readout_s"), 0);
   EXPECT_GT(metric("time/update_s"), 0);
   EXPECT_LE(parts, metric("time/iteration_s") + metric("time/logging_s") + 1e-6);
@@ -295,20 +309,22 @@ TEST(TrainLoop, RecordingOffKeepsMetricsAndDropsProvenance) {
 }
 
 TEST(PpoDecision, AllActionEstimatorTrainsAndLogsBothGradientVariances) {
-  auto cfg = Experiment(LoopToml(), {"trainer.iterations=2", "trainer.estimator=all_action",
-                                    "trainer.grad_variance_every=1", "trainer.grad_variance_samples=6"});
+  auto cfg =
+      Experiment(LoopToml(), {"trainer.iterations=2", "trainer.estimator=all_action",
+                              "trainer.grad_variance_every=1", "trainer.grad_variance_samples=6"});
   TempDir dir("all_action");
   RunTraining(*cfg, dir.str());
   auto q = Query(dir.str(),
                  "SELECT key, count(*), min(value), max(value) FROM metrics WHERE key IN "
-                 "('grad/var_sampled', 'grad/var_all_action', 'losses/afterstate_value', 'losses/menu_kl_old') "
+                 "('grad/var_sampled', 'grad/var_all_action', 'losses/afterstate_value', "
+                 "'losses/menu_kl_old') "
                  "GROUP BY key ORDER BY key");
   ASSERT_EQ(q.rows.size(), 4u);
   for (const auto& row : q.rows) {
     EXPECT_EQ(std::get<int64_t>(row[1]), 2) << std::get<std::string>(row[0]);
     EXPECT_TRUE(std::isfinite(AsDouble(row[2]))) << std::get<std::string>(row[0]);
-    std::cout << "  " << std::get<std::string>(row[0]) << " in [" << AsDouble(row[2]) << ", " << AsDouble(row[3])
-              << "]\n";
+    std::cout << "  " << std::get<std::string>(row[0]) << " in [" << AsDouble(row[2]) << ", "
+              << AsDouble(row[3]) << "]\n";
   }
   EXPECT_GT(AsDouble(q.rows[0][2]), 0);  // grad/var_all_action
   EXPECT_GT(AsDouble(q.rows[1][2]), 0);  // grad/var_sampled
@@ -340,7 +356,8 @@ TEST(TrainCli, TrainThenEvalACheckpoint) {
   fs::path config = dir.path() / "bandit.toml";
   std::ofstream(config) << LoopToml();
   fs::path run = dir.path() / "run";
-  Cli train = RunRlid("train " + config.string() + " --out " + run.string() + " --set trainer.iterations=2");
+  Cli train = RunRlid("train " + config.string() + " --out " + run.string() +
+                      " --set trainer.iterations=2");
   ASSERT_EQ(train.code, 0) << train.out;
   EXPECT_NE(train.out.find("ppo_decision finished 2 iterations"), std::string::npos) << train.out;
   EXPECT_NE(train.out.find("test (greedy)"), std::string::npos) << train.out;
@@ -352,7 +369,8 @@ TEST(TrainCli, TrainThenEvalACheckpoint) {
   ASSERT_EQ(eval.code, 0) << eval.out;
   EXPECT_NE(eval.out.find("(8 test episodes)"), std::string::npos) << eval.out;
   EXPECT_EQ(AsDouble(Query((dir.path() / "eval").string(),
-                           "SELECT count(*) FROM episodes WHERE split = 'test'").rows[0][0]),
+                           "SELECT count(*) FROM episodes WHERE split = 'test'")
+                         .rows[0][0]),
             8);
 
   // A bad value is a clean error with a non-zero exit code.
