@@ -320,7 +320,8 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
                          .kind = "compare",
                          .arm = arm.name,
                          .config_file = fmt::format("config-{}-seed{}.toml", arm.name, seed),
-                         .quiet = true});
+                         .quiet = true,
+                         .checkpoints = fmt::format("checkpoints/{}-seed{}", arm.name, seed)});
         if (!quiet)
           spdlog::info("arm {} ({} plane), seed {}: training until {} = {:g}", arm.name,
                        policy::PlaneName(trainer->plane()), seed, cc.budget, cc.budget_value);

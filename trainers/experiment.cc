@@ -211,6 +211,7 @@ Session::Session(const ExperimentConfig& c, SessionOptions options)
       out_dir = (fs::path("runs") / fmt::format("{}-{}-{}", cfg.run.name, Timestamp(), k)).string();
   }
   run_dir = out_dir;
+  checkpoints_dir = (fs::path(run_dir) / options.checkpoints).string();
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   if (ec) throw IoError(fmt::format("cannot create run directory '{}': {}", run_dir, ec.message()));

@@ -148,6 +148,9 @@ struct SessionOptions {
   // the store; off = only runs, metrics and checkpoints (`rlid bench train`
   // measures the overhead of recording this way).
   bool record = true;
+  // Where Train writes checkpoints, relative to the run directory (compare
+  // gives every arm x seed its own, so their iter_N never collide).
+  std::string checkpoints = "checkpoints";
 };
 
 // The live objects of a run.
@@ -168,6 +171,7 @@ class Session {
 
   const ExperimentConfig& cfg;
   std::string run_dir;
+  std::string checkpoints_dir;  // run_dir / SessionOptions::checkpoints
   torch::Device device{torch::kCPU};
   std::unique_ptr<envs::Env> env;
   policy::Tokenizer tokenizer;

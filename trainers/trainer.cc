@@ -66,7 +66,7 @@ bool BudgetReached(const TrainerConfig& t, const agents::Budget& b) {
 std::string WriteCheckpoint(Session& s, Trainer& trainer, int64_t iteration) {
   agents::StageTimer timer(&s.times.checkpoint);
   CheckParametersFinite(s.model, iteration);
-  fs::path dir = fs::path(s.run_dir) / "checkpoints" / fmt::format("iter_{:06d}", iteration);
+  fs::path dir = fs::path(s.checkpoints_dir) / fmt::format("iter_{:06d}", iteration);
   nlohmann::json extra = {{"iteration", iteration},
                           {"budget", BudgetJson(s.budget)},
                           {"algorithm", s.cfg.trainer.algorithm},
@@ -75,7 +75,7 @@ std::string WriteCheckpoint(Session& s, Trainer& trainer, int64_t iteration) {
                          [&](const std::string& tmp) { trainer.SaveState(tmp); });
   // "latest" is a relative symlink to the newest complete checkpoint (usable
   // wherever a checkpoint directory is expected), replaced atomically.
-  fs::path latest = fs::path(s.run_dir) / "checkpoints" / "latest";
+  fs::path latest = fs::path(s.checkpoints_dir) / "latest";
   fs::path tmp = latest.string() + ".tmp";
   fs::remove(tmp);
   fs::create_directory_symlink(dir.filename(), tmp);
@@ -220,14 +220,13 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
   int64_t start = 0;
   trainer.Setup(s);
   if (opt.resume) {
-    fs::path latest = fs::path(s.run_dir) / "checkpoints" / "latest";
+    fs::path latest = fs::path(s.checkpoints_dir) / "latest";
     std::error_code ec;
     fs::path name = fs::read_symlink(latest, ec);
     if (ec || name.empty())
-      throw IoError(fmt::format("--resume: no checkpoint in '{}'",
-                                (fs::path(s.run_dir) / "checkpoints").string()),
+      throw IoError(fmt::format("--resume: no checkpoint in '{}'", s.checkpoints_dir),
                     "resume needs a run directory with checkpoints/latest (checkpoint_every > 0)");
-    fs::path dir = fs::path(s.run_dir) / "checkpoints" / name;
+    fs::path dir = fs::path(s.checkpoints_dir) / name;
     auto ck = policy::LoadCheckpoint(dir.string(), s.device);
     policy::CopyWeights(ck.model, s.model);
     if (s.sampler) s.sampler->SyncWeights(s.model);

@@ -103,6 +103,13 @@ TEST(Compare, SharedStartSeedsAndMatchedBudget) {
     EXPECT_GE(last, kBudget) << arm;
     EXPECT_LT(before, kBudget) << arm << ": the run went on after reaching the budget";
   }
+  // Every arm x seed keeps its own checkpoints (no iter_N collisions).
+  for (const char* arm : {"ppo_decision", "grpo"})
+    for (int seed : {1, 2})
+      EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / "checkpoints" /
+                                          fmt::format("{}-seed{}", arm, seed) / "latest" /
+                                          "model.safetensors"))
+          << arm << " seed " << seed;
   EXPECT_EQ(seeds["ppo_decision"], (std::set<int64_t>{1, 2}));
   EXPECT_EQ(seeds["grpo"], (std::set<int64_t>{1, 2}));
   EXPECT_EQ(inits.size(), 1u) << "arms did not share one warm start";
