@@ -293,9 +293,10 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
         where = fmt::format("it {} {:.0f}% of FLOPs", it + 1, 100 * frac);
       }
       frac = std::clamp(frac, 1e-9, 1.0);
-      std::string eval = std::isnan(find("eval/success"))
-                             ? ""
-                             : fmt::format(" | test {:.2f}", find("eval/success"));
+      std::string eval;
+      if (!std::isnan(find("eval/success"))) eval = fmt::format(" | test greedy {:.2f}", find("eval/success"));
+      if (!std::isnan(find("eval/success_sampled")))
+        eval += fmt::format(" sampled {:.2f}", find("eval/success_sampled"));
       spdlog::info("{}[{}] train success {:.2f} return {:+.3f}{} | ETA {}",
                    opt.label.empty() ? "" : opt.label + " ", where, find("rollout/success"),
                    find("rollout/return"), eval, Duration(elapsed * (1 - frac) / frac));

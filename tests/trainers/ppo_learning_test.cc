@@ -1,7 +1,7 @@
 // Learning tests of decision PPO on CPU within a fixed budget, with fixed
 // seeds: from scratch on the contextual bandit, P(best arm) > 0.9; from a
-// short SFT warm start on a 3x3 maze, a clear gain in greedy test success
-// (see the maze config for what was measured). Each test prints its numbers.
+// short SFT warm start that solves clearly fewer than 90% of the 3x3 test
+// mazes, >= 90% greedy test success. Each test prints the numbers it reached.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -70,14 +70,13 @@ TEST(PpoLearning, BanditPBestArmAboveNinetyPercent) {
   EXPECT_GT(r.final_greedy.p_optimal, 0.9);
 }
 
-// Maze 3x3 from the shared SFT warm start (trained with step limit 12; here
-// the env's default limit of 27 steps). Budget: 8 iterations x 32 episodes on
-// one thread, 2 epochs each. Measured with this config: greedy test success
-// 0.75 -> 0.86 after 4 iterations, 0.875 after 8; longer runs plateau at
-// 0.86-0.89 (16 iterations; sampled success 0.89 at 12), so the tiny model
-// does not reach the 90% of the issue on this maze within a test budget: the
-// greedy policy keeps looping on ~1 in 8 test mazes. The test asserts the
-// gain and the level that were measured, with a margin.
+// Maze 3x3 from the shared short SFT warm start (64 demonstrations, 10%
+// random actions, 3 epochs). Budget: 8 iterations x 32 episodes on one
+// thread, 2 epochs each. Measured: greedy test success 0.688 -> 0.922 (the
+// CLI run of configs/maze_ppo.toml on 2 threads: 0.688 -> 0.92 after 8 and
+// 0.92 after 16 iterations). The greedy success of this tiny model depends on
+// its warm start: from a start that loops more (a 12-step-limit SFT) PPO
+// plateaued at 0.86-0.89 in 16 iterations.
 constexpr const char* kMazePpoToml = R"(
 [run]
 name = "maze3_ppo_test"
@@ -109,7 +108,7 @@ checkpoint_every = 0
 gamma = 0.95
 )";
 
-TEST(PpoLearning, Maze3FromAShortWarmStartImprovesGreedySuccess) {
+TEST(PpoLearning, Maze3FromAShortWarmStartReachesNinetyPercent) {
   const std::string ckpt = rlid::testing::WarmStart("maze3_sft", rlid::testing::kMaze3SftToml);
   const auto t0 = std::chrono::steady_clock::now();
   auto cfg = Experiment(kMazePpoToml, {"policy.init=" + ckpt});
@@ -125,9 +124,7 @@ TEST(PpoLearning, Maze3FromAShortWarmStartImprovesGreedySuccess) {
             << r.final_greedy.p_optimal << ") after " << r.iterations << " iterations in "
             << Seconds(t0) << " s\n";
   EXPECT_LT(start.success, 0.8) << "the warm start is too strong for a learning test";
-  EXPECT_GE(r.final_greedy.success, 0.84);
-  EXPECT_GE(r.final_greedy.success - start.success, 0.08);
-  EXPECT_GT(r.final_greedy.p_optimal, start.p_optimal);
+  EXPECT_GE(r.final_greedy.success, 0.9);
 }
 
 }  // namespace

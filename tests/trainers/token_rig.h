@@ -22,7 +22,8 @@ class TokenRun {
   TokenRun(const std::string& name, const std::string& toml, const std::vector<std::string>& sets)
       : dir_(name), cfg_(Experiment(toml, sets)) {
     session_ = std::make_unique<trainers::Session>(
-        *cfg_, trainers::SessionOptions{.out_dir = dir_.str(), .kind = "train", .arm = name, .quiet = true});
+        *cfg_, trainers::SessionOptions{
+                   .out_dir = dir_.str(), .kind = "train", .arm = name, .quiet = true});
     trainer_ = trainers::TrainerRegistry::Global().Make(cfg_->trainer.algorithm);
     trainer_->Setup(*session_);
   }

@@ -38,7 +38,8 @@ inline std::string WarmStart(const std::string& name, const std::string& toml,
   if (!std::filesystem::exists(ckpt / "rlid.json")) {
     std::filesystem::remove_all(dir);
     auto cfg = Experiment(toml, sets);
-    trainers::Session s(*cfg, {.out_dir = dir.string(), .kind = "sft", .arm = "sft", .quiet = true});
+    trainers::Session s(*cfg,
+                        {.out_dir = dir.string(), .kind = "sft", .arm = "sft", .quiet = true});
     trainers::RunSft(s, /*quiet=*/true);
     s.End("completed");
   }
