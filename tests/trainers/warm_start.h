@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "tests/agents/fixtures.h"
@@ -28,20 +30,29 @@ inline std::filesystem::path TestCacheDir() {
 }
 
 // Runs `rlid sft` on `toml` (+ overrides) into test_cache/<name> unless a
-// finished checkpoint is already there; returns the checkpoint directory.
+// finished checkpoint made from the same toml and overrides is already there
+// (an edited config rebuilds it); returns the checkpoint directory.
 inline std::string WarmStart(const std::string& name, const std::string& toml,
                              const std::vector<std::string>& sets = {}) {
   auto dir = TestCacheDir() / name;
   auto ckpt = dir / "checkpoints" / "sft";
   int fd = ::open((TestCacheDir() / (name + ".lock")).c_str(), O_CREAT | O_RDWR, 0644);
   ::flock(fd, LOCK_EX);
-  if (!std::filesystem::exists(ckpt / "rlid.json")) {
+  std::string key = toml;
+  for (const auto& kv : sets) key += "\n--set " + kv;
+  std::string cached;
+  {
+    std::ifstream in(dir / "cache_key");
+    cached.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (!std::filesystem::exists(ckpt / "rlid.json") || cached != key) {
     std::filesystem::remove_all(dir);
     auto cfg = Experiment(toml, sets);
     trainers::Session s(*cfg,
                         {.out_dir = dir.string(), .kind = "sft", .arm = "sft", .quiet = true});
     trainers::RunSft(s, /*quiet=*/true);
     s.End("completed");
+    std::ofstream(dir / "cache_key") << key;
   }
   ::flock(fd, LOCK_UN);
   ::close(fd);
