@@ -17,6 +17,7 @@
 #include "trainers/advantages.h"
 #include "trainers/decision_losses.h"
 #include "trainers/losses.h"
+#include "trainers/tensor_checks.h"
 #include "trainers/trainer.h"
 
 namespace rlid::trainers {
@@ -27,6 +28,15 @@ struct Decision {
   const agents::StepData* step;
   int episode;
 };
+
+// [B, K] float64 matrix of a per-menu-item field (log p, afterstate values,
+// reference log p) of the minibatch's decisions, `pad` beyond each menu.
+torch::Tensor MenuMatrix(const std::vector<Decision>& dec, const std::vector<int64_t>& idx,
+                         int64_t K, std::vector<float> agents::StepData::*field, double pad) {
+  std::vector<const std::vector<float>*> rows;
+  for (int64_t i : idx) rows.push_back(&(dec[i].step->*field));
+  return PadRows(rows, K, pad);
+}
 
 class PpoDecisionTrainer final : public Trainer {
  public:
@@ -63,13 +73,13 @@ class PpoDecisionTrainer final : public Trainer {
       for (const auto& st : episodes[e].steps) dec.push_back({&st, static_cast<int>(e)});
     const int64_t N = static_cast<int64_t>(dec.size());
     auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-    torch::Tensor old_logp = torch::empty({N}, f64), old_value = torch::empty({N}, f64);
-    torch::Tensor reward = torch::empty({N}, f64), ends = torch::zeros({N}, torch::kBool);
-    torch::Tensor items = torch::empty({N}, torch::kInt64);
+    std::vector<double> old_logp_v(N), old_value_v(N), reward_v(N);
+    std::vector<int64_t> items_v(N);
+    std::vector<int64_t> ends_v(N), episode_v(N);
     for (int64_t i = 0; i < N; ++i) {
       const auto* st = dec[i].step;
-      old_logp[i] = st->log_p[st->item];
-      old_value[i] = st->value;
+      old_logp_v[i] = st->log_p[st->item];
+      old_value_v[i] = st->value;
       double r = st->reward;
       if (use_ref && t.kl.placement == "reward") {
         double kl = 0;  // exact menu KL of the rollout policy to the reference
@@ -77,10 +87,16 @@ class PpoDecisionTrainer final : public Trainer {
           kl += std::exp(st->log_p[k]) * (st->log_p[k] - st->ref_log_p[k]);
         r -= t.kl.coef * kl;
       }
-      reward[i] = r;
-      items[i] = st->item;
-      ends[i] = i + 1 == N || dec[i + 1].episode != dec[i].episode;
+      reward_v[i] = r;
+      items_v[i] = st->item;
+      ends_v[i] = i + 1 == N || dec[i + 1].episode != dec[i].episode;
+      episode_v[i] = dec[i].episode;
     }
+    torch::Tensor old_logp = torch::tensor(old_logp_v, f64),
+                  old_value = torch::tensor(old_value_v, f64);
+    torch::Tensor reward = torch::tensor(reward_v, f64),
+                  items = torch::tensor(items_v, torch::kInt64);
+    torch::Tensor ends = torch::tensor(ends_v, torch::kInt64).to(torch::kBool);
     CheckFinite(reward, "reward", it);
 
     // ---- 2. advantages -----------------------------------------------------------
@@ -93,18 +109,18 @@ class PpoDecisionTrainer final : public Trainer {
       // Episode-level: the episode's return, centred within its env-seed group,
       // broadcast to every decision of the episode.
       const int64_t E = static_cast<int64_t>(episodes.size());
-      torch::Tensor scores = torch::empty({E}, f64);
+      std::vector<double> returns;
       std::vector<int64_t> groups;
       for (int64_t e = 0; e < E; ++e) {
-        scores[e] = episodes[e].ret;
+        returns.push_back(episodes[e].ret);
         groups.push_back(episodes[e].spec.group);
       }
+      torch::Tensor scores = torch::tensor(returns, f64);
       torch::Tensor ep_adv =
           t.advantage.estimator == "grpo"
               ? GroupNormalizedScores(scores, groups, t.advantage.std_norm, t.advantage.std_eps)
               : LeaveOneOutScores(scores, groups);
-      adv = torch::empty({N}, f64);
-      for (int64_t i = 0; i < N; ++i) adv[i] = ep_adv[dec[i].episode];
+      adv = ep_adv.to(torch::kFloat64).index_select(0, torch::tensor(episode_v, torch::kInt64));
       // The value head still learns the discounted return-to-go.
       ret = GaeAdvantages({reward, torch::zeros({N}, f64), ends, torch::Tensor()},
                           t.advantage.gamma, 1.0)
@@ -144,6 +160,7 @@ class PpoDecisionTrainer final : public Trainer {
             3.0 * static_cast<double>(rb.tokens_processed) *
             s.model->config().ForwardFlopsPerToken(static_cast<int64_t>(reqs[0].prompt.size()));
         auto dev = rb.log_p.device();
+        const int64_t K = rb.log_p.size(1);
         auto mask = rb.item_mask;
         auto mb_items = items.index_select(0, ix).to(dev);
         auto logp = rb.log_p.gather(1, mb_items.unsqueeze(1)).squeeze(1).to(torch::kFloat64);
@@ -157,12 +174,7 @@ class PpoDecisionTrainer final : public Trainer {
         double menu_kl = 0;
         {
           torch::NoGradGuard ng;
-          const int64_t B = static_cast<int64_t>(idx.size()), K = rb.log_p.size(1);
-          auto old_items = torch::full({B, K}, -INFINITY, f64);
-          for (int64_t b = 0; b < B; ++b) {
-            const auto& lp = dec[idx[b]].step->log_p;
-            for (size_t k = 0; k < lp.size(); ++k) old_items[b][k] = lp[k];
-          }
+          auto old_items = MenuMatrix(dec, idx, K, &agents::StepData::log_p, -INFINITY);
           menu_kl =
               MenuKl(old_items.to(dev), rb.log_p.to(torch::kFloat64), mask).mean().item<double>();
         }
@@ -178,12 +190,7 @@ class PpoDecisionTrainer final : public Trainer {
           sum_akl += res.metrics.count("approx_kl") ? res.metrics["approx_kl"] : 0.0;
         } else {
           // q_hat(s, a): afterstate critic values recorded at rollout (detached).
-          const int64_t B = static_cast<int64_t>(idx.size()), K = rb.log_p.size(1);
-          auto q = torch::zeros({B, K}, f64);
-          for (int64_t b = 0; b < B; ++b) {
-            const auto& av = dec[idx[b]].step->afterstate_values;
-            for (size_t k = 0; k < av.size(); ++k) q[b][k] = av[k];
-          }
+          auto q = MenuMatrix(dec, idx, K, &agents::StepData::afterstate_values, 0.0);
           pg = -AllActionSurrogate(rb.log_p.to(torch::kFloat64), mask, q.to(dev)).mean();
           // The afterstate critic learns the return of the action taken.
           auto after =
@@ -197,12 +204,7 @@ class PpoDecisionTrainer final : public Trainer {
         auto ent = MenuEntropy(rb.log_p.to(torch::kFloat64), mask).mean();
         torch::Tensor loss = pg + t.vf_coef * v - t.ent_coef * ent;
         if (use_ref && t.kl.placement == "loss") {
-          const int64_t B = static_cast<int64_t>(idx.size()), K = rb.log_p.size(1);
-          auto ref = torch::full({B, K}, -INFINITY, f64);
-          for (int64_t b = 0; b < B; ++b) {
-            const auto& r = dec[idx[b]].step->ref_log_p;
-            for (size_t k = 0; k < r.size(); ++k) ref[b][k] = r[k];
-          }
+          auto ref = MenuMatrix(dec, idx, K, &agents::StepData::ref_log_p, -INFINITY);
           auto kl = MenuKl(rb.log_p.to(torch::kFloat64), ref.to(dev), mask).mean();
           loss = loss + t.kl.coef * kl;
           sum_kl += kl.item<double>();

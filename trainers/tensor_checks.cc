@@ -40,6 +40,15 @@ torch::Tensor BoolMask(std::string_view name, const torch::Tensor& mask,
   return as_double != 0;
 }
 
+torch::Tensor PadRows(const std::vector<const std::vector<float>*>& rows, int64_t T, double pad) {
+  auto out = torch::full({static_cast<int64_t>(rows.size()), T}, pad, torch::kFloat64);
+  auto a = out.accessor<double, 2>();
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t t = 0; t < rows[i]->size() && static_cast<int64_t>(t) < T; ++t)
+      a[i][t] = (*rows[i])[t];
+  return out;
+}
+
 torch::Tensor Clean(const torch::Tensor& x, const torch::Tensor& mask) {
   return torch::where(mask, x, torch::zeros_like(x));
 }

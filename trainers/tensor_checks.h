@@ -30,4 +30,10 @@ torch::Tensor BoolMask(std::string_view name, const torch::Tensor& mask,
 // x where mask, 0 elsewhere (gradient 0 at padded positions).
 torch::Tensor Clean(const torch::Tensor& x, const torch::Tensor& mask);
 
+// Per-sample float rows (responses' token log-probs, menus' item values) as one
+// [B, T] float64 tensor on the CPU: row i's first min(size, T) entries, `pad`
+// after them. Filled through an accessor, not element by element.
+torch::Tensor PadRows(const std::vector<const std::vector<float>*>& rows, int64_t T,
+                      double pad = 0.0);
+
 }  // namespace rlid::trainers

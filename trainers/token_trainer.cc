@@ -17,6 +17,7 @@
 #include "trainers/advantages.h"
 #include "trainers/kl.h"
 #include "trainers/losses.h"
+#include "trainers/tensor_checks.h"
 
 namespace rlid::trainers {
 
@@ -221,16 +222,6 @@ double Seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Pads per-sample float vectors into [B, T] float64 (0 at padding).
-torch::Tensor Pad(const std::vector<const std::vector<float>*>& rows, int64_t T) {
-  auto out = torch::zeros({static_cast<int64_t>(rows.size()), T}, torch::kFloat64);
-  auto a = out.accessor<double, 2>();
-  for (size_t i = 0; i < rows.size(); ++i)
-    for (size_t t = 0; t < rows[i]->size() && static_cast<int64_t>(t) < T; ++t)
-      a[i][t] = (*rows[i])[t];
-  return out;
-}
-
 // [B, T] bool mask of the first len_i positions.
 torch::Tensor LengthMask(const std::vector<int64_t>& lengths, int64_t T) {
   auto out = torch::zeros({static_cast<int64_t>(lengths.size()), T}, torch::kBool);
@@ -291,7 +282,7 @@ std::vector<std::vector<double>> KlPerStep(const KlConfig& kl,
         continue;
       }
       const int64_t n = static_cast<int64_t>(st.response.size());
-      auto logp = Pad({&st.train_logp}, n), ref = Pad({&st.ref_log_p}, n);
+      auto logp = PadRows({&st.train_logp}, n), ref = PadRows({&st.ref_log_p}, n);
       per_step.push_back(
           KlPenalty(kl, logp, ref, torch::ones({1, n}, torch::kBool)).sum().item<double>());
     }
@@ -315,7 +306,7 @@ Metrics EngineMetrics(const EngineConfig& engine, const std::vector<TokenSample>
     lengths.push_back(static_cast<int64_t>(smp.step->response.size()));
     T = std::max(T, lengths.back());
   }
-  auto old = Pad(old_rows, T), roll = Pad(roll_rows, T);
+  auto old = PadRows(old_rows, T), roll = PadRows(roll_rows, T);
   auto mask = LengthMask(lengths, T);
   auto corr = CorrectEngine(engine, old, roll, mask);
   Metrics m(corr.metrics.begin(), corr.metrics.end());
@@ -397,10 +388,10 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
       PolicyLossInputs in;
       in.log_prob = sb.logp.slice(1, 0, T).to(torch::kFloat64);
       in.response_mask = sb.mask.slice(1, 0, T);
-      in.old_log_prob = Pad(old_rows, T).to(dev);
+      in.old_log_prob = PadRows(old_rows, T).to(dev);
       in.advantages = torch::tensor(advs, torch::kFloat64).to(dev);
-      if (t.loss.engine.kind != "none") in.rollout_log_prob = Pad(roll_rows, T).to(dev);
-      if (kl_cfg.coef > 0) in.ref_log_prob = Pad(ref_rows, T).to(dev);
+      if (t.loss.engine.kind != "none") in.rollout_log_prob = PadRows(roll_rows, T).to(dev);
+      if (kl_cfg.coef > 0) in.ref_log_prob = PadRows(ref_rows, T).to(dev);
       auto res = PolicyLoss(loss_cfg, kl_cfg, in);
       CheckFinite(res.loss, "loss", it);
       opt_->ZeroGrad();
