@@ -40,6 +40,10 @@ std::vector<std::pair<std::string, double>> Budget::Metrics() const {
           {"budget/wall_seconds", wall_seconds}};
 }
 
+void StageTimes::AddUnclaimedToUpdate(const StageTimes& before, double seconds) {
+  update += seconds - (readout - before.readout) - (env - before.env) - (logging - before.logging);
+}
+
 std::vector<std::pair<std::string, double>> StageTimes::Delta(const StageTimes& since) const {
   return {{"time/readout_s", readout - since.readout},
           {"time/env_s", env - since.env},

@@ -21,12 +21,12 @@ struct Budget {
   int64_t generated_tokens = 0;   // tokens sampled by the rollout engine
   int64_t samples_generated = 0;  // decisions/responses produced
   int64_t samples_used = 0;       // of those, the ones that reached an update
-  int64_t tokens_used = 0;        // token plane: response tokens of the samples that reached an update
-  int64_t groups_generated = 0;   // token plane groups sampled
-  int64_t groups_kept = 0;        // groups that reached an update
-  double train_flops = 0;         // estimated forward+backward FLOPs of updates
-  double rollout_flops = 0;       // estimated forward FLOPs of rollouts
-  double wall_seconds = 0;        // training wall-clock (excludes evaluation)
+  int64_t tokens_used = 0;  // token plane: response tokens of the samples that reached an update
+  int64_t groups_generated = 0;  // token plane groups sampled
+  int64_t groups_kept = 0;       // groups that reached an update
+  double train_flops = 0;        // estimated forward+backward FLOPs of updates
+  double rollout_flops = 0;      // estimated forward FLOPs of rollouts
+  double wall_seconds = 0;       // training wall-clock (excludes evaluation)
 
   Budget& operator+=(const Budget& o);
   // ("budget/env_steps", value), ... for the metrics table.
@@ -43,6 +43,11 @@ struct StageTimes {
   double eval = 0;        // test-seed evaluation
   double checkpoint = 0;  // checkpoint writing
 
+  // Books as update time the part of `seconds` (an iteration's wall time,
+  // measured from when `before` was copied) that the readout, env and
+  // logging stages did not claim: advantages and epochs x minibatches.
+  void AddUnclaimedToUpdate(const StageTimes& before, double seconds);
+
   // ("time/readout_s", this - since), ... for the stages above.
   std::vector<std::pair<std::string, double>> Delta(const StageTimes& since) const;
 };
@@ -52,7 +57,8 @@ class StageTimer {
  public:
   explicit StageTimer(double* into) : into_(into), start_(std::chrono::steady_clock::now()) {}
   ~StageTimer() {
-    if (into_) *into_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (into_)
+      *into_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
   StageTimer(const StageTimer&) = delete;
   StageTimer& operator=(const StageTimer&) = delete;

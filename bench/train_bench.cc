@@ -25,20 +25,27 @@ namespace fs = std::filesystem;
 class TrainBench final : public Benchmark {
  public:
   void AddOptions(CLI::App& app) override {
-    app.add_option("--env", env_, "environment (its default parameters; change them with --set env.KEY=V)")
+    app.add_option("--env", env_,
+                   "environment (its default parameters; change them with --set env.KEY=V)")
         ->capture_default_str();
-    app.add_option("--iterations", iterations_, "measured iterations per session (after one warm-up)")
+    app.add_option("--iterations", iterations_,
+                   "measured iterations per session (after one warm-up)")
         ->capture_default_str();
     app.add_option("--algorithm", algorithm_, "trainer")->capture_default_str();
-    app.add_option("--episodes", episodes_, "episodes per iteration (all in lockstep)")->capture_default_str();
-    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")->capture_default_str();
+    app.add_option("--episodes", episodes_, "episodes per iteration (all in lockstep)")
+        ->capture_default_str();
+    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")
+        ->capture_default_str();
     app.add_option("--set", sets_, "config override, e.g. --set env.size=3 (repeatable)");
-    app.add_option("--dir", dir_, "scratch directory for the two runs (default: a new temp directory, removed)");
+    app.add_option("--dir", dir_,
+                   "scratch directory for the two runs (default: a new temp directory, removed)");
   }
 
   nlohmann::json Run() override {
-    if (iterations_ < 1) throw ConfigError(fmt::format("--iterations must be >= 1, found {}", iterations_));
-    const std::string toml = fmt::format(R"(
+    if (iterations_ < 1)
+      throw ConfigError(fmt::format("--iterations must be >= 1, found {}", iterations_));
+    const std::string toml =
+        fmt::format(R"(
 [run]
 name = "bench_train"
 seed = 1
@@ -54,13 +61,15 @@ episodes_per_iteration = {}
 num_envs = {}
 minibatch_size = 64
 )",
-                                         threads_, env_, algorithm_, iterations_ + 1, episodes_, episodes_);
+                    threads_, env_, algorithm_, iterations_ + 1, episodes_, episodes_);
     Config raw = Config::FromString(toml, "bench train");
     raw.ApplyOverrides(sets_);
     auto cfg = trainers::ExperimentConfig::FromConfig(std::move(raw));
 
     const bool scratch = dir_.empty();
-    fs::path root = scratch ? fs::temp_directory_path() / fmt::format("rlid_train_bench_{}", ::getpid()) : fs::path(dir_);
+    fs::path root = scratch
+                        ? fs::temp_directory_path() / fmt::format("rlid_train_bench_{}", ::getpid())
+                        : fs::path(dir_);
     fs::remove_all(root / "on");
     fs::remove_all(root / "off");
     nlohmann::json out;
@@ -99,15 +108,18 @@ minibatch_size = 64
                          {"update", frac(t.update)},
                          {"logging", frac(t.logging)},
                          {"other", frac(other)}};
-      out["seconds"] = {{"readout", t.readout}, {"env", t.env}, {"update", t.update}, {"logging", t.logging}};
-      out["provenance"] = {{"recording_s", on.seconds},
-                           {"metrics_only_s", off.seconds},
-                           {"overhead", on.seconds / off.seconds - 1.0},
-                           {"target", 0.05},
-                           {"writer_busy_s", on.session->writer->stats().busy_seconds - on.writer_busy0},
-                           {"same_trajectories", same}};
+      out["seconds"] = {
+          {"readout", t.readout}, {"env", t.env}, {"update", t.update}, {"logging", t.logging}};
+      out["provenance"] = {
+          {"recording_s", on.seconds},
+          {"metrics_only_s", off.seconds},
+          {"overhead", on.seconds / off.seconds - 1.0},
+          {"target", 0.05},
+          {"writer_busy_s", on.session->writer->stats().busy_seconds - on.writer_busy0},
+          {"same_trajectories", same}};
       std::cout << fmt::format(
-          "{} x {} episodes: {:.2f} iterations/s ({:.2f} s each); readout {:.0f}%, env {:.0f}%, update {:.0f}%, "
+          "{} x {} episodes: {:.2f} iterations/s ({:.2f} s each); readout {:.0f}%, env {:.0f}%, "
+          "update {:.0f}%, "
           "logging {:.1f}%, other {:.1f}%; provenance logging overhead {:+.1f}% (target <= 5%)\n",
           env_, cfg->trainer.episodes_per_iteration, 1.0 / iter_s, iter_s, 100 * frac(t.readout),
           100 * frac(t.env), 100 * frac(t.update), 100 * frac(t.logging), 100 * frac(other),
@@ -124,7 +136,8 @@ minibatch_size = 64
     Arm(const trainers::ExperimentConfig& cfg, const std::string& dir, bool record)
         : trainer(trainers::TrainerRegistry::Global().Make(cfg.trainer.algorithm)),
           session(std::make_unique<trainers::Session>(
-              cfg, trainers::SessionOptions{.out_dir = dir, .kind = "bench", .quiet = true, .record = record})) {
+              cfg, trainers::SessionOptions{
+                       .out_dir = dir, .kind = "bench", .quiet = true, .record = record})) {
       trainer->Setup(*session);
     }
     ~Arm() {
@@ -147,8 +160,7 @@ minibatch_size = 64
         s.writer->Flush();
       }
       seconds += Now() - t0;
-      s.times.update += iterate_s - (s.times.readout - before.readout) - (s.times.env - before.env) -
-                        (s.times.logging - before.logging);
+      s.times.AddUnclaimedToUpdate(before, iterate_s);
       times.readout += s.times.readout - before.readout;
       times.env += s.times.env - before.env;
       times.update += s.times.update - before.update;
@@ -178,7 +190,8 @@ minibatch_size = 64
 };
 
 const Registrar<BenchRegistry> kRegister(
-    "train", "training iterations/s, the time split of an iteration, and provenance-logging overhead",
+    "train",
+    "training iterations/s, the time split of an iteration, and provenance-logging overhead",
     [] { return std::make_unique<TrainBench>(); });
 
 }  // namespace

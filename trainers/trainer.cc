@@ -64,8 +64,8 @@ bool BudgetReached(const TrainerConfig& t, const agents::Budget& b) {
 }
 
 std::string WriteCheckpoint(Session& s, Trainer& trainer, int64_t iteration) {
+  // Only called from Train after CheckParametersFinite passed on these weights.
   agents::StageTimer timer(&s.times.checkpoint);
-  CheckParametersFinite(s.model, iteration);
   fs::path dir = fs::path(s.checkpoints_dir) / fmt::format("iter_{:06d}", iteration);
   nlohmann::json extra = {{"iteration", iteration},
                           {"budget", BudgetJson(s.budget)},
@@ -108,12 +108,11 @@ std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t r
 
 Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes) {
   double n = std::max<size_t>(episodes.size(), 1);
-  double success = 0, ret = 0, len = 0, invalid = 0, steps = 0, mass = 0, menu_h = 0, row_h = 0;
+  double success = 0, ret = 0, invalid = 0, steps = 0, mass = 0, menu_h = 0, row_h = 0;
   int64_t decision_steps = 0;
   for (const auto& e : episodes) {
     success += e.success;
     ret += e.ret;
-    len += e.steps.size();
     invalid += e.invalid_steps;
     steps += e.steps.size();
     for (const auto& s : e.steps) {
@@ -124,7 +123,7 @@ Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes) {
   }
   Metrics m = {{"rollout/success", success / n},
                {"rollout/return", ret / n},
-               {"rollout/length", len / n},
+               {"rollout/length", steps / n},
                {"rollout/invalid_rate", steps > 0 ? invalid / steps : 0.0}};
   if (decision_steps > 0) {
     double d = static_cast<double>(decision_steps);
@@ -177,14 +176,13 @@ EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool gree
   for (const auto& e : eps) {
     r.success += e.success;
     r.ret += e.ret;
-    r.length += e.steps.size();
     steps += e.steps.size();
     invalid += e.invalid_steps;
     for (const auto& st : e.steps)
       if (st.p_optimal >= 0) p_opt += st.p_optimal, measured += 1;
   }
   double n = std::max<int64_t>(episodes, 1);
-  r.success /= n, r.ret /= n, r.length /= n;
+  r.success /= n, r.ret /= n, r.length = steps / n;
   r.invalid_rate = steps > 0 ? invalid / steps : 0;
   if (measured > 0) r.p_optimal = p_opt / measured;
   return r;
@@ -245,10 +243,7 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
     const double iteration_s = Now() - t0;
     s.budget.wall_seconds += iteration_s;
     for (const auto& kv : s.budget.Metrics()) m.push_back(kv);
-    // The update is whatever the iteration spent outside the rollout's
-    // readout/env stages and logging (advantages, epochs x minibatches).
-    s.times.update += iteration_s - (s.times.readout - before.readout) -
-                      (s.times.env - before.env) - (s.times.logging - before.logging);
+    s.times.AddUnclaimedToUpdate(before, iteration_s);
     bool last = it + 1 == t.iterations || BudgetReached(t, s.budget);
     if (last || (t.eval_every > 0 && (it + 1) % t.eval_every == 0)) {
       auto g = Evaluate(s, plane, t.eval_episodes, /*greedy=*/true, it);
@@ -294,7 +289,8 @@ TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
       }
       frac = std::clamp(frac, 1e-9, 1.0);
       std::string eval;
-      if (!std::isnan(find("eval/success"))) eval = fmt::format(" | test greedy {:.2f}", find("eval/success"));
+      if (!std::isnan(find("eval/success")))
+        eval = fmt::format(" | test greedy {:.2f}", find("eval/success"));
       if (!std::isnan(find("eval/success_sampled")))
         eval += fmt::format(" sampled {:.2f}", find("eval/success_sampled"));
       spdlog::info("{}[{}] train success {:.2f} return {:+.3f}{} | ETA {}",
