@@ -154,13 +154,14 @@ minibatch_size = 64
       const double t0 = Now();
       trainers::Metrics m = trainer->Iterate(s, it);
       const double iterate_s = Now() - t0;
+      // Booked before LogMetrics / the flush add to logging, as in Train.
+      s.times.AddUnclaimedToUpdate(before, iterate_s);
       s.LogMetrics(it, m);
       if (s.record) {
         agents::StageTimer wait(&s.times.logging);
         s.writer->Flush();
       }
       seconds += Now() - t0;
-      s.times.AddUnclaimedToUpdate(before, iterate_s);
       times.readout += s.times.readout - before.readout;
       times.env += s.times.env - before.env;
       times.update += s.times.update - before.update;
