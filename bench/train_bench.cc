@@ -15,7 +15,7 @@
 #include "bench/bench.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "trainers/trainer.h"
+#include "trainers/algorithms/trainer.h"
 
 namespace rlid::bench {
 namespace {

@@ -15,10 +15,10 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
-#include "trainers/advantages.h"
-#include "trainers/kl.h"
-#include "trainers/losses.h"
-#include "trainers/tensor_checks.h"
+#include "trainers/losses/advantages.h"
+#include "trainers/losses/kl.h"
+#include "trainers/losses/losses.h"
+#include "trainers/losses/tensor_checks.h"
 
 namespace rlid::cli {
 namespace {

@@ -17,7 +17,7 @@
 #include "policy/readout.h"
 #include "policy/runtime.h"
 #include "policy/sampler.h"
-#include "trainers/experiment.h"
+#include "trainers/algorithms/experiment.h"
 
 namespace rlid::cli {
 namespace {

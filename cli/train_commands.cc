@@ -7,9 +7,9 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "policy/checkpoint.h"
-#include "trainers/experiment.h"
-#include "trainers/sft.h"
-#include "trainers/trainer.h"
+#include "trainers/algorithms/experiment.h"
+#include "trainers/algorithms/sft.h"
+#include "trainers/algorithms/trainer.h"
 
 namespace rlid::cli {
 namespace {

@@ -13,7 +13,7 @@
 #include "policy/prompt.h"
 #include "policy/tokenizer.h"
 #include "policy/tokenizer_corpus.h"
-#include "trainers/experiment.h"
+#include "trainers/algorithms/experiment.h"
 
 namespace rlid::testing {
 

@@ -1,0 +1,148 @@
+// DAPO's honest budget accounting: zero-variance groups are generated, dropped
+// and resampled; the iteration's metrics and the cumulative budget counters
+// show generated = kept + dropped for groups, responses and tokens, the store
+// holds every generated episode, and a batch that cannot be filled follows
+// trainer.sampling.on_partial_batch.
+#include <gtest/gtest.h>
+
+#include "tests/trainers/algorithms/token_rig.h"
+#include "tests/trainers/algorithms/warm_start.h"
+#include "tests/trainers/algorithms/warm_start_configs.h"
+
+namespace rlid::testing {
+namespace {
+
+TEST(TokenBudget, DapoCountsGeneratedKeptAndDroppedWork) {
+  const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
+  // 8 groups of 4 per batch, up to 3 rounds: with a good start many groups
+  // succeed 4/4 (zero variance) and are dropped.
+  TokenRun run(
+      "dapo_budget", kBanditSftToml,
+      {"policy.init=" + ckpt, "trainer.algorithm=dapo", "trainer.episodes_per_iteration=32",
+       "trainer.group_size=4", "trainer.sampling.max_generation_rounds=3", "trainer.epochs=1",
+       "trainer.minibatch_size=32", "trainer.lr=1e-4", "sampler.max_new_tokens=8"});
+  const agents::Budget start = run.session().budget;
+  double gen_groups = 0, kept_groups = 0, gen_samples = 0, kept_samples = 0, gen_tokens = 0,
+         kept_tokens = 0;
+  double dropped_samples = 0;
+  for (int64_t it = 0; it < 2; ++it) {
+    auto m = run.Iterate(it);
+    const char* kinds[] = {"groups", "samples", "tokens"};
+    for (const char* k : kinds) {
+      const std::string g = std::string("sampling/generated_") + k,
+                        kp = std::string("sampling/kept_") + k,
+                        d = std::string("sampling/dropped_") + k;
+      EXPECT_EQ(MetricValue(m, g), MetricValue(m, kp) + MetricValue(m, d))
+          << k << " at iteration " << it;
+    }
+    const double rounds = MetricValue(m, "sampling/rounds");
+    EXPECT_EQ(MetricValue(m, "sampling/generated_groups"), 8 * rounds);
+    EXPECT_LE(MetricValue(m, "sampling/kept_groups"), 8);
+    if (MetricValue(m, "sampling/kept_groups") < 8) {
+      EXPECT_EQ(rounds, 3);
+    }
+    EXPECT_EQ(MetricValue(m, "sampling/kept_samples"),
+              4 * MetricValue(m, "sampling/kept_groups"));  // bandit: 1 step
+    EXPECT_EQ(MetricValue(m, "charts/responses"), MetricValue(m, "sampling/kept_samples"));
+    gen_groups += MetricValue(m, "sampling/generated_groups");
+    kept_groups += MetricValue(m, "sampling/kept_groups");
+    gen_samples += MetricValue(m, "sampling/generated_samples");
+    kept_samples += MetricValue(m, "sampling/kept_samples");
+    dropped_samples += MetricValue(m, "sampling/dropped_samples");
+    gen_tokens += MetricValue(m, "sampling/generated_tokens");
+    kept_tokens += MetricValue(m, "sampling/kept_tokens");
+    std::printf(
+        "[dapo budget] iteration %lld: rounds %.0f, groups generated %.0f kept %.0f, tokens "
+        "generated %.0f "
+        "kept %.0f\n",
+        static_cast<long long>(it), rounds, MetricValue(m, "sampling/generated_groups"),
+        MetricValue(m, "sampling/kept_groups"), MetricValue(m, "sampling/generated_tokens"),
+        MetricValue(m, "sampling/kept_tokens"));
+  }
+  EXPECT_GT(gen_groups, kept_groups) << "the warm start should produce zero-variance groups";
+  EXPECT_GE(gen_groups - kept_groups, 4) << "many zero-variance groups expected";
+  EXPECT_GT(kept_groups, 0);
+  // The cumulative budget agrees with the per-iteration counts.
+  const agents::Budget& b = run.session().budget;
+  EXPECT_EQ(b.groups_generated - start.groups_generated, gen_groups);
+  EXPECT_EQ(b.groups_kept - start.groups_kept, kept_groups);
+  EXPECT_EQ(b.samples_generated - start.samples_generated, gen_samples);
+  EXPECT_EQ(b.samples_used - start.samples_used, kept_samples);
+  EXPECT_EQ(b.generated_tokens - start.generated_tokens, gen_tokens);
+  EXPECT_EQ(b.tokens_used - start.tokens_used, kept_tokens);
+  EXPECT_EQ(b.decisions, b.samples_generated);
+  EXPECT_EQ(b.episodes, gen_samples);  // one decision per bandit episode
+  // The store holds every generated episode; only kept ones have training log-probs.
+  EXPECT_EQ(run.Scalar("SELECT count(*) FROM episodes WHERE split = 'train'"), gen_samples);
+  EXPECT_EQ(run.Scalar("SELECT count(*) FROM steps s JOIN episodes e ON e.id = s.episode_id "
+                       "WHERE e.split = 'train' AND s.logp_train IS NULL"),
+            dropped_samples);
+  EXPECT_EQ(run.Scalar("SELECT sum(generated_tokens) FROM steps"), gen_tokens);
+  EXPECT_EQ(run.Scalar("SELECT sum(value) FROM metrics WHERE key = 'sampling/dropped_groups'"),
+            gen_groups - kept_groups);
+}
+
+TEST(TokenBudget, GrpoKeepsEverythingItGenerates) {
+  const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
+  TokenRun run(
+      "grpo_budget", kBanditSftToml,
+      {"policy.init=" + ckpt, "trainer.algorithm=grpo", "trainer.episodes_per_iteration=16",
+       "trainer.group_size=4", "trainer.epochs=1", "sampler.max_new_tokens=8"});
+  auto m = run.Iterate(0);
+  EXPECT_EQ(MetricValue(m, "sampling/rounds"), 1);
+  EXPECT_EQ(MetricValue(m, "sampling/dropped_groups"), 0);
+  EXPECT_EQ(MetricValue(m, "sampling/kept_groups"), 4);
+  const agents::Budget& b = run.session().budget;
+  EXPECT_EQ(b.samples_used, b.samples_generated);
+  EXPECT_EQ(b.tokens_used, b.generated_tokens);
+  EXPECT_EQ(b.groups_kept, b.groups_generated);
+  EXPECT_GT(b.rollout_flops, 0);  // the rollout engine's work is counted
+  EXPECT_GT(b.train_flops, 0);
+}
+
+TEST(TokenBudget, PartialBatchFollowsTheConfiguredRule) {
+  // Every outcome pays 1 (right, wrong or invalid answer), so every group has
+  // zero variance and no batch can be filled.
+  const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
+  std::vector<std::string> sets = {
+      "policy.init=" + ckpt,      "env.wrong_reward=1.0",
+      "trainer.invalid.rule=end", "trainer.invalid.penalty=1.0",
+      "trainer.algorithm=dapo",   "trainer.episodes_per_iteration=8",
+      "trainer.group_size=4",     "trainer.sampling.max_generation_rounds=2",
+      "sampler.max_new_tokens=8"};
+  {
+    TokenRun run("dapo_partial", kBanditSftToml, sets);
+    auto m = run.Iterate(0);  // on_partial_batch = "continue": an empty batch, no update
+    EXPECT_EQ(MetricValue(m, "sampling/rounds"), 2);
+    EXPECT_EQ(MetricValue(m, "sampling/generated_groups"), 4);
+    EXPECT_EQ(MetricValue(m, "sampling/kept_groups"), 0);
+    EXPECT_EQ(MetricValue(m, "charts/responses"), 0);
+    EXPECT_EQ(run.session().budget.samples_used, 0);
+    EXPECT_EQ(run.session().budget.groups_generated, 4);
+  }
+  sets.push_back("trainer.sampling.on_partial_batch=error");
+  TokenRun run("dapo_partial_error", kBanditSftToml, sets);
+  try {
+    run.Iterate(0);
+    ADD_FAILURE() << "expected an error for a batch that cannot be filled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("0 of 2 groups"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("max_generation_rounds"), std::string::npos);
+  }
+}
+
+TEST(TokenBudget, DapoRejectsAnOverlongBufferThatCoversEveryAnswer) {
+  // DAPO's preset buffer is 4 tokens: with answers of at most 4 tokens every
+  // answer would be shaped, so the run stops before it starts.
+  const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
+  try {
+    TokenRun run("dapo_overlong", kBanditSftToml,
+                 {"policy.init=" + ckpt, "trainer.algorithm=dapo", "sampler.max_new_tokens=4"});
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("overlong_buffer = 4"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rlid::testing

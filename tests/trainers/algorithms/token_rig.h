@@ -1,0 +1,78 @@
+// A token-plane training run for tests: a Session in a temporary directory,
+// the registered trainer named by trainer.algorithm, and helpers to read its
+// metrics and SQLite store. Used by the token_*_test.cc suites.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/error.h"
+#include "tests/agents/fixtures.h"
+#include "trainers/algorithms/trainer.h"
+
+namespace rlid::testing {
+
+class TokenRun {
+ public:
+  TokenRun(const std::string& name, const std::string& toml, const std::vector<std::string>& sets)
+      : dir_(name), cfg_(Experiment(toml, sets)) {
+    session_ = std::make_unique<trainers::Session>(
+        *cfg_, trainers::SessionOptions{
+                   .out_dir = dir_.str(), .kind = "train", .arm = name, .quiet = true});
+    trainer_ = trainers::TrainerRegistry::Global().Make(cfg_->trainer.algorithm);
+    trainer_->Setup(*session_);
+  }
+  ~TokenRun() {
+    if (session_) session_->End("completed");
+  }
+
+  // One iteration; its metrics, with the writer flushed so the store shows it.
+  trainers::Metrics Iterate(int64_t it) {
+    auto m = trainer_->Iterate(*session_, it);
+    session_->LogMetrics(it, m);
+    session_->writer->Flush();
+    return m;
+  }
+
+  // A single-value query (NaN for NULL).
+  double Scalar(const std::string& sql) const {
+    auto q = session_->store->Query(sql);
+    if (q.rows.empty() || q.rows[0].empty()) throw InternalError("query returned nothing: " + sql);
+    const auto& v = q.rows[0][0];
+    if (std::holds_alternative<int64_t>(v)) return static_cast<double>(std::get<int64_t>(v));
+    if (std::holds_alternative<double>(v)) return std::get<double>(v);
+    return std::nan("");
+  }
+  memory::QueryResult Query(const std::string& sql) const { return session_->store->Query(sql); }
+
+  trainers::Session& session() { return *session_; }
+  trainers::Trainer& trainer() { return *trainer_; }
+  const trainers::ExperimentConfig& cfg() const { return *cfg_; }
+
+ private:
+  TempDir dir_;
+  std::unique_ptr<trainers::ExperimentConfig> cfg_;
+  std::unique_ptr<trainers::Session> session_;
+  std::unique_ptr<trainers::Trainer> trainer_;
+};
+
+// The value of `key` in metrics; fails the test (and returns NaN) when absent.
+inline double MetricValue(const trainers::Metrics& m, const std::string& key) {
+  for (const auto& [k, v] : m)
+    if (k == key) return v;
+  ADD_FAILURE() << "metric " << key << " is missing";
+  return std::nan("");
+}
+
+inline bool HasMetric(const trainers::Metrics& m, const std::string& key) {
+  for (const auto& [k, v] : m)
+    if (k == key) return true;
+  return false;
+}
+
+}  // namespace rlid::testing

@@ -1,0 +1,384 @@
+// The shared training loop with decision PPO on small bandit runs: --resume
+// continues a crashed run to the same weights and metrics as an uninterrupted
+// one, the non-finite guard stops with a NumericError naming the tensor and
+// iteration and never checkpoints broken weights, reruns record identical
+// trajectories, the budget counters agree with the store, the all-action
+// estimator logs both gradient variances, and `rlid train` / `rlid eval` run
+// from the command line.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include "core/error.h"
+#include "memory/query.h"
+#include "memory/store.h"
+#include "policy/checkpoint.h"
+#include "policy/runtime.h"
+#include "tests/agents/fixtures.h"
+#include "trainers/algorithms/trainer.h"
+
+namespace rlid::trainers {
+namespace {
+
+namespace fs = std::filesystem;
+using rlid::testing::Experiment;
+using rlid::testing::TempDir;
+
+constexpr const char* kBandit = "name = \"bandit\"\narms = 4";
+constexpr const char* kMaze2 = "name = \"maze\"\nsize = 2";
+
+// 4 iterations of 16 episodes; a tokenizer trained on little text keeps the
+// setup fast.
+std::string LoopToml(const std::string& env = kBandit) {
+  return R"(
+[run]
+name = "loop"
+seed = 3
+threads = 1
+
+[env]
+)" + env +
+         R"(
+
+[tokenizer]
+vocab_size = 384
+corpus_episodes = 60
+
+[policy]
+preset = "tiny"
+num_layers = 1
+
+[trainer]
+algorithm = "ppo_decision"
+iterations = 4
+episodes_per_iteration = 16
+num_envs = 16
+epochs = 2
+minibatch_size = 8
+lr = 1e-3
+lr_schedule = "linear"
+eval_every = 2
+eval_episodes = 8
+checkpoint_every = 2
+)";
+}
+
+std::unique_ptr<Trainer> MakeTrainer(const ExperimentConfig& cfg) {
+  return TrainerRegistry::Global().Make(cfg.trainer.algorithm);
+}
+
+// Runs a whole training in `dir`; returns the result.
+TrainResult RunTraining(const ExperimentConfig& cfg, const std::string& dir, bool resume = false) {
+  auto trainer = MakeTrainer(cfg);
+  Session s(cfg, {.out_dir = dir, .resume = resume, .quiet = true});
+  auto r = Train(s, *trainer, {.resume = resume, .quiet = true});
+  s.End("completed");
+  return r;
+}
+
+memory::QueryResult Query(const std::string& dir, const std::string& sql) {
+  auto store = memory::Store::Open((fs::path(dir) / memory::kDatabaseFileName).string(),
+                                   memory::Store::Mode::kReadOnly);
+  return store->Query(sql);
+}
+
+double AsDouble(const memory::Value& v) {
+  if (auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+  if (auto* d = std::get_if<double>(&v)) return *d;
+  return std::nan("");
+}
+
+// Metrics by (iteration, key) that must not depend on timing; for a key
+// logged more than once (a crashed run's iteration redone after resume) the
+// row of the latest run wins.
+std::map<std::pair<int64_t, std::string>, double> DeterministicMetrics(const std::string& dir) {
+  auto q = Query(dir,
+                 "SELECT iteration, key, value FROM metrics WHERE key NOT LIKE 'time/%' "
+                 "AND key != 'budget/wall_seconds' ORDER BY run_id, rowid");
+  std::map<std::pair<int64_t, std::string>, double> out;
+  for (const auto& row : q.rows)
+    out[{std::get<int64_t>(row[0]), std::get<std::string>(row[1])}] = AsDouble(row[2]);
+  return out;
+}
+
+// A trainer that crashes when it reaches iteration `crash_at` (a killed process).
+class CrashingTrainer final : public Trainer {
+ public:
+  CrashingTrainer(std::unique_ptr<Trainer> inner, int64_t crash_at)
+      : inner_(std::move(inner)), crash_at_(crash_at) {}
+  policy::Plane plane() const override { return inner_->plane(); }
+  void Setup(Session& s) override { inner_->Setup(s); }
+  Metrics Iterate(Session& s, int64_t it) override {
+    if (it == crash_at_) throw std::runtime_error("killed");
+    return inner_->Iterate(s, it);
+  }
+  void SaveState(const std::string& dir) const override { inner_->SaveState(dir); }
+  void LoadState(const std::string& dir) override { inner_->LoadState(dir); }
+
+ private:
+  std::unique_ptr<Trainer> inner_;
+  int64_t crash_at_;
+};
+
+void ExpectSameWeights(const std::string& ckpt_a, const std::string& ckpt_b) {
+  auto a = policy::LoadCheckpoint(ckpt_a), b = policy::LoadCheckpoint(ckpt_b);
+  auto pa = a.model->named_parameters(), pb = b.model->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& p : pa) EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
+}
+
+TEST(TrainLoop, ResumeAfterACrashEqualsAnUninterruptedRun) {
+  auto cfg = Experiment(LoopToml());
+  TempDir whole("resume_whole"), crashed("resume_crashed");
+  TrainResult full = RunTraining(*cfg, whole.str());
+  ASSERT_EQ(full.iterations, 4);
+
+  // Checkpoint after iteration 1, killed during iteration 3 (iteration 2's
+  // metrics and episodes already recorded).
+  {
+    CrashingTrainer trainer(MakeTrainer(*cfg), /*crash_at=*/3);
+    Session s(*cfg, {.out_dir = crashed.str(), .quiet = true});
+    EXPECT_THROW(Train(s, trainer, {.quiet = true}), std::runtime_error);
+  }
+  // checkpoints/latest is a symlink to the newest complete checkpoint.
+  EXPECT_EQ(fs::read_symlink(crashed.path() / "checkpoints" / "latest"), fs::path("iter_000001"));
+  EXPECT_TRUE(fs::exists(crashed.path() / "checkpoints" / "latest" / "model.safetensors"));
+  TrainResult resumed = RunTraining(*cfg, crashed.str(), /*resume=*/true);
+  EXPECT_EQ(resumed.iterations, 4);
+
+  ExpectSameWeights(full.final_checkpoint, resumed.final_checkpoint);
+  auto a = DeterministicMetrics(whole.str()), b = DeterministicMetrics(crashed.str());
+  EXPECT_GT(a.size(), 4u * 20u);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [key, value] : a) {
+    ASSERT_TRUE(b.count(key)) << key.second << " @" << key.first;
+    EXPECT_EQ(value, b[key]) << key.second << " @" << key.first;
+  }
+  EXPECT_EQ(full.final_greedy.success, resumed.final_greedy.success);
+  // The resumed run's training episodes are those of the uninterrupted run.
+  const std::string episodes =
+      "SELECT iteration, seed, ret FROM episodes WHERE split = 'train' AND iteration >= 2 "
+      "AND run_id = (SELECT max(id) FROM runs) ORDER BY id";
+  EXPECT_EQ(memory::FormatCsv(Query(whole.str(), episodes)),
+            memory::FormatCsv(Query(crashed.str(), episodes)));
+}
+
+TEST(TrainLoop, ResumeWithoutACheckpointIsAnIoError) {
+  auto cfg = Experiment(LoopToml());
+  TempDir dir("resume_none");
+  auto trainer = MakeTrainer(*cfg);
+  Session s(*cfg, {.out_dir = dir.str(), .quiet = true});
+  EXPECT_THROW(Train(s, *trainer, {.resume = true, .quiet = true}), IoError);
+}
+
+// Every checkpoint in the run directory holds finite weights.
+void ExpectFiniteCheckpoints(const std::string& run_dir) {
+  fs::path root = fs::path(run_dir) / "checkpoints";
+  if (!fs::exists(root)) return;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (!entry.is_directory()) continue;
+    auto ck = policy::LoadCheckpoint(entry.path().string());
+    for (const auto& p : ck.model->named_parameters())
+      EXPECT_TRUE(torch::isfinite(p.value()).all().item<bool>()) << entry.path() << " " << p.key();
+  }
+}
+
+TEST(TrainLoop, NonFiniteRewardStopsWithTheTensorAndIteration) {
+  // A wrong recommendation pays NaN: the first batch already has one.
+  auto cfg = Experiment(LoopToml(), {"env.wrong_reward=nan", "trainer.checkpoint_every=1"});
+  TempDir dir("nan_reward");
+  try {
+    RunTraining(*cfg, dir.str());
+    FAIL() << "expected a NumericError";
+  } catch (const NumericError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("non-finite reward nan from env 'bandit' at iteration 0"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "checkpoints" / "latest"));
+}
+
+TEST(TrainLoop, AbsurdLearningRateStopsBeforeWritingBrokenWeights) {
+  // lr = 1e12 with clipping off: the first Adam steps move weights by ~1e12,
+  // the forward overflows, and a non-finite tensor appears within a few steps.
+  auto cfg = Experiment(LoopToml(), {"trainer.lr=1e12", "trainer.max_grad_norm=0",
+                                     "trainer.lr_schedule=constant", "trainer.checkpoint_every=1"});
+  TempDir dir("absurd_lr");
+  std::string message;
+  try {
+    RunTraining(*cfg, dir.str());
+  } catch (const NumericError& e) {
+    message = e.what();
+  }
+  ASSERT_FALSE(message.empty()) << "training with lr = 1e12 finished without a NumericError";
+  EXPECT_NE(message.find("non-finite"), std::string::npos) << message;
+  EXPECT_NE(message.find("iteration"), std::string::npos) << message;
+  std::cout << "  guard: " << message << "\n";
+  ExpectFiniteCheckpoints(dir.str());
+}
+
+TEST(TrainLoop, RerunningAConfigRecordsTheSameTrajectories) {
+  auto cfg = Experiment(LoopToml(kMaze2), {"trainer.iterations=2"});
+  TempDir a("rerun_a"), b("rerun_b");
+  RunTraining(*cfg, a.str());
+  RunTraining(*cfg, b.str());
+  const std::string steps =
+      "SELECT e.iteration, e.split, e.seed, s.t, s.action, s.label, s.reward, s.logp_rollout, "
+      "s.prompt_hash "
+      "FROM steps s JOIN episodes e ON e.id = s.episode_id ORDER BY e.id, s.t";
+  auto ra = Query(a.str(), steps), rb = Query(b.str(), steps);
+  EXPECT_GT(ra.rows.size(), 32u);
+  EXPECT_EQ(memory::FormatCsv(ra), memory::FormatCsv(rb));
+}
+
+TEST(TrainLoop, BudgetCountersAgreeWithTheStore) {
+  auto cfg = Experiment(LoopToml(kMaze2), {"trainer.iterations=2", "trainer.num_envs=8",
+                                           "trainer.eval_sampled=false"});
+  TempDir dir("budget");
+  RunTraining(*cfg, dir.str());
+  auto metric = [&](const std::string& key) {
+    auto q =
+        Query(dir.str(), "SELECT value FROM metrics WHERE iteration = 1 AND key = '" + key + "'");
+    return AsDouble(q.rows.at(0).at(0));
+  };
+  auto scalar = [&](const std::string& sql) {
+    return AsDouble(Query(dir.str(), sql).rows.at(0).at(0));
+  };
+  const double train_steps = scalar(
+      "SELECT count(*) FROM steps s JOIN episodes e ON e.id = s.episode_id WHERE e.split = "
+      "'train'");
+  EXPECT_EQ(metric("budget/episodes"), 2 * 16);
+  EXPECT_EQ(metric("budget/env_steps"), train_steps);
+  EXPECT_EQ(metric("budget/decisions"), train_steps);
+  EXPECT_EQ(metric("budget/samples_generated"), train_steps);
+  EXPECT_EQ(metric("budget/samples_used"), train_steps);  // PPO trains on every decision
+  EXPECT_EQ(metric("budget/invalid_steps"), 0);
+  EXPECT_EQ(metric("budget/generated_tokens"), 0);
+  // Lockstep: 16 episodes on 8 slots; one forward per round over the active
+  // episodes, and slots refill as soon as an episode ends. Rebuild the rounds
+  // from the recorded episode lengths.
+  double forwards = 0;
+  for (int64_t it = 0; it < 2; ++it) {
+    auto q = Query(dir.str(), "SELECT length FROM episodes WHERE split = 'train' AND iteration = " +
+                                  std::to_string(it) + " ORDER BY id");
+    std::vector<int64_t> queue;
+    for (const auto& row : q.rows) queue.push_back(std::get<int64_t>(row[0]));
+    std::vector<int64_t> active;
+    size_t next = 0;
+    while (next < queue.size() || !active.empty()) {
+      while (active.size() < 8 && next < queue.size()) active.push_back(queue[next++]);
+      forwards += 1;
+      for (auto& left : active) left -= 1;
+      std::erase(active, 0);
+    }
+  }
+  EXPECT_EQ(metric("budget/forward_passes"), forwards);
+  EXPECT_LT(forwards, train_steps);
+  // Prompt tokens: at least every prompt once (the readout also reads the wordings).
+  EXPECT_GT(
+      metric("budget/prompt_tokens"),
+      scalar("SELECT sum(s.prompt_tokens) FROM steps s JOIN episodes e ON e.id = s.episode_id "
+             "WHERE e.split = 'train'"));
+  EXPECT_GT(metric("budget/train_flops"), metric("budget/rollout_flops"));
+  // The time split covers the iteration.
+  double parts = metric("time/readout_s") + metric("time/env_s") + metric("time/update_s") +
+                 metric("time/logging_s");
+  EXPECT_GT(metric("time/readout_s"), 0);
+  EXPECT_GT(metric("time/update_s"), 0);
+  EXPECT_LE(parts, metric("time/iteration_s") + metric("time/logging_s") + 1e-6);
+}
+
+TEST(TrainLoop, RecordingOffKeepsMetricsAndDropsProvenance) {
+  auto cfg = Experiment(LoopToml(), {"trainer.iterations=2"});
+  TempDir dir("record_off");
+  auto trainer = MakeTrainer(*cfg);
+  {
+    Session s(*cfg, {.out_dir = dir.str(), .quiet = true, .record = false});
+    Train(s, *trainer, {.quiet = true});
+    s.End("completed");
+  }
+  EXPECT_EQ(AsDouble(Query(dir.str(), "SELECT count(*) FROM episodes").rows[0][0]), 0);
+  EXPECT_GT(AsDouble(Query(dir.str(), "SELECT count(*) FROM metrics").rows[0][0]), 20);
+}
+
+TEST(PpoDecision, AllActionEstimatorTrainsAndLogsBothGradientVariances) {
+  auto cfg =
+      Experiment(LoopToml(), {"trainer.iterations=2", "trainer.estimator=all_action",
+                              "trainer.grad_variance_every=1", "trainer.grad_variance_samples=6"});
+  TempDir dir("all_action");
+  RunTraining(*cfg, dir.str());
+  auto q = Query(dir.str(),
+                 "SELECT key, count(*), min(value), max(value) FROM metrics WHERE key IN "
+                 "('grad/var_sampled', 'grad/var_all_action', 'losses/afterstate_value', "
+                 "'losses/menu_kl_old') "
+                 "GROUP BY key ORDER BY key");
+  ASSERT_EQ(q.rows.size(), 4u);
+  for (const auto& row : q.rows) {
+    EXPECT_EQ(std::get<int64_t>(row[1]), 2) << std::get<std::string>(row[0]);
+    EXPECT_TRUE(std::isfinite(AsDouble(row[2]))) << std::get<std::string>(row[0]);
+    std::cout << "  " << std::get<std::string>(row[0]) << " in [" << AsDouble(row[2]) << ", "
+              << AsDouble(row[3]) << "]\n";
+  }
+  EXPECT_GT(AsDouble(q.rows[0][2]), 0);  // grad/var_all_action
+  EXPECT_GT(AsDouble(q.rows[1][2]), 0);  // grad/var_sampled
+}
+
+// ---- command line ------------------------------------------------------------
+
+struct Cli {
+  int code;
+  std::string out;
+};
+
+Cli RunRlid(const std::string& args) {
+  const char* bin = std::getenv("RLID_BIN");
+  std::string exe = bin ? bin : (fs::path(RLID_BINARY_DIR) / "rlid").string();
+  std::string cmd = exe + " " + args + " 2>&1";
+  Cli r{-1, ""};
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(TrainCli, TrainThenEvalACheckpoint) {
+  TempDir dir("cli");
+  fs::path config = dir.path() / "bandit.toml";
+  std::ofstream(config) << LoopToml();
+  fs::path run = dir.path() / "run";
+  Cli train = RunRlid("train " + config.string() + " --out " + run.string() +
+                      " --set trainer.iterations=2");
+  ASSERT_EQ(train.code, 0) << train.out;
+  EXPECT_NE(train.out.find("ppo_decision finished 2 iterations"), std::string::npos) << train.out;
+  EXPECT_NE(train.out.find("test (greedy)"), std::string::npos) << train.out;
+  fs::path ckpt = run / "checkpoints" / "iter_000001";
+  ASSERT_TRUE(fs::exists(ckpt / "rlid.json")) << train.out;
+
+  Cli eval = RunRlid("eval --checkpoint " + ckpt.string() + " --env bandit --episodes 8 --out " +
+                     (dir.path() / "eval").string());
+  ASSERT_EQ(eval.code, 0) << eval.out;
+  EXPECT_NE(eval.out.find("(8 test episodes)"), std::string::npos) << eval.out;
+  EXPECT_EQ(AsDouble(Query((dir.path() / "eval").string(),
+                           "SELECT count(*) FROM episodes WHERE split = 'test'")
+                         .rows[0][0]),
+            8);
+
+  // A bad value is a clean error with a non-zero exit code.
+  Cli bad = RunRlid("train " + config.string() + " --out " + (dir.path() / "bad").string() +
+                    " --set trainer.lr=-1");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("lr must be > 0"), std::string::npos) << bad.out;
+}
+
+}  // namespace
+}  // namespace rlid::trainers

@@ -1,0 +1,192 @@
+// A tiny `rlid compare` (seconds): the table has its columns, every arm ran
+// every seed from one shared warm start, each run stopped within one
+// iteration of the matched budget, and report.html renders in headless
+// Chromium with its table and plots (screenshot kept as a test artefact).
+#include "trainers/analysis/compare.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "memory/store.h"
+#include "policy/runtime.h"
+#include "tests/trainers/algorithms/warm_start.h"
+
+namespace rlid::trainers {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr double kBudget = 24;
+
+const char* kToml = R"(
+[run]
+name = "tiny_compare"
+seed = 1
+[env]
+name = "bandit"
+[tokenizer]
+vocab_size = 512
+corpus_episodes = 60
+[sft]
+episodes = 32
+epochs = 1
+[trainer]
+episodes_per_iteration = 8
+num_envs = 8
+epochs = 1
+minibatch_size = 16
+eval_every = 1
+eval_episodes = 8
+eval_sampled = false
+grad_variance_every = 2
+grad_variance_samples = 3
+[compare]
+arms = ["ppo_decision", "grpo"]
+seeds = [1, 2]
+budget = "env_steps"
+budget_value = 24
+)";
+
+// Runs the compare once per build (cached like the warm starts).
+std::string CompareDir() {
+  auto dir = testing::TestCacheDir() / "tiny_compare";
+  int fd = ::open((testing::TestCacheDir() / "tiny_compare.lock").c_str(), O_CREAT | O_RDWR, 0644);
+  ::flock(fd, LOCK_EX);
+  if (!fs::exists(dir / "report.html")) {
+    fs::remove_all(dir);
+    fs::create_directories(testing::TestCacheDir());
+    auto cfg = testing::TestCacheDir() / "tiny_compare.toml";
+    std::ofstream(cfg) << kToml;
+    policy::SetNumThreads(1);
+    RunCompare(cfg.string(), {}, dir.string(), /*quiet=*/true);
+  }
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+  return dir.string();
+}
+
+double Num(const memory::Value& v) {
+  if (auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+  return std::get<double>(v);
+}
+
+TEST(Compare, SharedStartSeedsAndMatchedBudget) {
+  auto dir = CompareDir();
+  auto store = memory::Store::Open(dir + "/rlid.db", memory::Store::Mode::kReadOnly);
+  auto runs = store->Query(
+      "SELECT id, arm, seed, config_toml FROM runs WHERE kind = 'compare' ORDER BY id");
+  ASSERT_EQ(runs.rows.size(), 4u);  // 2 arms x 2 seeds
+  std::map<std::string, std::set<int64_t>> seeds;
+  std::set<std::string> inits;
+  for (const auto& row : runs.rows) {
+    std::string arm = std::get<std::string>(row[1]);
+    seeds[arm].insert(std::get<int64_t>(row[2]));
+    std::string toml = std::get<std::string>(row[3]);
+    auto at = toml.find("init = ");
+    ASSERT_NE(at, std::string::npos);
+    inits.insert(toml.substr(at, toml.find('\n', at) - at));
+    // Budget matched within one iteration: crossed at the last iteration only.
+    int64_t id = std::get<int64_t>(row[0]);
+    auto q =
+        store->Query(fmt::format("SELECT iteration, value FROM metrics WHERE run_id = {} AND key = "
+                                 "'budget/env_steps' ORDER BY iteration",
+                                 id));
+    ASSERT_GE(q.rows.size(), 2u);
+    double last = Num(q.rows.back()[1]), before = Num(q.rows[q.rows.size() - 2][1]);
+    EXPECT_GE(last, kBudget) << arm;
+    EXPECT_LT(before, kBudget) << arm << ": the run went on after reaching the budget";
+  }
+  // Every arm x seed keeps its own checkpoints (no iter_N collisions).
+  for (const char* arm : {"ppo_decision", "grpo"})
+    for (int seed : {1, 2})
+      EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / "checkpoints" /
+                                          fmt::format("{}-seed{}", arm, seed) / "latest" /
+                                          "model.safetensors"))
+          << arm << " seed " << seed;
+  EXPECT_EQ(seeds["ppo_decision"], (std::set<int64_t>{1, 2}));
+  EXPECT_EQ(seeds["grpo"], (std::set<int64_t>{1, 2}));
+  EXPECT_EQ(inits.size(), 1u) << "arms did not share one warm start";
+  // The warm start is the SFT run of the same directory.
+  auto sft = store->Query("SELECT count(*) FROM runs WHERE kind = 'sft'");
+  EXPECT_EQ(std::get<int64_t>(sft.rows[0][0]), 1);
+  // Evaluation used the same test seeds for every arm.
+  auto eval = store->Query(
+      "SELECT count(DISTINCT r.arm), count(DISTINCT e.seed) FROM episodes e JOIN runs r ON r.id = "
+      "e.run_id "
+      "WHERE e.split = 'test' AND r.kind = 'compare'");
+  EXPECT_EQ(std::get<int64_t>(eval.rows[0][0]), 2);
+  EXPECT_EQ(std::get<int64_t>(eval.rows[0][1]), 8);
+  // Every metric is logged once per (run, iteration) in both planes.
+  auto dup = store->Query(
+      "SELECT group_concat(key) FROM (SELECT key, count(*) AS n FROM metrics GROUP BY run_id, "
+      "iteration, key "
+      "HAVING n > 1)");
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(dup.rows[0][0]))
+      << "metrics logged twice: " << std::get<std::string>(dup.rows[0][0]);
+}
+
+TEST(Compare, TableHasItsColumns) {
+  auto dir = CompareDir();
+  std::ifstream in(dir + "/summary.txt");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string table = ss.str();
+  for (const char* col : {"arm", "plane", "test success", "return", "steps→0.8", "gen tok", "fwd",
+                          "invalid", "wall s", "budget", "grad var"})
+    EXPECT_NE(table.find(col), std::string::npos) << col << "\n" << table;
+  EXPECT_NE(table.find("ppo_decision"), std::string::npos);
+  EXPECT_NE(table.find("grpo"), std::string::npos);
+  EXPECT_NE(table.find("decision"), std::string::npos);
+  EXPECT_NE(table.find("token"), std::string::npos);
+  EXPECT_NE(table.find("best final test success"), std::string::npos);  // the verdict line
+}
+
+TEST(Compare, ReportRendersInHeadlessChromium) {
+  auto dir = CompareDir();
+  std::string chromium = fs::exists("/usr/bin/chromium") ? "/usr/bin/chromium" : "";
+  ASSERT_FALSE(chromium.empty())
+      << "headless Chromium is needed: scripts/setup.sh --browser installs it";
+  auto artefacts = testing::TestCacheDir() / "artefacts";
+  fs::create_directories(artefacts);
+  auto profile = testing::TestCacheDir() / "chromium_profile";
+  std::string flags =
+      "--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
+      "--disable-background-networking --disable-component-update --disable-sync "
+      "--user-data-dir=" +
+      profile.string();
+  std::string url = "file://" + fs::absolute(dir + "/report.html").string();
+  auto dom_file = artefacts / "report_dom.html";
+  std::string cmd =
+      chromium + " " + flags + " --dump-dom '" + url + "' >'" + dom_file.string() + "' 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(dom_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string dom = ss.str();
+  EXPECT_NE(dom.find("id=\"summary\""), std::string::npos) << "the summary table is missing";
+  EXPECT_NE(dom.find("id=\"verdict\""), std::string::npos);
+  size_t svgs = 0;
+  for (size_t p = dom.find("<svg"); p != std::string::npos; p = dom.find("<svg", p + 1)) ++svgs;
+  EXPECT_GE(svgs, 2u) << "both learning-curve plots should be inline SVG";
+  EXPECT_NE(dom.find("Seeds"), std::string::npos);
+  EXPECT_NE(dom.find("Budget"), std::string::npos);
+  EXPECT_NE(dom.find("same warm-start checkpoint"), std::string::npos);
+  auto png = artefacts / "report.png";
+  fs::remove(png);
+  cmd = chromium + " " + flags + " --window-size=1200,1800 --screenshot='" + png.string() + "' '" +
+        url + "' >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_TRUE(fs::exists(png));
+  EXPECT_GT(fs::file_size(png), 20000u) << "the screenshot looks empty";
+  std::cout << "report screenshot: " << png.string() << "\n";
+}
+
+}  // namespace
+}  // namespace rlid::trainers

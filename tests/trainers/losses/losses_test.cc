@@ -1,0 +1,515 @@
+// Hand-computed checks of the policy losses, aggregation with global counts,
+// engine corrections, KL terms and padding invariance (trainers/losses.h, kl.h).
+#include "trainers/losses/losses.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "tests/trainers/losses/tensor_test_util.h"
+#include "trainers/losses/kl.h"
+
+namespace rlid::trainers {
+namespace {
+
+using testing::Mat;
+using testing::Near;
+using testing::Same;
+using testing::Vec;
+
+struct Eval {
+  double loss;
+  torch::Tensor grad;
+  std::map<std::string, double> metrics;
+};
+
+// Loss value, d loss / d log_prob and metrics for one call.
+Eval Evaluate(const LossConfig& cfg, const KlConfig& kl, PolicyLossInputs in) {
+  torch::Tensor lp = in.log_prob.clone().requires_grad_(true);
+  in.log_prob = lp;
+  LossResult r = PolicyLoss(cfg, kl, in);
+  torch::Tensor grad = torch::zeros_like(lp);
+  if (r.loss.requires_grad()) {
+    auto g = torch::autograd::grad({r.loss}, {lp}, {}, false, false, true);
+    if (g[0].defined()) grad = g[0];
+  }
+  return {r.loss.item<double>(), grad, r.metrics};
+}
+
+Eval Evaluate(const LossConfig& cfg, PolicyLossInputs in) { return Evaluate(cfg, KlConfig{}, in); }
+
+// One response, four tokens with ratios 1.5, 0.5, 0.5, 3 and advantages +1, +1, -1, -1.
+PolicyLossInputs FourTokens() {
+  PolicyLossInputs in;
+  in.old_log_prob = Mat({{-1.0, -1.0, -1.0, -1.0}});
+  in.log_prob =
+      in.old_log_prob + Mat({{std::log(1.5), std::log(0.5), std::log(0.5), std::log(3.0)}});
+  in.advantages = Mat({{1.0, 1.0, -1.0, -1.0}});
+  return in;
+}
+
+TEST(PpoClip, HandComputedClipDualClipAndClipHigher) {
+  LossConfig cfg;  // eps 0.2 / 0.2, token_mean
+  // L = max(-A r, -A clamp(r, .8, 1.2)) = [-1.2, -0.5, 0.8, 3]; only t1 is unclipped.
+  Eval plain = Evaluate(cfg, FourTokens());
+  EXPECT_NEAR(plain.loss, (-1.2 - 0.5 + 0.8 + 3.0) / 4, 1e-15);
+  EXPECT_TRUE(Near(plain.grad, Mat({{0.0, -0.5 / 4, 0.0, 3.0 / 4}}), 1e-15));
+  EXPECT_DOUBLE_EQ(plain.metrics["clip_frac"], 0.5);  // t0, t2
+  EXPECT_DOUBLE_EQ(plain.metrics["clip_frac_lower"], 0.0);
+  EXPECT_NEAR(plain.metrics["approx_kl"], -std::log(1.5 * 0.5 * 0.5 * 3.0) / 4, 1e-15);
+
+  // Dual clip c = 2: t3 (A < 0, L = 3) becomes min(-A c, 3) = 2 with zero gradient.
+  cfg.dual_clip = 2.0;
+  Eval dual = Evaluate(cfg, FourTokens());
+  EXPECT_NEAR(dual.loss, (-1.2 - 0.5 + 0.8 + 2.0) / 4, 1e-15);
+  EXPECT_TRUE(Near(dual.grad, Mat({{0.0, -0.5 / 4, 0.0, 0.0}}), 1e-15));
+  EXPECT_DOUBLE_EQ(dual.metrics["clip_frac_lower"], 0.25);
+
+  // Clip-higher 0.6: r = 1.5 is inside [0.8, 1.6], so t0 keeps its gradient -A r.
+  cfg.dual_clip = 0.0;
+  cfg.clip_high = 0.6;
+  Eval higher = Evaluate(cfg, FourTokens());
+  EXPECT_NEAR(higher.loss, (-1.5 - 0.5 + 0.8 + 3.0) / 4, 1e-15);
+  EXPECT_TRUE(Near(higher.grad, Mat({{-1.5 / 4, -0.5 / 4, 0.0, 3.0 / 4}}), 1e-15));
+  EXPECT_DOUBLE_EQ(higher.metrics["clip_frac"], 0.25);
+}
+
+TEST(PpoClip, LogRatioClampStopsTheGradient) {
+  LossConfig cfg;
+  cfg.log_ratio_clamp = 0.5;
+  cfg.clip_high = 10.0;
+  PolicyLossInputs in;
+  in.old_log_prob = Mat({{0.0, 0.0}});
+  in.log_prob = Mat({{1.0, 0.25}});
+  in.advantages = Vec({1.0});
+  Eval e = Evaluate(cfg, in);
+  // r = exp(clamp(lr, -0.5, 0.5)) = [e^0.5 (clamped, no gradient), e^0.25].
+  EXPECT_NEAR(e.loss, -(std::exp(0.5) + std::exp(0.25)) / 2, 1e-15);
+  EXPECT_TRUE(Near(e.grad, Mat({{0.0, -std::exp(0.25) / 2}}), 1e-15));
+}
+
+TEST(Aggregation, AllFiveModesAndGlobalDenominators) {
+  torch::Tensor loss = Mat({{1, 2, 3}, {4, 5, 6}, {7, 8, 9}});
+  torch::Tensor mask = Mat({{1, 1, 0}, {1, 0, 0}, {0, 0, 0}}).to(torch::kBool);  // row 2 empty
+  auto agg = [&](const std::string& mode, double norm = 0, GlobalCounts c = {}) {
+    return Aggregate(loss, mask, mode, norm, c).item<double>();
+  };
+  EXPECT_DOUBLE_EQ(agg("token_mean"), 7.0 / 3);
+  EXPECT_DOUBLE_EQ(agg("token_sum"), 7.0);
+  EXPECT_DOUBLE_EQ(agg("seq_mean_token_mean"), (1.5 + 4.0) / 2);
+  EXPECT_DOUBLE_EQ(agg("seq_mean_token_sum"), (3.0 + 4.0) / 2);
+  EXPECT_DOUBLE_EQ(agg("seq_mean_token_sum_norm"), 3.5 / 3);  // norm 0 = width T = 3
+  EXPECT_DOUBLE_EQ(agg("seq_mean_token_sum_norm", 8.0), 3.5 / 8);
+  // Global counts replace the local ones.
+  EXPECT_DOUBLE_EQ(agg("token_mean", 0, {10, -1}), 0.7);
+  EXPECT_DOUBLE_EQ(agg("seq_mean_token_mean", 0, {-1, 4}), 5.5 / 4);
+  EXPECT_DOUBLE_EQ(agg("seq_mean_token_sum", 0, {-1, 4}), 7.0 / 4);
+  EXPECT_DOUBLE_EQ(agg("token_sum", 0, {10, 4}), 7.0);
+  // Nothing valid: 0, not NaN.
+  torch::Tensor none = torch::zeros({2, 2}, torch::kBool);
+  for (const auto& mode : AggregationNames())
+    EXPECT_EQ(Aggregate(Mat({{1, 2}, {3, 4}}), none, mode).item<double>(), 0.0) << mode;
+  EXPECT_THROW(Aggregate(loss, mask, "mean"), ConfigError);
+}
+
+// Deterministic inputs from a named stream: [B,T] with ragged masks and an empty row.
+PolicyLossInputs RandomBatch(uint64_t seed, int64_t b, int64_t t) {
+  Rng rng = Rng::Stream(seed, "losses_test");
+  auto fill = [&](double lo, double hi) {
+    torch::Tensor x = torch::empty({b, t}, torch::kFloat64);
+    auto a = x.accessor<double, 2>();
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t j = 0; j < t; ++j) a[i][j] = lo + (hi - lo) * rng.Uniform();
+    return x;
+  };
+  PolicyLossInputs in;
+  in.old_log_prob = fill(-3.0, -0.05);
+  in.log_prob = in.old_log_prob + fill(-0.6, 0.6);
+  in.rollout_log_prob = in.old_log_prob + fill(-1.2, 1.2);
+  in.ref_log_prob = in.old_log_prob + fill(-0.5, 0.5);
+  in.advantages = fill(-1.5, 1.5);
+  torch::Tensor mask = torch::zeros({b, t}, torch::kFloat64);
+  for (int64_t i = 0; i < b; ++i) {
+    int64_t len = i == 2 ? 0 : 1 + static_cast<int64_t>(rng.UniformInt(t));
+    mask.index_put_({i, torch::indexing::Slice(0, len)}, 1.0);
+  }
+  in.response_mask = mask;
+  return in;
+}
+
+PolicyLossInputs Rows(const PolicyLossInputs& in, int64_t begin, int64_t end) {
+  auto s = [&](const torch::Tensor& x) { return x.slice(0, begin, end); };
+  PolicyLossInputs out = in;
+  out.log_prob = s(in.log_prob);
+  out.old_log_prob = s(in.old_log_prob);
+  out.rollout_log_prob = s(in.rollout_log_prob);
+  out.ref_log_prob = s(in.ref_log_prob);
+  out.advantages = s(in.advantages);
+  out.response_mask = s(in.response_mask);
+  return out;
+}
+
+TEST(Aggregation, MicroBatchesWithGlobalCountsSumToTheFullBatch) {
+  PolicyLossInputs full = RandomBatch(7, 6, 5);
+  KlConfig kl;
+  kl.coef = 0.3;
+  for (std::string loss_name : {"ppo_clip", "gspo", "cispo"}) {
+    for (std::string engine : {"none", "reject"}) {
+      for (const auto& mode : AggregationNames()) {
+        LossConfig cfg;
+        cfg.policy_loss = loss_name;
+        cfg.aggregation = mode;
+        cfg.dual_clip = loss_name == "ppo_clip" ? 3.0 : 0.0;
+        cfg.engine.kind = engine;
+        cfg.engine.low = 0.6;
+        cfg.engine.high = 1.8;
+        SCOPED_TRACE(loss_name + " / " + engine + " / " + mode);
+        Eval whole = Evaluate(cfg, kl, full);
+        // The step's counts are the sums of the micro-batches' local counts.
+        GlobalCounts a = LocalCounts(cfg, Rows(full, 0, 2));
+        GlobalCounts b = LocalCounts(cfg, Rows(full, 2, 6));
+        GlobalCounts all = LocalCounts(cfg, full);
+        EXPECT_EQ(a.tokens + b.tokens, all.tokens);
+        EXPECT_EQ(a.sequences + b.sequences, all.sequences);
+        PolicyLossInputs first = Rows(full, 0, 2), second = Rows(full, 2, 6);
+        first.counts = second.counts = all;
+        Eval e1 = Evaluate(cfg, kl, first), e2 = Evaluate(cfg, kl, second);
+        EXPECT_NEAR(e1.loss + e2.loss, whole.loss, 1e-14);
+        EXPECT_TRUE(Near(torch::cat({e1.grad, e2.grad}), whole.grad, 1e-15));
+        // Local means per micro-batch would not add up (the reason for global counts).
+        if (mode != "token_sum") {
+          PolicyLossInputs l1 = Rows(full, 0, 2), l2 = Rows(full, 2, 6);
+          EXPECT_GT(std::abs(Evaluate(cfg, kl, l1).loss + Evaluate(cfg, kl, l2).loss - whole.loss),
+                    1e-6);
+        }
+      }
+    }
+  }
+}
+
+TEST(Gspo, SequenceClipDiffersFromPerTokenClipWithAnOutlierToken) {
+  // One response, A = +1, token log-ratios [0, 0, 0, 0.8]: the outlier alone is clipped
+  // per token, but the geometric mean exp(0.2) = 1.2214 > 1.2 clips the whole sequence.
+  PolicyLossInputs in;
+  in.old_log_prob = Mat({{-1.0, -1.0, -1.0, -1.0}});
+  in.log_prob = in.old_log_prob + Mat({{0.0, 0.0, 0.0, 0.8}});
+  in.advantages = Vec({1.0});
+  LossConfig seq;
+  seq.policy_loss = "gspo";
+  seq.aggregation = "seq_mean_token_mean";
+  Eval g = Evaluate(seq, in);
+  EXPECT_NEAR(g.loss, -1.2, 1e-15);
+  EXPECT_TRUE(Near(g.grad, torch::zeros({1, 4}, torch::kFloat64), 0));
+  EXPECT_DOUBLE_EQ(g.metrics["clip_frac"], 1.0);
+
+  LossConfig token = seq;
+  token.policy_loss = "ppo_clip";
+  Eval p = Evaluate(token, in);
+  EXPECT_NEAR(p.loss, (-1 - 1 - 1 - 1.2) / 4, 1e-15);
+  EXPECT_TRUE(Near(p.grad, Mat({{-0.25, -0.25, -0.25, 0.0}}), 1e-15));
+
+  // Inside the clip range the sequence ratio spreads its gradient evenly: s m_t / n.
+  seq.clip_high = 1.0;
+  Eval open = Evaluate(seq, in);
+  double s = std::exp(0.2);
+  EXPECT_NEAR(open.loss, -s, 1e-15);
+  EXPECT_TRUE(Near(open.grad, torch::full({1, 4}, -s / 4, torch::kFloat64), 1e-15));
+}
+
+TEST(Gspo, TokenFormHasTheSameValueButPerTokenGradient) {
+  // s = 1; token advantages [1, 3]. gspo: d/dlogp_u = -(1/n) sum_t A_t s / n = -1 for both;
+  // gspo_token: -(1/n) A_u s = [-0.5, -1.5]. Both losses are -(1 + 3)/2 = -2.
+  PolicyLossInputs in;
+  in.old_log_prob = Mat({{-0.7, -1.3}});
+  in.log_prob = in.old_log_prob.clone();
+  in.advantages = Mat({{1.0, 3.0}});
+  LossConfig cfg;
+  cfg.aggregation = "seq_mean_token_mean";
+  cfg.policy_loss = "gspo";
+  Eval g = Evaluate(cfg, in);
+  cfg.policy_loss = "gspo_token";
+  Eval t = Evaluate(cfg, in);
+  EXPECT_DOUBLE_EQ(g.loss, -2.0);
+  EXPECT_DOUBLE_EQ(t.loss, -2.0);
+  EXPECT_TRUE(Near(g.grad, Mat({{-1.0, -1.0}}), 1e-15));
+  EXPECT_TRUE(Near(t.grad, Mat({{-0.5, -1.5}}), 1e-15));
+}
+
+TEST(Cispo, DetachedClippedWeightTimesLogProb) {
+  // t0: r = 1.5 -> weight 1.2, A = 2, logp = -0.5: L = -1.2 * 2 * -0.5 = 1.2, grad -2.4.
+  // t1: r = 1.1 (inside), A = -1, logp = -1: L = -1.1, grad 1.1.
+  PolicyLossInputs in;
+  in.log_prob = Mat({{-0.5, -1.0}});
+  in.old_log_prob = in.log_prob - Mat({{std::log(1.5), std::log(1.1)}});
+  in.advantages = Mat({{2.0, -1.0}});
+  LossConfig cfg;
+  cfg.policy_loss = "cispo";
+  Eval e = Evaluate(cfg, in);
+  EXPECT_NEAR(e.loss, (1.2 - 1.1) / 2, 1e-15);
+  EXPECT_TRUE(Near(e.grad, Mat({{-1.2, 0.55}}), 1e-15));
+  EXPECT_DOUBLE_EQ(e.metrics["clip_frac"], 0.5);
+}
+
+// Two tokens, r = 1, A = 1; the first has k = pi_old / pi_rollout = 0.1, the second k = 1.
+PolicyLossInputs EngineCase() {
+  PolicyLossInputs in;
+  in.old_log_prob = Mat({{-1.0, -2.0}});
+  in.log_prob = in.old_log_prob.clone();
+  in.rollout_log_prob = in.old_log_prob - Mat({{std::log(0.1), 0.0}});
+  in.advantages = Vec({1.0});
+  return in;
+}
+
+TEST(EngineCorrection, TisKeepsASmallRatioIcePopZeroesItRejectDropsIt) {
+  LossConfig cfg;
+  cfg.engine.kind = "tis";  // cap 2, floor 0
+  Eval tis = Evaluate(cfg, EngineCase());
+  EXPECT_NEAR(tis.loss, (-0.1 - 1.0) / 2, 1e-15);
+  EXPECT_TRUE(Near(tis.grad, Mat({{-0.05, -0.5}}), 1e-15));
+  EXPECT_NEAR(tis.metrics["engine/kl"], std::log(10.0) / 2, 1e-15);
+  EXPECT_NEAR(tis.metrics["engine/weight_mean"], 0.55, 1e-15);
+  EXPECT_DOUBLE_EQ(tis.metrics["engine/capped_frac"], 0.0);
+
+  cfg.engine.kind = "icepop";  // [0.5, 5]: weight 0, but the token stays in the denominator
+  Eval ice = Evaluate(cfg, EngineCase());
+  EXPECT_NEAR(ice.loss, -0.5, 1e-15);
+  EXPECT_TRUE(Near(ice.grad, Mat({{0.0, -0.5}}), 1e-15));
+  EXPECT_DOUBLE_EQ(ice.metrics["engine/masked_frac"], 0.5);
+
+  cfg.engine.kind = "reject";  // removed from the mask: the denominator shrinks to 1
+  Eval rej = Evaluate(cfg, EngineCase());
+  EXPECT_NEAR(rej.loss, -1.0, 1e-15);
+  EXPECT_TRUE(Near(rej.grad, Mat({{0.0, -1.0}}), 1e-15));
+  EXPECT_DOUBLE_EQ(rej.metrics["engine/masked_frac"], 0.5);
+  EXPECT_EQ(LocalCounts(cfg, EngineCase()).tokens, 1.0);
+
+  // TIS floor 0.5 lifts the small weight; a cap of 0.05 caps both.
+  cfg.engine.kind = "tis";
+  cfg.engine.floor = 0.5;
+  Eval floored = Evaluate(cfg, EngineCase());
+  EXPECT_NEAR(floored.loss, (-0.5 - 1.0) / 2, 1e-15);
+  EXPECT_DOUBLE_EQ(floored.metrics["engine/capped_frac"], 0.5);
+  cfg.engine.floor = 0.0;
+  cfg.engine.cap = 0.05;
+  Eval capped = Evaluate(cfg, EngineCase());
+  EXPECT_NEAR(capped.loss, -0.05, 1e-15);
+  EXPECT_DOUBLE_EQ(capped.metrics["engine/capped_frac"], 1.0);
+}
+
+TEST(EngineCorrection, SequenceLevelUsesTheProductOfTokenRatios) {
+  // k_seq = 0.1 * 1 = 0.1 for both tokens.
+  LossConfig cfg;
+  cfg.engine.level = "sequence";
+  cfg.engine.kind = "tis";
+  EXPECT_NEAR(Evaluate(cfg, EngineCase()).loss, (-0.1 - 0.1) / 2, 1e-15);
+  cfg.engine.kind = "icepop";
+  Eval ice = Evaluate(cfg, EngineCase());
+  EXPECT_EQ(ice.loss, 0.0);
+  EXPECT_DOUBLE_EQ(ice.metrics["engine/masked_frac"], 1.0);
+  cfg.engine.kind = "reject";
+  EXPECT_EQ(Evaluate(cfg, EngineCase()).loss, 0.0);
+  EXPECT_EQ(LocalCounts(cfg, EngineCase()).sequences, 0.0);
+  // A sequence ratio of 3 = 0.1 * 30 passes icepop's [0.5, 5] whole.
+  PolicyLossInputs in = EngineCase();
+  in.rollout_log_prob = in.old_log_prob - Mat({{std::log(0.1), std::log(30.0)}});
+  Eval kept = Evaluate(cfg, in);
+  EXPECT_NEAR(kept.loss, -1.0, 1e-15);
+  cfg.engine.kind = "icepop";
+  EXPECT_NEAR(Evaluate(cfg, in).loss, -3.0, 1e-14);
+}
+
+TEST(Kl, EstimatorsAndStraightThroughHandComputed) {
+  torch::Tensor ref = Mat({{-1.0, -1.0, -1.0}});
+  torch::Tensor d = Mat({{0.5, -1.0, -30.0}});
+  torch::Tensor mask = torch::ones({1, 3}, torch::kBool);
+  auto eval = [&](const std::string& name, bool st) {
+    KlConfig cfg;
+    cfg.estimator = name;
+    cfg.straight_through = st;
+    torch::Tensor lp = (ref + d).requires_grad_(true);
+    torch::Tensor kl = KlPenalty(cfg, lp, ref, mask);
+    torch::Tensor grad = torch::autograd::grad({kl.sum()}, {lp})[0];
+    return std::make_pair(kl.detach(), grad);
+  };
+  double e = std::exp(1.0);
+  auto [k1, g1] = eval("k1", false);
+  EXPECT_TRUE(Near(k1, d, 1e-15));
+  EXPECT_TRUE(Near(g1, Mat({{1, 1, 1}}), 0));
+  auto [ka, ga] = eval("abs", false);
+  EXPECT_TRUE(Near(ka, Mat({{0.5, 1.0, 30.0}}), 1e-15));
+  EXPECT_TRUE(Near(ga, Mat({{1, -1, -1}}), 0));
+  auto [k2, g2] = eval("k2", false);
+  EXPECT_TRUE(Near(k2, Mat({{0.125, 0.5, 450.0}}), 1e-13));
+  EXPECT_TRUE(Near(g2, d, 1e-15));
+  // k3 = exp(-d) + d - 1; at d = -30, -d is clamped to 20 and the result to 10 (no gradient).
+  auto [k3, g3] = eval("k3", false);
+  EXPECT_TRUE(Near(k3, Mat({{std::exp(-0.5) - 0.5, e - 2.0, 10.0}}), 1e-15));
+  EXPECT_TRUE(Near(g3, Mat({{1 - std::exp(-0.5), 1 - e, 0.0}}), 1e-15));
+  // Straight-through: the estimator's value with the k2 gradient d.
+  for (std::string name : {"k1", "abs", "k3"}) {
+    auto [v, g] = eval(name, true);
+    EXPECT_TRUE(Near(v, eval(name, false).first, 0)) << name;
+    EXPECT_TRUE(Near(g, d, 1e-15)) << name;
+  }
+}
+
+TEST(Kl, LossPlacementAddsBetaTimesAggregateRewardPlacementDoesNot) {
+  PolicyLossInputs in = FourTokens();
+  in.ref_log_prob = in.log_prob - Mat({{0.5, -1.0, 0.0, 0.25}});  // d
+  LossConfig cfg;
+  cfg.aggregation = "seq_mean_token_sum";
+  KlConfig kl;
+  kl.estimator = "k2";
+  kl.coef = 0.1;
+  Eval base = Evaluate(cfg, KlConfig{}, in);
+  Eval with = Evaluate(cfg, kl, in);
+  double kl_sum = 0.5 * (0.25 + 1.0 + 0.0 + 0.0625);
+  EXPECT_NEAR(with.loss, base.loss + 0.1 * kl_sum, 1e-15);
+  EXPECT_NEAR(with.metrics["kl"], kl_sum, 1e-15);
+  EXPECT_TRUE(Near(with.grad, base.grad + 0.1 * Mat({{0.5, -1.0, 0.0, 0.25}}), 1e-15));
+  kl.placement = "reward";
+  Eval reward = Evaluate(cfg, kl, in);
+  EXPECT_EQ(reward.loss, base.loss);
+  EXPECT_TRUE(Same(reward.grad, base.grad));
+  EXPECT_NEAR(reward.metrics["kl"], kl_sum, 1e-15);
+  // Reward placement: r_t - beta kl_t on valid tokens, padding 0.
+  torch::Tensor shaped = KlShapedRewards(kl, Mat({{0, 0, 0, 1}}), in.log_prob, in.ref_log_prob,
+                                         Mat({{1, 1, 1, 0}}).to(torch::kBool));
+  EXPECT_TRUE(Near(shaped, Mat({{-0.0125, -0.05, 0.0, 0.0}}), 1e-15));
+}
+
+TEST(Padding, JunkInPaddedPositionsNeverChangesValueOrGradient) {
+  PolicyLossInputs clean = RandomBatch(11, 4, 6);
+  clean.advantages = clean.advantages.clone();
+  torch::Tensor pad = clean.response_mask == 0;
+  PolicyLossInputs junk = clean;
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  int i = 0;
+  for (torch::Tensor* t : {&junk.log_prob, &junk.old_log_prob, &junk.rollout_log_prob,
+                           &junk.ref_log_prob, &junk.advantages}) {
+    const double values[] = {1e300, -1e300, inf, nan, 7.5};
+    *t = t->masked_fill(pad, values[i++ % 5]);
+  }
+  KlConfig kl;
+  kl.coef = 0.2;
+  for (const auto& name : PolicyLossRegistry::Global().Names()) {
+    for (std::string engine : {"none", "tis", "icepop", "reject"}) {
+      for (std::string level : {"token", "sequence"}) {
+        for (const auto& mode : AggregationNames()) {
+          LossConfig cfg;
+          cfg.policy_loss = name;
+          cfg.aggregation = mode;
+          cfg.dual_clip = name == "ppo_clip" ? 3.0 : 0.0;
+          cfg.engine.kind = engine;
+          cfg.engine.level = level;
+          SCOPED_TRACE(name + "/" + engine + "/" + level + "/" + mode);
+          Eval a = Evaluate(cfg, kl, clean), b = Evaluate(cfg, kl, junk);
+          ASSERT_TRUE(std::isfinite(a.loss));
+          EXPECT_EQ(a.loss, b.loss);
+          EXPECT_TRUE(Same(a.grad, b.grad));
+          EXPECT_EQ(a.metrics, b.metrics);
+          EXPECT_TRUE(Same(a.grad.masked_select(pad),
+                           torch::zeros({pad.sum().item<int64_t>()}, torch::kFloat64)));
+        }
+      }
+    }
+  }
+}
+
+TEST(PolicyLoss, AdvantagesPerSequenceEqualBroadcastAndMaskTypesAgree) {
+  PolicyLossInputs in = RandomBatch(3, 3, 4);
+  in.advantages = Vec({0.5, -1.0, 2.0});
+  LossConfig cfg;
+  Eval a = Evaluate(cfg, in);
+  PolicyLossInputs b = in;
+  b.advantages = in.advantages.unsqueeze(1).expand({3, 4}).clone();
+  b.response_mask = in.response_mask.to(torch::kBool);
+  Eval e = Evaluate(cfg, b);
+  EXPECT_EQ(a.loss, e.loss);
+  EXPECT_TRUE(Same(a.grad, e.grad));
+  b.response_mask = in.response_mask.to(torch::kInt64);
+  EXPECT_EQ(Evaluate(cfg, b).loss, a.loss);
+}
+
+TEST(PolicyLoss, ErrorsNameKeysShapesAndKnownNames) {
+  PolicyLossInputs in = FourTokens();
+  LossConfig cfg;
+  cfg.policy_loss = "ppo";
+  try {
+    PolicyLoss(cfg, KlConfig{}, in);
+    FAIL();
+  } catch (const ConfigError& e) {
+    std::string m = std::string(e.what()) + e.hint();
+    for (const char* name : {"ppo_clip", "gspo", "gspo_token", "cispo"})
+      EXPECT_NE(m.find(name), std::string::npos) << m;
+  }
+  EXPECT_THROW(PolicyLossRegistry::Global().Make("nope"), ConfigError);
+  EXPECT_THROW(KlEstimatorRegistry::Global().Make("k4"), ConfigError);
+  cfg = LossConfig{};
+  cfg.dual_clip = 0.5;
+  EXPECT_THROW(PolicyLoss(cfg, KlConfig{}, in), ConfigError);
+  cfg = LossConfig{};
+  PolicyLossInputs bad = in;
+  bad.old_log_prob = Mat({{1.0, 2.0}});
+  try {
+    PolicyLoss(cfg, KlConfig{}, bad);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("old_log_prob has shape [1, 2], expected [1, 4]"),
+              std::string::npos)
+        << e.what();
+  }
+  bad = in;
+  bad.advantages = Vec({1.0, 2.0});
+  EXPECT_THROW(PolicyLoss(cfg, KlConfig{}, bad), ConfigError);
+  bad = in;
+  bad.response_mask = Mat({{1, 0.5, 1, 1}});
+  EXPECT_THROW(PolicyLoss(cfg, KlConfig{}, bad), ConfigError);
+  cfg.engine.kind = "tis";
+  EXPECT_THROW(PolicyLoss(cfg, KlConfig{}, in), ConfigError);  // no rollout_log_prob
+  KlConfig kl;
+  kl.coef = 0.1;
+  EXPECT_THROW(PolicyLoss(LossConfig{}, kl, in), ConfigError);  // no ref_log_prob
+}
+
+TEST(LossConfig, LoadsFromTomlAndRejectsUnknownKeysAndBadValues) {
+  Config cfg = Config::FromString(
+      "[trainer.loss]\npolicy_loss = 'gspo'\nclip_high = 0.28\naggregation = "
+      "'seq_mean_token_mean'\n[trainer.loss.engine]\nkind = 'icepop'\nlevel = 'sequence'\n"
+      "[trainer.kl]\nestimator = 'k1'\nstraight_through = true\ncoef = 0.01\n"
+      "[trainer.advantage]\nestimator = 'rloo'\ngamma = 0.9\n",
+      "exp.toml");
+  LossConfig loss;
+  KlConfig kl;
+  AdvantageConfig adv;
+  ConfigNode trainer = cfg.Root().Section("trainer");
+  loss.Load(trainer.Section("loss"));
+  kl.Load(trainer.Section("kl"));
+  adv.Load(trainer.Section("advantage"));
+  cfg.CheckAllUsed();
+  EXPECT_EQ(loss.policy_loss, "gspo");
+  EXPECT_DOUBLE_EQ(loss.clip_high, 0.28);
+  EXPECT_EQ(loss.engine.kind, "icepop");
+  EXPECT_EQ(loss.engine.level, "sequence");
+  EXPECT_TRUE(kl.straight_through);
+  EXPECT_EQ(adv.estimator, "rloo");
+  EXPECT_DOUBLE_EQ(adv.gamma, 0.9);
+  EXPECT_DOUBLE_EQ(adv.lambda, 0.95);
+
+  Config typo = Config::FromString("[loss.engine]\ncapp = 3\n", "t.toml");
+  LossConfig l2;
+  l2.Load(typo.Root().Section("loss"));
+  EXPECT_THROW(typo.CheckAllUsed(), ConfigError);
+  Config bad = Config::FromString("[loss]\naggregation = 'seq_mean'\n", "b.toml");
+  EXPECT_THROW(l2.Load(bad.Root().Section("loss")), ConfigError);
+  Config bad_floor = Config::FromString("[engine]\nfloor = 3.0\n", "f.toml");
+  EngineConfig e;
+  EXPECT_THROW(e.Load(bad_floor.Root().Section("engine")), ConfigError);  // floor > cap
+}
+
+}  // namespace
+}  // namespace rlid::trainers

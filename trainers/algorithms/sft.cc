@@ -1,0 +1,149 @@
+#include "trainers/algorithms/sft.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "policy/checkpoint.h"
+#include "policy/scoring.h"
+
+namespace rlid::trainers {
+namespace fs = std::filesystem;
+
+SftResult RunSft(Session& s, bool quiet) {
+  const SftConfig& c = s.cfg.sft;
+  SftResult result;
+
+  // ---- demonstrations ----------------------------------------------------------
+  std::vector<agents::EpisodeSpec> specs;
+  for (int64_t i = 0; i < c.episodes; ++i) {
+    agents::EpisodeSpec spec;
+    spec.env_seed = envs::SplitSeed(envs::Split::kTrain, static_cast<uint64_t>(i));
+    spec.stream = (uint64_t{1} << 41) + static_cast<uint64_t>(i);
+    specs.push_back(spec);
+  }
+  agents::Chooser oracle = [&](const envs::State& state, const agents::StepData& step, Rng& rng) {
+    auto* o = dynamic_cast<const envs::OracleState*>(&state);
+    if (!o)
+      throw ConfigError(
+          fmt::format("env '{}' has no oracle; rlid sft needs one", s.env->Info().name));
+    if (rng.Bernoulli(c.random_action_frac))
+      return static_cast<int>(rng.UniformInt(step.menu.size()));
+    auto best = o->OptimalActions();
+    if (best.empty()) return static_cast<int>(rng.UniformInt(step.menu.size()));
+    int idx = step.menu.IndexOfAction(best[rng.UniformInt(best.size())]);
+    RLID_CHECK_GE(idx, 0, "oracle action not on the menu");
+    return idx;
+  };
+  agents::AgentContext ctx = s.AgentCtx(0);
+  agents::Budget demo_budget;
+  auto episodes = agents::RunScriptedEpisodes(ctx, specs, envs::Split::kTrain, oracle, demo_budget);
+  s.Record(episodes, ctx);
+  std::vector<const agents::StepData*> steps;
+  for (const auto& e : episodes) {
+    result.demo_success += e.success;
+    for (const auto& st : e.steps) steps.push_back(&st);
+  }
+  result.demo_success /= std::max<size_t>(episodes.size(), 1);
+  result.examples = static_cast<int64_t>(steps.size());
+  if (steps.empty())
+    throw ConfigError("rlid sft: the demonstrations contain no decisions", "raise sft.episodes");
+
+  // ---- training ----------------------------------------------------------------
+  const int64_t N = result.examples;
+  const int64_t steps_per_epoch = (N + c.batch_size - 1) / c.batch_size;
+  OptimConfig oc = s.cfg.trainer.optim;
+  oc.lr = c.lr;
+  oc.schedule = "cosine";
+  oc.warmup_steps = std::min<int64_t>(20, steps_per_epoch);
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> params;
+  for (auto& p : s.model->named_parameters()) {
+    names.push_back(p.key());
+    params.push_back(p.value());
+  }
+  Optimizer opt(params, oc, c.epochs * steps_per_epoch, names);
+  const auto ropts = agents::ReadoutOptionsFor(s.cfg.readout, false);
+  Rng shuffle = Rng::Stream(s.cfg.run.seed, "sft_batches");
+  s.model->train();
+  int64_t step_no = 0;
+  for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
+    auto perm = shuffle.Permutation(static_cast<int>(N));
+    double epoch_loss = 0;
+    int64_t batches = 0;
+    for (int64_t b0 = 0; b0 < N; b0 += c.batch_size) {
+      int64_t b1 = std::min(N, b0 + c.batch_size);
+      std::vector<policy::ReadoutRequest> reqs;
+      // One LM pass covers the prompt text (lm_weight) and the answer (answer_weight).
+      std::vector<policy::ScoreRequest> texts;
+      std::vector<int64_t> targets, prompt_len;
+      for (int64_t k = b0; k < b1; ++k) {
+        const auto* st = steps[perm[k]];
+        reqs.push_back(agents::ReadoutRequestFor(*s.renderer, *st, s.cfg.readout, false));
+        targets.push_back(st->item);
+        const auto& p = st->prompt.tokens;
+        std::vector<policy::TokenId> rest(p.begin() + 1, p.end());
+        auto answer = s.renderer->AnswerTokens(st->menu.items[st->item], c.answer == "command");
+        rest.insert(rest.end(), answer.begin(), answer.end());
+        texts.push_back({{p.front()}, rest});
+        prompt_len.push_back(static_cast<int64_t>(p.size()) - 1);
+      }
+      torch::Tensor loss = torch::zeros({}, torch::kFloat32);
+      if (c.label_weight > 0) {
+        auto rb = policy::Readout(s.model, reqs, ropts);
+        auto t = torch::tensor(targets, torch::kInt64).to(rb.log_p.device());
+        loss = loss + c.label_weight * -rb.log_p.gather(1, t.unsqueeze(1)).mean();
+      }
+      if (c.answer_weight > 0 || c.lm_weight > 0) {
+        auto sb = policy::ScoreResponses(s.model, texts);
+        auto pos = torch::arange(sb.logp.size(1), torch::kInt64).unsqueeze(0).to(sb.logp.device());
+        auto is_answer =
+            pos >= torch::tensor(prompt_len, torch::kInt64).unsqueeze(1).to(sb.logp.device());
+        auto answer_mask = sb.mask * is_answer.to(sb.mask.scalar_type());
+        auto prompt_mask = sb.mask - answer_mask;
+        if (c.answer_weight > 0)
+          loss = loss +
+                 c.answer_weight * -(sb.logp * answer_mask).sum() / answer_mask.sum().clamp_min(1);
+        if (c.lm_weight > 0)
+          loss =
+              loss + c.lm_weight * -(sb.logp * prompt_mask).sum() / prompt_mask.sum().clamp_min(1);
+      }
+      CheckFinite(loss, "sft loss", epoch);
+      opt.ZeroGrad();
+      loss.backward();
+      opt.Step(step_no++, epoch);
+      epoch_loss += loss.item<double>();
+      ++batches;
+    }
+    result.final_loss = epoch_loss / std::max<int64_t>(batches, 1);
+    s.LogMetrics(epoch, {{"sft/loss", result.final_loss}, {"charts/lr", opt.current_lr()}});
+    if (!quiet)
+      spdlog::info("sft epoch {}/{}: loss {:.4f}", epoch + 1, c.epochs, result.final_loss);
+  }
+  if (s.sampler) s.sampler->SyncWeights(s.model);
+
+  // ---- evaluation and checkpoint -------------------------------------------------
+  result.decision_greedy =
+      Evaluate(s, policy::Plane::kDecision, s.cfg.trainer.eval_episodes, true, c.epochs);
+  result.token_greedy =
+      Evaluate(s, policy::Plane::kToken, s.cfg.trainer.eval_episodes, true, c.epochs);
+  s.LogMetrics(c.epochs, {{"eval/success", result.decision_greedy.success},
+                          {"eval/token_success", result.token_greedy.success},
+                          {"eval/token_invalid_rate", result.token_greedy.invalid_rate},
+                          {"sft/demo_success", result.demo_success}});
+  fs::path dir = fs::path(s.run_dir) / "checkpoints" / "sft";
+  policy::SaveCheckpoint(
+      dir.string(), s.model, s.tokenizer,
+      {{"kind", "sft"}, {"examples", result.examples}, {"seed", s.cfg.run.seed}});
+  s.writer->Submit(memory::CheckpointRecord{s.run_id, c.epochs, dir.string()});
+  s.writer->Flush();
+  result.checkpoint = dir.string();
+  return result;
+}
+
+}  // namespace rlid::trainers

@@ -1,0 +1,26 @@
+// Warm start by behaviour cloning (`rlid sft`): oracle trajectories on train
+// seeds (optionally with a fraction of random actions, so the start is
+// imperfect) teach both planes at once — cross-entropy on the decision-plane
+// label readout, LM loss on the token-plane answer text — plus a plain LM loss
+// on the prompt text so a fresh model learns the vocabulary of observations
+// and menus. The checkpoint it writes is the shared start of every arm.
+#pragma once
+
+#include <string>
+
+#include "trainers/algorithms/experiment.h"
+#include "trainers/algorithms/trainer.h"
+
+namespace rlid::trainers {
+
+struct SftResult {
+  std::string checkpoint;  // <run_dir>/checkpoints/sft
+  int64_t examples = 0;    // decisions in the demonstrations
+  double final_loss = 0;
+  double demo_success = 0;  // success rate of the demonstrations themselves
+  EvalResult decision_greedy, token_greedy;
+};
+
+SftResult RunSft(Session& s, bool quiet = false);
+
+}  // namespace rlid::trainers

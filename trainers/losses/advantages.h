@@ -1,0 +1,86 @@
+// Advantage estimators as pure tensor functions (shared/algorithms.md,
+// "Advantages"): gae, grpo (with / without std), rloo, reinforce_pp and
+// reinforce_pp_baseline, registered by name, plus the decision-plane GAE over
+// packed episodes. Inputs are float64 [B] / [B,T]; padded positions (mask 0)
+// may hold any junk and never change a result.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/registry.h"
+#include "trainers/losses/loss_config.h"
+
+namespace rlid::trainers {
+
+struct AdvantageInputs {
+  torch::Tensor scores;         // [B] outcome per response, or undefined
+  torch::Tensor token_rewards;  // [B,T] per-token rewards, or undefined (exactly one of the two)
+  torch::Tensor response_mask;  // [B,T] 0/1; may be undefined when token_rewards is given
+  torch::Tensor values;         // [B,T] value estimates V(s_t) (gae only)
+  std::vector<int64_t> groups;  // [B] group id per response (grpo, rloo, reinforce_pp_baseline)
+};
+
+struct AdvantageResult {
+  torch::Tensor advantages;  // [B,T] (0 at padded positions)
+  // reinforce_pp: discounted returns before whitening; gae: advantages + values
+  // (the value target); every other estimator: equal to advantages.
+  torch::Tensor returns;
+};
+
+class AdvantageEstimator {
+ public:
+  static constexpr const char* kRegistryKind = "advantage estimator";
+  virtual ~AdvantageEstimator() = default;
+  virtual AdvantageResult Compute(const AdvantageConfig& cfg, const AdvantageInputs& in) const = 0;
+};
+using AdvantageRegistry = Registry<AdvantageEstimator>;
+
+// Validates cfg and the inputs' shapes, then runs the registered estimator.
+AdvantageResult ComputeAdvantages(const AdvantageConfig& cfg, const AdvantageInputs& in);
+
+// The validation step of ComputeAdvantages: shapes checked (ConfigError naming
+// them), tensors converted to float64, response_mask made a bool [B,T] mask,
+// values cleaned. For callers that transform the inputs first (KL in the reward).
+AdvantageInputs CheckAdvantageInputs(const AdvantageConfig& cfg, const AdvantageInputs& in);
+
+// ---- building blocks ---------------------------------------------------------
+
+// s_i: scores, or sum_t token_rewards * mask.
+torch::Tensor SequenceScores(const AdvantageInputs& in);
+// r_t [B,T]: token_rewards * mask, or each score placed at its response's last
+// valid token (OpenRLHF's convention; rows without valid tokens get nothing).
+torch::Tensor TokenRewards(const AdvantageInputs& in);
+// Per-group baseline use: A_i = s_i - mean_g (std_norm: / (std_g + eps), unbiased
+// std). Groups of one and groups whose scores are all equal give exactly 0.
+torch::Tensor GroupNormalizedScores(const torch::Tensor& scores, const std::vector<int64_t>& groups,
+                                    bool std_norm, double std_eps);
+// A_i = s_i - mean_{j != i} s_j; groups of one (and all-equal groups) give 0.
+torch::Tensor LeaveOneOutScores(const torch::Tensor& scores, const std::vector<int64_t>& groups);
+// G_t = r_t + gamma G_{t+1}, the recursion running over valid tokens only
+// (padded positions are skipped, neither discounted nor reset); 0 at padding.
+torch::Tensor DiscountedReturns(const torch::Tensor& rewards, const torch::Tensor& mask,
+                                double gamma);
+// (x - mu) * rsqrt(var_unbiased + 1e-8) over all valid tokens of the batch;
+// 0 at padding, and 0 everywhere when fewer than two tokens are valid.
+torch::Tensor MaskedWhiten(const torch::Tensor& x, const torch::Tensor& mask);
+
+// ---- decision plane ----------------------------------------------------------
+
+// Decisions of several episodes packed back to back in one [N] tensor.
+struct DecisionGaeInputs {
+  torch::Tensor rewards;      // [N] reward after decision t
+  torch::Tensor values;       // [N] V(s_t)
+  torch::Tensor episode_end;  // [N] bool/0-1: t is the last decision of its episode in this batch
+  // [N] V(s_{t+1}) where episode_end is set: 0 after a terminal state, the value
+  // estimate after a time-limit cut or a batch boundary; ignored elsewhere.
+  // Undefined = all 0 (every episode terminated).
+  torch::Tensor end_values;
+};
+// delta_t = r_t + gamma V(s_{t+1}) - V(s_t); A_t = delta_t + gamma lambda A_{t+1}
+// within an episode. Returns advantages [N] and returns = advantages + values.
+AdvantageResult GaeAdvantages(const DecisionGaeInputs& in, double gamma, double lambda);
+
+}  // namespace rlid::trainers
