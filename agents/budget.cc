@@ -1,43 +1,91 @@
 // Budget counters and stage timers of rollouts and training.
 #include "agents/budget.h"
 
+#include <type_traits>
+
 namespace rlid::agents {
+namespace {
+
+// Visits every counter of a budget as (metric key, field): the one list that
+// Metrics, FromMetrics and += share, so a new counter cannot be half-wired.
+template <class B, class F>
+void ForEachCounter(B& b, F&& f) {
+  f("budget/episodes", b.episodes);
+  f("budget/env_steps", b.env_steps);
+  f("budget/invalid_steps", b.invalid_steps);
+  f("budget/prompt_tokens", b.prompt_tokens);
+  f("budget/generated_tokens", b.generated_tokens);
+  f("budget/samples_generated", b.samples_generated);
+  f("budget/samples_used", b.samples_used);
+  f("budget/tokens_used", b.tokens_used);
+  f("budget/groups_generated", b.groups_generated);
+  f("budget/groups_kept", b.groups_kept);
+  auto stage = [&](const char* name, auto& s) {
+    const std::string p = std::string("budget/") + name;
+    f(p + "_forwards", s.forwards);
+    f(p + "_backwards", s.backwards);
+    f(p + "_tokens", s.tokens);
+    f(p + "_flops", s.flops);
+  };
+  stage("rollout", b.rollout);
+  stage("update", b.update);
+  stage("eval", b.eval);
+  stage("diagnostic", b.diagnostic);
+  f("budget/wall_seconds", b.wall_seconds);
+}
+
+}  // namespace
+
+void StageCompute::AddForward(const policy::ModelConfig& model, const policy::ForwardCost& cost) {
+  forwards += cost.calls;
+  tokens += cost.tokens;
+  flops += model.ForwardFlops(cost);
+}
+
+void StageCompute::AddForwardBackward(const policy::ModelConfig& model,
+                                      const policy::ForwardCost& cost) {
+  forwards += cost.calls;
+  backwards += 1;
+  tokens += cost.tokens;
+  flops += 3.0 * model.ForwardFlops(cost);
+}
+
+StageCompute& StageCompute::operator+=(const StageCompute& o) {
+  forwards += o.forwards;
+  backwards += o.backwards;
+  tokens += o.tokens;
+  flops += o.flops;
+  return *this;
+}
 
 Budget& Budget::operator+=(const Budget& o) {
-  episodes += o.episodes;
-  env_steps += o.env_steps;
-  decisions += o.decisions;
-  invalid_steps += o.invalid_steps;
-  forward_passes += o.forward_passes;
-  prompt_tokens += o.prompt_tokens;
-  generated_tokens += o.generated_tokens;
-  samples_generated += o.samples_generated;
-  samples_used += o.samples_used;
-  tokens_used += o.tokens_used;
-  groups_generated += o.groups_generated;
-  groups_kept += o.groups_kept;
-  train_flops += o.train_flops;
-  rollout_flops += o.rollout_flops;
-  wall_seconds += o.wall_seconds;
+  std::vector<double> theirs;
+  ForEachCounter(o, [&](const std::string&, const auto& v) { theirs.push_back(static_cast<double>(v)); });
+  size_t i = 0;
+  ForEachCounter(*this, [&](const std::string&, auto& v) {
+    v += static_cast<std::remove_reference_t<decltype(v)>>(theirs[i++]);
+  });
   return *this;
 }
 
 std::vector<std::pair<std::string, double>> Budget::Metrics() const {
-  return {{"budget/episodes", static_cast<double>(episodes)},
-          {"budget/env_steps", static_cast<double>(env_steps)},
-          {"budget/decisions", static_cast<double>(decisions)},
-          {"budget/invalid_steps", static_cast<double>(invalid_steps)},
-          {"budget/forward_passes", static_cast<double>(forward_passes)},
-          {"budget/prompt_tokens", static_cast<double>(prompt_tokens)},
-          {"budget/generated_tokens", static_cast<double>(generated_tokens)},
-          {"budget/samples_generated", static_cast<double>(samples_generated)},
-          {"budget/samples_used", static_cast<double>(samples_used)},
-          {"budget/tokens_used", static_cast<double>(tokens_used)},
-          {"budget/groups_generated", static_cast<double>(groups_generated)},
-          {"budget/groups_kept", static_cast<double>(groups_kept)},
-          {"budget/train_flops", train_flops},
-          {"budget/rollout_flops", rollout_flops},
-          {"budget/wall_seconds", wall_seconds}};
+  std::vector<std::pair<std::string, double>> out;
+  ForEachCounter(*this,
+                 [&](const std::string& k, const auto& v) { out.emplace_back(k, static_cast<double>(v)); });
+  out.emplace_back("budget/flops", TrainingFlops());
+  out.emplace_back("budget/tokens_processed", static_cast<double>(TokensProcessed()));
+  out.emplace_back("budget/forward_passes", static_cast<double>(rollout.forwards + update.forwards));
+  out.emplace_back("budget/backward_passes", static_cast<double>(rollout.backwards + update.backwards));
+  return out;
+}
+
+Budget Budget::FromMetrics(const std::map<std::string, double>& metrics) {
+  Budget b;
+  ForEachCounter(b, [&](const std::string& k, auto& v) {
+    auto it = metrics.find(k);
+    if (it != metrics.end()) v = static_cast<std::remove_reference_t<decltype(v)>>(it->second);
+  });
+  return b;
 }
 
 void StageTimes::AddUnclaimedToUpdate(const StageTimes& before, double seconds) {

@@ -1,36 +1,68 @@
-// Budget counters kept from the first rollout line: what was computed, and
-// what of it reached an update. Generated-then-discarded work (DAPO filtering,
-// invalid answers) is counted, never hidden. All counters are cumulative.
+// Budget counters kept from the first rollout line, with the same rules in
+// both planes: every decision attempt is an env step (an invalid answer used an
+// interaction too), and every model forward and backward is counted with its
+// FLOPs (policy::ModelConfig::ForwardFlops over the tokens actually processed),
+// by stage: rollout (readouts, samples, reference and bootstrap-value passes),
+// update (old-log-prob and reference passes, update forwards and backwards),
+// evaluation and diagnostics (gradient statistics) apart. What was generated
+// and then discarded (DAPO filtering, invalid answers) is counted, never hidden.
+// All counters are cumulative.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "policy/model.h"
+
 namespace rlid::agents {
+
+// The model work of one stage.
+struct StageCompute {
+  int64_t forwards = 0;   // model forward calls
+  int64_t backwards = 0;  // backward passes
+  int64_t tokens = 0;     // tokens fed to the model by those forwards
+  double flops = 0;       // forward FLOPs + 2 x the FLOPs of each forward that was back-propagated
+
+  // A forward that did `cost` on a model of shape `model`.
+  void AddForward(const policy::ModelConfig& model, const policy::ForwardCost& cost);
+  // A forward that did `cost` followed by its backward pass (3 x its FLOPs in all).
+  void AddForwardBackward(const policy::ModelConfig& model, const policy::ForwardCost& cost);
+  StageCompute& operator+=(const StageCompute& o);
+};
 
 struct Budget {
   int64_t episodes = 0;           // episodes finished (train rollouts)
-  int64_t env_steps = 0;          // env transitions (valid actions applied)
-  int64_t decisions = 0;          // agent turns incl. invalid answers
-  int64_t invalid_steps = 0;      // token-plane answers that compiled to no action
-  int64_t forward_passes = 0;     // model calls (readout batches, sampler steps, scoring batches)
-  int64_t prompt_tokens = 0;      // tokens fed to the model to read prompts
+  int64_t env_steps = 0;          // decision attempts: valid actions and invalid answers
+  int64_t invalid_steps = 0;      // of those, answers that compiled to no action
+  int64_t prompt_tokens = 0;      // prompt tokens the rollouts fed to the model
   int64_t generated_tokens = 0;   // tokens sampled by the rollout engine
   int64_t samples_generated = 0;  // decisions/responses produced
   int64_t samples_used = 0;       // of those, the ones that reached an update
   int64_t tokens_used = 0;  // token plane: response tokens of the samples that reached an update
   int64_t groups_generated = 0;  // token plane groups sampled
   int64_t groups_kept = 0;       // groups that reached an update
-  double train_flops = 0;        // estimated forward+backward FLOPs of updates
-  double rollout_flops = 0;      // estimated forward FLOPs of rollouts
+  StageCompute rollout;          // training rollouts
+  StageCompute update;           // the learner: old-log-prob/reference passes, update fwd + bwd
+  StageCompute eval;             // test-seed evaluation (not part of the training budget)
+  StageCompute diagnostic;       // gradient statistics (not part of the training budget)
   double wall_seconds = 0;       // training wall-clock (excludes evaluation)
 
+  // The training budget: rollout + update.
+  double TrainingFlops() const { return rollout.flops + update.flops; }
+  int64_t TokensProcessed() const { return rollout.tokens + update.tokens; }
+
   Budget& operator+=(const Budget& o);
-  // ("budget/env_steps", value), ... for the metrics table.
+  // ("budget/env_steps", value), ... for the metrics table: every counter, the
+  // stages as budget/<stage>_{forwards,backwards,tokens,flops}, and the
+  // training totals budget/flops, budget/tokens_processed,
+  // budget/forward_passes and budget/backward_passes (rollout + update).
   std::vector<std::pair<std::string, double>> Metrics() const;
+  // The inverse of Metrics() (checkpoints store a budget this way); absent keys read as 0.
+  static Budget FromMetrics(const std::map<std::string, double>& metrics);
 };
 
 // Wall-clock seconds by stage, cumulative over a run: where an iteration's

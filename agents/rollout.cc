@@ -37,10 +37,12 @@ namespace {
 struct Slot {
   EpisodeData data;
   std::unique_ptr<envs::State> state;
-  Rng label_rng{0}, action_rng{0};
+  Rng label_rng{0}, action_rng{0}, wording_rng{0};
   int turns = 0;    // agent decisions so far, invalid answers included
   int retries = 0;  // consecutive invalid answers at the current state
   bool done = false;
+  // Cut by the step limit: the next lockstep readout reads V(s_T), then the episode ends.
+  bool needs_value = false;
 };
 
 Slot StartEpisode(AgentContext& ctx, const EpisodeSpec& spec, envs::Split split,
@@ -53,6 +55,7 @@ Slot StartEpisode(AgentContext& ctx, const EpisodeSpec& spec, envs::Split split,
   s.state = ctx.env->NewState(spec.env_seed);
   s.label_rng = Rng::Stream(ctx.seed, "labels", spec.stream);
   s.action_rng = Rng::Stream(ctx.seed, "actions", spec.stream);
+  s.wording_rng = Rng::Stream(ctx.seed, "wordings", spec.stream);
   return s;
 }
 
@@ -67,11 +70,20 @@ void WriteFacts(AgentContext& ctx, Slot& s, int t) {
 }
 
 // Menu (+ seeded permutation), memory retrieval and prompt for the next step.
+// A slot waiting for its bootstrap value gets the prompt of the cut state.
 StepData PrepareStep(AgentContext& ctx, Slot& s, policy::Plane plane) {
   StepData step;
   step.t = static_cast<int>(s.data.steps.size());
-  step.observation = s.state->Observation();
-  step.menu = s.state->CompileMenu();
+  step.observation =
+      ObservationText(*s.state, s.turns, ctx.env->Info().step_limit, ctx.show_steps_left);
+  step.state_hash = s.state->Hash();
+  if (s.needs_value && s.state->IsTerminal()) {
+    auto* cut = dynamic_cast<const envs::CutState*>(s.state.get());
+    RLID_CHECK(cut && cut->WasCut(), "bootstrap value requested for a state that was not cut");
+    step.menu = cut->MenuAtCut();
+  } else {
+    step.menu = s.state->CompileMenu();
+  }
   if (ctx.renderer->config().label_order == "shuffle") envs::ShuffleMenu(step.menu, s.label_rng);
   std::vector<std::string> memory_texts;
   if (ctx.bank && ctx.bank->config().enabled) {
@@ -88,21 +100,71 @@ void FinishEpisode(AgentContext& ctx, Slot& s) {
   if (ctx.bank && ctx.bank->config().enabled) s.data.new_items = ctx.bank->EndEpisode(s.data.id);
 }
 
-// Applies a valid choice; returns the outcome and updates the episode.
+// 1/0 when the env has an oracle: is `action` one of its optimal actions here.
+int OptimalFlag(const envs::State& state, envs::ActionId action) {
+  auto* oracle = dynamic_cast<const envs::OracleState*>(&state);
+  if (!oracle) return -1;
+  if (action == envs::kNoAction) return 0;
+  auto best = oracle->OptimalActions();
+  return std::find(best.begin(), best.end(), action) != best.end() ? 1 : 0;
+}
+
+// A decision attempt: every one is an env step for the budget, valid or not.
+void CountAttempt(Slot& s, Budget& budget) {
+  budget.env_steps += 1;
+  budget.samples_generated += 1;
+  s.turns += 1;
+}
+
+// Applies a valid choice (step.item, step.action set) to the env.
 void ApplyChoice(AgentContext& ctx, Slot& s, StepData& step, Budget& budget) {
+  step.optimal = OptimalFlag(*s.state, step.action);
   auto out = s.state->Apply(step.action);
   if (!std::isfinite(out.reward))
     throw NumericError(
         fmt::format("non-finite reward {} from env '{}' at iteration {} (env seed {}, step {})",
                     out.reward, ctx.env->Info().name, ctx.iteration, s.data.spec.env_seed, step.t),
         "the environment produced NaN/Inf; check its reward parameters ([env] section)");
+  s.retries = 0;
   step.reward = out.reward;
   step.terminal = out.terminal;
   s.data.ret += out.reward;
   s.data.success = s.data.success || out.success;
   s.data.truncated = out.truncated;
-  budget.env_steps += 1;
   if (!out.terminal) WriteFacts(ctx, s, step.t + 1);
+}
+
+// An attempt that named no action (token-plane text that compiled to nothing,
+// the decision plane's off-menu outcome): the [trainer.invalid] rule.
+void ApplyInvalid(AgentContext& ctx, Slot& s, StepData& step, std::string reason,
+                  Budget& budget) {
+  step.invalid = true;
+  step.invalid_reason = std::move(reason);
+  step.optimal = OptimalFlag(*s.state, envs::kNoAction);
+  step.reward = ctx.invalid.penalty;
+  s.data.ret += step.reward;
+  s.data.invalid_steps += 1;
+  budget.invalid_steps += 1;
+  s.retries += 1;
+  step.terminal = ctx.invalid.rule == "end" ||
+                  (ctx.invalid.rule == "penalty_retry" && s.retries > ctx.invalid.max_retries);
+}
+
+// Ends the step's episode after step_limit decisions (both planes count turns,
+// invalid answers included), then files the step. A cut decision-plane episode
+// waits for one more readout of V(s_T) when the context asks for it.
+void FileStep(AgentContext& ctx, Slot& s, StepData&& step) {
+  if (!step.terminal && s.turns >= ctx.env->Info().step_limit) {
+    step.terminal = true;
+    s.data.truncated = true;
+  }
+  const bool done = step.terminal;
+  s.data.steps.push_back(std::move(step));
+  if (!done) return;
+  if (s.data.truncated && ctx.bootstrap_truncated && !ctx.show_steps_left)
+    s.needs_value = true;
+  else
+    FinishEpisode(ctx, s);
 }
 
 // Sum of probs over the menu items the oracle calls optimal; -1 without an oracle.
@@ -116,10 +178,6 @@ double OptimalMass(const envs::State& state, const envs::Menu& menu,
     if (k >= 0) mass += probs[k];
   }
   return mass;
-}
-
-double FlopsFor(const AgentContext& ctx, int64_t tokens, int64_t context) {
-  return static_cast<double>(tokens) * ctx.model->config().ForwardFlopsPerToken(context);
 }
 
 // The lockstep schedule shared by both planes: up to num_envs episodes play at
@@ -169,7 +227,18 @@ class Lockstep {
   int64_t local_ids_ = 0;
 };
 
+constexpr const char* kOffMenuReason =
+    "off-menu: the draw fell on the mass outside every menu wording (readout normalisation "
+    "'other')";
+
 }  // namespace
+
+std::string ObservationText(const envs::State& state, int turns, int step_limit,
+                            bool show_steps_left) {
+  std::string text = state.Observation();
+  if (show_steps_left) text += fmt::format("\nSteps left: {}.", std::max(0, step_limit - turns));
+  return text;
+}
 
 // ---- decision plane ---------------------------------------------------------------
 
@@ -200,6 +269,7 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
   double* readout_seconds = ctx.times ? &ctx.times->readout : nullptr;
   double* env_seconds = ctx.times ? &ctx.times->env : nullptr;
   const policy::ReadoutOptions ropts = ReadoutOptionsFor(ctx.readout, ctx.afterstate_values);
+  const bool other = ctx.readout.off_menu_outcome();
 
   Lockstep lockstep(ctx, specs, split, policy::Plane::kDecision);
   while (lockstep.Running()) {
@@ -214,25 +284,28 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
         steps.push_back(PrepareStep(ctx, s, policy::Plane::kDecision));
         reqs.push_back(
             ReadoutRequestFor(*ctx.renderer, steps.back(), ctx.readout, ctx.afterstate_values));
+        budget.prompt_tokens += static_cast<int64_t>(reqs.back().prompt.size());
       }
     }
-    torch::Tensor log_p, wlogp, value, mass, rowh, menuh, after, ref_log_p;
+    torch::Tensor dist, wlogp, value, mass, rowh, menuh, after, ref_log_p, log_p_other;
     {
       StageTimer timer(readout_seconds);
       auto rb = policy::Readout(ctx.model, reqs, ropts);
-      if (ctx.ref_model)
-        ref_log_p = policy::Readout(ctx.ref_model, reqs, ropts).log_p.to(torch::kCPU);
-      budget.forward_passes += ctx.ref_model ? 2 : 1;
-      budget.prompt_tokens += rb.tokens_processed;
-      budget.rollout_flops +=
-          FlopsFor(ctx, rb.tokens_processed, reqs[0].prompt.size()) * (ctx.ref_model ? 2 : 1);
-      log_p = rb.log_p.to(torch::kCPU).contiguous();
+      budget.rollout.AddForward(ctx.model->config(), rb.cost);
+      if (ctx.ref_model) {
+        auto ref = policy::Readout(ctx.ref_model, reqs, ropts);
+        budget.rollout.AddForward(ctx.ref_model->config(), ref.cost);
+        ref_log_p = policy::DecisionDistribution(ref).log_p.to(torch::kCPU);
+      }
+      auto dd = policy::DecisionDistribution(rb);
+      dist = dd.log_p.to(torch::kCPU).contiguous();
+      log_p_other = rb.log_p_other.to(torch::kCPU);
       wlogp = rb.realisation_logp.to(torch::kCPU).contiguous();
       value = rb.value.to(torch::kCPU), mass = rb.candidate_mass.to(torch::kCPU);
       rowh = rb.row_entropy.to(torch::kCPU), menuh = rb.menu_entropy.to(torch::kCPU);
       if (ctx.afterstate_values) after = rb.afterstate_value.to(torch::kCPU);
-      auto mask = rb.item_mask.to(torch::kCPU);
-      if (!(torch::isfinite(log_p) | ~mask).all().item<bool>() ||
+      auto mask = dd.mask.to(torch::kCPU);
+      if (!(torch::isfinite(dist) | ~mask).all().item<bool>() ||
           !torch::isfinite(value).all().item<bool>())
         throw NumericError(
             fmt::format("non-finite policy output (log p(a|s) or value) in the rollout readout at "
@@ -246,37 +319,64 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
     for (size_t b = 0; b < slots->size(); ++b) {
       Slot& s = (*slots)[b].second;
       StepData& step = steps[b];
+      if (s.needs_value) {  // the cut state's value, then the episode ends
+        s.data.bootstrap_value = value[b].item<double>();
+        FinishEpisode(ctx, s);
+        continue;
+      }
       const int K = static_cast<int>(step.menu.size());
-      auto lp = log_p[b];
-      std::vector<double> probs(K);
+      const int outcomes = K + (other ? 1 : 0);
+      std::vector<double> probs(outcomes);
+      for (int k = 0; k < outcomes; ++k) probs[k] = std::exp(dist[b][k].item<double>());
       for (int k = 0; k < K; ++k) {
-        step.log_p.push_back(lp[k].item<float>());
-        probs[k] = std::exp(static_cast<double>(step.log_p.back()));
+        step.log_p.push_back(dist[b][k].item<float>());
         std::vector<float> words;
         for (size_t w = 0; w < reqs[b].realisations[k].size(); ++w)
           words.push_back(wlogp[b][k][w].item<float>());
         step.wording_logp.push_back(std::move(words));
         if (after.defined()) step.afterstate_values.push_back(after[b][k].item<float>());
-        if (ref_log_p.defined()) step.ref_log_p.push_back(ref_log_p[b][k].item<float>());
       }
+      if (ref_log_p.defined())
+        for (int k = 0; k < outcomes; ++k) step.ref_log_p.push_back(ref_log_p[b][k].item<float>());
+      step.log_p_other = log_p_other[b].item<float>();
       step.value = value[b].item<float>();
       step.candidate_mass = mass[b].item<float>();
       step.row_entropy = rowh[b].item<float>();
       step.menu_entropy = menuh[b].item<float>();
-      step.item =
+      const int choice =
           greedy ? static_cast<int>(std::max_element(probs.begin(), probs.end()) - probs.begin())
                  : static_cast<int>(s.action_rng.Categorical(probs));
-      step.action = step.menu.items[step.item].action;
       if (ctx.oracle_probs) step.p_optimal = OptimalMass(*s.state, step.menu, probs);
-      budget.decisions += 1;
-      budget.samples_generated += 1;
-      ApplyChoice(ctx, s, step, budget);
-      s.data.steps.push_back(std::move(step));
-      if (s.state->IsTerminal()) FinishEpisode(ctx, s);
+      CountAttempt(s, budget);
+      if (choice == K) {
+        ApplyInvalid(ctx, s, step, kOffMenuReason, budget);
+      } else {
+        step.item = choice;
+        step.action = step.menu.items[choice].action;
+        // The wording said, y ~ π(y | s, a): a draw over this item's wordings.
+        const auto& words = step.wording_logp[choice];
+        std::vector<double> wp;
+        for (float w : words) wp.push_back(std::isfinite(w) ? std::exp(static_cast<double>(w)) : 0);
+        const size_t w = s.wording_rng.Categorical(wp);
+        const auto& item = step.menu.items[choice];
+        step.realisation = w == 0 ? item.label : item.realisations.at(w - 1);
+        ApplyChoice(ctx, s, step, budget);
+      }
+      FileStep(ctx, s, std::move(step));
     }
     lockstep.Retire(budget);
   }
   return lockstep.Finished();
+}
+
+std::vector<float> DecisionLogP(const StepData& step, const ReadoutConfig& readout) {
+  std::vector<float> out = step.log_p;
+  if (readout.off_menu_outcome()) out.push_back(step.log_p_other);
+  return out;
+}
+
+int DecisionOutcome(const StepData& step) {
+  return step.item >= 0 ? step.item : static_cast<int>(step.log_p.size());
 }
 
 // ---- scripted -------------------------------------------------------------------------
@@ -298,7 +398,8 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
       RLID_CHECK(step.item >= 0 && step.item < static_cast<int>(step.menu.size()),
                  "scripted choice out of range");
       step.action = step.menu.items[step.item].action;
-      budget.decisions += 1;
+      step.realisation = step.menu.items[step.item].label;
+      CountAttempt(s, budget);
       ApplyChoice(ctx, s, step, budget);
       s.data.steps.push_back(std::move(step));
     }
@@ -320,7 +421,6 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
   const policy::TokenId eos = tok.eos_id();
   const bool reasoning = ctx.renderer->config().reasoning;
   const std::string prefix = ctx.renderer->config().answer_prefix;
-  const int step_limit = ctx.env->Info().step_limit;
 
   // Stop at end-of-text, or at the end of the answer line.
   policy::StopFn stop = [&](const std::vector<policy::TokenId>& gen) {
@@ -363,10 +463,9 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
     for (size_t b = 0; b < steps.size(); ++b) by_prompt[steps[b].prompt.hash].push_back(b);
     std::map<size_t, std::vector<uint64_t>> by_count;
     for (const auto& [h, members] : by_prompt) by_count[members.size()].push_back(h);
-    int64_t before_prompt = ctx.sampler->prompt_tokens_encoded();
-    int64_t before_gen = ctx.sampler->tokens_generated();
-    int64_t before_fed = ctx.sampler->tokens_processed();
-    size_t longest = 0;
+    const int64_t before_prompt = ctx.sampler->prompt_tokens_encoded();
+    const int64_t before_gen = ctx.sampler->tokens_generated();
+    const policy::ForwardCost before_cost = ctx.sampler->cost();
     for (const auto& [count, hashes] : by_count) {
       std::vector<std::vector<policy::TokenId>> prompts;
       for (uint64_t h : hashes) prompts.push_back(steps[by_prompt[h][0]].prompt.tokens);
@@ -380,52 +479,30 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
           step.response = r.tokens;
           step.rollout_logp = r.logprobs;
           step.response_text = tok.Decode(r.tokens, /*skip_special=*/true);
-          longest = std::max(longest, r.tokens.size());
         }
       }
     }
-    budget.forward_passes +=
-        static_cast<int64_t>(by_count.size()) * (1 + static_cast<int64_t>(longest));
     budget.prompt_tokens += ctx.sampler->prompt_tokens_encoded() - before_prompt;
     budget.generated_tokens += ctx.sampler->tokens_generated() - before_gen;
-    budget.rollout_flops += static_cast<double>(ctx.sampler->tokens_processed() - before_fed) *
-                            ctx.sampler->engine()->config().ForwardFlopsPerToken(
-                                static_cast<int64_t>(steps.front().prompt.tokens.size()));
+    budget.rollout.AddForward(ctx.sampler->engine()->config(),
+                              policy::Difference(ctx.sampler->cost(), before_cost));
     sampling.reset();
 
     StageTimer timer(env_seconds);
     for (size_t b = 0; b < slots->size(); ++b) {
       Slot& s = (*slots)[b].second;
       StepData& step = steps[b];
-      budget.decisions += 1;
-      budget.samples_generated += 1;
-      s.turns += 1;
+      CountAttempt(s, budget);
       auto res = step.menu.Compile(step.response_text);
       if (res.valid()) {
-        s.retries = 0;
         step.item = res.item;
         step.action = res.action;
+        step.realisation = res.matched;
         ApplyChoice(ctx, s, step, budget);
       } else {
-        step.invalid = true;
-        step.invalid_reason = res.reason;
-        step.reward = ctx.invalid.penalty;
-        s.data.ret += step.reward;
-        s.data.invalid_steps += 1;
-        budget.invalid_steps += 1;
-        s.retries += 1;
-        bool end = ctx.invalid.rule == "end" ||
-                   (ctx.invalid.rule == "penalty_retry" && s.retries > ctx.invalid.max_retries);
-        step.terminal = end;
+        ApplyInvalid(ctx, s, step, res.reason, budget);
       }
-      bool out_of_turns = !step.terminal && s.turns >= step_limit;
-      if (out_of_turns) {
-        step.terminal = true;
-        s.data.truncated = true;
-      }
-      bool done = step.terminal;
-      s.data.steps.push_back(std::move(step));
-      if (done) FinishEpisode(ctx, s);
+      FileStep(ctx, s, std::move(step));
     }
     lockstep.Retire(budget);
   }
@@ -466,10 +543,11 @@ memory::EpisodeRecord ToRecord(const EpisodeData& e, const AgentContext& ctx) {
     sr.invalid = s.invalid;
     sr.invalid_reason = s.invalid_reason;
     if (decision) {
-      if (s.item >= 0 && static_cast<size_t>(s.item) < s.log_p.size()) {
+      if (s.item >= 0 && static_cast<size_t>(s.item) < s.log_p.size())
         sr.logp_rollout = sr.logp_train = s.log_p[s.item];
-        sr.value = s.value;
-      }
+      else if (s.invalid)  // the off-menu outcome
+        sr.logp_rollout = sr.logp_train = s.log_p_other;
+      if (!s.log_p.empty()) sr.value = s.value;
     } else {
       sr.generated_text = s.response_text;
       sr.generated_tokens = static_cast<int>(s.response.size());

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,9 +27,14 @@
 namespace rlid::agents {
 
 struct ReadoutConfig {
-  std::string realisations = "all";    // all: label + every wording; labels: the label token only
-  std::string normalisation = "menu";  // menu | other (keep off-menu mass explicit)
+  std::string realisations = "all";  // all: label + every wording; labels: the label token only
+  // menu: p(a|s) renormalised over the K menu items; other: K + 1 outcomes, the
+  // off-menu mass 1 - Σ_a p(a|s) being an outcome of its own that plays as an
+  // invalid answer ([trainer.invalid]). Sampling, the PPO ratio, KL and entropy
+  // all use this one distribution (policy::DecisionDistribution).
+  std::string normalisation = "menu";
   void Load(ConfigNode n);
+  bool off_menu_outcome() const { return normalisation == "other"; }
 };
 
 // What to do with a token-plane answer that compiles to no action.
@@ -51,12 +57,16 @@ struct StepData {
   policy::RenderedPrompt prompt;
   envs::Menu menu;                        // as shown (labels may be permuted)
   std::vector<memory::Retrieved> memory;  // items in the prompt
+  uint64_t state_hash = 0;  // env State::Hash() before acting
   // Decision plane (rollout readout; in the decision plane rollout = training forward).
-  std::vector<float> log_p;                     // per menu item
+  std::vector<float> log_p;                     // per menu item (unnormalised with "other")
+  float log_p_other = 0;                        // log of the off-menu mass (outcome K with "other")
   std::vector<std::vector<float>> wording_logp;  // per item, per wording
   float value = 0, candidate_mass = 0, row_entropy = 0, menu_entropy = 0;
   std::vector<float> afterstate_values;
-  std::vector<float> ref_log_p;  // reference policy's log p (when a reference is set)
+  // The reference policy's decision distribution (K or K + 1 outcomes, as
+  // policy::DecisionDistribution), when a reference is set.
+  std::vector<float> ref_log_p;
   // Sum of p(a|s) over the oracle's optimal items (AgentContext::oracle_probs
   // and an env with an oracle); < 0 when not measured.
   double p_optimal = -1;
@@ -68,6 +78,11 @@ struct StepData {
   // Outcome.
   int item = -1;                       // chosen menu index (-1: invalid)
   envs::ActionId action = envs::kNoAction;
+  // The wording that produced the action: token plane, what the free text
+  // compiled through; decision plane, a draw from π(y | s, a) over the chosen
+  // item's wordings (the episode's "wordings" stream). Empty when invalid.
+  std::string realisation;
+  int optimal = -1;  // 1/0: the action was/was not one of the oracle's; -1: no oracle
   bool invalid = false;
   std::string invalid_reason;
   double reward = 0;
@@ -84,6 +99,9 @@ struct EpisodeData {
   double ret = 0;
   bool success = false, truncated = false;
   int invalid_steps = 0;
+  // V(s_T) of the state where the step limit cut the episode (decision plane,
+  // AgentContext::bootstrap_truncated); NaN when not read (terminal episodes).
+  double bootstrap_value = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Everything a rollout needs; pointers are non-owning.
@@ -101,14 +119,28 @@ struct AgentContext {
   uint64_t seed = 0;  // run seed
   int64_t policy_version = 0;
   int64_t iteration = 0;
-  int num_envs = 16;           // episodes played in lockstep (readout batch size)
+  int num_envs = 16;               // episodes played in lockstep (readout batch size)
   bool afterstate_values = false;  // read the afterstate critic in the same pass
   bool oracle_probs = false;       // fill StepData::p_optimal (evaluation; needs an OracleState)
-  StageTimes* times = nullptr;     // adds readout / env seconds here (optional)
+  // [env] show_steps_left: observations end with "Steps left: N." (the time
+  // limit is then part of the state, and a cut is terminal for the critic).
+  bool show_steps_left = false;
+  // Decision plane: when the step limit cuts an episode (and the steps left
+  // are not shown), read V(s_T) in the next lockstep readout for bootstrapping.
+  bool bootstrap_truncated = false;
+  StageTimes* times = nullptr;  // adds readout / env seconds here (optional)
 };
 
+// The observation of `state` as the agent reads it after `turns` decisions.
+std::string ObservationText(const envs::State& state, int turns, int step_limit,
+                            bool show_steps_left);
+
 // Plays every spec (num_envs at a time, refilling slots as episodes end).
-// greedy: argmax action (evaluation); otherwise sampled from p(a|s).
+// greedy: argmax outcome (evaluation); otherwise sampled from the decision
+// distribution (K menu items, + the off-menu outcome with normalisation
+// "other", which plays as an invalid answer under ctx.invalid). Both planes
+// count every decision attempt as an env step and cut an episode after
+// step_limit decisions (EpisodeData::truncated).
 // Throws NumericError (naming the tensor and ctx.iteration) when the readout
 // returns a non-finite log p(a|s) or value (the policy's weights are broken)
 // or the env a non-finite reward; nothing of that batch is returned.
@@ -123,6 +155,12 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
 // A scripted policy (oracle demonstrations, random play): picks the menu
 // index to take from the state and the step as the agent sees it.
 using Chooser = std::function<int(const envs::State& state, const StepData& step, Rng& rng)>;
+// The rollout policy's decision distribution of a step: log_p, plus
+// log_p_other as outcome K with normalisation "other".
+std::vector<float> DecisionLogP(const StepData& step, const ReadoutConfig& readout);
+// The index of the step's outcome in that distribution (K for the off-menu outcome).
+int DecisionOutcome(const StepData& step);
+
 // Plays specs with the same prompts/memory/records as the agent, choosing by
 // `choose` (its Rng is the episode's "scripted" stream). Used by `rlid sft`.
 std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,

@@ -160,8 +160,14 @@ class FlopsBench : public Benchmark {
       auto loss = torch::nn::functional::cross_entropy(model->Logits(h).view({-1, cfg.vocab_size}), targets);
       loss.backward();
     });
-    // Forward + backward = 3 x forward FLOPs; attention over the full (masked) T keys.
-    const double flops = 3.0 * cfg.ForwardFlopsPerToken(seq_) * batch_ * seq_;
+    // Forward + backward = 3 x forward FLOPs of a causal forward over batch x seq
+    // tokens with logits at every position.
+    policy::ForwardCost cost;
+    cost.calls = 1;
+    cost.tokens = batch_ * seq_;
+    cost.attention_pairs = batch_ * policy::CausalPairs(seq_);
+    cost.logit_rows = batch_ * seq_;
+    const double flops = 3.0 * cfg.ForwardFlops(cost);
     const double achieved = flops / step;
     std::cout << fmt::format("{:<28} {:>12}\n", "measure", "value");
     std::cout << fmt::format("{:<28} {:>12.1f}\n", "torch::mm peak GFLOP/s", mm / 1e9);

@@ -135,10 +135,10 @@ minibatch_size = 64
   struct Arm {
     Arm(const trainers::ExperimentConfig& cfg, const std::string& dir, bool record)
         : trainer(trainers::TrainerRegistry::Global().Make(cfg.trainer.algorithm)),
-          session(std::make_unique<trainers::Session>(
-              cfg, trainers::SessionOptions{
+          session(std::make_unique<trainers::Run>(
+              cfg, trainers::RunOptions{
                        .out_dir = dir, .kind = "bench", .quiet = true, .record = record})) {
-      trainer->Setup(*session);
+      trainer->Setup(cfg.trainer, session->model);
     }
     ~Arm() {
       try {
@@ -152,15 +152,14 @@ minibatch_size = 64
       auto& s = *session;
       const agents::StageTimes before = s.times;
       const double t0 = Now();
-      trainers::Metrics m = trainer->Iterate(s, it);
+      trainers::IterationContext ctx{it, s.cfg.trainer, s.cfg.run.seed,
+                                     s.Agent(trainer->plane(), it), s.budget, s.recorder()};
+      trainers::Metrics m = trainer->Iterate(ctx);
       const double iterate_s = Now() - t0;
-      // Booked before LogMetrics / the flush add to logging, as in Train.
+      // Booked before the metrics / the flush add to logging, as in Train.
       s.times.AddUnclaimedToUpdate(before, iterate_s);
-      s.LogMetrics(it, m);
-      if (s.record) {
-        agents::StageTimer wait(&s.times.logging);
-        s.writer->Flush();
-      }
+      s.recorder().Metrics(it, m);
+      if (s.recorder().records_episodes()) s.recorder().Flush();
       seconds += Now() - t0;
       times.readout += s.times.readout - before.readout;
       times.env += s.times.env - before.env;
@@ -179,7 +178,7 @@ minibatch_size = 64
       writer_busy0 = session->writer->stats().busy_seconds;
     }
     std::unique_ptr<trainers::Trainer> trainer;
-    std::unique_ptr<trainers::Session> session;
+    std::unique_ptr<trainers::Run> session;
     agents::StageTimes times;  // measured iterations only
     double seconds = 0, decisions = 0, writer_busy0 = 0;
   };

@@ -7,7 +7,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "policy/checkpoint.h"
-#include "trainers/algorithms/experiment.h"
+#include "trainers/algorithms/run.h"
 #include "trainers/algorithms/sft.h"
 #include "trainers/algorithms/trainer.h"
 
@@ -15,7 +15,6 @@ namespace rlid::cli {
 namespace {
 
 using trainers::ExperimentConfig;
-using trainers::Session;
 
 struct RunOptions {
   std::string config;
@@ -55,15 +54,15 @@ class TrainCommand : public Command {
       throw ConfigError("--resume needs --out DIR (the run directory to continue)");
     auto cfg = ExperimentConfig::Load(opts_.config, opts_.sets);
     auto trainer = trainers::TrainerRegistry::Global().Make(cfg->trainer.algorithm);
-    Session s(*cfg, {.out_dir = opts_.out,
-                     .kind = "train",
-                     .arm = cfg->trainer.algorithm,
-                     .resume = resume_,
-                     .record = !metrics_only_});
+    trainers::Run s(*cfg, {.out_dir = opts_.out,
+                           .kind = "train",
+                           .arm = cfg->trainer.algorithm,
+                           .resume = resume_,
+                           .record = !metrics_only_});
     auto r = trainers::Train(s, *trainer, {resume_, false});
     s.End("completed");
     std::cout << fmt::format("\n{} finished {} iterations in {}\n", cfg->trainer.algorithm,
-                             r.iterations, s.run_dir);
+                             r.iterations, s.dir);
     PrintEval("test (greedy)", r.final_greedy);
     if (cfg->trainer.eval_sampled) PrintEval("test (sampled)", r.final_sampled);
     std::cout << "checkpoint " << r.final_checkpoint << "\n";
@@ -78,7 +77,7 @@ class SftCommand : public Command {
     opts_.Add(app);
     app.callback([this] {
       auto cfg = ExperimentConfig::Load(opts_.config, opts_.sets);
-      Session s(*cfg, {.out_dir = opts_.out, .kind = "sft", .arm = "sft"});
+      trainers::Run s(*cfg, {.out_dir = opts_.out, .kind = "sft", .arm = "sft"});
       auto r = trainers::RunSft(s);
       s.End("completed");
       std::cout << fmt::format(
@@ -117,13 +116,16 @@ class EvalCommand : public Command {
     sets.push_back("policy.init=" + checkpoint_);
     if (!env_.empty()) sets.push_back("env.name=" + env_);
     auto cfg = ExperimentConfig::Load(config_, sets);
-    Session s(*cfg, {.out_dir = out_, .kind = "eval", .arm = plane_});
-    auto r = trainers::Evaluate(
-        s, plane_ == "decision" ? policy::Plane::kDecision : policy::Plane::kToken, episodes_,
-        !sampled_, 0);
+    trainers::Run s(*cfg, {.out_dir = out_, .kind = "eval", .arm = plane_});
+    const auto plane = plane_ == "decision" ? policy::Plane::kDecision : policy::Plane::kToken;
+    auto r = trainers::Evaluate(s.Agent(plane, 0), plane, episodes_, !sampled_, s.budget,
+                                &s.recorder());
+    s.recorder().Metrics(0, {{"eval/success", r.success}, {"eval/return", r.ret},
+                             {"eval/episodes", static_cast<double>(r.episodes)}});
+    for (const auto& kv : s.budget.Metrics()) s.recorder().Metrics(0, {kv});
     s.End("completed");
     PrintEval(fmt::format("{} plane ({})", plane_, sampled_ ? "sampled" : "greedy").c_str(), r);
-    std::cout << "records in " << s.run_dir << "\n";
+    std::cout << "records in " << s.dir << "\n";
   }
   std::string checkpoint_, config_, env_, plane_ = "decision", out_;
   std::vector<std::string> sets_;

@@ -93,6 +93,18 @@ class OracleState {
   virtual double OptimalReturn() const = 0;
 };
 
+// A State that the step limit can cut: after a cut (IsTerminal() by the limit,
+// not by the task) it still shows the menu the agent would have seen, so a
+// critic can read V(s_T) to bootstrap the return of the cut episode.
+class CutState {
+ public:
+  virtual ~CutState() = default;
+  // True when the step limit ended the episode and the task did not.
+  virtual bool WasCut() const = 0;
+  // The menu of this state ignoring the cut; InternalError unless WasCut().
+  virtual Menu MenuAtCut() const = 0;
+};
+
 // A State that exposes facts it makes observable (for memory write policies),
 // e.g. "the red key is in the kitchen".
 class FactSource {

@@ -10,8 +10,17 @@
 namespace rlid::envs {
 
 Menu MenuState::BuildMenu(bool with_afterstates) const {
+  if (done_) return Menu{};
+  return BuildMenuIgnoringCut(with_afterstates);
+}
+
+Menu MenuState::MenuAtCut() const {
+  RLID_CHECK(cut_, "MenuAtCut() on a state the step limit did not cut");
+  return BuildMenuIgnoringCut(/*with_afterstates=*/true);
+}
+
+Menu MenuState::BuildMenuIgnoringCut(bool with_afterstates) const {
   Menu menu;
-  if (done_) return menu;
   for (auto& spec : Actions()) {
     MenuItem item;
     item.action = spec.action;
@@ -59,6 +68,7 @@ StepOutcome MenuState::Step(ActionId action) {
   if (!out.terminal && steps_ >= step_limit_) {
     out.terminal = true;
     out.truncated = true;
+    cut_ = true;
   }
   done_ = out.terminal;
   return out;

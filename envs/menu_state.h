@@ -18,11 +18,14 @@ struct ActionSpec {
   std::vector<std::string> aliases;  // other accepted wordings (no labels)
 };
 
-class MenuState : public State {
+class MenuState : public State, public CutState {
  public:
   Menu CompileMenu() const override { return BuildMenu(/*with_afterstates=*/true); }
-  // The menu with default labels; afterstates are skipped when not needed.
+  // The menu with default labels (empty when terminal); afterstates are
+  // skipped when not needed.
   Menu BuildMenu(bool with_afterstates) const;
+  bool WasCut() const final { return cut_; }
+  Menu MenuAtCut() const final;
   CompileResult Compile(std::string_view text) const override;
   std::vector<ActionId> LegalActions() const final;
   StepOutcome Apply(ActionId action) final;
@@ -42,10 +45,12 @@ class MenuState : public State {
  private:
   // Apply() without the legality check, for actions taken from Actions().
   StepOutcome Step(ActionId action);
+  Menu BuildMenuIgnoringCut(bool with_afterstates) const;
 
   int step_limit_;
   int steps_ = 0;
   bool done_ = false;
+  bool cut_ = false;  // done_ because of the step limit
 };
 
 }  // namespace rlid::envs

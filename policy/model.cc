@@ -130,11 +130,32 @@ int64_t ModelConfig::NumParameters() const {
   return total + hidden_size + 1;  // value head
 }
 
-double ModelConfig::ForwardFlopsPerToken(int64_t context) const {
-  double matmul = static_cast<double>(hidden_size) * head_dim * (2 * num_heads + 2 * num_kv_heads) +
-                  3.0 * hidden_size * intermediate_size;
-  double attention = 2.0 * num_heads * head_dim * context;  // QK^T and AV
-  return 2.0 * (num_layers * (matmul + attention) + static_cast<double>(vocab_size) * hidden_size);
+ForwardCost& ForwardCost::operator+=(const ForwardCost& o) {
+  calls += o.calls;
+  tokens += o.tokens;
+  attention_pairs += o.attention_pairs;
+  logit_rows += o.logit_rows;
+  value_rows += o.value_rows;
+  return *this;
+}
+
+ForwardCost Difference(const ForwardCost& a, const ForwardCost& b) {
+  return {a.calls - b.calls, a.tokens - b.tokens, a.attention_pairs - b.attention_pairs,
+          a.logit_rows - b.logit_rows, a.value_rows - b.value_rows};
+}
+
+int64_t ModelConfig::LayerMatmulParameters() const {
+  return hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads) +
+         3 * hidden_size * intermediate_size;
+}
+
+double ModelConfig::ForwardFlops(const ForwardCost& c) const {
+  const double L = static_cast<double>(num_layers);
+  return 2.0 * L * static_cast<double>(LayerMatmulParameters()) * static_cast<double>(c.tokens) +
+         4.0 * L * static_cast<double>(num_heads * head_dim) *
+             static_cast<double>(c.attention_pairs) +
+         2.0 * static_cast<double>(vocab_size * hidden_size) * static_cast<double>(c.logit_rows) +
+         2.0 * static_cast<double>(hidden_size) * static_cast<double>(c.value_rows);
 }
 
 // ---- modules --------------------------------------------------------------------

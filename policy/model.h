@@ -18,6 +18,21 @@
 
 namespace rlid::policy {
 
+// The work of model forwards, counted from what was actually computed (padding
+// excluded), so both planes' FLOPs come from one formula (ModelConfig::ForwardFlops).
+struct ForwardCost {
+  int64_t calls = 0;            // model forward calls
+  int64_t tokens = 0;           // token positions fed to the model (unpadded)
+  int64_t attention_pairs = 0;  // (query, key) pairs attended, summed over the fed tokens
+  int64_t logit_rows = 0;       // positions projected onto the vocabulary
+  int64_t value_rows = 0;       // positions read by the value head
+  ForwardCost& operator+=(const ForwardCost& o);
+};
+// a - b, field by field (the work done between two readings of a counter).
+ForwardCost Difference(const ForwardCost& a, const ForwardCost& b);
+// Pairs of a causal self-attention over n tokens: n (n + 1) / 2.
+inline int64_t CausalPairs(int64_t n) { return n * (n + 1) / 2; }
+
 struct ModelConfig {
   std::string preset = "tiny";       // tiny | small | base | custom (fields below override)
   int64_t vocab_size = 1024;         // set from the tokenizer when a model is created
@@ -42,8 +57,16 @@ struct ModelConfig {
   nlohmann::json ToJson() const;
   static ModelConfig FromJson(const nlohmann::json& j);
   int64_t NumParameters() const;
-  // Forward FLOPs per token (2 * matmul params + attention over `context` keys).
-  double ForwardFlopsPerToken(int64_t context) const;
+  // Weights of one decoder layer's matmuls: q, k, v, o projections and the SwiGLU MLP.
+  int64_t LayerMatmulParameters() const;
+  // FLOPs of forwards that did `cost` (a multiply-add = 2 FLOPs):
+  //   2 * num_layers * LayerMatmulParameters() * tokens      (projections + MLP)
+  // + 4 * num_layers * num_heads * head_dim * attention_pairs  (QK^T and AV)
+  // + 2 * vocab_size * hidden_size * logit_rows               (vocabulary projection)
+  // + 2 * hidden_size * value_rows                            (value head).
+  // Norms, RoPE, softmax and embedding lookups are not counted. A backward
+  // pass is counted as twice its forward.
+  double ForwardFlops(const ForwardCost& cost) const;
 };
 
 // Keys/values of one layer: [B or 1, num_kv_heads, S, head_dim]. A batch of 1

@@ -60,6 +60,7 @@ struct PackedRow {
   // Afterstate branch k occupies [branch_start[k], branch_start[k] + branch_len[k]).
   std::vector<int64_t> branch_start, branch_len;
   std::vector<TokenId> label_tokens;  // distinct first tokens of realisations[k][0]
+  int64_t attention_pairs = 0;         // true entries of this row's mask over its real tokens
 };
 
 PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool with_afterstates) {
@@ -154,10 +155,12 @@ PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool wit
   pr.ids.assign(req.prompt.begin(), req.prompt.end());
   for (int64_t i = 0; i < pr.prompt_len; ++i) pr.positions.push_back(i);
   std::vector<int64_t> depth(pr.node_token.size());
+  pr.attention_pairs = CausalPairs(pr.prompt_len);
   for (size_t n = 0; n < pr.node_token.size(); ++n) {
     depth[n] = pr.node_parent[n] < 0 ? 1 : depth[pr.node_parent[n]] + 1;
     pr.ids.push_back(pr.node_token[n]);
     pr.positions.push_back(pr.prompt_len - 1 + depth[n]);
+    pr.attention_pairs += pr.prompt_len + depth[n];  // the prompt and its own ancestors
   }
   if (with_afterstates) {
     if (static_cast<int64_t>(req.afterstates.size()) != pr.num_items)
@@ -171,6 +174,7 @@ PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool wit
       for (size_t t = 0; t < br.size(); ++t) {
         pr.ids.push_back(br[t]);
         pr.positions.push_back(pr.prompt_len + static_cast<int64_t>(t));
+        pr.attention_pairs += pr.prompt_len + static_cast<int64_t>(t) + 1;
       }
     }
   }
@@ -211,14 +215,17 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
   const int64_t B = static_cast<int64_t>(batch.size());
   std::vector<PackedRow> rows;
   rows.reserve(B);
-  int64_t L = 0, K = 0, R = 0, tokens = 0;
+  int64_t L = 0, K = 0, R = 0;
+  ForwardCost cost;
+  cost.calls = 1;
   for (int64_t b = 0; b < B; ++b) {
     rows.push_back(PackRow(batch[b], b, vocab, options.afterstate_values));
     const auto& pr = rows.back();
     L = std::max<int64_t>(L, pr.ids.size());
     K = std::max(K, pr.num_items);
     for (const auto& s : pr.slot_wording) R = std::max<int64_t>(R, s.size());
-    tokens += static_cast<int64_t>(pr.ids.size());
+    cost.tokens += static_cast<int64_t>(pr.ids.size());
+    cost.attention_pairs += pr.attention_pairs;
   }
 
   // Packed inputs, right-padded (padding: id 0, position 0, attends to itself).
@@ -305,7 +312,8 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
                                      edge_logp.index_select(0, IndexTensor(pair_edge, device)));
 
   ReadoutBatch out;
-  out.tokens_processed = tokens;
+  out.normalisation = options.normalisation;
+  cost.logit_rows = static_cast<int64_t>(logit_rows.size());
   auto slot_t = IndexTensor(slot_index, device);
   out.realisation_logp = torch::full({B * K * R}, kNegInf, fopts)
                              .scatter(0, slot_t, wording_logp.index_select(0, IndexTensor(slot_wording, device)))
@@ -350,12 +358,23 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
     }
   }
   auto values = model->Value(flat_hidden.index_select(0, IndexTensor(value_rows, device)));
+  cost.value_rows = static_cast<int64_t>(value_rows.size());
+  out.cost = cost;
   out.value = values.slice(0, 0, B);
   if (options.afterstate_values)
     out.afterstate_value = torch::zeros({B * K}, values.options())
                                .scatter(0, IndexTensor(branch_slot, device), values.slice(0, B))
                                .view({B, K});
   return out;
+}
+
+DecisionLogProbs DecisionDistribution(const ReadoutBatch& rb) {
+  if (rb.normalisation == "menu") return {rb.log_p, rb.item_mask};
+  if (rb.normalisation != "other")
+    throw InternalError(fmt::format("readout batch with normalisation '{}'", rb.normalisation));
+  auto other_mask = torch::ones({rb.item_mask.size(0), 1}, rb.item_mask.options());
+  return {torch::cat({rb.log_p, rb.log_p_other.unsqueeze(1)}, 1),
+          torch::cat({rb.item_mask, other_mask}, 1)};
 }
 
 torch::Tensor NaiveRealisationLogProbs(TransformerLM& model, const std::vector<TokenId>& prompt,

@@ -53,8 +53,19 @@ struct ReadoutBatch {
   torch::Tensor value;             // [B] value head at the last prompt token
   torch::Tensor afterstate_value;  // [B,K] value at each branch's last token (0 padding);
                                    // undefined unless afterstate_values
-  int64_t tokens_processed = 0;    // packed (unpadded) tokens fed to the model
+  ForwardCost cost;                // one call: packed (unpadded) tokens, mask pairs, logit/value rows
+  std::string normalisation;       // ReadoutOptions::normalisation it was read with
 };
+
+// The distribution a decision-plane policy samples from and trains on (the
+// PPO ratio, KL and entropy use exactly this one): normalisation "menu" ->
+// log_p [B,K] over the menu items; "other" -> [B,K+1], column K being the
+// off-menu outcome log(1 - Σ_a p(a|s)). mask [B,K(+1)] marks real outcomes;
+// padding holds -inf. Each row sums to 1.
+struct DecisionLogProbs {
+  torch::Tensor log_p, mask;
+};
+DecisionLogProbs DecisionDistribution(const ReadoutBatch& rb);
 
 // One forward pass over the whole batch. Gradients flow through log_p,
 // log_p_other, realisation_logp, value and afterstate_value when grad mode is on.

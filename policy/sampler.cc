@@ -140,8 +140,11 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
     last[i] = i * Pmax + lengths[i] - 1;
     for (int64_t t = 0; t < lengths[i]; ++t) ids[i][t] = prompts[i][t];
     prompt_tokens_ += lengths[i];
-    tokens_processed_ += lengths[i];
+    cost_.tokens += lengths[i];
+    cost_.attention_pairs += CausalPairs(lengths[i]);
   }
+  cost_.calls += 1;
+  cost_.logit_rows += N;
   auto len_t = IndexTensor(lengths, device_);
   auto pos = torch::arange(Pmax, i64.device(device_)).unsqueeze(0).expand({N, Pmax}).contiguous();
   auto enc = engine_->forward(ids.to(device_), pos, TransformerLMImpl::CausalMask(len_t, Pmax), nullptr,
@@ -214,7 +217,11 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
       auto out = engine_->forward(in.to(device_), in_pos.to(device_), key_valid.view({A, 1, 1, -1}), &past, true);
       past = std::move(out.present);
       logits = engine_->Logits(out.hidden.select(1, 0));
-      tokens_processed_ += A;
+      cost_.calls += 1;
+      cost_.tokens += A;
+      cost_.logit_rows += A;
+      // The new token sees its prompt and the step + 1 tokens fed so far.
+      for (int64_t a = 0; a < A; ++a) cost_.attention_pairs += lengths[row_prompt[next_active[a]]] + step + 1;
     } else {
       // Recompute prompt ++ generated for every unfinished row.
       const int64_t T = Pmax + step + 1;
@@ -228,8 +235,11 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
         for (TokenId id : generated[r]) seq[a][t++] = id;
         seq_len[a] = t;
         seq_last[a] = a * T + t - 1;
-        tokens_processed_ += t;
+        cost_.tokens += t;
+        cost_.attention_pairs += CausalPairs(t);
       }
+      cost_.calls += 1;
+      cost_.logit_rows += A;
       auto seq_pos = torch::arange(T, i64.device(device_)).unsqueeze(0).expand({A, T}).contiguous();
       auto h = engine_->forward(seq.to(device_), seq_pos, TransformerLMImpl::CausalMask(IndexTensor(seq_len, device_), T))
                    .hidden;

@@ -55,13 +55,16 @@ class TextSampler {
   std::vector<std::vector<SampleResult>> Sample(const std::vector<std::vector<TokenId>>& prompts, int n,
                                                 const StopFn& stop, uint64_t seed);
 
-  // Budget counters since construction / ResetCounters(): tokens fed to the
-  // model (prompt encodings + decoding inputs, recomputations included), prompt
-  // tokens encoded, tokens sampled.
-  int64_t tokens_processed() const { return tokens_processed_; }
+  // Budget counters since construction / ResetCounters(): the forwards'
+  // work (prompt encodings + decoding steps, recomputations included; the
+  // last sampled token is never fed), prompt tokens encoded, tokens sampled.
+  const ForwardCost& cost() const { return cost_; }
   int64_t prompt_tokens_encoded() const { return prompt_tokens_; }
   int64_t tokens_generated() const { return tokens_generated_; }
-  void ResetCounters() { tokens_processed_ = prompt_tokens_ = tokens_generated_ = 0; }
+  void ResetCounters() {
+    cost_ = {};
+    prompt_tokens_ = tokens_generated_ = 0;
+  }
 
   const SamplerOptions& options() const { return options_; }
   // Changes decoding settings (temperature, top_p, max_new_tokens, kv_cache);
@@ -77,7 +80,8 @@ class TextSampler {
   SamplerOptions options_;
   torch::Device device_;
   TransformerLM engine_{nullptr};
-  int64_t tokens_processed_ = 0, prompt_tokens_ = 0, tokens_generated_ = 0;
+  ForwardCost cost_;
+  int64_t prompt_tokens_ = 0, tokens_generated_ = 0;
 };
 
 }  // namespace rlid::policy

@@ -99,11 +99,14 @@ ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>&
         targets.push_back(q.response[t]);
         slots.push_back(static_cast<int64_t>(i) * Tmax + static_cast<int64_t>(t));
       }
-      out.tokens_processed += lengths[row];
+      out.cost.tokens += lengths[row];
+      out.cost.attention_pairs += CausalPairs(lengths[row]);
       ++row;
     }
     torch::Tensor rows_h;
+    out.cost.logit_rows = static_cast<int64_t>(targets.size());
     if (!seqs.empty()) {
+      out.cost.calls = 1;
       const int64_t B = static_cast<int64_t>(seqs.size());
       auto pos = torch::arange(L, i64).unsqueeze(0).expand({B, L}).contiguous();
       auto h = model->forward(PackIds(seqs, L).to(device), pos,
@@ -127,7 +130,8 @@ ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>&
       prompts.emplace_back(reqs[i].prompt.begin(), reqs[i].prompt.end());
       plen.push_back(static_cast<int64_t>(reqs[i].prompt.size()));
       Pmax = std::max<int64_t>(Pmax, plen.back());
-      out.tokens_processed += plen.back();
+      out.cost.tokens += plen.back();
+      out.cost.attention_pairs += CausalPairs(plen.back());
     }
     req_group[i] = it->second;
   }
@@ -136,6 +140,7 @@ ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>&
     return out;
   }
   const int64_t U = static_cast<int64_t>(prompts.size());
+  out.cost.calls = 1;
   auto ppos = torch::arange(Pmax, i64).unsqueeze(0).expand({U, Pmax}).contiguous();
   auto plen_t = IndexTensor(plen, device);
   auto enc = model->forward(PackIds(prompts, Pmax).to(device), ppos, TransformerLMImpl::CausalMask(plen_t, Pmax),
@@ -160,9 +165,13 @@ ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>&
     cont_group.push_back(req_group[i]);
     cont_len.push_back(static_cast<int64_t>(r.size()) - 1);
     T2 = std::max(T2, cont_len.back());
-    out.tokens_processed += cont_len.back();
+    out.cost.tokens += cont_len.back();
+    // Continuation token t sees its prompt and the t + 1 response tokens up to itself.
+    out.cost.attention_pairs +=
+        plen[req_group[i]] * cont_len.back() + CausalPairs(cont_len.back());
   }
   if (!conts.empty()) {
+    out.cost.calls += 1;
     const int64_t M = static_cast<int64_t>(conts.size());
     for (int64_t row = 0, i = 0; i < N; ++i) {
       const auto& r = reqs[i].response;
@@ -191,6 +200,7 @@ ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>&
     auto h = model->forward(PackIds(conts, T2).to(device), pos, mask, &past).hidden;
     hidden_rows = torch::cat({hidden_rows, h.reshape({M * T2, -1}).index_select(0, IndexTensor(cont_idx, device))});
   }
+  out.cost.logit_rows = static_cast<int64_t>(targets.size());
   Finish(model, hidden_rows, targets, slots, N, Tmax, options, out);
   return out;
 }

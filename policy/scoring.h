@@ -29,9 +29,10 @@ struct ScoreBatch {
   torch::Tensor logp;     // [N, Tmax] log π(response_t | ...), 0 at padding, with grad
   torch::Tensor mask;     // [N, Tmax] float, 1 = valid
   torch::Tensor entropy;  // [N, Tmax] entropy of the tempered row (0 at padding); if asked
-  // Tokens fed to the model: shared, Σ_distinct prompts |prompt| + Σ (|response| - 1);
-  // plain, Σ (|prompt| + |response| - 1). The last response token is never fed.
-  int64_t tokens_processed = 0;
+  // What the forward computed. Tokens fed: shared, Σ_distinct prompts |prompt| +
+  // Σ (|response| - 1); plain, Σ (|prompt| + |response| - 1) (the last response
+  // token is never fed). Logit rows: one per response token.
+  ForwardCost cost;
 };
 
 // Throws ConfigError for an empty batch, an empty prompt, token ids outside the

@@ -62,10 +62,12 @@ TEST(Rollout, DecisionEpisodesAreDeterministicAndCounted) {
     steps += static_cast<int64_t>(a[e].steps.size());
   }
   EXPECT_EQ(b1.env_steps, steps);
-  EXPECT_EQ(b1.decisions, steps);
+  EXPECT_EQ(b1.samples_generated, steps);
   EXPECT_EQ(b1.episodes, 8);
-  EXPECT_GT(b1.forward_passes, 0);
-  EXPECT_LT(b1.forward_passes, steps);  // lockstep batching: one forward serves several episodes
+  EXPECT_GT(b1.rollout.forwards, 0);
+  EXPECT_LT(b1.rollout.forwards, steps);  // lockstep batching: one forward serves several episodes
+  EXPECT_GT(b1.rollout.flops, 0);
+  EXPECT_EQ(b1.rollout.backwards, 0);
   EXPECT_GT(b1.prompt_tokens, 0);
   EXPECT_EQ(b1.env_steps, b2.env_steps);
 }
@@ -147,7 +149,7 @@ TEST(Rollout, TokenPlaneRecordsEveryInvalidAnswerWithItsReason) {
   }
   EXPECT_GT(invalid, 0);
   EXPECT_EQ(b.invalid_steps, invalid);
-  EXPECT_EQ(b.decisions, decisions);
+  EXPECT_EQ(b.env_steps, decisions);  // an invalid answer used an interaction too
   EXPECT_GT(b.generated_tokens, 0);
 }
 

@@ -165,7 +165,7 @@ TEST(Readout, MarginalisesDistinctWordingsAndNormalises) {
   // Padding: R = 3, item 1 has 2 wordings.
   EXPECT_TRUE(std::isinf(o.realisation_logp[0][1][2].item<double>()));
   // Trie nodes: 1, 5, 6, 2, end, 3, 3(after 2)... : prompt 5 + nodes {1,5,6,2,2.end,2.3,3,3.1,3.4} = 9.
-  EXPECT_EQ(o.tokens_processed, 5 + 9);
+  EXPECT_EQ(o.cost.tokens, 5 + 9);
 }
 
 TEST(Readout, PermutingItemsPermutesProbabilities) {

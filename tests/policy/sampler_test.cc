@@ -157,14 +157,14 @@ TEST(TextSampler, GroupEncodesPromptOnce) {
   s.Sample(prompts, 4, nullptr, 0);
   EXPECT_EQ(s.prompt_tokens_encoded(), 13);
   EXPECT_EQ(s.tokens_generated(), 2 * 4 * 3);
-  EXPECT_EQ(s.tokens_processed(), 13 + 2 * 4 * 2);  // last sampled token is never fed
+  EXPECT_EQ(s.cost().tokens, 13 + 2 * 4 * 2);  // last sampled token is never fed
   s.ResetCounters();
   o.kv_cache = false;
   auto r = MakeSampler(m, o);
   r.Sample(prompts, 4, nullptr, 0);
   // Recomputation: prompts once, then 4 rows x (len + 1) and 4 x (len + 2) per prompt.
-  EXPECT_EQ(r.tokens_processed(), 13 + 4 * (5 + 6) + 4 * (10 + 11));
-  EXPECT_EQ(s.tokens_processed(), 0);
+  EXPECT_EQ(r.cost().tokens, 13 + 4 * (5 + 6) + 4 * (10 + 11));
+  EXPECT_EQ(s.cost().tokens, 0);
 }
 
 TEST(TextSampler, Bf16EngineHasSmallNonZeroGap) {

@@ -57,9 +57,9 @@ TEST(ScoreResponses, SharedPrefixEqualsPlainForwardIncludingGradients) {
   EXPECT_LT(diff, 1e-5);
   EXPECT_LT(gdiff, 1e-5);
   // Shared: prompts 7 + 3 + 11, then (|r| - 1) per response: 3+1+0+4+2+1.
-  EXPECT_EQ(s.tokens_processed, 21 + 11);
+  EXPECT_EQ(s.cost.tokens, 21 + 11);
   // Plain: |prompt| + |r| - 1 per non-empty response.
-  EXPECT_EQ(p.tokens_processed, (7 + 3) + (3 + 1) + (7 + 0) + (3 + 4) + (3 + 2) + (11 + 1));
+  EXPECT_EQ(p.cost.tokens, (7 + 3) + (3 + 1) + (7 + 0) + (3 + 4) + (3 + 2) + (11 + 1));
 }
 
 TEST(ScoreResponses, SinglePromptGroupBroadcastsAndMatchesNaive) {
@@ -70,7 +70,7 @@ TEST(ScoreResponses, SinglePromptGroupBroadcastsAndMatchesNaive) {
   ScoreOptions o;
   o.entropy = true;
   auto s = ScoreResponses(m, reqs, o);
-  EXPECT_EQ(s.tokens_processed, 6 + 2 + 0 + 3);
+  EXPECT_EQ(s.cost.tokens, 6 + 2 + 0 + 3);
   for (size_t i = 0; i < reqs.size(); ++i) {
     auto naive = NaiveRealisationLogProbs(m, prompt, reqs[i].response);
     const int64_t n = static_cast<int64_t>(reqs[i].response.size());

@@ -51,18 +51,22 @@ void TrainerConfig::Load(ConfigNode n) {
         "(0 = off)");
   n.GetEnum("estimator", estimator, {"sampled", "all_action"},
             "decision policy gradient: sampled action, or Rao-Blackwellised over the whole menu");
-  n.Get("grad_variance_every", grad_variance_every,
-        "measure per-sample gradient variance every k iterations (0 = off)");
-  n.Get("grad_variance_samples", grad_variance_samples, "states per gradient-variance measurement");
+  n.Get("grad_snr_every", grad_snr_every,
+        "measure the per-episode policy-gradient SNR every k iterations (0 = off)");
+  n.Get("grad_snr_episodes", grad_snr_episodes,
+        "episodes per gradient-SNR measurement (the same in both planes)");
   n.Get("eval_every", eval_every,
         "evaluate on test seeds every k iterations (0 = only at the end)");
   n.Get("eval_episodes", eval_episodes, "test episodes per evaluation");
   n.Get("eval_sampled", eval_sampled, "also evaluate the sampled policy (besides greedy)");
+  n.Get("eval_at_start", eval_at_start,
+        "also evaluate the initial weights (logged at iteration -1, 0 env steps)");
   n.Get("checkpoint_every", checkpoint_every,
         "checkpoint every k iterations (0 = only at the end)");
-  n.GetEnum("budget", budget, {"iterations", "env_steps", "wall_clock", "flops"},
-            "what stops the run");
-  n.Get("budget_value", budget_value, "limit for env_steps / wall_clock seconds / training flops");
+  n.GetEnum("budget", budget, {"iterations", "env_steps", "wall_seconds", "flops"},
+            "what stops the run: env steps (every decision attempt), training wall-clock "
+            "seconds, or rollout + update FLOPs");
+  n.Get("budget_value", budget_value, "limit for env_steps / wall_seconds / flops");
   n.GetEnum("return_mode", return_mode, {"episode", "discounted"},
             "token plane: advantage from the episode return, or per-step discounted returns");
   optim.Load(n);
@@ -136,6 +140,9 @@ std::unique_ptr<ExperimentConfig> ExperimentConfig::FromConfig(Config cfg) {
   auto e = std::make_unique<ExperimentConfig>(std::move(cfg));
   ConfigNode root = e->raw.Root();
   e->run.Load(root.Section("run"));
+  e->env_section.Get("show_steps_left", e->show_steps_left,
+                     "observations end with 'Steps left: N.' (the time limit becomes part of the "
+                     "state; a cut episode is then not bootstrapped)");
   envs::MakeEnv(e->env_section);  // validates [env] now
   e->tokenizer.Load(root.Section("tokenizer"));
   ConfigNode pol = root.Section("policy");
@@ -150,7 +157,38 @@ std::unique_ptr<ExperimentConfig> ExperimentConfig::FromConfig(Config cfg) {
   e->sft.Load(root.Section("sft"));
   root.Section("compare").MarkAllUsed();  // validated by `rlid compare`
   e->raw.CheckAllUsed();
+  e->CheckConsistency();
   return e;
+}
+
+void ExperimentConfig::CheckConsistency() const {
+  ConfigNode root = const_cast<Config&>(raw).Root();
+  const TrainerConfig& t = trainer;
+  const std::string& est = t.advantage.estimator;
+  // Group-relative estimators compare episodes of one env seed: a group of one
+  // gives every advantage 0, and the run would train only its value/entropy terms.
+  if ((est == "grpo" || est == "rloo" || est == "reinforce_pp_baseline") && t.group_size < 2)
+    throw ConfigError(
+        fmt::format("{}: trainer.advantage.estimator = '{}' needs groups of at least 2 episodes "
+                    "per env seed, but trainer.group_size = {} (algorithm '{}')",
+                    root.Section("trainer").Where("group_size"), est, t.group_size, t.algorithm),
+        "set trainer.group_size >= 2 (and episodes_per_iteration a multiple of it), or use "
+        "estimator 'gae' in the decision plane");
+  if (t.estimator == "all_action" && readout.off_menu_outcome())
+    throw ConfigError(
+        fmt::format("{}: trainer.estimator = 'all_action' sums over the menu's actions, but "
+                    "readout.normalisation = 'other' adds an off-menu outcome it has no afterstate for",
+                    root.Section("trainer").Where("estimator")),
+        "use readout.normalisation = 'menu' with the all-action estimator");
+  if (t.overlong_buffer > 0 && t.overlong_buffer >= sampler.max_new_tokens)
+    throw ConfigError(
+        fmt::format(
+            "{}: trainer.sampling.overlong_buffer = {} must be below sampler.max_new_tokens = {}: "
+            "the penalty starts at max_new_tokens - overlong_buffer tokens, so every answer "
+            "would be penalised",
+            root.Section("trainer").Section("sampling").Where("overlong_buffer"), t.overlong_buffer,
+            sampler.max_new_tokens),
+        "raise sampler.max_new_tokens or lower (0 = off) trainer.sampling.overlong_buffer");
 }
 
 std::unique_ptr<ExperimentConfig> ExperimentConfig::Load(const std::string& path,
@@ -190,136 +228,6 @@ std::string Timestamp() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
   return buf;
-}
-
-Session::Session(const ExperimentConfig& c, SessionOptions options)
-    : cfg(c), record(options.record) {
-  std::string out_dir = options.out_dir;
-  const bool resume = options.resume;
-  policy::SetNumThreads(cfg.run.threads);
-  if (cfg.run.device == "cuda") {
-    if (!torch::cuda::is_available())
-      throw ConfigError(
-          "run.device = 'cuda' but no CUDA device is available to this LibTorch build",
-          "use device = 'cpu' (Debian's libtorch is CPU-only)");
-    device = torch::Device(torch::kCUDA);
-  }
-  // Run directory.
-  if (out_dir.empty()) {
-    out_dir = (fs::path("runs") / fmt::format("{}-{}", cfg.run.name, Timestamp())).string();
-    for (int k = 2; fs::exists(out_dir); ++k)
-      out_dir = (fs::path("runs") / fmt::format("{}-{}-{}", cfg.run.name, Timestamp(), k)).string();
-  }
-  run_dir = out_dir;
-  checkpoints_dir = (fs::path(run_dir) / options.checkpoints).string();
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  if (ec) throw IoError(fmt::format("cannot create run directory '{}': {}", run_dir, ec.message()));
-  std::string resolved = cfg.raw.ResolvedToml();
-  if (!options.config_file.empty()) {
-    std::ofstream f(fs::path(run_dir) / options.config_file);
-    if (!f)
-      throw IoError(fmt::format("cannot write '{}/{}'", run_dir, options.config_file),
-                    "is the directory writable?");
-    f << "# resolved config of this run (rlid " << VersionString() << ")\n" << resolved;
-  }
-  env = envs::MakeEnv(cfg.env_section);
-  // Model + tokenizer.
-  if (!cfg.init_checkpoint.empty()) {
-    auto ck = policy::LoadCheckpoint(cfg.init_checkpoint, device);
-    tokenizer = ck.tokenizer;
-    model = ck.model;
-  } else {
-    fs::path saved = fs::path(run_dir) / "tokenizer.json";
-    tokenizer = resume && fs::exists(saved) ? policy::Tokenizer::FromFile(saved.string())
-                                            : MakeTokenizer(cfg, *env);
-    policy::ModelConfig mc = cfg.model;
-    mc.vocab_size = tokenizer.VocabSize();
-    model = policy::TransformerLM(mc);
-    model->InitWeights(Rng::DeriveSeed(cfg.run.seed, "init"));
-    model->to(device);
-  }
-  tokenizer.Save((fs::path(run_dir) / "tokenizer.json").string());
-  renderer = std::make_unique<policy::PromptRenderer>(cfg.prompt, tokenizer);
-  if (cfg.trainer.kl.coef > 0) ref_model = policy::CloneModel(model);
-  // Store.
-  store = memory::Store::Open((fs::path(run_dir) / memory::kDatabaseFileName).string(),
-                              memory::Store::Mode::kReadWrite);
-  writer = std::make_unique<memory::Writer>(*store);
-  memory::RunRecord rec;
-  rec.name = cfg.run.name;
-  rec.arm = options.arm;
-  rec.kind = options.kind;
-  rec.config_toml = resolved;
-  rec.seed = cfg.run.seed;
-  rec.allow_cross_split = cfg.memory.allow_cross_split;
-  run_id = writer->BeginRun(rec);
-  const policy::Tokenizer* tok = &tokenizer;
-  bank = std::make_unique<memory::MemoryBank>(
-      cfg.memory, run_id, &store->item_ids(),
-      [tok](std::string_view text) { return static_cast<int>(tok->Encode(text, false).size()); });
-  if (!options.quiet)
-    spdlog::info("run directory {} ({} parameters, {})", run_dir, model->config().NumParameters(),
-                 policy::TorchSummary());
-}
-
-Session::~Session() {
-  if (!ended_) {
-    try {
-      End("failed");
-    } catch (const std::exception& e) {
-      spdlog::error("could not close the run cleanly: {}", e.what());
-    }
-  }
-}
-
-policy::TextSampler& Session::Sampler() {
-  if (!sampler) {
-    sampler = std::make_unique<policy::TextSampler>(model->config(), cfg.sampler, device);
-    sampler->SyncWeights(model);
-  }
-  return *sampler;
-}
-
-agents::AgentContext Session::AgentCtx(int64_t iteration) {
-  agents::AgentContext ctx;
-  ctx.env = env.get();
-  ctx.model = model;
-  ctx.ref_model = ref_model;
-  ctx.sampler = sampler.get();
-  ctx.renderer = renderer.get();
-  ctx.readout = cfg.readout;
-  ctx.invalid = cfg.trainer.invalid;
-  ctx.bank = bank.get();
-  ctx.episode_ids = &store->episode_ids();
-  ctx.run_id = run_id;
-  ctx.seed = cfg.run.seed;
-  ctx.policy_version = iteration;
-  ctx.iteration = iteration;
-  ctx.num_envs = cfg.trainer.num_envs;
-  ctx.afterstate_values = cfg.trainer.estimator == "all_action";
-  ctx.times = &times;
-  return ctx;
-}
-
-void Session::Record(const std::vector<agents::EpisodeData>& episodes,
-                     const agents::AgentContext& ctx) {
-  if (!record) return;
-  agents::StageTimer timer(&times.logging);
-  for (const auto& e : episodes) writer->Submit(agents::ToRecord(e, ctx));
-}
-
-void Session::LogMetrics(int64_t iteration,
-                         const std::vector<std::pair<std::string, double>>& metrics) {
-  agents::StageTimer timer(&times.logging);
-  double now = memory::NowUnixSeconds();
-  for (const auto& [k, v] : metrics)
-    writer->Submit(memory::MetricRecord{run_id, iteration, k, v, now});
-}
-
-void Session::End(const std::string& status) {
-  ended_ = true;
-  writer->EndRun(run_id, status);
 }
 
 }  // namespace rlid::trainers

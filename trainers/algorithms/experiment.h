@@ -1,7 +1,6 @@
-// An experiment: the TOML config of one run (every section as a typed struct
-// with defaults in code) and the objects a run is made of — run directory,
-// env, tokenizer, prompt renderer, model (+ frozen reference), SQLite store,
-// writer and memory bank. `rlid train/sft/eval/compare` all build a Session.
+// An experiment's config: the TOML file of one run, every section a typed
+// struct with its defaults in code (trainers/algorithms/run.h builds the
+// objects a run is made of from it).
 #pragma once
 
 #include <functional>
@@ -62,16 +61,19 @@ struct TrainerConfig {
   double target_kl = 0.0;  // stop an iteration's epochs once the epoch's mean menu KL(old||new)
                            // exceeds it (0 = off)
   std::string estimator = "sampled";  // sampled | all_action (Rao-Blackwellised, decision plane)
-  int64_t grad_variance_every =
-      0;  // measure per-sample gradient variance every k iterations (0 = off)
-  int64_t grad_variance_samples = 8;  // states per measurement
+  // Per-episode policy-gradient SNR (GradientSnr) every k iterations (0 = off),
+  // on the first grad_snr_episodes episodes of the batch (same count in both planes).
+  int64_t grad_snr_every = 0;
+  int64_t grad_snr_episodes = 16;
   int64_t eval_every = 5;         // evaluate on test seeds every k iterations (0 = only at the end)
   int64_t eval_episodes = 32;     // test episodes per evaluation
   bool eval_sampled = true;       // also evaluate the sampled (not only greedy) policy
+  bool eval_at_start = false;     // also evaluate the initial weights (iteration -1, 0 env steps)
   int64_t checkpoint_every = 10;  // write a checkpoint every k iterations (0 = only at the end)
-  std::string budget =
-      "iterations";               // iterations | env_steps | wall_clock | flops: what stops the run
-  double budget_value = 0;        // the limit for env_steps / wall_clock (s) / flops
+  // What stops the run: iterations | env_steps (decision attempts) | wall_seconds
+  // (training wall-clock) | flops (rollout + update FLOPs).
+  std::string budget = "iterations";
+  double budget_value = 0;  // the limit for env_steps / wall_seconds / flops
   OptimConfig optim;              // lr, schedule, clipping (keys live in [trainer])
   AdvantageConfig advantage;      // [trainer.advantage]
   LossConfig loss;                // [trainer.loss] (+ [trainer.loss.engine])
@@ -118,6 +120,7 @@ struct ExperimentConfig {
   Config raw;
   RunConfig run;
   ConfigNode env_section;  // [env] (read by the env factory)
+  bool show_steps_left = false;  // [env] show_steps_left: observations end with "Steps left: N."
   TokenizerConfig tokenizer;
   policy::ModelConfig model;
   std::string init_checkpoint;  // [policy] init: start from this checkpoint
@@ -132,66 +135,14 @@ struct ExperimentConfig {
   static std::unique_ptr<ExperimentConfig> Load(const std::string& path,
                                                 const std::vector<std::string>& sets);
   static std::unique_ptr<ExperimentConfig> FromConfig(Config cfg);
+  // Rules across sections (ConfigError naming the keys): group estimators need
+  // groups, the all-action estimator needs a menu-normalised readout, DAPO's
+  // overlong buffer must fit in the sampler's answer length.
+  void CheckConsistency() const;
 };
 
 // Local time as YYYYmmdd-HHMMSS (default run directory names).
 std::string Timestamp();
-
-struct SessionOptions {
-  std::string out_dir;                      // run directory; empty = runs/<name>-<timestamp>
-  std::string kind = "train";               // train | sft | eval | compare (runs.kind)
-  std::string arm;                          // runs.arm
-  bool resume = false;                      // reuse the run directory's tokenizer.json
-  std::string config_file = "config.toml";  // where the resolved config is written ("" = not)
-  bool quiet = false;                       // no info log line
-  // Provenance records (episodes, steps, menus, memory items and reads) go to
-  // the store; off = only runs, metrics and checkpoints (`rlid bench train`
-  // measures the overhead of recording this way).
-  bool record = true;
-  // Where Train writes checkpoints, relative to the run directory (compare
-  // gives every arm x seed its own, so their iter_N never collide).
-  std::string checkpoints = "checkpoints";
-};
-
-// The live objects of a run.
-class Session {
- public:
-  // Creates the run directory, writes the resolved config, opens the store,
-  // builds env/tokenizer/model/renderer/bank, and begins a `runs` row.
-  Session(const ExperimentConfig& cfg, SessionOptions options);
-  ~Session();
-
-  // An agent context for rollouts at this iteration.
-  agents::AgentContext AgentCtx(int64_t iteration);
-  // Records episodes to the store (and their memory items); nothing when
-  // SessionOptions::record is off. Time spent counts as times.logging.
-  void Record(const std::vector<agents::EpisodeData>& episodes, const agents::AgentContext& ctx);
-  void LogMetrics(int64_t iteration, const std::vector<std::pair<std::string, double>>& metrics);
-  void End(const std::string& status);
-
-  const ExperimentConfig& cfg;
-  std::string run_dir;
-  std::string checkpoints_dir;  // run_dir / SessionOptions::checkpoints
-  torch::Device device{torch::kCPU};
-  std::unique_ptr<envs::Env> env;
-  policy::Tokenizer tokenizer;
-  std::unique_ptr<policy::PromptRenderer> renderer;
-  policy::TransformerLM model{nullptr};
-  policy::TransformerLM ref_model{nullptr};      // frozen copy of the initial policy (KL)
-  std::unique_ptr<policy::TextSampler> sampler;  // token plane (created on demand)
-  std::unique_ptr<memory::Store> store;
-  std::unique_ptr<memory::Writer> writer;
-  std::unique_ptr<memory::MemoryBank> bank;
-  int64_t run_id = 0;
-  agents::Budget budget;
-  agents::StageTimes times;  // where the run's wall-clock went (rollout contexts add to it)
-  bool record = true;        // SessionOptions::record
-
-  policy::TextSampler& Sampler();
-
- private:
-  bool ended_ = false;
-};
 
 // Builds or loads the tokenizer: checkpoint's, [tokenizer].path, or trained on env text.
 policy::Tokenizer MakeTokenizer(const ExperimentConfig& cfg, const envs::Env& env);

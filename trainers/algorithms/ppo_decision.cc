@@ -1,8 +1,12 @@
 // Decision-level PPO (CleanRL ppo.py, one decision = one "token"):
 //   rollout with the single-pass label readout -> advantages (GAE with the
-//   value head, or grpo/rloo over episodes that share an env seed) -> epochs x
-//   minibatches of the clipped surrogate on p(a|s) ratios + value loss + menu
-//   entropy bonus + exact menu KL to a frozen reference -> AdamW step.
+//   value head, bootstrapped with V(s_T) where the step limit cut an episode,
+//   or grpo/rloo over episodes that share an env seed) -> epochs x minibatches
+//   of the clipped surrogate on the decision distribution's ratios + value
+//   loss + entropy bonus + exact KL to a frozen reference -> AdamW step.
+// The decision distribution is policy::DecisionDistribution: the K menu items,
+// plus the off-menu outcome with readout normalisation "other" — the one that
+// samples is the one in the ratio, the KL and the entropy.
 // The all-action option replaces the sampled-action surrogate with the
 // Rao-Blackwellised sum over the menu, sum_a grad p(a|s) A(s,a), where A comes
 // from the afterstate critic (the value head read on every afterstate branch
@@ -14,169 +18,207 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "trainers/algorithms/ppo_decision.h"
+#include "trainers/algorithms/trainer.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/decision_losses.h"
 #include "trainers/losses/losses.h"
 #include "trainers/losses/tensor_checks.h"
-#include "trainers/algorithms/trainer.h"
 
 namespace rlid::trainers {
+
+DecisionBatch FlattenDecisions(const std::vector<agents::EpisodeData>& episodes,
+                               const agents::ReadoutConfig& readout, const TrainerConfig& t,
+                               bool use_ref, int64_t it) {
+  DecisionBatch b;
+  for (size_t e = 0; e < episodes.size(); ++e)
+    for (const auto& st : episodes[e].steps) b.dec.push_back({&st, static_cast<int>(e)});
+  const int64_t N = b.size();
+  std::vector<double> old_logp(N), old_value(N), reward(N), end_values(N, 0.0);
+  std::vector<int64_t> outcome(N), ends(N);
+  for (int64_t i = 0; i < N; ++i) {
+    const auto* st = b.dec[i].step;
+    b.old_dist.push_back(agents::DecisionLogP(*st, readout));
+    outcome[i] = agents::DecisionOutcome(*st);
+    old_logp[i] = b.old_dist.back()[outcome[i]];
+    old_value[i] = st->value;
+    double r = st->reward;
+    if (use_ref) {
+      b.ref_dist.push_back(st->ref_log_p);
+      if (t.kl.placement == "reward") {
+        double kl = 0;  // exact KL of the rollout policy's decision distribution to the reference
+        const auto& p = b.old_dist.back();
+        for (size_t k = 0; k < p.size(); ++k)
+          if (std::isfinite(p[k])) kl += std::exp(p[k]) * (p[k] - st->ref_log_p[k]);
+        r -= t.kl.coef * kl;
+      }
+    }
+    reward[i] = r;
+    ends[i] = i + 1 == N || b.dec[i + 1].episode != b.dec[i].episode;
+    // A cut episode continues from V(s_T); a terminal one from 0.
+    const auto& ep = episodes[b.dec[i].episode];
+    if (ends[i] && ep.truncated && std::isfinite(ep.bootstrap_value))
+      end_values[i] = ep.bootstrap_value;
+  }
+  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  b.outcome = torch::tensor(outcome, torch::kInt64);
+  b.old_logp = torch::tensor(old_logp, f64);
+  b.old_value = torch::tensor(old_value, f64);
+  b.reward = torch::tensor(reward, f64);
+  b.ends = torch::tensor(ends, torch::kInt64).to(torch::kBool);
+  b.end_values = torch::tensor(end_values, f64);
+  CheckFinite(b.reward, "reward", it);
+  return b;
+}
+
+std::pair<torch::Tensor, torch::Tensor> DecisionAdvantages(const TrainerConfig& t,
+                                                           const std::vector<agents::EpisodeData>& episodes,
+                                                           const DecisionBatch& b) {
+  const int64_t N = b.size();
+  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  if (t.advantage.estimator == "gae") {
+    auto r = GaeAdvantages({b.reward, b.old_value, b.ends, b.end_values}, t.advantage.gamma,
+                           t.advantage.lambda);
+    return {r.advantages, r.returns};
+  }
+  if (t.advantage.estimator != "grpo" && t.advantage.estimator != "rloo")
+    throw ConfigError(
+        fmt::format("ppo_decision supports advantage estimators gae, grpo, rloo; got '{}'",
+                    t.advantage.estimator),
+        "set trainer.advantage.estimator");
+  // Episode-level: the episode's return, centred within its env-seed group,
+  // broadcast to every decision of the episode.
+  std::vector<double> returns;
+  std::vector<int64_t> groups, episode_of(N);
+  for (const auto& e : episodes) {
+    returns.push_back(e.ret);
+    groups.push_back(e.spec.group);
+  }
+  for (int64_t i = 0; i < N; ++i) episode_of[i] = b.dec[i].episode;
+  torch::Tensor scores = torch::tensor(returns, f64);
+  torch::Tensor ep_adv =
+      t.advantage.estimator == "grpo"
+          ? GroupNormalizedScores(scores, groups, t.advantage.std_norm, t.advantage.std_eps)
+          : LeaveOneOutScores(scores, groups);
+  auto adv = ep_adv.to(torch::kFloat64).index_select(0, torch::tensor(episode_of, torch::kInt64));
+  // The value head still learns the discounted return-to-go (bootstrapped at cuts).
+  auto ret = GaeAdvantages({b.reward, torch::zeros({N}, f64), b.ends, b.end_values},
+                           t.advantage.gamma, 1.0)
+                 .returns;
+  return {adv, ret};
+}
+
 namespace {
 
-// One decision of the rollout batch, flattened.
-struct Decision {
-  const agents::StepData* step;
-  int episode;
+using Batch = DecisionBatch;
+using Decision = DecisionBatch::Decision;
+
+// [B, K'] float64 rows of per-decision vectors for the minibatch `idx`.
+torch::Tensor Rows(const std::vector<std::vector<float>>& rows, const std::vector<int64_t>& idx,
+                   int64_t width, double pad) {
+  std::vector<const std::vector<float>*> picked;
+  for (int64_t i : idx) picked.push_back(&rows[i]);
+  return PadRows(picked, width, pad);
+}
+
+// log p, value, entropy of the minibatch's decisions under the current weights.
+struct Forward {
+  torch::Tensor dist, mask, logp, value, afterstate_value;
+  policy::ForwardCost cost;
 };
 
-// [B, K] float64 matrix of a per-menu-item field (log p, afterstate values,
-// reference log p) of the minibatch's decisions, `pad` beyond each menu.
-torch::Tensor MenuMatrix(const std::vector<Decision>& dec, const std::vector<int64_t>& idx,
-                         int64_t K, std::vector<float> agents::StepData::*field, double pad) {
-  std::vector<const std::vector<float>*> rows;
-  for (int64_t i : idx) rows.push_back(&(dec[i].step->*field));
-  return PadRows(rows, K, pad);
+Forward ReadDecisions(const agents::AgentContext& agent, const std::vector<Decision>& dec,
+                      const std::vector<int64_t>& idx, const torch::Tensor& outcomes,
+                      bool all_action) {
+  std::vector<policy::ReadoutRequest> reqs;
+  for (int64_t i : idx)
+    reqs.push_back(
+        agents::ReadoutRequestFor(*agent.renderer, *dec[i].step, agent.readout, all_action));
+  auto model = agent.model;
+  auto rb = policy::Readout(model, reqs, agents::ReadoutOptionsFor(agent.readout, all_action));
+  auto dd = policy::DecisionDistribution(rb);
+  Forward f;
+  f.dist = dd.log_p.to(torch::kFloat64);
+  f.mask = dd.mask;
+  f.logp = f.dist.gather(1, outcomes.to(f.dist.device()).unsqueeze(1)).squeeze(1);
+  f.value = rb.value.to(torch::kFloat64);
+  if (all_action) f.afterstate_value = rb.afterstate_value.to(torch::kFloat64);
+  f.cost = rb.cost;
+  return f;
 }
 
 class PpoDecisionTrainer final : public Trainer {
  public:
   policy::Plane plane() const override { return policy::Plane::kDecision; }
 
-  void Setup(Session& s) override {
+  void Setup(const TrainerConfig& cfg, policy::TransformerLM model) override {
     std::vector<std::string> names;
     std::vector<torch::Tensor> params;
-    for (auto& p : s.model->named_parameters()) {
+    for (auto& p : model->named_parameters()) {
       names.push_back(p.key());
       params.push_back(p.value());
     }
-    opt_ =
-        std::make_unique<Optimizer>(params, s.cfg.trainer.optim, s.cfg.trainer.iterations, names);
+    opt_ = std::make_unique<Optimizer>(params, cfg.optim, cfg.iterations, names);
   }
   void SaveState(const std::string& dir) const override { opt_->Save(dir + "/optimizer.pt"); }
   void LoadState(const std::string& dir) override { opt_->Load(dir + "/optimizer.pt"); }
 
-  Metrics Iterate(Session& s, int64_t it) override {
-    const TrainerConfig& t = s.cfg.trainer;
+  Metrics Iterate(IterationContext& c) override {
+    const TrainerConfig& t = c.cfg;
+    const int64_t it = c.iteration;
     const bool all_action = t.estimator == "all_action";
-    const bool use_ref = t.kl.coef > 0 && s.ref_model;
+    const bool use_ref = t.kl.coef > 0 && c.agent.ref_model;
+    policy::TransformerLM model = c.agent.model;
 
     // ---- 1. rollout ------------------------------------------------------------
-    agents::AgentContext ctx = s.AgentCtx(it);
-    auto episodes =
-        agents::RunDecisionEpisodes(ctx, TrainSpecs(t, s.cfg.run.seed, it), envs::Split::kTrain,
-                                    /*greedy=*/false, s.budget);
-    s.Record(episodes, ctx);
+    c.agent.bootstrap_truncated = true;
+    auto episodes = agents::RunDecisionEpisodes(c.agent, TrainSpecs(t, c.seed, it),
+                                                envs::Split::kTrain, /*greedy=*/false, c.budget);
+    c.recorder.Episodes(episodes, c.agent);
     Metrics metrics = RolloutMetrics(episodes);
-
-    std::vector<Decision> dec;
-    for (size_t e = 0; e < episodes.size(); ++e)
-      for (const auto& st : episodes[e].steps) dec.push_back({&st, static_cast<int>(e)});
-    const int64_t N = static_cast<int64_t>(dec.size());
-    auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-    std::vector<double> old_logp_v(N), old_value_v(N), reward_v(N);
-    std::vector<int64_t> items_v(N);
-    std::vector<int64_t> ends_v(N), episode_v(N);
-    for (int64_t i = 0; i < N; ++i) {
-      const auto* st = dec[i].step;
-      old_logp_v[i] = st->log_p[st->item];
-      old_value_v[i] = st->value;
-      double r = st->reward;
-      if (use_ref && t.kl.placement == "reward") {
-        double kl = 0;  // exact menu KL of the rollout policy to the reference
-        for (size_t k = 0; k < st->log_p.size(); ++k)
-          kl += std::exp(st->log_p[k]) * (st->log_p[k] - st->ref_log_p[k]);
-        r -= t.kl.coef * kl;
-      }
-      reward_v[i] = r;
-      items_v[i] = st->item;
-      ends_v[i] = i + 1 == N || dec[i + 1].episode != dec[i].episode;
-      episode_v[i] = dec[i].episode;
-    }
-    torch::Tensor old_logp = torch::tensor(old_logp_v, f64),
-                  old_value = torch::tensor(old_value_v, f64);
-    torch::Tensor reward = torch::tensor(reward_v, f64),
-                  items = torch::tensor(items_v, torch::kInt64);
-    torch::Tensor ends = torch::tensor(ends_v, torch::kInt64).to(torch::kBool);
-    CheckFinite(reward, "reward", it);
+    Batch batch = FlattenDecisions(episodes, c.agent.readout, t, use_ref, it);
+    const int64_t N = batch.size();
 
     // ---- 2. advantages -----------------------------------------------------------
-    torch::Tensor adv, ret;
-    if (t.advantage.estimator == "gae") {
-      DecisionGaeInputs in{reward, old_value, ends, torch::Tensor()};
-      auto r = GaeAdvantages(in, t.advantage.gamma, t.advantage.lambda);
-      adv = r.advantages, ret = r.returns;
-    } else if (t.advantage.estimator == "grpo" || t.advantage.estimator == "rloo") {
-      // Episode-level: the episode's return, centred within its env-seed group,
-      // broadcast to every decision of the episode.
-      const int64_t E = static_cast<int64_t>(episodes.size());
-      std::vector<double> returns;
-      std::vector<int64_t> groups;
-      for (int64_t e = 0; e < E; ++e) {
-        returns.push_back(episodes[e].ret);
-        groups.push_back(episodes[e].spec.group);
-      }
-      torch::Tensor scores = torch::tensor(returns, f64);
-      torch::Tensor ep_adv =
-          t.advantage.estimator == "grpo"
-              ? GroupNormalizedScores(scores, groups, t.advantage.std_norm, t.advantage.std_eps)
-              : LeaveOneOutScores(scores, groups);
-      adv = ep_adv.to(torch::kFloat64).index_select(0, torch::tensor(episode_v, torch::kInt64));
-      // The value head still learns the discounted return-to-go.
-      ret = GaeAdvantages({reward, torch::zeros({N}, f64), ends, torch::Tensor()},
-                          t.advantage.gamma, 1.0)
-                .returns;
-    } else {
-      throw ConfigError(
-          fmt::format("ppo_decision supports advantage estimators gae, grpo, rloo; got '{}'",
-                      t.advantage.estimator),
-          "set trainer.advantage.estimator");
-    }
+    auto [adv, ret] = DecisionAdvantages(t, episodes, batch);
     CheckFinite(adv, "advantages", it);
     CheckFinite(ret, "value targets", it);
 
-    // ---- 3. epochs x minibatches -------------------------------------------------
-    const auto ropts = agents::ReadoutOptionsFor(s.cfg.readout, all_action);
-    Rng shuffle = Rng::Stream(s.cfg.run.seed, "minibatches", it);
+    // ---- 3. gradient signal-to-noise at the rollout weights ------------------------
+    if (t.grad_snr_every > 0 && it % t.grad_snr_every == 0)
+      for (const auto& kv : Snr(c, episodes, batch, adv, all_action)) metrics.push_back(kv);
+
+    // ---- 4. epochs x minibatches -------------------------------------------------
+    Rng shuffle = Rng::Stream(c.seed, "minibatches", it);
     double sum_pg = 0, sum_v = 0, sum_ent = 0, sum_kl = 0, sum_clip = 0, sum_akl = 0, sum_gn = 0,
-           sum_after = 0;
-    double sum_menu_kl = 0;
-    int64_t updates = 0;
-    s.model->train();
-    int64_t epochs_run = 0;
+           sum_after = 0, sum_menu_kl = 0;
+    int64_t updates = 0, epochs_run = 0;
+    model->train();
     for (int64_t epoch = 0; epoch < t.epochs; ++epoch) {
       auto perm = shuffle.Permutation(static_cast<int>(N));
       double epoch_kl = 0;
       int64_t epoch_updates = 0;
       for (int64_t b0 = 0; b0 < N; b0 += t.minibatch_size) {
-        int64_t b1 = std::min(N, b0 + t.minibatch_size);
+        const int64_t b1 = std::min(N, b0 + t.minibatch_size);
         std::vector<int64_t> idx(perm.begin() + b0, perm.begin() + b1);
         auto ix = torch::tensor(idx, torch::kInt64);
-        std::vector<policy::ReadoutRequest> reqs;
-        for (int64_t i : idx)
-          reqs.push_back(
-              agents::ReadoutRequestFor(*s.renderer, *dec[i].step, s.cfg.readout, all_action));
-        auto rb = policy::Readout(s.model, reqs, ropts);
-        s.budget.train_flops +=
-            3.0 * static_cast<double>(rb.tokens_processed) *
-            s.model->config().ForwardFlopsPerToken(static_cast<int64_t>(reqs[0].prompt.size()));
-        auto dev = rb.log_p.device();
-        const int64_t K = rb.log_p.size(1);
-        auto mask = rb.item_mask;
-        auto mb_items = items.index_select(0, ix).to(dev);
-        auto logp = rb.log_p.gather(1, mb_items.unsqueeze(1)).squeeze(1).to(torch::kFloat64);
-        auto mb_adv = adv.index_select(0, ix).to(dev);
+        auto fw = ReadDecisions(c.agent, batch.dec, idx, batch.outcome.index_select(0, ix),
+                                all_action);
+        const auto dev = fw.dist.device();
+        const int64_t K = fw.dist.size(1);
+        auto pick = [&](const torch::Tensor& x) { return x.index_select(0, ix).to(dev); };
+        auto mb_adv = pick(adv);
         if (t.normalize_advantages && t.advantage.estimator == "gae" && mb_adv.numel() > 1)
           mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8);
 
-        // Exact KL(old || new) over the menu: the early-stop signal of target_kl
-        // (the decision plane can afford it exactly; approx_kl is its
-        // single-sample estimate, logged for comparison with CleanRL).
+        // Exact KL(old || new) of the decision distribution: the early-stop
+        // signal of target_kl (approx_kl is its single-sample estimate, logged
+        // for comparison with CleanRL).
         double menu_kl = 0;
         {
           torch::NoGradGuard ng;
-          auto old_items = MenuMatrix(dec, idx, K, &agents::StepData::log_p, -INFINITY);
-          menu_kl =
-              MenuKl(old_items.to(dev), rb.log_p.to(torch::kFloat64), mask).mean().item<double>();
+          auto old = Rows(batch.old_dist, idx, K, -INFINITY).to(dev);
+          menu_kl = MenuKl(old, fw.dist, fw.mask).mean().item<double>();
         }
         sum_menu_kl += menu_kl;
         epoch_kl += menu_kl;
@@ -184,34 +226,38 @@ class PpoDecisionTrainer final : public Trainer {
 
         torch::Tensor pg;
         if (!all_action) {
-          auto res = DecisionPpoLoss(t.loss, logp, old_logp.index_select(0, ix).to(dev), mb_adv);
+          auto res = DecisionPpoLoss(t.loss, fw.logp, pick(batch.old_logp), mb_adv);
           pg = res.loss;
           sum_clip += res.metrics.count("clip_frac") ? res.metrics["clip_frac"] : 0.0;
           sum_akl += res.metrics.count("approx_kl") ? res.metrics["approx_kl"] : 0.0;
         } else {
           // q_hat(s, a): afterstate critic values recorded at rollout (detached).
-          auto q = MenuMatrix(dec, idx, K, &agents::StepData::afterstate_values, 0.0);
-          pg = -AllActionSurrogate(rb.log_p.to(torch::kFloat64), mask, q.to(dev)).mean();
+          std::vector<std::vector<float>> q;
+          for (int64_t i : idx) q.push_back(batch.dec[i].step->afterstate_values);
+          std::vector<int64_t> all(idx.size());
+          for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+          // (all_action needs normalisation "menu": the outcomes are the K items.)
+          pg = -AllActionSurrogate(fw.dist, fw.mask, Rows(q, all, K, 0.0).to(dev)).mean();
           // The afterstate critic learns the return of the action taken.
-          auto after =
-              rb.afterstate_value.gather(1, mb_items.unsqueeze(1)).squeeze(1).to(torch::kFloat64);
-          auto after_loss = 0.5 * (after - ret.index_select(0, ix).to(dev)).pow(2).mean();
+          auto taken = pick(batch.outcome);
+          auto after = fw.afterstate_value.gather(1, taken.unsqueeze(1)).squeeze(1);
+          auto after_loss = 0.5 * (after - pick(ret)).pow(2).mean();
           sum_after += after_loss.item<double>();
           pg = pg + t.vf_coef * after_loss;
         }
-        auto v = ValueLoss(rb.value.to(torch::kFloat64), old_value.index_select(0, ix).to(dev),
-                           ret.index_select(0, ix).to(dev), t.vf_clip);
-        auto ent = MenuEntropy(rb.log_p.to(torch::kFloat64), mask).mean();
+        auto v = ValueLoss(fw.value, pick(batch.old_value), pick(ret), t.vf_clip);
+        auto ent = MenuEntropy(fw.dist, fw.mask).mean();
         torch::Tensor loss = pg + t.vf_coef * v - t.ent_coef * ent;
         if (use_ref && t.kl.placement == "loss") {
-          auto ref = MenuMatrix(dec, idx, K, &agents::StepData::ref_log_p, -INFINITY);
-          auto kl = MenuKl(rb.log_p.to(torch::kFloat64), ref.to(dev), mask).mean();
+          auto ref = Rows(batch.ref_dist, idx, K, -INFINITY).to(dev);
+          auto kl = MenuKl(fw.dist, ref, fw.mask).mean();
           loss = loss + t.kl.coef * kl;
           sum_kl += kl.item<double>();
         }
         CheckFinite(loss, "loss", it);
         opt_->ZeroGrad();
         loss.backward();
+        c.budget.update.AddForwardBackward(model->config(), fw.cost);
         sum_gn += opt_->Step(it, it);
         sum_pg += pg.item<double>();
         sum_v += v.item<double>();
@@ -221,9 +267,9 @@ class PpoDecisionTrainer final : public Trainer {
       ++epochs_run;
       if (t.target_kl > 0 && epoch_updates > 0 && epoch_kl / epoch_updates > t.target_kl) break;
     }
-    s.budget.samples_used += N;
-    if (s.sampler) s.sampler->SyncWeights(s.model);
+    c.budget.samples_used += N;
 
+    // ---- 5. metrics --------------------------------------------------------------
     double u = std::max<int64_t>(updates, 1);
     metrics.push_back({"losses/policy", sum_pg / u});
     metrics.push_back({"losses/value", sum_v / u});
@@ -237,53 +283,51 @@ class PpoDecisionTrainer final : public Trainer {
     metrics.push_back({"charts/lr", opt_->current_lr()});
     metrics.push_back({"charts/decisions", static_cast<double>(N)});
     metrics.push_back({"charts/epochs", static_cast<double>(epochs_run)});
-    if (t.grad_variance_every > 0 && it % t.grad_variance_every == 0)
-      for (const auto& kv : MeasureGradientVariance(s, dec, adv, all_action)) metrics.push_back(kv);
+    int64_t cut = 0;
+    for (const auto& e : episodes) cut += e.truncated;
+    metrics.push_back({"charts/truncated_frac",
+                       static_cast<double>(cut) / static_cast<double>(std::max<size_t>(episodes.size(), 1))});
     return metrics;
   }
 
  private:
-  // Per-sample gradient variance of the policy-gradient estimators on the same
-  // states. With the afterstate critic both estimators use the same A(s,a):
-  // sampled g_i = A(s_i,a_i) grad log p(a_i|s_i); all-action g_i = sum_a A grad p.
-  Metrics MeasureGradientVariance(Session& s, const std::vector<Decision>& dec,
-                                  const torch::Tensor& adv, bool all_action) {
-    const auto& t = s.cfg.trainer;
-    const int64_t total = static_cast<int64_t>(dec.size());
-    const int64_t n = std::min<int64_t>(t.grad_variance_samples, total);
+  // SNR of the per-episode gradient of this arm's policy loss at the rollout
+  // weights (ratio 1): episode i's term is the loss restricted to its
+  // decisions with the batch's decision count as the denominator.
+  Metrics Snr(IterationContext& c, const std::vector<agents::EpisodeData>& episodes,
+              const Batch& b, const torch::Tensor& adv, bool all_action) {
+    const int64_t n = std::min<int64_t>(c.cfg.grad_snr_episodes, episodes.size());
     if (n < 2) return {};
-    const auto ropts = agents::ReadoutOptionsFor(s.cfg.readout, all_action);
-    std::vector<std::function<torch::Tensor()>> sampled, marginal;
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t i = j * total / n;  // spread over the batch, not one episode's first steps
-      const agents::StepData* st = dec[i].step;
-      auto req = agents::ReadoutRequestFor(*s.renderer, *st, s.cfg.readout, all_action);
-      double a_gae = adv[i].item<double>();
-      sampled.push_back([&, req, st, a_gae] {
-        auto rb = policy::Readout(s.model, {req}, ropts);
-        double a = a_gae;
-        if (all_action) {
-          double base = 0;
-          for (size_t k = 0; k < st->afterstate_values.size(); ++k)
-            base += std::exp(st->log_p[k]) * st->afterstate_values[k];
-          a = st->afterstate_values[st->item] - base;
-        }
-        return -a * rb.log_p[0][st->item];
-      });
-      if (all_action)
-        marginal.push_back([&, req, st] {
-          auto rb = policy::Readout(s.model, {req}, ropts);
-          auto q = torch::tensor(std::vector<double>(st->afterstate_values.begin(),
-                                                     st->afterstate_values.end()),
-                                 torch::kFloat64)
-                       .unsqueeze(0)
-                       .to(rb.log_p.device());
-          return -AllActionSurrogate(rb.log_p.to(torch::kFloat64), rb.item_mask, q).sum();
-        });
-    }
-    Metrics m = {{"grad/var_sampled", GradientVariance(s.model, sampled)}};
-    if (all_action) m.push_back({"grad/var_all_action", GradientVariance(s.model, marginal)});
-    return m;
+    std::vector<std::vector<int64_t>> of(episodes.size());
+    for (int64_t i = 0; i < b.size(); ++i) of[b.dec[i].episode].push_back(i);
+    const double total = static_cast<double>(b.size());
+    policy::TransformerLM model = c.agent.model;
+    model->train();
+    auto g = MeasureGradientSnr(
+        model, n,
+        [&](int64_t e) -> std::pair<torch::Tensor, policy::ForwardCost> {
+          const auto& idx = of[e];
+          auto ix = torch::tensor(idx, torch::kInt64);
+          auto fw = ReadDecisions(c.agent, b.dec, idx, b.outcome.index_select(0, ix), all_action);
+          const auto dev = fw.dist.device();
+          torch::Tensor loss;
+          if (!all_action) {
+            loss = DecisionPpoLoss(c.cfg.loss, fw.logp, b.old_logp.index_select(0, ix).to(dev),
+                                   adv.index_select(0, ix).to(dev), {total, total})
+                       .loss;
+          } else {
+            std::vector<std::vector<float>> q;
+            for (int64_t i : idx) q.push_back(b.dec[i].step->afterstate_values);
+            std::vector<int64_t> all(idx.size());
+            for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+            loss = -AllActionSurrogate(fw.dist, fw.mask, Rows(q, all, fw.dist.size(1), 0.0).to(dev))
+                        .sum() /
+                   total;
+          }
+          return {loss, fw.cost};
+        },
+        c.budget.diagnostic);
+    return SnrMetrics(g);
   }
 
   std::unique_ptr<Optimizer> opt_;

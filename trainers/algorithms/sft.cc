@@ -15,7 +15,7 @@
 namespace rlid::trainers {
 namespace fs = std::filesystem;
 
-SftResult RunSft(Session& s, bool quiet) {
+SftResult RunSft(Run& s, bool quiet) {
   const SftConfig& c = s.cfg.sft;
   SftResult result;
 
@@ -40,10 +40,10 @@ SftResult RunSft(Session& s, bool quiet) {
     RLID_CHECK_GE(idx, 0, "oracle action not on the menu");
     return idx;
   };
-  agents::AgentContext ctx = s.AgentCtx(0);
+  agents::AgentContext ctx = s.Agent(policy::Plane::kDecision, 0);
   agents::Budget demo_budget;
   auto episodes = agents::RunScriptedEpisodes(ctx, specs, envs::Split::kTrain, oracle, demo_budget);
-  s.Record(episodes, ctx);
+  s.recorder().Episodes(episodes, ctx);
   std::vector<const agents::StepData*> steps;
   for (const auto& e : episodes) {
     result.demo_success += e.success;
@@ -82,6 +82,7 @@ SftResult RunSft(Session& s, bool quiet) {
       // One LM pass covers the prompt text (lm_weight) and the answer (answer_weight).
       std::vector<policy::ScoreRequest> texts;
       std::vector<int64_t> targets, prompt_len;
+      const double flops_before = s.budget.update.flops;
       for (int64_t k = b0; k < b1; ++k) {
         const auto* st = steps[perm[k]];
         reqs.push_back(agents::ReadoutRequestFor(*s.renderer, *st, s.cfg.readout, false));
@@ -93,14 +94,16 @@ SftResult RunSft(Session& s, bool quiet) {
         texts.push_back({{p.front()}, rest});
         prompt_len.push_back(static_cast<int64_t>(p.size()) - 1);
       }
-      torch::Tensor loss = torch::zeros({}, torch::kFloat32);
+      torch::Tensor loss = torch::zeros({}, torch::TensorOptions().device(s.device));
       if (c.label_weight > 0) {
         auto rb = policy::Readout(s.model, reqs, ropts);
+        s.budget.update.AddForward(s.model->config(), rb.cost);
         auto t = torch::tensor(targets, torch::kInt64).to(rb.log_p.device());
         loss = loss + c.label_weight * -rb.log_p.gather(1, t.unsqueeze(1)).mean();
       }
       if (c.answer_weight > 0 || c.lm_weight > 0) {
         auto sb = policy::ScoreResponses(s.model, texts);
+        s.budget.update.AddForward(s.model->config(), sb.cost);
         auto pos = torch::arange(sb.logp.size(1), torch::kInt64).unsqueeze(0).to(sb.logp.device());
         auto is_answer =
             pos >= torch::tensor(prompt_len, torch::kInt64).unsqueeze(1).to(sb.logp.device());
@@ -116,32 +119,38 @@ SftResult RunSft(Session& s, bool quiet) {
       CheckFinite(loss, "sft loss", epoch);
       opt.ZeroGrad();
       loss.backward();
+      s.budget.update.backwards += 1;  // one backward through both forwards: 2x their FLOPs
+      s.budget.update.flops += 2 * (s.budget.update.flops - flops_before);
       opt.Step(step_no++, epoch);
       epoch_loss += loss.item<double>();
       ++batches;
     }
     result.final_loss = epoch_loss / std::max<int64_t>(batches, 1);
-    s.LogMetrics(epoch, {{"sft/loss", result.final_loss}, {"charts/lr", opt.current_lr()}});
+    Metrics m = {{"sft/loss", result.final_loss}, {"charts/lr", opt.current_lr()}};
+    for (const auto& kv : s.budget.Metrics()) m.push_back(kv);
+    s.recorder().Metrics(epoch, m);
     if (!quiet)
       spdlog::info("sft epoch {}/{}: loss {:.4f}", epoch + 1, c.epochs, result.final_loss);
   }
-  if (s.sampler) s.sampler->SyncWeights(s.model);
 
   // ---- evaluation and checkpoint -------------------------------------------------
-  result.decision_greedy =
-      Evaluate(s, policy::Plane::kDecision, s.cfg.trainer.eval_episodes, true, c.epochs);
-  result.token_greedy =
-      Evaluate(s, policy::Plane::kToken, s.cfg.trainer.eval_episodes, true, c.epochs);
-  s.LogMetrics(c.epochs, {{"eval/success", result.decision_greedy.success},
-                          {"eval/token_success", result.token_greedy.success},
-                          {"eval/token_invalid_rate", result.token_greedy.invalid_rate},
-                          {"sft/demo_success", result.demo_success}});
-  fs::path dir = fs::path(s.run_dir) / "checkpoints" / "sft";
+  const int64_t n_eval = s.cfg.trainer.eval_episodes;
+  result.decision_greedy = Evaluate(s.Agent(policy::Plane::kDecision, c.epochs),
+                                    policy::Plane::kDecision, n_eval, true, s.budget, &s.recorder());
+  result.token_greedy = Evaluate(s.Agent(policy::Plane::kToken, c.epochs), policy::Plane::kToken,
+                                 n_eval, true, s.budget, &s.recorder());
+  Metrics m = {{"eval/success", result.decision_greedy.success},
+               {"eval/token_success", result.token_greedy.success},
+               {"eval/token_invalid_rate", result.token_greedy.invalid_rate},
+               {"sft/demo_success", result.demo_success}};
+  for (const auto& kv : s.budget.Metrics()) m.push_back(kv);
+  s.recorder().Metrics(c.epochs, m);
+  fs::path dir = fs::path(s.dir) / "checkpoints" / "sft";
   policy::SaveCheckpoint(
       dir.string(), s.model, s.tokenizer,
       {{"kind", "sft"}, {"examples", result.examples}, {"seed", s.cfg.run.seed}});
-  s.writer->Submit(memory::CheckpointRecord{s.run_id, c.epochs, dir.string()});
-  s.writer->Flush();
+  s.recorder().Checkpoint(c.epochs, dir.string());
+  s.recorder().Flush();
   result.checkpoint = dir.string();
   return result;
 }

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "trainers/algorithms/experiment.h"
+#include "trainers/algorithms/run.h"
 #include "trainers/algorithms/trainer.h"
 
 namespace rlid::trainers {
@@ -21,6 +21,9 @@ struct SftResult {
   EvalResult decision_greedy, token_greedy;
 };
 
-SftResult RunSft(Session& s, bool quiet = false);
+// Demonstrations, training and evaluation of both planes; the checkpoint goes
+// to <run.dir>/checkpoints/sft. The model work is logged as the run's update
+// budget (budget/update_*), evaluation as budget/eval_*.
+SftResult RunSft(Run& run, bool quiet = false);
 
 }  // namespace rlid::trainers

@@ -21,22 +21,9 @@
 
 namespace rlid::trainers {
 
-bool ZeroVarianceGroup(const std::vector<const agents::EpisodeData*>& group) {
-  for (const auto* e : group)
-    if (e->ret != group.front()->ret) return false;
-  return true;
-}
-
-std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_tokens,
-                                         const std::vector<agents::EpisodeData>& episodes,
-                                         const std::vector<std::vector<double>>& kl_per_step) {
-  const auto& adv_cfg = cfg.advantage;
-  if (adv_cfg.estimator != "grpo" && adv_cfg.estimator != "rloo" &&
-      adv_cfg.estimator != "reinforce_pp_baseline")
-    throw ConfigError(
-        fmt::format("token-plane trainers use group advantages; trainer.advantage.estimator = '{}'",
-                    adv_cfg.estimator),
-        "use grpo, rloo or reinforce_pp_baseline");
+ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
+                           const std::vector<agents::EpisodeData>& episodes,
+                           const std::vector<std::vector<double>>& kl_per_step) {
   if (!kl_per_step.empty() && kl_per_step.size() != episodes.size())
     throw InternalError(fmt::format("kl_per_step has {} episodes, expected {}", kl_per_step.size(),
                                     episodes.size()));
@@ -54,31 +41,57 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
     return r;
   };
   const bool per_step = cfg.return_mode == "discounted";
-  std::vector<double> scores;  // one per episode, or one per step
-  std::vector<int64_t> groups;
+  ShapedScores out;
   for (size_t e = 0; e < episodes.size(); ++e) {
     const auto& steps = episodes[e].steps;
     if (per_step) {
       std::vector<double> g(steps.size());
       double acc = 0;
-      for (size_t t = steps.size(); t-- > 0;) g[t] = acc = shaped(e, t) + adv_cfg.gamma * acc;
+      for (size_t t = steps.size(); t-- > 0;) g[t] = acc = shaped(e, t) + cfg.advantage.gamma * acc;
       for (double v : g) {
-        scores.push_back(v);
-        groups.push_back(episodes[e].spec.group);
+        out.scores.push_back(v);
+        out.groups.push_back(episodes[e].spec.group);
       }
     } else {
       double s = 0;
       for (size_t t = 0; t < steps.size(); ++t) s += shaped(e, t);
-      scores.push_back(s);
-      groups.push_back(episodes[e].spec.group);
+      out.scores.push_back(s);
+      out.groups.push_back(episodes[e].spec.group);
     }
   }
+  return out;
+}
+
+std::vector<int64_t> ZeroVarianceGroups(const ShapedScores& s) {
+  std::map<int64_t, std::pair<double, bool>> first_and_equal;
+  for (size_t i = 0; i < s.scores.size(); ++i) {
+    auto [it, inserted] = first_and_equal.emplace(s.groups[i], std::make_pair(s.scores[i], true));
+    if (!inserted && s.scores[i] != it->second.first) it->second.second = false;
+  }
+  std::vector<int64_t> out;
+  for (const auto& [g, fe] : first_and_equal)
+    if (fe.second) out.push_back(g);
+  return out;
+}
+
+std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_tokens,
+                                         const std::vector<agents::EpisodeData>& episodes,
+                                         const std::vector<std::vector<double>>& kl_per_step) {
+  const auto& adv_cfg = cfg.advantage;
+  if (adv_cfg.estimator != "grpo" && adv_cfg.estimator != "rloo" &&
+      adv_cfg.estimator != "reinforce_pp_baseline")
+    throw ConfigError(
+        fmt::format("token-plane trainers use group advantages; trainer.advantage.estimator = '{}'",
+                    adv_cfg.estimator),
+        "use grpo, rloo or reinforce_pp_baseline");
+  const ShapedScores sc = ScoreEpisodes(cfg, max_new_tokens, episodes, kl_per_step);
+  const bool per_step = cfg.return_mode == "discounted";
   std::vector<TokenSample> samples;
-  if (scores.empty()) return samples;
+  if (sc.scores.empty()) return samples;
   AdvantageInputs in;
-  in.scores = torch::tensor(scores, torch::kFloat64);
-  in.response_mask = torch::ones({static_cast<int64_t>(scores.size()), 1}, torch::kFloat64);
-  in.groups = groups;
+  in.scores = torch::tensor(sc.scores, torch::kFloat64);
+  in.response_mask = torch::ones({static_cast<int64_t>(sc.scores.size()), 1}, torch::kFloat64);
+  in.groups = sc.groups;
   auto adv = ComputeAdvantages(adv_cfg, in).advantages.select(1, 0).contiguous();
   auto a = adv.accessor<double, 1>();
   int64_t row = 0;
@@ -113,24 +126,14 @@ std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<TokenSample
   return out;
 }
 
-void TokenTrainer::Setup(Session& s) {
-  const TrainerConfig& t = s.cfg.trainer;
-  if (t.overlong_buffer > 0 && t.overlong_buffer >= s.cfg.sampler.max_new_tokens)
-    throw ConfigError(
-        fmt::format(
-            "trainer.sampling.overlong_buffer = {} must be below sampler.max_new_tokens = {}: "
-            "the penalty starts at max_new_tokens - overlong_buffer tokens, so every answer "
-            "would be penalised",
-            t.overlong_buffer, s.cfg.sampler.max_new_tokens),
-        "raise sampler.max_new_tokens or lower (0 = off) trainer.sampling.overlong_buffer");
+void TokenTrainer::Setup(const TrainerConfig& cfg, policy::TransformerLM model) {
   std::vector<std::string> names;
   std::vector<torch::Tensor> params;
-  for (auto& p : s.model->named_parameters()) {
+  for (auto& p : model->named_parameters()) {
     names.push_back(p.key());
     params.push_back(p.value());
   }
-  opt_ = std::make_unique<Optimizer>(params, t.optim, t.iterations, names);
-  s.Sampler();  // the rollout engine, synced with the policy
+  opt_ = std::make_unique<Optimizer>(params, cfg.optim, cfg.iterations, names);
 }
 
 void TokenTrainer::SaveState(const std::string& dir) const { opt_->Save(dir + "/optimizer.pt"); }
@@ -151,78 +154,12 @@ struct Work {
 // zero-variance groups and any surplus) are only recorded and counted.
 struct Rollout {
   std::vector<agents::EpisodeData> kept, dropped;
+  std::vector<std::vector<double>> kept_kl;  // per kept episode, per step: Σ_t kl_t (reward placement)
   int64_t rounds = 0;
   Work generated, kept_work, dropped_work;  // generated = kept + dropped
 };
 
-// Plays groups on train seeds until episodes_per_iteration / group_size groups
-// are kept (one round unless zero-variance filtering is on). Round r of
-// iteration `it` plays the train seeds of TrainSpecs(it * R + r), R = the
-// number of rounds allowed, so without filtering an iteration sees the same
-// seeds as decision PPO's, and rounds never replay seeds or sampler streams.
-Rollout CollectGroups(Session& s, const agents::AgentContext& ctx, int64_t it) {
-  const TrainerConfig& t = s.cfg.trainer;
-  const int64_t want = t.episodes_per_iteration / t.group_size;
-  const int64_t max_rounds =
-      t.filter_zero_variance_groups ? std::max<int64_t>(1, t.max_generation_rounds) : 1;
-  Rollout out;
-  int64_t kept_groups = 0;
-  while (kept_groups < want && out.rounds < max_rounds) {
-    const int64_t round_it = it * max_rounds + out.rounds;
-    agents::AgentContext rctx = ctx;
-    rctx.iteration = round_it;  // sampler streams of this round
-    const int64_t tokens_before = s.budget.generated_tokens;
-    auto eps =
-        agents::RunTokenEpisodes(rctx, TrainSpecs(t, s.cfg.run.seed, round_it), envs::Split::kTrain,
-                                 /*greedy=*/false, s.budget);
-    out.generated.tokens += s.budget.generated_tokens - tokens_before;
-    std::map<int, std::vector<size_t>> by_group;
-    for (size_t i = 0; i < eps.size(); ++i) {
-      out.generated.samples += static_cast<int64_t>(eps[i].steps.size());
-      by_group[eps[i].spec.group].push_back(i);
-    }
-    out.generated.groups += static_cast<int64_t>(by_group.size());
-    for (auto& [g, members] : by_group) {
-      std::vector<const agents::EpisodeData*> grp;
-      for (size_t i : members) grp.push_back(&eps[i]);
-      const bool keep =
-          kept_groups < want && !(t.filter_zero_variance_groups && ZeroVarianceGroup(grp));
-      Work& w = keep ? out.kept_work : out.dropped_work;
-      w.groups += 1;
-      for (size_t i : members) {
-        w.AddEpisode(eps[i]);
-        if (keep) {
-          eps[i].spec.group = static_cast<int>(kept_groups);  // distinct across rounds
-          out.kept.push_back(std::move(eps[i]));
-        } else {
-          out.dropped.push_back(std::move(eps[i]));
-        }
-      }
-      if (keep) ++kept_groups;
-    }
-    ++out.rounds;
-  }
-  if (kept_groups < want) {
-    if (t.on_partial_batch == "error")
-      throw Error(
-          fmt::format(
-              "DAPO could not fill the batch of iteration {}: {} of {} groups had non-zero return "
-              "variance after {} rounds ({} groups generated)",
-              it, kept_groups, want, out.rounds, out.generated.groups),
-          "raise trainer.sampling.max_generation_rounds, or set trainer.sampling.on_partial_batch "
-          "= "
-          "'continue' to train on the partial batch");
-    spdlog::warn("iteration {}: partial batch, {} of {} groups kept after {} rounds", it,
-                 kept_groups, want, out.rounds);
-  }
-  return out;
-}
-
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// [B, T] bool mask of the first len_i positions.
+// [B, T] bool mask of the first len_i positions (on the CPU).
 torch::Tensor LengthMask(const std::vector<int64_t>& lengths, int64_t T) {
   auto out = torch::zeros({static_cast<int64_t>(lengths.size()), T}, torch::kBool);
   for (size_t i = 0; i < lengths.size(); ++i)
@@ -232,29 +169,29 @@ torch::Tensor LengthMask(const std::vector<int64_t>& lengths, int64_t T) {
 
 // Fills StepData::train_logp (and ref_log_p with a reference) for every step
 // with a response, by the training forward without gradient; the responses to
-// one prompt are scored in the same batch (shared prefix). Counts the forwards.
-void ScoreOld(Session& s, std::vector<agents::EpisodeData>& kept,
+// one prompt are scored in the same batch (shared prefix). The forwards count
+// as update work.
+void ScoreOld(IterationContext& c, std::vector<agents::EpisodeData>& episodes,
               const policy::ScoreOptions& sopts) {
   std::vector<TokenSample> rows;
-  for (auto& e : kept)
+  for (auto& e : episodes)
     for (auto& st : e.steps)
       if (!st.response.empty()) rows.push_back({&st, 0, 0.0});
   torch::NoGradGuard no_grad;
-  s.model->eval();
-  for (const auto& mb : PromptMinibatches(rows, s.cfg.trainer.minibatch_size, nullptr)) {
+  policy::TransformerLM model = c.agent.model, ref_model = c.agent.ref_model;
+  model->eval();
+  for (const auto& mb : PromptMinibatches(rows, c.cfg.minibatch_size, nullptr)) {
     std::vector<policy::ScoreRequest> reqs;
     for (size_t i : mb) reqs.push_back({rows[i].step->prompt.tokens, rows[i].step->response});
-    auto sb = policy::ScoreResponses(s.model, reqs, sopts);
+    auto sb = policy::ScoreResponses(model, reqs, sopts);
+    c.budget.update.AddForward(model->config(), sb.cost);
     auto lp = sb.logp.to(torch::kCPU).to(torch::kFloat32).contiguous();
     torch::Tensor ref;
-    if (s.ref_model)
-      ref =
-          policy::ScoreResponses(s.ref_model, reqs, sopts).logp.to(torch::kCPU).to(torch::kFloat32);
-    const int passes = s.ref_model ? 2 : 1;
-    s.budget.forward_passes += passes;
-    s.budget.train_flops +=
-        passes * static_cast<double>(sb.tokens_processed) *
-        s.model->config().ForwardFlopsPerToken(static_cast<int64_t>(reqs[0].prompt.size()));
+    if (ref_model) {
+      auto rs = policy::ScoreResponses(ref_model, reqs, sopts);
+      c.budget.update.AddForward(ref_model->config(), rs.cost);
+      ref = rs.logp.to(torch::kCPU).to(torch::kFloat32);
+    }
     for (size_t j = 0; j < mb.size(); ++j) {
       auto* st = const_cast<agents::StepData*>(rows[mb[j]].step);
       const int64_t n = static_cast<int64_t>(st->response.size());
@@ -270,11 +207,13 @@ void ScoreOld(Session& s, std::vector<agents::EpisodeData>& kept,
 }
 
 // Σ_t kl_t of each step's response under [trainer.kl] (estimator of
-// train_logp vs ref_log_p), for the reward placement.
-std::vector<std::vector<double>> KlPerStep(const KlConfig& kl,
-                                           const std::vector<agents::EpisodeData>& kept) {
+// train_logp vs ref_log_p), for the reward placement; empty without one.
+std::vector<std::vector<double>> KlPerStep(const IterationContext& c,
+                                           const std::vector<agents::EpisodeData>& episodes) {
+  const KlConfig& kl = c.cfg.kl;
+  if (!c.agent.ref_model || kl.coef <= 0 || kl.placement != "reward") return {};
   std::vector<std::vector<double>> out;
-  for (const auto& e : kept) {
+  for (const auto& e : episodes) {
     std::vector<double> per_step;
     for (const auto& st : e.steps) {
       if (st.response.empty()) {
@@ -289,6 +228,77 @@ std::vector<std::vector<double>> KlPerStep(const KlConfig& kl,
     out.push_back(std::move(per_step));
   }
   return out;
+}
+
+// Plays groups on train seeds until episodes_per_iteration / group_size groups
+// are kept (one round unless zero-variance filtering is on). Every round is
+// scored by the training forward at once, so the filter sees the shaped
+// rewards (overlong penalty, KL in the reward) that the advantages will use.
+// Round r of iteration `it` plays the train seeds of TrainSpecs(it * R + r),
+// R = the number of rounds allowed, so without filtering an iteration sees
+// the same seeds as decision PPO's, and rounds never replay seeds or sampler
+// streams.
+Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, int max_new_tokens) {
+  const TrainerConfig& t = c.cfg;
+  const int64_t want = t.episodes_per_iteration / t.group_size;
+  const int64_t max_rounds =
+      t.filter_zero_variance_groups ? std::max<int64_t>(1, t.max_generation_rounds) : 1;
+  Rollout out;
+  int64_t kept_groups = 0;
+  while (kept_groups < want && out.rounds < max_rounds) {
+    const int64_t round_it = c.iteration * max_rounds + out.rounds;
+    agents::AgentContext rctx = c.agent;
+    rctx.iteration = round_it;  // sampler streams of this round
+    const int64_t tokens_before = c.budget.generated_tokens;
+    auto eps = agents::RunTokenEpisodes(rctx, TrainSpecs(t, c.seed, round_it), envs::Split::kTrain,
+                                        /*greedy=*/false, c.budget);
+    out.generated.tokens += c.budget.generated_tokens - tokens_before;
+    ScoreOld(c, eps, sopts);
+    auto kl = KlPerStep(c, eps);
+    std::vector<int64_t> zero;
+    if (t.filter_zero_variance_groups) zero = ZeroVarianceGroups(ScoreEpisodes(t, max_new_tokens, eps, kl));
+    std::map<int, std::vector<size_t>> by_group;
+    for (size_t i = 0; i < eps.size(); ++i) {
+      out.generated.samples += static_cast<int64_t>(eps[i].steps.size());
+      by_group[eps[i].spec.group].push_back(i);
+    }
+    out.generated.groups += static_cast<int64_t>(by_group.size());
+    for (auto& [g, members] : by_group) {
+      const bool zero_variance = std::find(zero.begin(), zero.end(), g) != zero.end();
+      const bool keep = kept_groups < want && !zero_variance;
+      Work& w = keep ? out.kept_work : out.dropped_work;
+      w.groups += 1;
+      for (size_t i : members) {
+        w.AddEpisode(eps[i]);
+        if (keep) {
+          eps[i].spec.group = static_cast<int>(kept_groups);  // distinct across rounds
+          out.kept.push_back(std::move(eps[i]));
+          if (!kl.empty()) out.kept_kl.push_back(kl[i]);
+        } else {
+          out.dropped.push_back(std::move(eps[i]));
+        }
+      }
+      if (keep) ++kept_groups;
+    }
+    ++out.rounds;
+  }
+  if (kept_groups < want) {
+    if (t.on_partial_batch == "error")
+      throw Error(
+          fmt::format(
+              "DAPO could not fill the batch of iteration {}: {} of {} groups had non-zero return "
+              "variance after {} rounds ({} groups generated)",
+              c.iteration, kept_groups, want, out.rounds, out.generated.groups),
+          "raise trainer.sampling.max_generation_rounds, or set trainer.sampling.on_partial_batch "
+          "= 'continue' to train on the partial batch");
+    spdlog::warn("iteration {}: partial batch, {} of {} groups kept after {} rounds", c.iteration,
+                 kept_groups, want, out.rounds);
+  }
+  return out;
+}
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Engine-correction statistics of the whole batch, before the update:
@@ -314,88 +324,101 @@ Metrics EngineMetrics(const EngineConfig& engine, const std::vector<TokenSample>
   return m;
 }
 
+// The policy-loss inputs of `samples` (indices `which`) against the current
+// weights: one shared-prefix training forward.
+struct LossBatch {
+  PolicyLossInputs in;
+  policy::ForwardCost cost;
+};
+LossBatch BuildLossInputs(IterationContext& c, const std::vector<TokenSample>& samples,
+                          const std::vector<size_t>& which, const policy::ScoreOptions& sopts,
+                          const KlConfig& kl_cfg) {
+  std::vector<policy::ScoreRequest> reqs;
+  std::vector<const std::vector<float>*> old_rows, roll_rows, ref_rows;
+  std::vector<double> advs;
+  int64_t T = 1;
+  for (size_t k : which) {
+    const auto& smp = samples[k];
+    reqs.push_back({smp.step->prompt.tokens, smp.step->response});
+    old_rows.push_back(&smp.step->train_logp);
+    roll_rows.push_back(&smp.step->rollout_logp);
+    ref_rows.push_back(&smp.step->ref_log_p);
+    advs.push_back(smp.advantage);
+    T = std::max<int64_t>(T, static_cast<int64_t>(smp.step->response.size()));
+  }
+  policy::TransformerLM model = c.agent.model;
+  auto sb = policy::ScoreResponses(model, reqs, sopts);
+  auto dev = sb.logp.device();
+  LossBatch b;
+  b.cost = sb.cost;
+  b.in.log_prob = sb.logp.slice(1, 0, T).to(torch::kFloat64);
+  b.in.response_mask = sb.mask.slice(1, 0, T);
+  b.in.old_log_prob = PadRows(old_rows, T).to(dev);
+  b.in.advantages = torch::tensor(advs, torch::kFloat64).to(dev);
+  if (c.cfg.loss.engine.kind != "none") b.in.rollout_log_prob = PadRows(roll_rows, T).to(dev);
+  if (kl_cfg.coef > 0) b.in.ref_log_prob = PadRows(ref_rows, T).to(dev);
+  return b;
+}
+
 }  // namespace
 
-Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
-  const TrainerConfig& t = s.cfg.trainer;
-  auto& sampler = s.Sampler();
+Metrics TokenTrainer::Iterate(IterationContext& c) {
+  const TrainerConfig& t = c.cfg;
+  const int64_t it = c.iteration;
+  auto& sampler = *c.agent.sampler;
+  policy::TransformerLM model = c.agent.model;
+  const int max_new_tokens = sampler.options().max_new_tokens;
   policy::ScoreOptions sopts;
   sopts.temperature =
-      s.cfg.sampler.temperature > 0 ? s.cfg.sampler.temperature : 1.0;  // match the sampler
+      sampler.options().temperature > 0 ? sampler.options().temperature : 1.0;  // match the sampler
 
-  // ---- 1. rollout: groups on train seeds (DAPO: resample zero-variance groups) ---
-  agents::AgentContext ctx = s.AgentCtx(it);
-  ctx.sampler = &sampler;
-  Rollout ro = CollectGroups(s, ctx, it);
-  const double t_score = Seconds();
+  // ---- 1. rollout: groups on train seeds, scored by the training forward -----------
+  //         (old / reference log-probs; DAPO resamples zero-variance groups)
+  const double t_rollout = Seconds();
+  Rollout ro = CollectGroups(c, sopts, max_new_tokens);
   Metrics metrics;
   {
     std::vector<agents::EpisodeData> generated = ro.kept;
     generated.insert(generated.end(), ro.dropped.begin(), ro.dropped.end());
     metrics = RolloutMetrics(generated);
   }
-  s.budget.groups_generated += ro.generated.groups;
-  s.budget.groups_kept += ro.kept_work.groups;
+  c.budget.groups_generated += ro.generated.groups;
+  c.budget.groups_kept += ro.kept_work.groups;
+  c.recorder.Episodes(ro.kept, c.agent);
+  c.recorder.Episodes(ro.dropped, c.agent);
 
-  // ---- 2. old log-probs (training forward), reference, advantages -----------------
-  ScoreOld(s, ro.kept, sopts);
-  std::vector<std::vector<double>> kl_per_step;
-  if (s.ref_model && t.kl.coef > 0 && t.kl.placement == "reward")
-    kl_per_step = KlPerStep(t.kl, ro.kept);
-  s.Record(ro.kept, ctx);
-  s.Record(ro.dropped, ctx);
-  auto samples = TokenAdvantages(t, s.cfg.sampler.max_new_tokens, ro.kept, kl_per_step);
+  // ---- 2. advantages -----------------------------------------------------------------
+  auto samples = TokenAdvantages(t, max_new_tokens, ro.kept, ro.kept_kl);
   const int64_t N = static_cast<int64_t>(samples.size());
   if (N > 0)
     for (const auto& kv : EngineMetrics(t.loss.engine, samples)) metrics.push_back(kv);
-
-  // ---- 3. epochs x minibatches -------------------------------------------------------
-  const double t_update = Seconds();
-  Rng shuffle = Rng::Stream(s.cfg.run.seed, "minibatches", it);
   LossConfig loss_cfg = t.loss;
   if (loss_cfg.aggregation == "seq_mean_token_sum_norm" && loss_cfg.aggregation_norm <= 0)
-    loss_cfg.aggregation_norm =
-        s.cfg.sampler.max_new_tokens;  // Dr. GRPO's constant: the longest answer
+    loss_cfg.aggregation_norm = max_new_tokens;  // Dr. GRPO's constant: the longest answer
   KlConfig kl_cfg = t.kl;
-  if (kl_cfg.placement != "loss" || !s.ref_model) kl_cfg.coef = 0;
+  if (kl_cfg.placement != "loss" || !c.agent.ref_model) kl_cfg.coef = 0;
+
+  // ---- 3. gradient signal-to-noise at the rollout weights ------------------------------
+  if (t.grad_snr_every > 0 && it % t.grad_snr_every == 0)
+    for (const auto& kv : Snr(c, samples, loss_cfg, sopts)) metrics.push_back(kv);
+
+  // ---- 4. epochs x minibatches -------------------------------------------------------
+  const double t_update = Seconds();
+  Rng shuffle = Rng::Stream(c.seed, "minibatches", it);
   std::map<std::string, double> sums;
   double sum_loss = 0, sum_gn = 0;
   int64_t updates = 0, epochs_run = 0;
-  s.model->train();
+  model->train();
   for (int64_t epoch = 0; epoch < t.epochs && N > 0; ++epoch) {
     double epoch_kl = 0;
     int64_t epoch_updates = 0;
     for (const auto& mb : PromptMinibatches(samples, t.minibatch_size, &shuffle)) {
-      std::vector<policy::ScoreRequest> reqs;
-      std::vector<const std::vector<float>*> old_rows, roll_rows, ref_rows;
-      std::vector<double> advs;
-      int64_t T = 1;
-      for (size_t k : mb) {
-        const auto& smp = samples[k];
-        reqs.push_back({smp.step->prompt.tokens, smp.step->response});
-        old_rows.push_back(&smp.step->train_logp);
-        roll_rows.push_back(&smp.step->rollout_logp);
-        ref_rows.push_back(&smp.step->ref_log_p);
-        advs.push_back(smp.advantage);
-        T = std::max<int64_t>(T, static_cast<int64_t>(smp.step->response.size()));
-      }
-      auto sb = policy::ScoreResponses(s.model, reqs, sopts);
-      s.budget.forward_passes += 1;
-      s.budget.train_flops +=
-          3.0 * static_cast<double>(sb.tokens_processed) *
-          s.model->config().ForwardFlopsPerToken(static_cast<int64_t>(reqs[0].prompt.size()));
-      auto dev = sb.logp.device();
-      PolicyLossInputs in;
-      in.log_prob = sb.logp.slice(1, 0, T).to(torch::kFloat64);
-      in.response_mask = sb.mask.slice(1, 0, T);
-      in.old_log_prob = PadRows(old_rows, T).to(dev);
-      in.advantages = torch::tensor(advs, torch::kFloat64).to(dev);
-      if (t.loss.engine.kind != "none") in.rollout_log_prob = PadRows(roll_rows, T).to(dev);
-      if (kl_cfg.coef > 0) in.ref_log_prob = PadRows(ref_rows, T).to(dev);
-      auto res = PolicyLoss(loss_cfg, kl_cfg, in);
+      auto lb = BuildLossInputs(c, samples, mb, sopts, kl_cfg);
+      auto res = PolicyLoss(loss_cfg, kl_cfg, lb.in);
       CheckFinite(res.loss, "loss", it);
       opt_->ZeroGrad();
       res.loss.backward();
+      c.budget.update.AddForwardBackward(model->config(), lb.cost);
       sum_gn += opt_->Step(it, it);
       sum_loss += res.loss.item<double>();
       for (const auto& [k, v] : res.metrics)
@@ -408,11 +431,11 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
     ++epochs_run;
     if (t.target_kl > 0 && epoch_updates > 0 && epoch_kl / epoch_updates > t.target_kl) break;
   }
-  sampler.SyncWeights(s.model);
-  s.budget.samples_used += N;
-  s.budget.tokens_used += ro.kept_work.tokens;
+  sampler.SyncWeights(model);
+  c.budget.samples_used += N;
+  c.budget.tokens_used += ro.kept_work.tokens;
 
-  // ---- 4. metrics ------------------------------------------------------------------------
+  // ---- 5. metrics ------------------------------------------------------------------------
   const double u = static_cast<double>(std::max<int64_t>(updates, 1));
   metrics.push_back({"losses/policy", sum_loss / u});
   for (const auto& [k, v] : sums)
@@ -421,9 +444,7 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
   metrics.push_back({"charts/lr", opt_->current_lr()});
   metrics.push_back({"charts/epochs", static_cast<double>(epochs_run)});
   metrics.push_back({"charts/responses", static_cast<double>(N)});
-  // time/readout_s, env_s, update_s come from the loop's stage times; this is
-  // the share of the update spent re-scoring the rollouts with the training forward.
-  metrics.push_back({"time/old_logprob_s", t_update - t_score});
+  metrics.push_back({"time/rollout_and_scoring_s", t_update - t_rollout});
   metrics.push_back({"sampling/rounds", static_cast<double>(ro.rounds)});
   const std::pair<const char*, const Work*> kinds[] = {
       {"generated", &ro.generated}, {"kept", &ro.kept_work}, {"dropped", &ro.dropped_work}};
@@ -432,19 +453,39 @@ Metrics TokenTrainer::Iterate(Session& s, int64_t it) {
     metrics.push_back({fmt::format("sampling/{}_samples", name), static_cast<double>(w->samples)});
     metrics.push_back({fmt::format("sampling/{}_tokens", name), static_cast<double>(w->tokens)});
   }
-  if (t.grad_variance_every > 0 && it % t.grad_variance_every == 0 && N >= 2) {
-    std::vector<std::function<torch::Tensor()>> per_sample;
-    for (int64_t i = 0; i < std::min<int64_t>(N, t.grad_variance_samples); ++i) {
-      const auto* smp = &samples[i];
-      per_sample.push_back([&, smp] {
-        auto sb = policy::ScoreResponses(s.model, {{smp->step->prompt.tokens, smp->step->response}},
-                                         sopts);
-        return -smp->advantage * (sb.logp * sb.mask).sum();
-      });
-    }
-    metrics.push_back({"grad/var_sampled", GradientVariance(s.model, per_sample)});
-  }
   return metrics;
+}
+
+// SNR of the per-episode gradient of this arm's policy loss at the rollout
+// weights (ratio 1): episode i's term is the loss of its responses with the
+// whole batch's token and sequence counts as the denominators.
+Metrics TokenTrainer::Snr(IterationContext& c, const std::vector<TokenSample>& samples,
+                          const LossConfig& loss_cfg, const policy::ScoreOptions& sopts) {
+  std::map<int, std::vector<size_t>> by_episode;
+  for (size_t i = 0; i < samples.size(); ++i) by_episode[samples[i].episode].push_back(i);
+  std::vector<std::vector<size_t>> episodes;
+  for (auto& [e, idx] : by_episode) episodes.push_back(idx);
+  const int64_t n = std::min<int64_t>(c.cfg.grad_snr_episodes, episodes.size());
+  if (n < 2) return {};
+  // The batch's denominators, so the episode terms sum to the batch loss.
+  GlobalCounts counts{0, 0};
+  for (const auto& s : samples) {
+    const double len = static_cast<double>(s.step->response.size());
+    counts.tokens += len;
+    counts.sequences += len > 0;
+  }
+  KlConfig no_kl;
+  policy::TransformerLM model = c.agent.model;
+  model->train();
+  auto g = MeasureGradientSnr(
+      model, n,
+      [&](int64_t e) -> std::pair<torch::Tensor, policy::ForwardCost> {
+        auto lb = BuildLossInputs(c, samples, episodes[e], sopts, no_kl);
+        lb.in.counts = counts;
+        return {PolicyLoss(loss_cfg, no_kl, lb.in).loss, lb.cost};
+      },
+      c.budget.diagnostic);
+  return SnrMetrics(g);
 }
 
 }  // namespace rlid::trainers

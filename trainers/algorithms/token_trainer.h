@@ -5,8 +5,10 @@
 // recomputes old log-probs with the training forward (shared-prefix scoring),
 // keeps the rollout-engine log-probs for TIS/IcePop/reject, and optimises the
 // policy loss of the shared library. DAPO's zero-variance group filtering
-// resamples until the batch is full (bounded rounds) with honest accounting:
-// generated = kept + dropped, for groups, responses and response tokens.
+// (on the same shaped rewards the advantages use) resamples until the batch is
+// full (bounded rounds) with honest accounting: generated = kept + dropped, for
+// groups, responses and response tokens; the learner's scoring of dropped
+// groups is counted in the update budget.
 #pragma once
 
 #include <cstdint>
@@ -16,21 +18,11 @@
 
 #include "core/rng.h"
 #include "trainers/algorithms/optim.h"
+#include "policy/scoring.h"
 #include "trainers/algorithms/trainer.h"
+#include "trainers/losses/loss_config.h"
 
 namespace rlid::trainers {
-
-class TokenTrainer : public Trainer {
- public:
-  policy::Plane plane() const override { return policy::Plane::kToken; }
-  void Setup(Session& s) override;
-  Metrics Iterate(Session& s, int64_t iteration) override;
-  void SaveState(const std::string& dir) const override;
-  void LoadState(const std::string& dir) override;
-
- private:
-  std::unique_ptr<Optimizer> opt_;
-};
 
 // One response of a kept episode, ready for the update.
 struct TokenSample {
@@ -39,19 +31,43 @@ struct TokenSample {
   double advantage = 0;
 };
 
-// Group-relative advantages, one per response. The score of a response is
+class TokenTrainer : public Trainer {
+ public:
+  policy::Plane plane() const override { return policy::Plane::kToken; }
+  void Setup(const TrainerConfig& cfg, policy::TransformerLM model) override;
+  Metrics Iterate(IterationContext& c) override;
+  void SaveState(const std::string& dir) const override;
+  void LoadState(const std::string& dir) override;
+
+ private:
+  Metrics Snr(IterationContext& c, const std::vector<TokenSample>& samples,
+              const LossConfig& loss_cfg, const policy::ScoreOptions& sopts);
+  std::unique_ptr<Optimizer> opt_;
+};
+
+// The shaped scores the advantages compare, and their groups. The score of a response is
 //   return_mode "episode":    the episode's shaped return Σ_t r'_t, the same for every step;
 //   return_mode "discounted": its step's return-to-go G_t = r'_t + γ G_{t+1} (γ = advantage.gamma),
 // where r'_t = r_t + overlong shaping (DAPO, when overlong_buffer > 0) − kl.coef ·
 // kl_per_step[e][t] (KL in the reward; empty = none). Scores are compared within the episode's
 // group (spec.group): in "discounted" mode every step of every episode of the group is one member.
-// Steps without a response get no sample. Exposed for tests.
+struct ShapedScores {
+  std::vector<double> scores;   // one per episode, or one per step ("discounted")
+  std::vector<int64_t> groups;  // the episode's spec.group, per score
+};
+ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
+                           const std::vector<agents::EpisodeData>& episodes,
+                           const std::vector<std::vector<double>>& kl_per_step = {});
+
+// Group-relative advantages of ScoreEpisodes, one per response; steps without
+// a response get no sample. Exposed for tests.
 std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_tokens,
                                          const std::vector<agents::EpisodeData>& episodes,
                                          const std::vector<std::vector<double>>& kl_per_step = {});
 
-// True when every episode of the group has the same return (std exactly 0).
-bool ZeroVarianceGroup(const std::vector<const agents::EpisodeData*>& group);
+// Groups (by spec.group) whose shaped scores are all equal — std exactly 0, no
+// gradient: DAPO's filter drops them. It uses the scores the advantages use.
+std::vector<int64_t> ZeroVarianceGroups(const ShapedScores& s);
 
 // Minibatches (indices into `samples`) of at most `size` responses that keep
 // responses to the same prompt adjacent, so the shared-prefix forward encodes

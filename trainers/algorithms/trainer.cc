@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -36,55 +37,46 @@ nlohmann::json BudgetJson(const agents::Budget& b) {
 }
 
 agents::Budget BudgetFromJson(const nlohmann::json& j) {
-  agents::Budget b;
-  auto get = [&](const char* k) { return j.value(std::string("budget/") + k, 0.0); };
-  b.episodes = static_cast<int64_t>(get("episodes"));
-  b.env_steps = static_cast<int64_t>(get("env_steps"));
-  b.decisions = static_cast<int64_t>(get("decisions"));
-  b.invalid_steps = static_cast<int64_t>(get("invalid_steps"));
-  b.forward_passes = static_cast<int64_t>(get("forward_passes"));
-  b.prompt_tokens = static_cast<int64_t>(get("prompt_tokens"));
-  b.generated_tokens = static_cast<int64_t>(get("generated_tokens"));
-  b.samples_generated = static_cast<int64_t>(get("samples_generated"));
-  b.samples_used = static_cast<int64_t>(get("samples_used"));
-  b.tokens_used = static_cast<int64_t>(get("tokens_used"));
-  b.groups_generated = static_cast<int64_t>(get("groups_generated"));
-  b.groups_kept = static_cast<int64_t>(get("groups_kept"));
-  b.train_flops = get("train_flops");
-  b.rollout_flops = get("rollout_flops");
-  b.wall_seconds = get("wall_seconds");
-  return b;
+  std::map<std::string, double> m;
+  for (const auto& [k, v] : j.items()) m[k] = v.get<double>();
+  return agents::Budget::FromMetrics(m);
 }
 
-bool BudgetReached(const TrainerConfig& t, const agents::Budget& b) {
-  if (t.budget == "env_steps") return static_cast<double>(b.env_steps) >= t.budget_value;
-  if (t.budget == "wall_clock") return b.wall_seconds >= t.budget_value;
-  if (t.budget == "flops") return b.train_flops + b.rollout_flops >= t.budget_value;
-  return false;
-}
-
-std::string WriteCheckpoint(Session& s, Trainer& trainer, int64_t iteration) {
+std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
   // Only called from Train after CheckParametersFinite passed on these weights.
-  agents::StageTimer timer(&s.times.checkpoint);
-  fs::path dir = fs::path(s.checkpoints_dir) / fmt::format("iter_{:06d}", iteration);
+  // Everything recorded so far is committed first, so a checkpoint never
+  // exists without the episodes and metrics that came before it.
+  run.recorder().Flush();
+  agents::StageTimer timer(&run.times.checkpoint);
+  fs::path dir = fs::path(run.checkpoints_dir) / fmt::format("iter_{:06d}", iteration);
   nlohmann::json extra = {{"iteration", iteration},
-                          {"budget", BudgetJson(s.budget)},
-                          {"algorithm", s.cfg.trainer.algorithm},
-                          {"seed", s.cfg.run.seed}};
-  policy::SaveCheckpoint(dir.string(), s.model, s.tokenizer, extra,
+                          {"budget", BudgetJson(run.budget)},
+                          {"algorithm", run.cfg.trainer.algorithm},
+                          {"seed", run.cfg.run.seed},
+                          {"run_id", run.run_id},
+                          {"last_episode_id", run.store->episode_ids().PeekNext() - 1},
+                          {"last_item_id", run.store->item_ids().PeekNext() - 1}};
+  policy::SaveCheckpoint(dir.string(), run.model, run.tokenizer, extra,
                          [&](const std::string& tmp) { trainer.SaveState(tmp); });
   // "latest" is a relative symlink to the newest complete checkpoint (usable
   // wherever a checkpoint directory is expected), replaced atomically.
-  fs::path latest = fs::path(s.checkpoints_dir) / "latest";
+  fs::path latest = fs::path(run.checkpoints_dir) / "latest";
   fs::path tmp = latest.string() + ".tmp";
   fs::remove(tmp);
   fs::create_directory_symlink(dir.filename(), tmp);
   fs::rename(tmp, latest);
-  s.writer->Submit(memory::CheckpointRecord{s.run_id, iteration, dir.string()});
+  run.recorder().Checkpoint(iteration, dir.string());
   return dir.string();
 }
 
 }  // namespace
+
+bool BudgetReached(const TrainerConfig& t, const agents::Budget& b) {
+  if (t.budget == "env_steps") return static_cast<double>(b.env_steps) >= t.budget_value;
+  if (t.budget == "wall_seconds") return b.wall_seconds >= t.budget_value;
+  if (t.budget == "flops") return b.TrainingFlops() >= t.budget_value;
+  return false;
+}
 
 std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t run_seed,
                                             int64_t iteration) {
@@ -145,9 +137,9 @@ void CheckParametersFinite(policy::TransformerLM& model, int64_t iteration) {
   }
 }
 
-EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool greedy,
-                    int64_t iteration) {
-  agents::StageTimer timer(&s.times.eval);
+EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t episodes,
+                    bool greedy, agents::Budget& budget, Recorder* recorder) {
+  agents::StageTimer timer(agent.times ? &agent.times->eval : nullptr);
   std::vector<agents::EpisodeSpec> specs;
   for (int64_t i = 0; i < episodes; ++i) {
     agents::EpisodeSpec spec;
@@ -156,20 +148,17 @@ EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool gree
     specs.push_back(spec);
   }
   agents::Budget scratch;  // evaluation is not part of the training budget
-  agents::AgentContext ctx = s.AgentCtx(iteration);
-  ctx.ref_model = nullptr;
-  ctx.afterstate_values = false;
-  ctx.oracle_probs = true;
-  ctx.times = nullptr;  // all of it is evaluation time
-  std::vector<agents::EpisodeData> eps;
-  if (plane == policy::Plane::kDecision) {
-    eps = agents::RunDecisionEpisodes(ctx, specs, envs::Split::kTest, greedy, scratch);
-  } else {
-    ctx.sampler = &s.Sampler();
-    eps = agents::RunTokenEpisodes(ctx, specs, envs::Split::kTest, greedy, scratch);
-  }
-  if (s.record)
-    for (const auto& e : eps) s.writer->Submit(agents::ToRecord(e, ctx));
+  agent.ref_model = nullptr;
+  agent.afterstate_values = false;
+  agent.bootstrap_truncated = false;
+  agent.oracle_probs = true;
+  agent.times = nullptr;  // all of it is evaluation time
+  std::vector<agents::EpisodeData> eps =
+      plane == policy::Plane::kDecision
+          ? agents::RunDecisionEpisodes(agent, specs, envs::Split::kTest, greedy, scratch)
+          : agents::RunTokenEpisodes(agent, specs, envs::Split::kTest, greedy, scratch);
+  budget.eval += scratch.rollout;
+  if (recorder) recorder->Episodes(eps, agent);
   EvalResult r;
   r.episodes = episodes;
   double steps = 0, invalid = 0, p_opt = 0, measured = 0;
@@ -188,121 +177,170 @@ EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool gree
   return r;
 }
 
-double GradientVariance(policy::TransformerLM& model,
-                        const std::vector<std::function<torch::Tensor()>>& losses) {
+GradientSnr MeasureGradientSnr(
+    policy::TransformerLM& model, int64_t n,
+    const std::function<std::pair<torch::Tensor, policy::ForwardCost>(int64_t)>& episode_loss,
+    agents::StageCompute& compute) {
+  if (n < 2) throw InternalError(fmt::format("gradient SNR needs >= 2 episodes, got {}", n));
   std::vector<torch::Tensor> params;
   for (auto& p : model->parameters())
     if (p.requires_grad()) params.push_back(p);
-  std::vector<torch::Tensor> grads;
-  for (const auto& f : losses) {
-    auto loss = f();
-    auto g =
-        torch::autograd::grad({loss}, params, {}, /*retain_graph=*/false, /*create_graph=*/false,
-                              /*allow_unused=*/true);
-    std::vector<torch::Tensor> flat;
-    for (size_t i = 0; i < g.size(); ++i)
-      flat.push_back(g[i].defined() ? g[i].reshape(-1).to(torch::kFloat64)
-                                    : torch::zeros({params[i].numel()}, torch::kFloat64));
-    grads.push_back(torch::cat(flat));
+  // Running sum of g_i, in float64 unless the model is too big for a second copy at that width.
+  int64_t numel = 0;
+  for (const auto& p : params) numel += p.numel();
+  const auto acc_type = numel <= (int64_t{1} << 27) ? torch::kFloat64 : torch::kFloat32;
+  std::vector<torch::Tensor> sum;
+  for (const auto& p : params) sum.push_back(torch::zeros(p.sizes(), p.options().dtype(acc_type)));
+  double sum_sq = 0;  // sum_i ||g_i||^2
+  for (int64_t i = 0; i < n; ++i) {
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    auto [loss, cost] = episode_loss(i);
+    loss.backward();
+    compute.AddForwardBackward(model->config(), cost);
+    torch::NoGradGuard ng;
+    for (size_t k = 0; k < params.size(); ++k) {
+      const auto& g = params[k].grad();
+      if (!g.defined()) continue;
+      sum_sq += g.to(torch::kFloat64).pow(2).sum().item<double>();
+      sum[k].add_(g.to(acc_type));
+    }
   }
-  if (grads.size() < 2) return 0.0;
-  auto G = torch::stack(grads);  // [n, P]
-  auto mean = G.mean(0, true);
-  return (G - mean).pow(2).sum(1).mean().item<double>();
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();
+  double mean_sq = 0;
+  for (const auto& t : sum) mean_sq += t.to(torch::kFloat64).pow(2).sum().item<double>();
+  const double dn = static_cast<double>(n);
+  mean_sq /= dn * dn;
+  GradientSnr r;
+  r.episodes = n;
+  r.mean_sq_norm = mean_sq;
+  r.trace_cov = std::max(0.0, (sum_sq - dn * mean_sq) / (dn - 1));
+  r.snr = r.trace_cov > 0 ? mean_sq / r.trace_cov : 0.0;
+  return r;
 }
 
-TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt) {
-  const auto& t = s.cfg.trainer;
+Metrics SnrMetrics(const GradientSnr& g) {
+  return {{"grad/snr", g.snr},
+          {"grad/episode_mean_sq_norm", g.mean_sq_norm},
+          {"grad/episode_trace_cov", g.trace_cov},
+          {"grad/snr_episodes", static_cast<double>(g.episodes)}};
+}
+
+namespace {
+
+// Greedy (and sampled) evaluation metrics at the current weights.
+Metrics EvalMetrics(Run& run, policy::Plane plane, int64_t iteration, TrainResult& result) {
+  const auto& t = run.cfg.trainer;
+  Metrics m;
+  auto g = Evaluate(run.Agent(plane, iteration), plane, t.eval_episodes, /*greedy=*/true,
+                    run.budget, &run.recorder());
+  m.push_back({"eval/success", g.success});
+  m.push_back({"eval/return", g.ret});
+  m.push_back({"eval/length", g.length});
+  m.push_back({"eval/invalid_rate", g.invalid_rate});
+  m.push_back({"eval/episodes", static_cast<double>(g.episodes)});
+  if (g.p_optimal >= 0) m.push_back({"eval/p_optimal", g.p_optimal});
+  result.final_greedy = g;
+  if (t.eval_sampled) {
+    auto sm = Evaluate(run.Agent(plane, iteration), plane, t.eval_episodes, /*greedy=*/false,
+                       run.budget, &run.recorder());
+    m.push_back({"eval/success_sampled", sm.success});
+    m.push_back({"eval/return_sampled", sm.ret});
+    m.push_back({"eval/invalid_rate_sampled", sm.invalid_rate});
+    result.final_sampled = sm;
+  }
+  return m;
+}
+
+double Find(const Metrics& m, const std::string& k) {
+  for (const auto& [key, v] : m)
+    if (key == k) return v;
+  return std::nan("");
+}
+
+}  // namespace
+
+TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
+  const auto& t = run.cfg.trainer;
   const policy::Plane plane = trainer.plane();
   TrainResult result;
   int64_t start = 0;
-  trainer.Setup(s);
+  trainer.Setup(t, run.model);
   if (opt.resume) {
-    fs::path latest = fs::path(s.checkpoints_dir) / "latest";
+    fs::path latest = fs::path(run.checkpoints_dir) / "latest";
     std::error_code ec;
     fs::path name = fs::read_symlink(latest, ec);
     if (ec || name.empty())
-      throw IoError(fmt::format("--resume: no checkpoint in '{}'", s.checkpoints_dir),
+      throw IoError(fmt::format("--resume: no checkpoint in '{}'", run.checkpoints_dir),
                     "resume needs a run directory with checkpoints/latest (checkpoint_every > 0)");
-    fs::path dir = fs::path(s.checkpoints_dir) / name;
-    auto ck = policy::LoadCheckpoint(dir.string(), s.device);
-    policy::CopyWeights(ck.model, s.model);
-    if (s.sampler) s.sampler->SyncWeights(s.model);
+    fs::path dir = fs::path(run.checkpoints_dir) / name;
+    auto ck = policy::LoadCheckpoint(dir.string(), run.device);
+    policy::CopyWeights(ck.model, run.model);
+    if (plane == policy::Plane::kToken) run.Sampler().SyncWeights(run.model);
     trainer.LoadState(dir.string());
     start = ck.meta.at("extra").at("iteration").get<int64_t>() + 1;
-    s.budget = BudgetFromJson(ck.meta.at("extra").at("budget"));
+    run.budget = BudgetFromJson(ck.meta.at("extra").at("budget"));
     spdlog::info("resumed from {} at iteration {}", dir.string(), start);
+  } else if (t.eval_at_start) {
+    // The starting point of the learning curve: 0 env steps, the initial weights.
+    agents::Budget empty;
+    Metrics m = EvalMetrics(run, plane, -1, result);
+    for (const auto& kv : empty.Metrics()) m.push_back(kv);
+    run.recorder().Metrics(-1, m);
   }
   double t_start = Now();
-  agents::StageTimes logged = s.times;  // time/* metrics are the stage times since the last metrics
+  agents::StageTimes logged = run.times;  // time/* metrics are the stage times since the last metrics
   for (int64_t it = start; it < t.iterations; ++it) {
-    const agents::StageTimes before = s.times;
+    const agents::StageTimes before = run.times;
     double t0 = Now();
-    Metrics m = trainer.Iterate(s, it);
-    CheckParametersFinite(s.model, it);
+    IterationContext ctx{it, t, run.cfg.run.seed, run.Agent(plane, it), run.budget,
+                         run.recorder()};
+    Metrics m = trainer.Iterate(ctx);
+    CheckParametersFinite(run.model, it);
     const double iteration_s = Now() - t0;
-    s.budget.wall_seconds += iteration_s;
-    for (const auto& kv : s.budget.Metrics()) m.push_back(kv);
-    s.times.AddUnclaimedToUpdate(before, iteration_s);
-    bool last = it + 1 == t.iterations || BudgetReached(t, s.budget);
-    if (last || (t.eval_every > 0 && (it + 1) % t.eval_every == 0)) {
-      auto g = Evaluate(s, plane, t.eval_episodes, /*greedy=*/true, it);
-      m.push_back({"eval/success", g.success});
-      m.push_back({"eval/return", g.ret});
-      m.push_back({"eval/length", g.length});
-      m.push_back({"eval/invalid_rate", g.invalid_rate});
-      if (g.p_optimal >= 0) m.push_back({"eval/p_optimal", g.p_optimal});
-      result.final_greedy = g;
-      if (t.eval_sampled) {
-        auto sm = Evaluate(s, plane, t.eval_episodes, /*greedy=*/false, it);
-        m.push_back({"eval/success_sampled", sm.success});
-        m.push_back({"eval/return_sampled", sm.ret});
-        result.final_sampled = sm;
-      }
-    }
+    run.budget.wall_seconds += iteration_s;
+    run.times.AddUnclaimedToUpdate(before, iteration_s);
+    bool last = it + 1 == t.iterations || BudgetReached(t, run.budget);
+    if (last || (t.eval_every > 0 && (it + 1) % t.eval_every == 0))
+      for (const auto& kv : EvalMetrics(run, plane, it, result)) m.push_back(kv);
+    for (const auto& kv : run.budget.Metrics()) m.push_back(kv);  // after evaluation: eval_* included
     m.push_back({"time/iteration_s", iteration_s});
-    for (const auto& kv : s.times.Delta(logged)) m.push_back(kv);
-    logged = s.times;
-    s.LogMetrics(it, m);
+    for (const auto& kv : run.times.Delta(logged)) m.push_back(kv);
+    logged = run.times;
+    run.recorder().Metrics(it, m);
     result.iterations = it + 1;
     if (last || (t.checkpoint_every > 0 && (it + 1) % t.checkpoint_every == 0))
-      result.final_checkpoint = WriteCheckpoint(s, trainer, it);
+      result.final_checkpoint = WriteCheckpoint(run, trainer, it);
     if (!opt.quiet) {
-      auto find = [&](const std::string& k) {
-        for (const auto& [key, v] : m)
-          if (key == k) return v;
-        return std::nan("");
-      };
       double elapsed = Now() - t_start;
       // Progress by iterations, or by the budget when a budget stops the run.
       double frac = static_cast<double>(it + 1 - start) / static_cast<double>(t.iterations - start);
       std::string where = fmt::format("{}/{}", it + 1, t.iterations);
       if (t.budget == "env_steps") {
-        frac = static_cast<double>(s.budget.env_steps) / t.budget_value;
-        where = fmt::format("it {} env steps {}/{:g}", it + 1, s.budget.env_steps, t.budget_value);
-      } else if (t.budget == "wall_clock") {
-        frac = s.budget.wall_seconds / t.budget_value;
-        where = fmt::format("it {} {:.0f}/{:g}s", it + 1, s.budget.wall_seconds, t.budget_value);
+        frac = static_cast<double>(run.budget.env_steps) / t.budget_value;
+        where = fmt::format("it {} env steps {}/{:g}", it + 1, run.budget.env_steps, t.budget_value);
+      } else if (t.budget == "wall_seconds") {
+        frac = run.budget.wall_seconds / t.budget_value;
+        where = fmt::format("it {} {:.0f}/{:g}s", it + 1, run.budget.wall_seconds, t.budget_value);
       } else if (t.budget == "flops") {
-        frac = (s.budget.train_flops + s.budget.rollout_flops) / t.budget_value;
+        frac = run.budget.TrainingFlops() / t.budget_value;
         where = fmt::format("it {} {:.0f}% of FLOPs", it + 1, 100 * frac);
       }
       frac = std::clamp(frac, 1e-9, 1.0);
       std::string eval;
-      if (!std::isnan(find("eval/success")))
-        eval = fmt::format(" | test greedy {:.2f}", find("eval/success"));
-      if (!std::isnan(find("eval/success_sampled")))
-        eval += fmt::format(" sampled {:.2f}", find("eval/success_sampled"));
+      if (!std::isnan(Find(m, "eval/success")))
+        eval = fmt::format(" | test greedy {:.2f}", Find(m, "eval/success"));
+      if (!std::isnan(Find(m, "eval/success_sampled")))
+        eval += fmt::format(" sampled {:.2f}", Find(m, "eval/success_sampled"));
       spdlog::info("{}[{}] train success {:.2f} return {:+.3f}{} | ETA {}",
-                   opt.label.empty() ? "" : opt.label + " ", where, find("rollout/success"),
-                   find("rollout/return"), eval, Duration(elapsed * (1 - frac) / frac));
+                   opt.label.empty() ? "" : opt.label + " ", where, Find(m, "rollout/success"),
+                   Find(m, "rollout/return"), eval, Duration(elapsed * (1 - frac) / frac));
     }
-    if (BudgetReached(t, s.budget)) {
+    if (BudgetReached(t, run.budget)) {
       result.budget_reached = true;
       break;
     }
   }
-  s.writer->Flush();
+  run.recorder().Flush();
   return result;
 }
 

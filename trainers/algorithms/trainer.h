@@ -1,9 +1,10 @@
 // The training loop shared by every algorithm. A Trainer (one file per
 // algorithm, registered by name) implements one iteration — rollout on train
-// seeds, then the update — and the loop around it does the rest: periodic
-// evaluation on test seeds (greedy and sampled), namespaced metrics into
-// SQLite, a progress line with ETA, atomic checkpoints every N iterations,
-// --resume from the last checkpoint, and the stop rule of the budget.
+// seeds, then the update — from the parts it is given (IterationContext); the
+// loop around it does the rest: periodic evaluation on test seeds (greedy and
+// sampled), namespaced metrics into SQLite, a progress line with ETA, atomic
+// checkpoints every N iterations, --resume from the last checkpoint, and the
+// stop rule of the budget.
 #pragma once
 
 #include <functional>
@@ -13,21 +14,29 @@
 
 #include "agents/rollout.h"
 #include "core/registry.h"
-#include "trainers/algorithms/experiment.h"
+#include "trainers/algorithms/run.h"
 
 namespace rlid::trainers {
 
-using Metrics = std::vector<std::pair<std::string, double>>;
+// What one iteration of an algorithm works with, and nothing else of the run.
+struct IterationContext {
+  int64_t iteration = 0;
+  const TrainerConfig& cfg;     // [trainer]
+  uint64_t seed = 0;            // run seed (train seeds, minibatch order)
+  agents::AgentContext agent;   // plays episodes: env, policy, renderer, memory, rollout engine
+  agents::Budget& budget;       // what the iteration spends
+  Recorder& recorder;           // episodes into the store
+};
 
 class Trainer {
  public:
   static constexpr const char* kRegistryKind = "trainer";
   virtual ~Trainer() = default;
   virtual policy::Plane plane() const = 0;
-  // Once, before the first iteration (optimiser, reference copies, ...).
-  virtual void Setup(Session& s) = 0;
+  // Once, before the first iteration: the policy this trainer optimises.
+  virtual void Setup(const TrainerConfig& cfg, policy::TransformerLM model) = 0;
   // One iteration: rollout on train seeds -> update. Returns metrics.
-  virtual Metrics Iterate(Session& s, int64_t iteration) = 0;
+  virtual Metrics Iterate(IterationContext& c) = 0;
   // Optimiser state for checkpoints (--resume).
   virtual void SaveState(const std::string& dir) const = 0;
   virtual void LoadState(const std::string& dir) = 0;
@@ -42,10 +51,11 @@ struct EvalResult {
   double p_optimal = -1;
 };
 
-// Test-split episodes 0..n-1 (the same seeds at every evaluation). The time
-// counts as s.times.eval; records go to the store when s.record is on.
-EvalResult Evaluate(Session& s, policy::Plane plane, int64_t episodes, bool greedy,
-                    int64_t iteration);
+// Test-split episodes 0..n-1 (the same seeds at every evaluation), greedy or
+// sampled, in `agent`'s plane. The model work counts as budget.eval; records go
+// to `recorder` when it records episodes (null: nowhere).
+EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t episodes,
+                    bool greedy, agents::Budget& budget, Recorder* recorder);
 
 // Throws NumericError naming the first parameter with a NaN/Inf entry and the
 // iteration (the non-finite guard: such weights are never checkpointed).
@@ -58,6 +68,27 @@ std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t r
 
 // Summary metrics of a batch of episodes ("rollout/success", ...).
 Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes);
+
+// Signal-to-noise ratio of a per-episode policy-gradient estimate, measured
+// the same way in both planes: g_i = the gradient of episode i's term of the
+// arm's own policy loss (the terms sum to the loss of the batch, so the
+// scale of advantages and sum-vs-mean aggregation cancel).
+struct GradientSnr {
+  int64_t episodes = 0;
+  double mean_sq_norm = 0;  // ||mean_i g_i||^2
+  double trace_cov = 0;     // tr Cov(g) = sum_i ||g_i - mean g||^2 / (n - 1)
+  double snr = 0;           // mean_sq_norm / trace_cov (pure noise gives about 1/n)
+};
+// episode_loss(i) returns episode i's loss term and the forward work it did;
+// each is back-propagated once and accumulated into one running sum (no
+// per-episode gradient copies). The work goes to `compute` (forward +
+// backward). Needs n >= 2; the model's gradients are left zeroed.
+GradientSnr MeasureGradientSnr(
+    policy::TransformerLM& model, int64_t n,
+    const std::function<std::pair<torch::Tensor, policy::ForwardCost>(int64_t)>& episode_loss,
+    agents::StageCompute& compute);
+// grad/snr, grad/episode_mean_sq_norm, grad/episode_trace_cov, grad/snr_episodes.
+Metrics SnrMetrics(const GradientSnr& g);
 
 struct TrainResult {
   int64_t iterations = 0;  // iterations completed (in this and earlier resumed runs)
@@ -74,17 +105,16 @@ struct TrainOptions {
 
 // The loop: per iteration trainer.Iterate, the non-finite guard on the
 // weights, budget + time/* metrics, evaluation every eval_every iterations
-// (and after the last), metrics into SQLite, checkpoints every
+// (and after the last; with eval_at_start also before the first, logged at
+// iteration -1 with an empty budget), metrics into SQLite, checkpoints every
 // checkpoint_every iterations (and after the last), the progress line.
-// resume: continues from checkpoints/latest of s.run_dir (weights, trainer
+// resume: continues from checkpoints/latest of run.dir (weights, trainer
 // state, budget counters, iteration), which gives the same weights and metrics
 // as an uninterrupted run because every random stream derives from
 // (run seed, iteration / episode stream).
-TrainResult Train(Session& s, Trainer& trainer, const TrainOptions& opt = {});
+TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt = {});
 
-// Per-sample gradient variance of losses[i]() over the model parameters:
-// mean_i ||g_i - mean_j g_j||^2 (each closure builds its own graph).
-double GradientVariance(policy::TransformerLM& model,
-                        const std::vector<std::function<torch::Tensor()>>& losses);
+// Whether `budget` has reached the limit of [trainer] budget / budget_value.
+bool BudgetReached(const TrainerConfig& cfg, const agents::Budget& budget);
 
 }  // namespace rlid::trainers

@@ -13,9 +13,10 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/rng.h"
 #include "memory/store.h"
 #include "policy/checkpoint.h"
-#include "trainers/algorithms/experiment.h"
+#include "trainers/algorithms/run.h"
 #include "trainers/analysis/report.h"
 #include "trainers/algorithms/sft.h"
 #include "trainers/algorithms/trainer.h"
@@ -28,8 +29,10 @@ void CompareConfig::Load(ConfigNode n) {
   n.Get("arms", names, "arms by algorithm name (each arm = one registered trainer)");
   std::vector<int64_t> seed_list(seeds.begin(), seeds.end());
   n.Get("seeds", seed_list, "RL seeds; every arm runs every seed");
-  n.GetEnum("budget", budget, {"env_steps", "wall_clock", "flops"}, "the matched budget");
-  n.Get("budget_value", budget_value, "budget per arm and seed (env steps, seconds, or FLOPs)");
+  n.GetEnum("budget", budget, {"env_steps", "flops", "wall_seconds"},
+            "the matched budget: env steps (every decision attempt), rollout + update FLOPs, or "
+            "training wall-clock seconds");
+  n.Get("budget_value", budget_value, "budget per arm and seed (env steps, FLOPs, or seconds)");
   n.Get("max_iterations", max_iterations,
         "safety cap on iterations (the budget should stop first)");
   n.Get("success_threshold", success_threshold, "success level for 'env steps to reach'");
@@ -38,6 +41,8 @@ void CompareConfig::Load(ConfigNode n) {
       "test evaluation reported: greedy (argmax) or sampled policy (needs trainer.eval_sampled)");
   n.Get("warm_start", warm_start,
         "sft (behaviour cloning once) | none (shared fresh init) | checkpoint dir");
+  n.Get("chance_episodes", chance_episodes,
+        "test episodes of the uniform-random menu policy (the chance level)");
   n.Get("plots", plots, "render learning curves with gnuplot");
   for (const auto& a : names) arms.push_back({a, a, {}});
   for (auto& arm : n.TableArray("arm")) {
@@ -105,8 +110,8 @@ ArmSeedResult Collect(const std::string& db, int64_t run_id, const ArmSpec& arm,
   r.seed = seed;
   r.run_id = run_id;
   auto metrics = ReadMetrics(db, run_id);
-  double var_sum = 0, var_all_sum = 0;
-  int var_n = 0, var_all_n = 0;
+  double snr_sum = 0;
+  int snr_n = 0;
   double invalid_sum = 0;
   int invalid_n = 0;
   for (const auto& [it, m] : metrics) {
@@ -118,32 +123,34 @@ ArmSeedResult Collect(const std::string& db, int64_t run_id, const ArmSpec& arm,
     if (!std::isnan(get("budget/env_steps"))) {
       r.env_steps = get("budget/env_steps");
       r.wall = get("budget/wall_seconds");
-      r.flops = get("budget/train_flops") + get("budget/rollout_flops");
+      r.flops = get("budget/flops");
+      r.rollout_flops = get("budget/rollout_flops");
+      r.update_flops = get("budget/update_flops");
+      r.tokens_processed = get("budget/tokens_processed");
       r.generated_tokens = get("budget/generated_tokens");
-      r.forward_passes = get("budget/forward_passes");
-      r.prompt_tokens = get("budget/prompt_tokens");
       r.samples_generated = get("budget/samples_generated");
       r.samples_used = get("budget/samples_used");
     }
     if (!std::isnan(get("rollout/invalid_rate")))
       invalid_sum += get("rollout/invalid_rate"), ++invalid_n;
-    if (!std::isnan(get("grad/var_sampled"))) var_sum += get("grad/var_sampled"), ++var_n;
-    if (!std::isnan(get("grad/var_all_action")))
-      var_all_sum += get("grad/var_all_action"), ++var_all_n;
+    if (!std::isnan(get("grad/snr"))) snr_sum += get("grad/snr"), ++snr_n;
     if (!std::isnan(get("eval/success"))) {
       CurvePoint p;
       p.iteration = it;
       p.env_steps = get("budget/env_steps");
       p.wall = get("budget/wall_seconds");
-      p.flops = get("budget/train_flops") + get("budget/rollout_flops");
+      p.flops = get("budget/flops");
       double greedy = get("eval/success");
       double samp = std::isnan(get("eval/success_sampled")) ? greedy : get("eval/success_sampled");
       p.success = sampled ? samp : greedy;
       p.success_sampled = samp;
       p.ret = sampled && !std::isnan(get("eval/return_sampled")) ? get("eval/return_sampled")
                                                                  : get("eval/return");
+      if (!std::isnan(get("eval/episodes")))
+        r.eval_episodes = static_cast<int64_t>(get("eval/episodes"));
       r.curve.push_back(p);
-      if (r.steps_to_threshold < 0 && p.success >= threshold) r.steps_to_threshold = p.env_steps;
+      if (it >= 0 && r.steps_to_threshold < 0 && p.success >= threshold)
+        r.steps_to_threshold = p.env_steps;
     }
   }
   if (!r.curve.empty()) {
@@ -152,10 +159,43 @@ ArmSeedResult Collect(const std::string& db, int64_t run_id, const ArmSpec& arm,
     r.final_return = r.curve.back().ret;
   }
   r.invalid_rate = invalid_n ? invalid_sum / invalid_n : 0;
-  if (var_n) r.grad_var = var_sum / var_n;
-  if (var_all_n) r.grad_var_all_action = var_all_sum / var_all_n;
+  if (snr_n) r.grad_snr = snr_sum / snr_n;
   return r;
 }
+
+// Test success of the uniform-random menu policy on the test seeds (the same
+// interface both planes act through), for the curves' chance level.
+double ChanceLevel(const ExperimentConfig& cfg, int64_t episodes) {
+  if (episodes <= 0) return -1;
+  auto env = envs::MakeEnv(cfg.env_section);
+  agents::AgentContext ctx;
+  ctx.env = env.get();
+  policy::Tokenizer tok;  // byte-level: the prompts are not read by anyone
+  policy::PromptConfig pc = cfg.prompt;
+  pc.label_order = "fixed";
+  policy::PromptRenderer renderer(pc, tok);
+  ctx.renderer = &renderer;
+  ctx.seed = cfg.run.seed;
+  std::vector<agents::EpisodeSpec> specs;
+  for (int64_t i = 0; i < episodes; ++i) {
+    agents::EpisodeSpec spec;
+    spec.env_seed = envs::SplitSeed(envs::Split::kTest, static_cast<uint64_t>(i % std::max<int64_t>(cfg.trainer.eval_episodes, 1)));
+    spec.stream = static_cast<uint64_t>(i);
+    specs.push_back(spec);
+  }
+  agents::Budget scratch;
+  auto eps = agents::RunScriptedEpisodes(
+      ctx, specs, envs::Split::kTest,
+      [](const envs::State&, const agents::StepData& step, Rng& rng) {
+        return static_cast<int>(rng.UniformInt(step.menu.size()));
+      },
+      scratch);
+  double success = 0;
+  for (const auto& e : eps) success += e.success;
+  return success / static_cast<double>(eps.size());
+}
+
+}  // namespace
 
 std::vector<ArmSummary> Summarise(const std::vector<ArmSeedResult>& runs,
                                   const std::vector<ArmSpec>& arms) {
@@ -165,87 +205,89 @@ std::vector<ArmSummary> Summarise(const std::vector<ArmSeedResult>& runs,
     s.arm = arm.name;
     s.algorithm = arm.algorithm;
     std::vector<double> succ;
-    double steps_sum = 0, gv = 0, gva = 0;
-    int gv_n = 0, gva_n = 0;
+    double steps_sum = 0, snr = 0;
+    int snr_n = 0;
+    int64_t episodes = 0;
     for (const auto& r : runs) {
       if (r.arm != arm.name) continue;
       s.plane = r.plane;
       ++s.seeds;
       succ.push_back(r.final_success);
+      episodes = r.eval_episodes;
       s.return_mean += r.final_return;
-      s.generated_tokens += r.generated_tokens;
-      s.forward_passes += r.forward_passes;
-      s.invalid_rate += r.invalid_rate;
-      s.wall += r.wall;
       s.env_steps += r.env_steps;
       s.flops += r.flops;
+      s.tokens_processed += r.tokens_processed;
+      s.generated_tokens += r.generated_tokens;
+      s.wall += r.wall;
+      s.invalid_rate += r.invalid_rate;
       if (r.steps_to_threshold >= 0) steps_sum += r.steps_to_threshold, ++s.reached;
-      if (r.grad_var >= 0) gv += r.grad_var, ++gv_n;
-      if (r.grad_var_all_action >= 0) gva += r.grad_var_all_action, ++gva_n;
+      if (r.grad_snr >= 0) snr += r.grad_snr, ++snr_n;
     }
     if (s.seeds == 0) continue;
-    double n = s.seeds;
-    for (double v : succ) s.success_mean += v / n;
-    for (double v : succ) s.success_std += (v - s.success_mean) * (v - s.success_mean);
-    s.success_std = succ.size() > 1 ? std::sqrt(s.success_std / (n - 1)) : 0.0;
-    s.return_mean /= n, s.generated_tokens /= n, s.forward_passes /= n, s.invalid_rate /= n;
-    s.wall /= n, s.env_steps /= n, s.flops /= n;
+    const double n = s.seeds;
+    s.success = EstimateSuccess(succ, episodes);
+    s.return_mean /= n, s.env_steps /= n, s.flops /= n, s.tokens_processed /= n;
+    s.generated_tokens /= n, s.wall /= n, s.invalid_rate /= n;
     if (s.reached) s.steps_to_threshold = steps_sum / s.reached;
-    if (gv_n) s.grad_var = gv / gv_n;
-    if (gva_n) s.grad_var_all_action = gva / gva_n;
+    if (snr_n) s.grad_snr = snr / snr_n;
     out.push_back(s);
   }
   return out;
 }
 
-std::string Verdict(const std::vector<ArmSummary>& arms, const std::string& env) {
+std::string Verdict(const std::vector<ArmSummary>& arms, const std::string& env, double chance) {
   if (arms.empty()) return "no results";
   const ArmSummary* best = &arms[0];
   for (const auto& a : arms) {
-    bool better = a.success_mean > best->success_mean + 1e-12 ||
-                  (std::abs(a.success_mean - best->success_mean) <= 1e-12 && a.reached > 0 &&
+    bool better = a.success.mean > best->success.mean + 1e-12 ||
+                  (std::abs(a.success.mean - best->success.mean) <= 1e-12 && a.reached > 0 &&
                    (best->reached == 0 || a.steps_to_threshold < best->steps_to_threshold));
     if (better) best = &a;
   }
-  std::string v = fmt::format(
-      "On {}, the best final test success is {} ({} plane): {:.3f} ± {:.3f} over {} seed(s).", env,
-      best->arm, best->plane, best->success_mean, best->success_std, best->seeds);
+  std::string v = fmt::format("On {}{}, the best final test success is {} ({} plane): {:.3f} ± {:.3f} (se) over {} seed(s).",
+                              env, chance >= 0 ? fmt::format(" (chance {:.3f})", chance) : "",
+                              best->arm, best->plane, best->success.mean, best->success.se,
+                              best->seeds);
   const ArmSummary* runner = nullptr;
   for (const auto& a : arms)
-    if (&a != best && (!runner || a.success_mean > runner->success_mean)) runner = &a;
-  if (best->plane == "token") v += " A token-plane arm won on this env.";
-  if (runner) {
-    double spread = best->success_std + runner->success_std;
-    double gap = best->success_mean - runner->success_mean;
-    v += fmt::format(" Runner-up: {} ({} plane) at {:.3f}", runner->arm, runner->plane,
-                     runner->success_mean);
-    v += gap <= spread
-             ? "; the gap is within the seed spread, so this budget does not separate them."
-             : "; the gap exceeds the seed spread.";
-  }
-  return v;
+    if (&a != best && (!runner || a.success.mean > runner->success.mean)) runner = &a;
+  if (!runner) return v;
+  v += fmt::format(" Runner-up: {} ({} plane) at {:.3f} ± {:.3f}.", runner->arm, runner->plane,
+                   runner->success.mean, runner->success.se);
+  GapEstimate g = CompareSuccess(best->success, runner->success);
+  if (!g.comparable)
+    return v + " With a single seed per arm no claim about the gap can be made (the seed-to-seed "
+               "spread is unknown); rerun with more seeds.";
+  v += fmt::format(" Gap {:+.3f}, 95% CI [{:+.3f}, {:+.3f}] (Welch, df {:.1f}, test-episode noise included): ",
+                   g.gap, g.lo, g.hi, g.df);
+  if (g.tie) return v + "a tie — this budget does not separate them.";
+  return v + fmt::format("{} is ahead.", best->arm);
 }
 
-}  // namespace
-
-std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const CompareConfig& cfg) {
+std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const CompareConfig& cfg,
+                               bool with_wall) {
+  auto overshoot = [&](double used, const char* kind) -> std::string {
+    if (cfg.budget != kind || cfg.budget_value <= 0) return "";
+    return fmt::format(" ({:+.1f}%)", 100.0 * (used / cfg.budget_value - 1));
+  };
   std::string out = fmt::format(
-      "{:<20} {:<8} {:>13} {:>8} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>10}\n", "arm", "plane",
-      cfg.success_metric == "sampled" ? "test (sampled)" : "test success", "return",
-      fmt::format("steps→{:g}", cfg.success_threshold), "gen tok", "fwd", "invalid", "wall s",
-      "budget", "grad var");
+      "{:<16} {:<8} {:>15} {:>7} {:>12} {:>15} {:>15} {:>9} {:>9} {:>7}{} {:>8}\n", "arm", "plane",
+      cfg.success_metric == "sampled" ? "test (sampled)" : "test (greedy)", "return",
+      fmt::format("steps→{:g}", cfg.success_threshold), "env steps", "FLOPs", "tokens", "gen tok",
+      "invalid", with_wall ? fmt::format(" {:>7}", "wall s") : "", "grad SNR");
   for (const auto& a : arms) {
-    std::string budget = cfg.budget == "env_steps"    ? fmt::format("{:.0f}", a.env_steps)
-                         : cfg.budget == "wall_clock" ? fmt::format("{:.0f}s", a.wall)
-                                                      : fmt::format("{:.2g}", a.flops);
     std::string steps =
         a.reached ? fmt::format("{:.0f} ({}/{})", a.steps_to_threshold, a.reached, a.seeds) : "—";
     out += fmt::format(
-        "{:<20} {:<8} {:>6.3f} ± {:<4.2f} {:>8.3f} {:>10} {:>10.0f} {:>9.0f} {:>8.3f} {:>8.1f} "
-        "{:>10} {:>10}\n",
-        a.arm, a.plane, a.success_mean, a.success_std, a.return_mean, steps, a.generated_tokens,
-        a.forward_passes, a.invalid_rate, a.wall, budget,
-        a.grad_var < 0 ? "—" : fmt::format("{:.3g}", a.grad_var));
+        "{:<16} {:<8} {:>7.3f} ± {:<5.3f} {:>7.3f} {:>12} {:>15} {:>15} {:>9.3g} {:>9.0f} "
+        "{:>7.3f}{} {:>8}\n",
+        a.arm, a.plane, a.success.mean, a.success.se, a.return_mean, steps,
+        fmt::format("{:.0f}{}", a.env_steps, overshoot(a.env_steps, "env_steps")),
+        fmt::format("{:.3g}{}", a.flops, overshoot(a.flops, "flops")), a.tokens_processed,
+        a.generated_tokens, a.invalid_rate,
+        with_wall ? fmt::format(" {:>7.1f}", a.wall) : "",
+        a.grad_snr < 0 ? "—" : fmt::format("{:.3g}", a.grad_snr));
   }
   return out;
 }
@@ -276,7 +318,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
     Config c = BaseConfig(config_path, sets);
     c.ApplyOverride(fmt::format("run.seed={}", cc.seeds.front()));
     auto exp = ExperimentConfig::FromConfig(std::move(c));
-    Session s(*exp, {.out_dir = result.run_dir,
+    Run s(*exp, {.out_dir = result.run_dir,
                      .kind = cc.warm_start == "sft" ? "sft" : "init",
                      .arm = "warm_start",
                      .config_file = "config-warm_start.toml",
@@ -299,8 +341,11 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
     policy::LoadCheckpoint(cc.warm_start);  // fail early on a bad path
   }
 
+  result.chance = ChanceLevel(*base_exp, cc.chance_episodes);
+
   // ---- every arm x seed from the same start, same budget --------------------------------
   std::map<std::string, std::string> resolved_by_arm;
+  std::map<std::string, std::pair<int64_t, int64_t>> snr_settings;  // measured the same way for all
   for (const auto& arm : cc.arms) {
     for (uint64_t seed : cc.seeds) {
       Config c = BaseConfig(config_path, sets);
@@ -311,12 +356,23 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
                         fmt::format("trainer.budget_value={}", cc.budget_value),
                         fmt::format("trainer.iterations={}", cc.max_iterations)});
       if (cc.success_metric == "sampled") c.ApplyOverride("trainer.eval_sampled=true");
+      c.ApplyOverride("trainer.eval_at_start=true");  // the curves start at the warm start
       c.ApplyOverrides(arm.sets);
       auto exp = ExperimentConfig::FromConfig(std::move(c));
+      snr_settings[arm.name] = {exp->trainer.grad_snr_every, exp->trainer.grad_snr_episodes};
+      if (snr_settings[arm.name] != snr_settings.begin()->second)
+        throw ConfigError(
+            fmt::format("compare: arm '{}' measures the gradient SNR with grad_snr_every = {}, "
+                        "grad_snr_episodes = {}, arm '{}' with {}, {}",
+                        arm.name, exp->trainer.grad_snr_every, exp->trainer.grad_snr_episodes,
+                        snr_settings.begin()->first, snr_settings.begin()->second.first,
+                        snr_settings.begin()->second.second),
+            "the SNR is comparable only when measured the same way: set them in [trainer], not "
+            "in an arm's set");
       auto trainer = TrainerRegistry::Global().Make(arm.algorithm);
       int64_t run_id = 0;
       {
-        Session s(*exp, {.out_dir = result.run_dir,
+        Run s(*exp, {.out_dir = result.run_dir,
                          .kind = "compare",
                          .arm = arm.name,
                          .config_file = fmt::format("config-{}-seed{}.toml", arm.name, seed),
@@ -341,7 +397,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
   }
   result.arms = Summarise(result.runs, cc.arms);
   result.table = FormatSummaryTable(result.arms, cc);
-  result.verdict = Verdict(result.arms, env_name);
+  result.verdict = Verdict(result.arms, env_name, result.chance);
 
   // ---- curves and report ----------------------------------------------------------------
   ReportInputs report;
@@ -356,8 +412,8 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
   for (const auto& arm : cc.arms)
     report.arm_diffs.push_back({arm.name, ConfigDiff(first, resolved_by_arm.at(arm.name))});
   if (cc.plots)
-    report.plots =
-        RenderPlots(fs::path(result.run_dir) / "plots", result.runs, cc.arms, cc.success_metric);
+    report.plots = RenderPlots(fs::path(result.run_dir) / "plots", result.runs, cc.arms,
+                               cc.success_metric, result.chance);
   report.total_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
       t0;

@@ -1,8 +1,10 @@
 // `rlid compare`: decision-plane and token-plane arms trained from ONE shared
 // warm-start checkpoint, on the same env, prompt renderer, memory settings and
-// seeds, each stopped by the same budget (env steps, wall-clock or training
-// FLOPs). Results come back from the run's SQLite store, become a summary
-// table, learning curves (gnuplot SVG/PNG) and a self-contained report.html.
+// seeds, each stopped by the same budget (env steps, FLOPs or wall-clock
+// seconds, counted by the same rules in both planes). Results come back from
+// the run's SQLite store and become a summary table, a verdict with a
+// confidence interval, learning curves (gnuplot SVG/PNG, from the warm-start
+// point at 0 env steps, with the chance level) and a self-contained report.html.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "trainers/analysis/stats.h"
 
 namespace rlid::trainers {
 
@@ -22,19 +25,20 @@ struct ArmSpec {
 struct CompareConfig {
   std::vector<ArmSpec> arms;
   std::vector<uint64_t> seeds = {1, 2};
-  std::string budget = "env_steps";  // env_steps | wall_clock | flops
+  std::string budget = "env_steps";  // env_steps | flops | wall_seconds
   double budget_value = 2000;
   int64_t max_iterations = 1000;   // safety cap; the budget should stop each arm first
   double success_threshold = 0.8;  // for "env steps to reach"
   std::string success_metric =
       "greedy";  // greedy | sampled: which test evaluation the table and curves use
   std::string warm_start = "sft";  // sft (run rlid sft once) | none | <checkpoint dir>
+  int64_t chance_episodes = 1024;  // test episodes of the uniform-random menu policy
   bool plots = true;               // gnuplot curves (skipped with a warning when gnuplot is absent)
   void Load(ConfigNode n);
 };
 
 struct CurvePoint {
-  int64_t iteration = 0;
+  int64_t iteration = 0;  // -1: the warm start, before any update
   double env_steps = 0, wall = 0, flops = 0, success = 0, success_sampled = 0, ret = 0;
 };
 
@@ -43,25 +47,28 @@ struct ArmSeedResult {
   uint64_t seed = 0;
   int64_t run_id = 0;
   int64_t iterations = 0;
-  std::vector<CurvePoint> curve;  // evaluation points
+  std::vector<CurvePoint> curve;  // evaluation points, the warm start first
   double final_success = 0, final_return = 0, final_success_sampled = 0;
+  int64_t eval_episodes = 0;       // test episodes behind each success rate
   double steps_to_threshold = -1;  // env steps at the first evaluation >= threshold (-1: never)
-  double env_steps = 0, wall = 0, flops = 0;
-  double generated_tokens = 0, forward_passes = 0, prompt_tokens = 0, invalid_rate = 0;
+  double env_steps = 0, wall = 0, flops = 0, tokens_processed = 0;
+  double rollout_flops = 0, update_flops = 0;
+  double generated_tokens = 0, invalid_rate = 0;
   double samples_generated = 0, samples_used = 0;
-  double grad_var = -1;  // mean per-sample gradient variance (-1: not measured)
-  double grad_var_all_action = -1;
+  double grad_snr = -1;  // mean per-episode gradient SNR over measurements (-1: not measured)
 };
 
 struct ArmSummary {
   std::string arm, algorithm, plane;
   int seeds = 0;
-  double success_mean = 0, success_std = 0, return_mean = 0;
+  SuccessEstimate success;  // final test success over seeds (with test noise)
+  double return_mean = 0;
   double steps_to_threshold = -1;  // mean over seeds that reached it
   int reached = 0;                 // seeds that reached the threshold
-  double generated_tokens = 0, forward_passes = 0, invalid_rate = 0, wall = 0, env_steps = 0,
-         flops = 0;
-  double grad_var = -1, grad_var_all_action = -1;
+  // Means over seeds of what each run used.
+  double env_steps = 0, flops = 0, tokens_processed = 0, generated_tokens = 0, wall = 0,
+         invalid_rate = 0;
+  double grad_snr = -1;
 };
 
 struct CompareResult {
@@ -69,13 +76,24 @@ struct CompareResult {
   CompareConfig config;
   std::vector<ArmSeedResult> runs;
   std::vector<ArmSummary> arms;
-  std::string verdict;  // which arm won, said plainly
+  double chance = -1;   // test success of the uniform-random menu policy (-1: not measured)
+  std::string verdict;  // which arm won and whether the interval separates them, said plainly
 };
 
 CompareResult RunCompare(const std::string& config_path, const std::vector<std::string>& sets,
                          const std::string& out_dir, bool quiet = false);
 
-// The terminal table (also embedded in the report).
-std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const CompareConfig& cfg);
+// Per arm: the mean over seeds of every run's final numbers.
+std::vector<ArmSummary> Summarise(const std::vector<ArmSeedResult>& runs,
+                                  const std::vector<ArmSpec>& arms);
+
+// The terminal table (also embedded in the report). with_wall = false leaves
+// out the wall-clock column (the one number that differs between reruns).
+std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const CompareConfig& cfg,
+                               bool with_wall = true);
+
+// The verdict: best arm by mean success vs the runner-up, with the 95% Welch
+// interval of the gap ("tie" when it includes 0; a single seed makes no claim).
+std::string Verdict(const std::vector<ArmSummary>& arms, const std::string& env, double chance);
 
 }  // namespace rlid::trainers

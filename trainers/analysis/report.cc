@@ -80,7 +80,8 @@ std::vector<std::string> ConfigDiff(const std::string& a, const std::string& b) 
 // Writes per-arm curve data and renders SVG + PNG with gnuplot. Returns the
 // SVG paths (empty when gnuplot is missing or failed).
 std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeedResult>& runs,
-                                  const std::vector<ArmSpec>& arms, const std::string& metric) {
+                                  const std::vector<ArmSpec>& arms, const std::string& metric,
+                                  double chance) {
   fs::create_directories(dir);
   // Per arm: the k-th evaluation averaged over seeds (x = mean env steps / seconds).
   for (const auto& arm : arms) {
@@ -90,19 +91,20 @@ std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeed
     size_t points = 0;
     for (const auto* r : rs) points = std::max(points, r->curve.size());
     std::ofstream f(dir / (arm.name + ".dat"));
-    f << "# env_steps success_mean success_min success_max wall_seconds (k-th evaluation over "
-         "seeds)\n";
+    f << "# env_steps success_mean success_min success_max wall_seconds flops (k-th evaluation "
+         "over seeds; the first is the warm start)\n";
     for (size_t k = 0; k < points; ++k) {
-      double steps = 0, wall = 0, sum = 0, lo = 1e9, hi = -1e9;
+      double steps = 0, wall = 0, flops = 0, sum = 0, lo = 1e9, hi = -1e9;
       int n = 0;
       for (const auto* r : rs) {
         if (k >= r->curve.size()) continue;
         const auto& p = r->curve[k];
-        steps += p.env_steps, wall += p.wall, sum += p.success;
+        steps += p.env_steps, wall += p.wall, flops += p.flops, sum += p.success;
         lo = std::min(lo, p.success), hi = std::max(hi, p.success);
         ++n;
       }
-      if (n) f << fmt::format("{} {} {} {} {}\n", steps / n, sum / n, lo, hi, wall / n);
+      if (n)
+        f << fmt::format("{} {} {} {} {} {}\n", steps / n, sum / n, lo, hi, wall / n, flops / n);
     }
   }
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
@@ -116,7 +118,8 @@ std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeed
     int xcol;
   };
   for (const Plot& p : {Plot{"success_vs_env_steps", "env steps", 1},
-                        Plot{"success_vs_wall_clock", "wall-clock seconds", 5}}) {
+                        Plot{"success_vs_flops", "training FLOPs (rollout + update)", 6},
+                        Plot{"success_vs_wall_clock", "training wall-clock seconds", 5}}) {
     std::string script;
     for (const char* term : {"svg size 760,420 dynamic font 'sans,11' background '#ffffff'",
                              "pngcairo size 760,420 font 'sans,10'"}) {
@@ -135,6 +138,9 @@ std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeed
             "lw 2 pt 7 ps 0.6 lc {} title '{}'",
             i ? ", " : "", dat, p.xcol, i + 1, dat, p.xcol, i + 1, arms[i].name);
       }
+      if (chance >= 0)
+        script += fmt::format(", {} with lines dt 2 lw 1 lc rgb '#777777' title 'chance ({:.3f})'",
+                              chance, chance);
       script += "\nunset output\n";
     }
     fs::path gp = dir / (p.name + ".gp");
@@ -167,8 +173,7 @@ std::string RenderReportHtml(const CompareResult& result, const ReportInputs& in
   html += "<h2>Setup</h2><ul>";
   html += fmt::format(
       "<li><b>Budget</b>: {} = {:g} per arm and seed (each arm stops at the first iteration that "
-      "reaches it; "
-      "the used budget is in the table).</li>",
+      "reaches it; what it used, and the overshoot, are in the table).</li>",
       cc.budget, cc.budget_value);
   std::vector<std::string> seed_text;
   for (auto s : cc.seeds) seed_text.push_back(std::to_string(s));
@@ -194,25 +199,67 @@ std::string RenderReportHtml(const CompareResult& result, const ReportInputs& in
   html += "</ul></li>";
   html += fmt::format("<li><b>Wall-clock</b> of the whole comparison: {:.0f} s.</li></ul>",
                       in.total_seconds);
+  auto overshoot = [&](double used, const char* kind) -> std::string {
+    if (cc.budget != kind || cc.budget_value <= 0) return "";
+    return fmt::format(" ({:+.1f}%)", 100.0 * (used / cc.budget_value - 1));
+  };
   html += "<h2>Results</h2><table id='summary'><tr><th>arm</th><th>plane</th><th>test success, " +
           cc.success_metric +
-          " policy (mean ± sd)</th><th>return</th>"
+          " policy (mean ± se)</th><th>return</th>"
           "<th>env steps to " +
           fmt::format("{:g}", cc.success_threshold) +
-          "</th><th>generated tokens</th><th>forward passes</th>"
-          "<th>invalid rate</th><th>wall s</th><th>env steps used</th><th>grad variance</th></tr>";
+          "</th><th>env steps</th><th>FLOPs (rollout + update)</th><th>tokens processed</th>"
+          "<th>generated tokens</th><th>invalid rate</th><th>wall s</th><th>grad SNR</th></tr>";
   for (const auto& a : result.arms)
     html += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td>{:.3f} ± "
-        "{:.3f}</td><td>{:+.3f}</td><td>{}</td><td>{:.0f}</td><td>{:.0f}</td>"
-        "<td>{:.3f}</td><td>{:.1f}</td><td>{:.0f}</td><td>{}</td></tr>",
-        Html(a.arm), a.plane, a.success_mean, a.success_std, a.return_mean,
+        "<tr><td>{}</td><td>{}</td><td>{:.3f} ± {:.3f}</td><td>{:+.3f}</td><td>{}</td>"
+        "<td>{:.0f}{}</td><td>{:.3g}{}</td><td>{:.3g}</td><td>{:.0f}</td><td>{:.3f}</td>"
+        "<td>{:.1f}</td><td>{}</td></tr>",
+        Html(a.arm), a.plane, a.success.mean, a.success.se, a.return_mean,
         a.reached ? fmt::format("{:.0f} ({}/{} seeds)", a.steps_to_threshold, a.reached, a.seeds)
                   : "not reached",
-        a.generated_tokens, a.forward_passes, a.invalid_rate, a.wall, a.env_steps,
-        a.grad_var < 0 ? "—" : fmt::format("{:.3g}", a.grad_var));
+        a.env_steps, overshoot(a.env_steps, "env_steps"), a.flops, overshoot(a.flops, "flops"),
+        a.tokens_processed, a.generated_tokens, a.invalid_rate, a.wall,
+        a.grad_snr < 0 ? "—" : fmt::format("{:.3g}", a.grad_snr));
+  html += "</table>";
   html +=
-      "</table><p>Per-seed runs are rows of the <code>runs</code> table in <code>rlid.db</code>; "
+      "<p>Columns, mean over seeds: <b>test success</b> on the same test seeds for every arm, ± its "
+      "standard error (the seed spread, floored by the binomial noise of the test episodes); "
+      "<b>env steps</b>, every decision attempt, valid or invalid (the overshoot past the budget "
+      "in brackets); <b>FLOPs</b>, every forward and backward of rollouts and updates (2 x matmul "
+      "weights x tokens + attention + vocabulary rows; a backward counts 2 x its forward), "
+      "evaluation excluded; <b>tokens processed</b>, tokens fed to the model by those forwards; "
+      "<b>generated tokens</b>, tokens the rollout engine sampled (0 in the decision plane, which "
+      "reads the menu in one pass); <b>grad SNR</b>, ||mean g||² / tr Cov(g) of the per-episode "
+      "gradient of each arm's own policy loss, measured on the same number of episodes in both "
+      "planes (pure noise gives about 1/episodes).</p>";
+  if (result.chance >= 0)
+    html += fmt::format(
+        "<p>Chance level: a uniformly random menu choice succeeds on {:.3f} of the test "
+        "episodes.</p>",
+        result.chance);
+  // Every pair of arms: the gap and its 95% Welch interval.
+  if (result.arms.size() > 1) {
+    html += "<h3>Gaps between arms</h3><table id='gaps'><tr><th>arm</th><th>vs</th><th>gap</th>"
+            "<th>95% CI</th><th>verdict</th></tr>";
+    for (size_t i = 0; i < result.arms.size(); ++i)
+      for (size_t j = i + 1; j < result.arms.size(); ++j) {
+        const auto& a = result.arms[i];
+        const auto& b = result.arms[j];
+        auto g = CompareSuccess(a.success, b.success);
+        std::string verdict = !g.comparable ? "no claim (single seed)"
+                              : g.tie       ? "tie"
+                                            : (g.gap > 0 ? a.arm : b.arm) + " ahead";
+        html += fmt::format(
+            "<tr><td>{}</td><td>{}</td><td>{:+.3f}</td><td>{}</td><td>{}</td></tr>", Html(a.arm),
+            Html(b.arm), g.gap,
+            g.comparable ? fmt::format("[{:+.3f}, {:+.3f}] (df {:.1f})", g.lo, g.hi, g.df) : "—",
+            Html(verdict));
+      }
+    html += "</table>";
+  }
+  html +=
+      "<p>Per-seed runs are rows of the <code>runs</code> table in <code>rlid.db</code>; "
       "every step, menu, prompt and memory read is queryable with <code>rlid sql " +
       Html(result.run_dir) + "</code>.</p>";
   html += "<h2>Learning curves</h2>";
@@ -222,7 +269,8 @@ std::string RenderReportHtml(const CompareResult& result, const ReportInputs& in
     auto pos = content.find("<svg");
     html += "<figure class='plot'>" + (pos == std::string::npos ? content : content.substr(pos)) +
             "<figcaption>" + Html(svg.stem().string()) +
-            ": mean over seeds, band = min..max</figcaption></figure>";
+            ": mean over seeds, band = min..max; the first point is the shared warm start at 0 "
+            "env steps</figcaption></figure>";
   }
   html += "<h2>Reproduce</h2><pre>rlid compare " + Html(in.config_path) +
           (in.sets.empty() ? "" : " --set " + Html(Join(in.sets, " --set "))) +

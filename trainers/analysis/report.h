@@ -25,12 +25,14 @@ struct ReportInputs {
 // (seed, algorithm and init excluded: they differ by design).
 std::vector<std::string> ConfigDiff(const std::string& a, const std::string& b);
 
-// Writes <arm>.dat curve files into `dir` and renders success vs env steps and
-// vs wall-clock as SVG + PNG. Returns the SVGs (empty when gnuplot is missing).
+// Writes <arm>.dat curve files into `dir` (the k-th evaluation averaged over
+// seeds, the warm start at 0 first) and renders success vs env steps, vs
+// training FLOPs and vs wall-clock as SVG + PNG, with the chance level as a
+// dashed line when chance >= 0. Returns the SVGs (empty when gnuplot is missing).
 std::vector<std::filesystem::path> RenderPlots(const std::filesystem::path& dir,
                                                const std::vector<ArmSeedResult>& runs,
                                                const std::vector<ArmSpec>& arms,
-                                               const std::string& metric);
+                                               const std::string& metric, double chance);
 
 std::string RenderReportHtml(const CompareResult& result, const ReportInputs& in);
 

@@ -35,7 +35,7 @@ void RequireGroups(const std::vector<int64_t>& groups, int64_t batch, const char
 
 torch::Tensor Mask(const AdvantageInputs& in) {
   const torch::Tensor& shape_of = in.token_rewards.defined() ? in.token_rewards : in.response_mask;
-  return BoolMask("response_mask", in.response_mask, shape_of.sizes().vec());
+  return BoolMask("response_mask", in.response_mask, shape_of);
 }
 
 torch::Tensor Broadcast(const torch::Tensor& per_sequence, const torch::Tensor& mask) {
@@ -135,11 +135,12 @@ torch::Tensor TokenRewards(const AdvantageInputs& in) {
   torch::Tensor m = Mask(in);
   if (in.token_rewards.defined()) return Clean(in.token_rewards, m);
   // Last valid position of each row: argmax of position index over valid tokens.
-  torch::Tensor index = torch::arange(m.size(1), torch::kInt64).unsqueeze(0).expand(m.sizes());
+  const auto idx_opts = torch::TensorOptions().dtype(torch::kInt64).device(m.device());
+  torch::Tensor index = torch::arange(m.size(1), idx_opts).unsqueeze(0).expand(m.sizes());
   torch::Tensor last = torch::where(m, index, torch::full_like(index, -1)).amax(1);  // [B]
   torch::Tensor rewards = torch::zeros(m.sizes(), in.scores.options());
   torch::Tensor has = last >= 0;
-  torch::Tensor rows = torch::arange(m.size(0), torch::kInt64).masked_select(has);
+  torch::Tensor rows = torch::arange(m.size(0), idx_opts).masked_select(has);
   rewards.index_put_({rows, last.masked_select(has)}, in.scores.masked_select(has));
   return rewards;
 }
@@ -149,7 +150,7 @@ torch::Tensor GroupNormalizedScores(const torch::Tensor& scores, const std::vect
   torch::Tensor out = torch::zeros_like(scores);
   for (const auto& members : GroupMembers(groups)) {
     if (members.size() < 2) continue;
-    torch::Tensor idx = torch::tensor(members, torch::kInt64);
+    torch::Tensor idx = torch::tensor(members, torch::kInt64).to(scores.device());
     torch::Tensor s = scores.index_select(0, idx);
     if ((s == s[0]).all().item<bool>()) continue;  // all equal: exactly 0
     torch::Tensor a = s - s.mean();
@@ -163,7 +164,7 @@ torch::Tensor LeaveOneOutScores(const torch::Tensor& scores, const std::vector<i
   torch::Tensor out = torch::zeros_like(scores);
   for (const auto& members : GroupMembers(groups)) {
     if (members.size() < 2) continue;
-    torch::Tensor idx = torch::tensor(members, torch::kInt64);
+    torch::Tensor idx = torch::tensor(members, torch::kInt64).to(scores.device());
     torch::Tensor s = scores.index_select(0, idx);
     if ((s == s[0]).all().item<bool>()) continue;
     double n = static_cast<double>(members.size());
@@ -209,11 +210,12 @@ AdvantageResult GaeAdvantages(const DecisionGaeInputs& in, double gamma, double 
   if (in.end_values.defined()) RequireShape("GAE end_values", in.end_values, {n}, "");
   torch::Tensor out = torch::zeros({n}, in.rewards.options());
   if (n == 0) return {out, out.clone()};
-  torch::Tensor r = in.rewards.to(torch::kFloat64).contiguous();
-  torch::Tensor v = in.values.detach().to(torch::kFloat64).contiguous();
-  torch::Tensor end = in.episode_end.to(torch::kBool).contiguous();
+  // The recursion runs on the host; the result goes back to the rewards' device.
+  torch::Tensor r = in.rewards.detach().to(torch::kCPU, torch::kFloat64).contiguous();
+  torch::Tensor v = in.values.detach().to(torch::kCPU, torch::kFloat64).contiguous();
+  torch::Tensor end = in.episode_end.to(torch::kCPU, torch::kBool).contiguous();
   torch::Tensor end_v = in.end_values.defined()
-                            ? in.end_values.detach().to(torch::kFloat64).contiguous()
+                            ? in.end_values.detach().to(torch::kCPU, torch::kFloat64).contiguous()
                             : torch::zeros({n}, torch::kFloat64);
   if (!end[n - 1].item<bool>())
     throw ConfigError("GAE: the last decision must end an episode",
@@ -227,8 +229,9 @@ AdvantageResult GaeAdvantages(const DecisionGaeInputs& in, double gamma, double 
     double delta = ra[t] + gamma * next_value - va[t];
     adv[t] = delta + gamma * lambda * next_adv;
   }
-  torch::Tensor a = torch::tensor(adv, torch::kFloat64).to(in.rewards.scalar_type());
-  return {a, a + v.to(in.rewards.scalar_type())};
+  const auto opts = in.rewards.options();
+  torch::Tensor a = torch::tensor(adv, torch::kFloat64).to(opts);
+  return {a, a + v.to(opts)};
 }
 
 AdvantageInputs CheckAdvantageInputs(const AdvantageConfig& cfg, const AdvantageInputs& in) {

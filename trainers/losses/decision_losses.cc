@@ -19,7 +19,7 @@ MenuProbs Probs(const torch::Tensor& logp, const torch::Tensor& item_mask) {
   if (!logp.defined() || logp.dim() != 2)
     throw ConfigError(
         fmt::format("menu log-probs have shape {}, expected [B,K]", ShapeString(logp)));
-  torch::Tensor mask = BoolMask("item_mask", item_mask, logp.sizes().vec());
+  torch::Tensor mask = BoolMask("item_mask", item_mask, logp);
   torch::Tensor valid = mask & torch::isfinite(logp);
   torch::Tensor l = Clean(logp, valid);
   return {valid, l, Clean(torch::exp(l), valid)};
@@ -31,7 +31,7 @@ torch::Tensor MenuKl(const torch::Tensor& logp, const torch::Tensor& ref_logp,
                      const torch::Tensor& item_mask) {
   RequireSameShape("ref_logp", ref_logp, "logp", logp);
   MenuProbs m = Probs(logp, item_mask);
-  torch::Tensor ref = torch::where(m.valid, ref_logp.detach().to(logp.scalar_type()), m.logp);
+  torch::Tensor ref = torch::where(m.valid, ref_logp.detach().to(logp.device(), logp.scalar_type()), m.logp);
   return (m.p * (m.logp - ref)).sum(1);
 }
 
@@ -50,12 +50,12 @@ torch::Tensor ValueLoss(const torch::Tensor& values, const torch::Tensor& old_va
   if (!values.defined() || values.dim() != 1)
     throw ConfigError(fmt::format("values have shape {}, expected [N]", ShapeString(values)));
   RequireSameShape("returns", returns, "values", values);
-  torch::Tensor r = returns.to(values.scalar_type()).detach();
+  torch::Tensor r = returns.to(values.device(), values.scalar_type()).detach();
   torch::Tensor unclipped = (values - r).square();
   torch::Tensor per;
   if (clip > 0) {
     RequireSameShape("old_values", old_values, "values", values);
-    torch::Tensor old = old_values.to(values.scalar_type()).detach();
+    torch::Tensor old = old_values.to(values.device(), values.scalar_type()).detach();
     torch::Tensor clipped = (old + torch::clamp(values - old, -clip, clip) - r).square();
     per = 0.5 * torch::maximum(unclipped, clipped);
   } else {
@@ -69,7 +69,7 @@ torch::Tensor AllActionSurrogate(const torch::Tensor& logp, const torch::Tensor&
                                  const torch::Tensor& q_hat) {
   RequireSameShape("q_hat", q_hat, "logp", logp);
   MenuProbs m = Probs(logp, item_mask);
-  torch::Tensor q = Clean(q_hat.to(logp.scalar_type()).detach(), m.valid);
+  torch::Tensor q = Clean(q_hat.to(logp.device(), logp.scalar_type()).detach(), m.valid);
   torch::Tensor baseline = (m.p.detach() * q).sum(1, /*keepdim=*/true);
   torch::Tensor advantage = Clean(q - baseline, m.valid);
   return (m.p * advantage).sum(1);

@@ -50,7 +50,7 @@ torch::Tensor KlPenalty(const KlConfig& cfg, const torch::Tensor& log_prob,
   RequireSameShape("mask", mask, "log_prob", log_prob);
   auto estimator = KlEstimatorRegistry::Global().Make(cfg.estimator);
   torch::Tensor m = mask.to(torch::kBool);
-  torch::Tensor d = Clean(log_prob, m) - Clean(ref_log_prob.detach().to(log_prob.scalar_type()), m);
+  torch::Tensor d = Clean(log_prob, m) - Clean(ref_log_prob.detach().to(log_prob.device(), log_prob.scalar_type()), m);
   torch::Tensor value = estimator->Estimate(d);
   if (cfg.straight_through) {
     torch::Tensor surrogate = 0.5 * d.square();

@@ -122,19 +122,19 @@ Prepared Prepare(const LossConfig& loss, const KlConfig& kl, const PolicyLossInp
   p.width = in.log_prob.size(1);
   const auto dtype = in.log_prob.scalar_type();
   std::vector<int64_t> shape = {p.batch, p.width};
-  p.mask = BoolMask("response_mask", in.response_mask, shape);
+  p.mask = BoolMask("response_mask", in.response_mask, in.log_prob);
   auto clean = [&](std::string_view name, const torch::Tensor& t) {
     RequireShape(name, t, shape, "the shape of log_prob");
-    return Clean(t.detach().to(dtype), p.mask);
+    return Clean(t.detach().to(in.log_prob.device(), dtype), p.mask);
   };
   p.log_prob = Clean(in.log_prob, p.mask);
   p.old_log_prob = clean("old_log_prob", in.old_log_prob);
   if (!in.advantages.defined())
     throw ConfigError("advantages are missing", "pass advantages as [B] or [B,T]");
   if (in.advantages.dim() == 1 && in.advantages.size(0) == p.batch) {
-    p.advantages = Clean(in.advantages.detach().to(dtype).unsqueeze(1).expand(shape), p.mask);
+    p.advantages = Clean(in.advantages.detach().to(in.log_prob.device(), dtype).unsqueeze(1).expand(shape), p.mask);
   } else if (in.advantages.sizes().vec() == shape) {
-    p.advantages = Clean(in.advantages.detach().to(dtype), p.mask);
+    p.advantages = Clean(in.advantages.detach().to(in.log_prob.device(), dtype), p.mask);
   } else {
     throw ConfigError(
         fmt::format("advantages has shape {}, expected [{}] or [{}, {}] (log_prob "
@@ -205,7 +205,7 @@ EngineCorrection CorrectEngine(const EngineConfig& cfg, const torch::Tensor& old
   }
   RequireSameShape("rollout_log_prob", rollout_log_prob, "old_log_prob", old_log_prob);
   torch::Tensor old = Clean(old_log_prob.detach(), m);
-  torch::Tensor rollout = Clean(rollout_log_prob.to(old.scalar_type()), m);
+  torch::Tensor rollout = Clean(rollout_log_prob.to(old.device(), old.scalar_type()), m);
   out.metrics["engine/kl"] = MaskedMean(rollout - old, m);
   if (cfg.kind == "none") return out;
 

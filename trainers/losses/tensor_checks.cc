@@ -27,10 +27,9 @@ void RequireSameShape(std::string_view name, const torch::Tensor& t, std::string
   RequireShape(name, t, ref.sizes().vec(), fmt::format("the shape of {}", ref_name));
 }
 
-torch::Tensor BoolMask(std::string_view name, const torch::Tensor& mask,
-                       const std::vector<int64_t>& shape) {
-  if (!mask.defined()) return torch::ones(shape, torch::kBool);
-  RequireShape(name, mask, shape, "");
+torch::Tensor BoolMask(std::string_view name, const torch::Tensor& mask, const torch::Tensor& like) {
+  if (!mask.defined()) return torch::ones(like.sizes(), like.options().dtype(torch::kBool));
+  RequireShape(name, mask, like.sizes().vec(), "");
   if (mask.scalar_type() == torch::kBool) return mask;
   torch::Tensor as_double = mask.to(torch::kFloat64);
   bool binary = ((as_double == 0) | (as_double == 1)).all().item<bool>();

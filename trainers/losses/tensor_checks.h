@@ -22,10 +22,10 @@ void RequireShape(std::string_view name, const torch::Tensor& t, const std::vect
 void RequireSameShape(std::string_view name, const torch::Tensor& t, std::string_view ref_name,
                       const torch::Tensor& ref);
 
-// A [B,T] bool mask from a bool / integer / float tensor whose entries are 0 or 1
-// (ConfigError otherwise); undefined -> all true of `shape`.
-torch::Tensor BoolMask(std::string_view name, const torch::Tensor& mask,
-                       const std::vector<int64_t>& shape);
+// A bool mask of the shape of `like` (and on its device) from a bool /
+// integer / float tensor whose entries are 0 or 1 (ConfigError otherwise);
+// undefined -> all true.
+torch::Tensor BoolMask(std::string_view name, const torch::Tensor& mask, const torch::Tensor& like);
 
 // x where mask, 0 elsewhere (gradient 0 at padded positions).
 torch::Tensor Clean(const torch::Tensor& x, const torch::Tensor& mask);

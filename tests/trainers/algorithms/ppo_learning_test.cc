@@ -61,7 +61,7 @@ TEST(PpoLearning, BanditPBestArmAboveNinetyPercent) {
   auto cfg = Experiment(kBanditPpoToml);
   TempDir dir("ppo_bandit");
   auto trainer = TrainerRegistry::Global().Make("ppo_decision");
-  Session s(*cfg, {.out_dir = dir.str(), .quiet = true});
+  trainers::Run s(*cfg, {.out_dir = dir.str(), .quiet = true});
   auto r = Train(s, *trainer, {.quiet = true});
   s.End("completed");
   std::cout << "  bandit: P(best arm) " << r.final_greedy.p_optimal << ", greedy success "
@@ -114,9 +114,9 @@ TEST(PpoLearning, Maze3FromAShortWarmStartReachesNinetyPercent) {
   auto cfg = Experiment(kMazePpoToml, {"policy.init=" + ckpt});
   TempDir dir("ppo_maze3");
   auto trainer = TrainerRegistry::Global().Make("ppo_decision");
-  Session s(*cfg, {.out_dir = dir.str(), .quiet = true});
-  auto start =
-      Evaluate(s, policy::Plane::kDecision, cfg->trainer.eval_episodes, /*greedy=*/true, -1);
+  trainers::Run s(*cfg, {.out_dir = dir.str(), .quiet = true});
+  auto start = Evaluate(s.Agent(policy::Plane::kDecision, -1), policy::Plane::kDecision,
+                        cfg->trainer.eval_episodes, /*greedy=*/true, s.budget, nullptr);
   auto r = Train(s, *trainer, {.quiet = true});
   s.End("completed");
   std::cout << "  maze3: warm start " << start.success << " -> " << r.final_greedy.success

@@ -150,11 +150,29 @@ TEST(TokenAdvantages, RejectsEstimatorsWithoutGroups) {
   EXPECT_DOUBLE_EQ(s[2].advantage, 0.5 - 0.5);
 }
 
-TEST(TokenAdvantages, ZeroVarianceGroupComparesReturnsExactly) {
-  auto a = Episode(0, {1.0}), b = Episode(0, {0.5, 0.5}), c = Episode(0, {0.0});
-  EXPECT_TRUE(ZeroVarianceGroup({&a, &b}));
-  EXPECT_FALSE(ZeroVarianceGroup({&a, &b, &c}));
-  EXPECT_TRUE(ZeroVarianceGroup({&c}));
+TEST(TokenAdvantages, ZeroVarianceGroupsCompareScoresExactly) {
+  TrainerConfig c = Grpo(true);
+  std::vector<agents::EpisodeData> eps = {Episode(0, {1.0}), Episode(0, {0.5, 0.5}),
+                                          Episode(1, {1.0}), Episode(1, {0.0}),
+                                          Episode(2, {0.0})};
+  EXPECT_EQ(ZeroVarianceGroups(ScoreEpisodes(c, 16, eps)), (std::vector<int64_t>{0, 2}));
+}
+
+// DAPO's filter compared raw returns while the advantages compared the shaped
+// ones: a group whose answers all succeed but differ in length has a non-zero
+// shaped variance (the overlong penalty) and must be kept — and, with the KL
+// in the reward, a group of equal returns differs by its KL.
+TEST(TokenAdvantages, ZeroVarianceFilterSeesTheShapedRewardsTheAdvantagesUse) {
+  TrainerConfig c = Grpo(true);
+  std::vector<agents::EpisodeData> eps = {Episode(0, {1.0}, {3}), Episode(0, {1.0}, {8})};
+  EXPECT_EQ(ZeroVarianceGroups(ScoreEpisodes(c, 8, eps)), (std::vector<int64_t>{0}));
+  c.overlong_buffer = 4;
+  EXPECT_TRUE(ZeroVarianceGroups(ScoreEpisodes(c, 8, eps)).empty());
+  auto s = TokenAdvantages(c, 8, eps);
+  EXPECT_GT(s[0].advantage, 0);  // the short answer is preferred
+  c.overlong_buffer = 0;
+  c.kl.coef = 0.1;
+  EXPECT_TRUE(ZeroVarianceGroups(ScoreEpisodes(c, 8, eps, {{0.0}, {1.0}})).empty());
 }
 
 TEST(PromptMinibatches, KeepResponsesToOnePromptTogether) {

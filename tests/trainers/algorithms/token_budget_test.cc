@@ -15,12 +15,15 @@ namespace {
 TEST(TokenBudget, DapoCountsGeneratedKeptAndDroppedWork) {
   const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
   // 8 groups of 4 per batch, up to 3 rounds: with a good start many groups
-  // succeed 4/4 (zero variance) and are dropped.
+  // succeed 4/4 (zero variance) and are dropped. The overlong shaping is off:
+  // it gives answers of different lengths different rewards, and the filter
+  // compares the shaped rewards.
   TokenRun run(
       "dapo_budget", kBanditSftToml,
       {"policy.init=" + ckpt, "trainer.algorithm=dapo", "trainer.episodes_per_iteration=32",
        "trainer.group_size=4", "trainer.sampling.max_generation_rounds=3", "trainer.epochs=1",
-       "trainer.minibatch_size=32", "trainer.lr=1e-4", "sampler.max_new_tokens=8"});
+       "trainer.minibatch_size=32", "trainer.lr=1e-4", "sampler.max_new_tokens=8",
+       "trainer.sampling.overlong_buffer=0"});
   const agents::Budget start = run.session().budget;
   double gen_groups = 0, kept_groups = 0, gen_samples = 0, kept_samples = 0, gen_tokens = 0,
          kept_tokens = 0;
@@ -70,13 +73,15 @@ TEST(TokenBudget, DapoCountsGeneratedKeptAndDroppedWork) {
   EXPECT_EQ(b.samples_used - start.samples_used, kept_samples);
   EXPECT_EQ(b.generated_tokens - start.generated_tokens, gen_tokens);
   EXPECT_EQ(b.tokens_used - start.tokens_used, kept_tokens);
-  EXPECT_EQ(b.decisions, b.samples_generated);
+  EXPECT_EQ(b.env_steps, b.samples_generated);
   EXPECT_EQ(b.episodes, gen_samples);  // one decision per bandit episode
-  // The store holds every generated episode; only kept ones have training log-probs.
+  // The store holds every generated episode; every one of them was scored by
+  // the training forward (the filter compares shaped rewards, which need it).
   EXPECT_EQ(run.Scalar("SELECT count(*) FROM episodes WHERE split = 'train'"), gen_samples);
   EXPECT_EQ(run.Scalar("SELECT count(*) FROM steps s JOIN episodes e ON e.id = s.episode_id "
                        "WHERE e.split = 'train' AND s.logp_train IS NULL"),
-            dropped_samples);
+            0);
+  EXPECT_GT(dropped_samples, 0);
   EXPECT_EQ(run.Scalar("SELECT sum(generated_tokens) FROM steps"), gen_tokens);
   EXPECT_EQ(run.Scalar("SELECT sum(value) FROM metrics WHERE key = 'sampling/dropped_groups'"),
             gen_groups - kept_groups);
@@ -96,8 +101,12 @@ TEST(TokenBudget, GrpoKeepsEverythingItGenerates) {
   EXPECT_EQ(b.samples_used, b.samples_generated);
   EXPECT_EQ(b.tokens_used, b.generated_tokens);
   EXPECT_EQ(b.groups_kept, b.groups_generated);
-  EXPECT_GT(b.rollout_flops, 0);  // the rollout engine's work is counted
-  EXPECT_GT(b.train_flops, 0);
+  EXPECT_GT(b.rollout.flops, 0);  // the rollout engine's work is counted
+  EXPECT_EQ(b.rollout.backwards, 0);
+  // The learner: the old-log-prob pass, then each update's forward + backward.
+  EXPECT_GT(b.update.flops, 0);
+  EXPECT_EQ(b.update.backwards, MetricValue(m, "charts/epochs"));  // 16 responses: one minibatch
+  EXPECT_GT(b.update.forwards, b.update.backwards);                // + the old-log-prob pass
 }
 
 TEST(TokenBudget, PartialBatchFollowsTheConfiguredRule) {
@@ -109,7 +118,7 @@ TEST(TokenBudget, PartialBatchFollowsTheConfiguredRule) {
       "trainer.invalid.rule=end", "trainer.invalid.penalty=1.0",
       "trainer.algorithm=dapo",   "trainer.episodes_per_iteration=8",
       "trainer.group_size=4",     "trainer.sampling.max_generation_rounds=2",
-      "sampler.max_new_tokens=8"};
+      "sampler.max_new_tokens=8", "trainer.sampling.overlong_buffer=0"};
   {
     TokenRun run("dapo_partial", kBanditSftToml, sets);
     auto m = run.Iterate(0);  // on_partial_batch = "continue": an empty batch, no update

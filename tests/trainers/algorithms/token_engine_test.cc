@@ -122,8 +122,7 @@ TEST(TokenEngine, TokenLevelTisCapsAndIcePopMasksRealRollouts) {
   const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
   TokenRun run("engine_tokens", kBanditSftToml, Sets(ckpt, "bfloat16"));
   auto& s = run.session();
-  auto ctx = s.AgentCtx(0);
-  ctx.sampler = &s.Sampler();
+  auto ctx = s.Agent(policy::Plane::kToken, 0);
   std::vector<agents::EpisodeSpec> specs;
   for (int i = 0; i < 24; ++i)
     specs.push_back({envs::SplitSeed(envs::Split::kTrain, i), static_cast<uint64_t>(i), i});

@@ -86,11 +86,13 @@ TEST_P(TokenLearning, ImprovesTestSuccessFromTheSharedWarmStart) {
   const int64_t episodes = run.cfg().trainer.eval_episodes;
 
   const auto t0 = std::chrono::steady_clock::now();
-  auto before =
-      trainers::Evaluate(run.session(), policy::Plane::kToken, episodes, /*greedy=*/false, 0);
+  auto& s = run.session();
+  auto before = trainers::Evaluate(s.Agent(policy::Plane::kToken, 0), policy::Plane::kToken,
+                                   episodes, /*greedy=*/false, s.budget, nullptr);
   for (int64_t it = 0; it < c.iterations; ++it) run.Iterate(it);
-  auto after = trainers::Evaluate(run.session(), policy::Plane::kToken, episodes, /*greedy=*/false,
-                                  c.iterations);
+  auto after = trainers::Evaluate(s.Agent(policy::Plane::kToken, c.iterations),
+                                  policy::Plane::kToken, episodes, /*greedy=*/false, s.budget,
+                                  nullptr);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

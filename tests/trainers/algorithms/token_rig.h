@@ -1,4 +1,4 @@
-// A token-plane training run for tests: a Session in a temporary directory,
+// A token-plane training run for tests: a Run in a temporary directory,
 // the registered trainer named by trainer.algorithm, and helpers to read its
 // metrics and SQLite store. Used by the token_*_test.cc suites.
 #pragma once
@@ -21,11 +21,11 @@ class TokenRun {
  public:
   TokenRun(const std::string& name, const std::string& toml, const std::vector<std::string>& sets)
       : dir_(name), cfg_(Experiment(toml, sets)) {
-    session_ = std::make_unique<trainers::Session>(
-        *cfg_, trainers::SessionOptions{
+    session_ = std::make_unique<trainers::Run>(
+        *cfg_, trainers::RunOptions{
                    .out_dir = dir_.str(), .kind = "train", .arm = name, .quiet = true});
     trainer_ = trainers::TrainerRegistry::Global().Make(cfg_->trainer.algorithm);
-    trainer_->Setup(*session_);
+    trainer_->Setup(cfg_->trainer, session_->model);
   }
   ~TokenRun() {
     if (session_) session_->End("completed");
@@ -33,9 +33,12 @@ class TokenRun {
 
   // One iteration; its metrics, with the writer flushed so the store shows it.
   trainers::Metrics Iterate(int64_t it) {
-    auto m = trainer_->Iterate(*session_, it);
-    session_->LogMetrics(it, m);
-    session_->writer->Flush();
+    trainers::IterationContext ctx{it, cfg_->trainer, cfg_->run.seed,
+                                   session_->Agent(trainer_->plane(), it), session_->budget,
+                                   session_->recorder()};
+    auto m = trainer_->Iterate(ctx);
+    session_->recorder().Metrics(it, m);
+    session_->recorder().Flush();
     return m;
   }
 
@@ -50,14 +53,14 @@ class TokenRun {
   }
   memory::QueryResult Query(const std::string& sql) const { return session_->store->Query(sql); }
 
-  trainers::Session& session() { return *session_; }
+  trainers::Run& session() { return *session_; }
   trainers::Trainer& trainer() { return *trainer_; }
   const trainers::ExperimentConfig& cfg() const { return *cfg_; }
 
  private:
   TempDir dir_;
   std::unique_ptr<trainers::ExperimentConfig> cfg_;
-  std::unique_ptr<trainers::Session> session_;
+  std::unique_ptr<trainers::Run> session_;
   std::unique_ptr<trainers::Trainer> trainer_;
 };
 

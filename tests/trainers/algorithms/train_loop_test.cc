@@ -76,7 +76,7 @@ std::unique_ptr<Trainer> MakeTrainer(const ExperimentConfig& cfg) {
 // Runs a whole training in `dir`; returns the result.
 TrainResult RunTraining(const ExperimentConfig& cfg, const std::string& dir, bool resume = false) {
   auto trainer = MakeTrainer(cfg);
-  Session s(cfg, {.out_dir = dir, .resume = resume, .quiet = true});
+  trainers::Run s(cfg, {.out_dir = dir, .resume = resume, .quiet = true});
   auto r = Train(s, *trainer, {.resume = resume, .quiet = true});
   s.End("completed");
   return r;
@@ -113,10 +113,12 @@ class CrashingTrainer final : public Trainer {
   CrashingTrainer(std::unique_ptr<Trainer> inner, int64_t crash_at)
       : inner_(std::move(inner)), crash_at_(crash_at) {}
   policy::Plane plane() const override { return inner_->plane(); }
-  void Setup(Session& s) override { inner_->Setup(s); }
-  Metrics Iterate(Session& s, int64_t it) override {
-    if (it == crash_at_) throw std::runtime_error("killed");
-    return inner_->Iterate(s, it);
+  void Setup(const TrainerConfig& cfg, policy::TransformerLM model) override {
+    inner_->Setup(cfg, model);
+  }
+  Metrics Iterate(IterationContext& c) override {
+    if (c.iteration == crash_at_) throw std::runtime_error("killed");
+    return inner_->Iterate(c);
   }
   void SaveState(const std::string& dir) const override { inner_->SaveState(dir); }
   void LoadState(const std::string& dir) override { inner_->LoadState(dir); }
@@ -143,7 +145,7 @@ TEST(TrainLoop, ResumeAfterACrashEqualsAnUninterruptedRun) {
   // metrics and episodes already recorded).
   {
     CrashingTrainer trainer(MakeTrainer(*cfg), /*crash_at=*/3);
-    Session s(*cfg, {.out_dir = crashed.str(), .quiet = true});
+    trainers::Run s(*cfg, {.out_dir = crashed.str(), .quiet = true});
     EXPECT_THROW(Train(s, trainer, {.quiet = true}), std::runtime_error);
   }
   // checkpoints/latest is a symlink to the newest complete checkpoint.
@@ -173,7 +175,7 @@ TEST(TrainLoop, ResumeWithoutACheckpointIsAnIoError) {
   auto cfg = Experiment(LoopToml());
   TempDir dir("resume_none");
   auto trainer = MakeTrainer(*cfg);
-  Session s(*cfg, {.out_dir = dir.str(), .quiet = true});
+  trainers::Run s(*cfg, {.out_dir = dir.str(), .quiet = true});
   EXPECT_THROW(Train(s, *trainer, {.resume = true, .quiet = true}), IoError);
 }
 
@@ -256,18 +258,19 @@ TEST(TrainLoop, BudgetCountersAgreeWithTheStore) {
       "'train'");
   EXPECT_EQ(metric("budget/episodes"), 2 * 16);
   EXPECT_EQ(metric("budget/env_steps"), train_steps);
-  EXPECT_EQ(metric("budget/decisions"), train_steps);
   EXPECT_EQ(metric("budget/samples_generated"), train_steps);
   EXPECT_EQ(metric("budget/samples_used"), train_steps);  // PPO trains on every decision
   EXPECT_EQ(metric("budget/invalid_steps"), 0);
   EXPECT_EQ(metric("budget/generated_tokens"), 0);
   // Lockstep: 16 episodes on 8 slots; one forward per round over the active
-  // episodes, and slots refill as soon as an episode ends. Rebuild the rounds
+  // episodes, and slots refill as soon as an episode ends (an episode the step
+  // limit cut stays one more round: the readout of V(s_T)). Rebuild the rounds
   // from the recorded episode lengths.
   double forwards = 0;
   for (int64_t it = 0; it < 2; ++it) {
-    auto q = Query(dir.str(), "SELECT length FROM episodes WHERE split = 'train' AND iteration = " +
-                                  std::to_string(it) + " ORDER BY id");
+    auto q = Query(dir.str(),
+                   "SELECT length + truncated FROM episodes WHERE split = 'train' AND iteration = " +
+                       std::to_string(it) + " ORDER BY id");
     std::vector<int64_t> queue;
     for (const auto& row : q.rows) queue.push_back(std::get<int64_t>(row[0]));
     std::vector<int64_t> active;
@@ -279,14 +282,18 @@ TEST(TrainLoop, BudgetCountersAgreeWithTheStore) {
       std::erase(active, 0);
     }
   }
-  EXPECT_EQ(metric("budget/forward_passes"), forwards);
+  EXPECT_EQ(metric("budget/rollout_forwards"), forwards);
   EXPECT_LT(forwards, train_steps);
   // Prompt tokens: at least every prompt once (the readout also reads the wordings).
   EXPECT_GT(
       metric("budget/prompt_tokens"),
       scalar("SELECT sum(s.prompt_tokens) FROM steps s JOIN episodes e ON e.id = s.episode_id "
              "WHERE e.split = 'train'"));
-  EXPECT_GT(metric("budget/train_flops"), metric("budget/rollout_flops"));
+  EXPECT_GT(metric("budget/update_flops"), metric("budget/rollout_flops"));
+  EXPECT_EQ(metric("budget/flops"), metric("budget/update_flops") + metric("budget/rollout_flops"));
+  EXPECT_EQ(metric("budget/forward_passes"),
+            metric("budget/rollout_forwards") + metric("budget/update_forwards"));
+  EXPECT_GT(metric("budget/eval_flops"), 0);  // counted, but not in budget/flops
   // The time split covers the iteration.
   double parts = metric("time/readout_s") + metric("time/env_s") + metric("time/update_s") +
                  metric("time/logging_s");
@@ -300,7 +307,7 @@ TEST(TrainLoop, RecordingOffKeepsMetricsAndDropsProvenance) {
   TempDir dir("record_off");
   auto trainer = MakeTrainer(*cfg);
   {
-    Session s(*cfg, {.out_dir = dir.str(), .quiet = true, .record = false});
+    trainers::Run s(*cfg, {.out_dir = dir.str(), .quiet = true, .record = false});
     Train(s, *trainer, {.quiet = true});
     s.End("completed");
   }
@@ -308,26 +315,52 @@ TEST(TrainLoop, RecordingOffKeepsMetricsAndDropsProvenance) {
   EXPECT_GT(AsDouble(Query(dir.str(), "SELECT count(*) FROM metrics").rows[0][0]), 20);
 }
 
-TEST(PpoDecision, AllActionEstimatorTrainsAndLogsBothGradientVariances) {
-  auto cfg =
-      Experiment(LoopToml(), {"trainer.iterations=2", "trainer.estimator=all_action",
-                              "trainer.grad_variance_every=1", "trainer.grad_variance_samples=6"});
+TEST(PpoDecision, AllActionEstimatorTrainsAndLogsTheGradientSnr) {
+  auto cfg = Experiment(LoopToml(), {"trainer.iterations=2", "trainer.estimator=all_action",
+                                     "trainer.grad_snr_every=1", "trainer.grad_snr_episodes=6"});
   TempDir dir("all_action");
   RunTraining(*cfg, dir.str());
   auto q = Query(dir.str(),
                  "SELECT key, count(*), min(value), max(value) FROM metrics WHERE key IN "
-                 "('grad/var_sampled', 'grad/var_all_action', 'losses/afterstate_value', "
-                 "'losses/menu_kl_old') "
+                 "('grad/snr', 'grad/episode_trace_cov', 'grad/snr_episodes', "
+                 "'losses/afterstate_value', 'losses/menu_kl_old') "
                  "GROUP BY key ORDER BY key");
-  ASSERT_EQ(q.rows.size(), 4u);
+  ASSERT_EQ(q.rows.size(), 5u);
   for (const auto& row : q.rows) {
     EXPECT_EQ(std::get<int64_t>(row[1]), 2) << std::get<std::string>(row[0]);
     EXPECT_TRUE(std::isfinite(AsDouble(row[2]))) << std::get<std::string>(row[0]);
     std::cout << "  " << std::get<std::string>(row[0]) << " in [" << AsDouble(row[2]) << ", "
               << AsDouble(row[3]) << "]\n";
   }
-  EXPECT_GT(AsDouble(q.rows[0][2]), 0);  // grad/var_all_action
-  EXPECT_GT(AsDouble(q.rows[1][2]), 0);  // grad/var_sampled
+  EXPECT_GT(AsDouble(q.rows[0][2]), 0);   // grad/episode_trace_cov
+  EXPECT_GE(AsDouble(q.rows[1][2]), 0);   // grad/snr
+  EXPECT_EQ(AsDouble(q.rows[2][2]), 6);   // grad/snr_episodes
+  EXPECT_GE(AsDouble(q.rows[4][2]), -1e-9);  // losses/menu_kl_old: a KL is never negative
+}
+
+// Decision PPO's update reads the rollout's own readout rows once per epoch,
+// forward and backward: its FLOPs are exactly 3 x epochs x the rollout's
+// (bandit: no step-limit cuts, no reference), and every minibatch is one backward.
+TEST(PpoDecision, CountsEveryForwardAndBackward) {
+  auto cfg = Experiment(LoopToml(), {"trainer.iterations=2", "trainer.target_kl=0"});
+  TempDir dir("ppo_flops");
+  RunTraining(*cfg, dir.str());
+  auto at = [&](int64_t it, const std::string& key) {
+    auto q = Query(dir.str(), "SELECT value FROM metrics WHERE iteration = " + std::to_string(it) +
+                                  " AND key = '" + key + "'");
+    return AsDouble(q.rows.at(0).at(0));
+  };
+  for (int64_t it = 0; it < 2; ++it) {
+    auto prev = [&](const std::string& key) { return it == 0 ? 0.0 : at(it - 1, key); };
+    const double rollout = at(it, "budget/rollout_flops") - prev("budget/rollout_flops");
+    const double update = at(it, "budget/update_flops") - prev("budget/update_flops");
+    const double epochs = at(it, "charts/epochs"), decisions = at(it, "charts/decisions");
+    EXPECT_NEAR(update, 3 * epochs * rollout, 1e-9 * update) << "iteration " << it;
+    // 16 decisions, minibatch 8: 2 minibatches an epoch, one backward each.
+    EXPECT_EQ(at(it, "budget/update_backwards") - prev("budget/update_backwards"),
+              epochs * std::ceil(decisions / 8));
+    EXPECT_EQ(at(it, "budget/rollout_backwards"), 0);
+  }
 }
 
 // ---- command line ------------------------------------------------------------

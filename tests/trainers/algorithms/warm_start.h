@@ -13,7 +13,7 @@
 #include <string>
 
 #include "tests/agents/fixtures.h"
-#include "trainers/algorithms/experiment.h"
+#include "trainers/algorithms/run.h"
 #include "trainers/algorithms/sft.h"
 
 namespace rlid::testing {
@@ -48,7 +48,7 @@ inline std::string WarmStart(const std::string& name, const std::string& toml,
   if (!std::filesystem::exists(ckpt / "rlid.json") || cached != key) {
     std::filesystem::remove_all(dir);
     auto cfg = Experiment(toml, sets);
-    trainers::Session s(*cfg,
+    trainers::Run s(*cfg,
                         {.out_dir = dir.string(), .kind = "sft", .arm = "sft", .quiet = true});
     trainers::RunSft(s, /*quiet=*/true);
     s.End("completed");

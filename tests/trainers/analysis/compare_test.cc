@@ -45,8 +45,8 @@ minibatch_size = 16
 eval_every = 1
 eval_episodes = 8
 eval_sampled = false
-grad_variance_every = 2
-grad_variance_samples = 3
+grad_snr_every = 2
+grad_snr_episodes = 4
 [compare]
 arms = ["ppo_decision", "grpo"]
 seeds = [1, 2]
@@ -138,14 +138,69 @@ TEST(Compare, TableHasItsColumns) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string table = ss.str();
-  for (const char* col : {"arm", "plane", "test success", "return", "steps→0.8", "gen tok", "fwd",
-                          "invalid", "wall s", "budget", "grad var"})
+  for (const char* col : {"arm", "plane", "test (greedy)", "return", "steps→0.8", "env steps",
+                          "FLOPs", "tokens", "gen tok", "invalid", "wall s", "grad SNR"})
     EXPECT_NE(table.find(col), std::string::npos) << col << "\n" << table;
   EXPECT_NE(table.find("ppo_decision"), std::string::npos);
   EXPECT_NE(table.find("grpo"), std::string::npos);
   EXPECT_NE(table.find("decision"), std::string::npos);
   EXPECT_NE(table.find("token"), std::string::npos);
   EXPECT_NE(table.find("best final test success"), std::string::npos);  // the verdict line
+  EXPECT_NE(table.find("(chance "), std::string::npos) << table;
+  // Two seeds per arm: the verdict states the interval of the gap.
+  EXPECT_NE(table.find("95% CI"), std::string::npos) << table;
+  EXPECT_NE(table.find("(+"), std::string::npos) << "the env-step overshoot is shown\n" << table;
+}
+
+// The table's FLOPs are every run's final budget/flops (rollout + update),
+// and each run's curve starts at the warm start: an evaluation at iteration
+// -1 with an empty budget.
+TEST(Compare, FlopsAreTheRunsBudgetAndCurvesStartAtTheWarmStart) {
+  auto dir = CompareDir();
+  auto store = memory::Store::Open(dir + "/rlid.db", memory::Store::Mode::kReadOnly);
+  auto q = store->Query(
+      "SELECT r.arm, m.value, (SELECT value FROM metrics WHERE run_id = r.id AND key = "
+      "'budget/rollout_flops' ORDER BY iteration DESC LIMIT 1), (SELECT value FROM metrics WHERE "
+      "run_id = r.id AND key = 'budget/update_flops' ORDER BY iteration DESC LIMIT 1) FROM runs r "
+      "JOIN metrics m ON m.run_id = r.id WHERE r.kind = 'compare' AND m.key = 'budget/flops' AND "
+      "m.iteration = (SELECT max(iteration) FROM metrics WHERE run_id = r.id) ORDER BY r.id");
+  ASSERT_EQ(q.rows.size(), 4u);
+  std::map<std::string, double> mean;
+  for (const auto& row : q.rows) {
+    EXPECT_GT(Num(row[2]), 0);
+    EXPECT_GT(Num(row[3]), 0);
+    EXPECT_DOUBLE_EQ(Num(row[1]), Num(row[2]) + Num(row[3]));
+    mean[std::get<std::string>(row[0])] += Num(row[1]) / 2;
+  }
+  std::ifstream in(dir + "/summary.txt");
+  std::string line, table;
+  while (std::getline(in, line)) table += line + "\n";
+  for (const auto& [arm, flops] : mean)
+    EXPECT_NE(table.find(fmt::format("{:.3g}", flops)), std::string::npos) << arm << "\n" << table;
+  auto start = store->Query(
+      "SELECT count(*), sum(m.value), (SELECT sum(value) FROM metrics m2 WHERE m2.iteration = -1 "
+      "AND m2.key = 'budget/env_steps') FROM metrics m JOIN runs r ON r.id = m.run_id WHERE "
+      "r.kind = 'compare' AND m.iteration = -1 AND m.key = 'eval/success'");
+  EXPECT_EQ(Num(start.rows[0][0]), 4);  // every arm x seed
+  EXPECT_EQ(Num(start.rows[0][2]), 0);  // at 0 env steps
+}
+
+// Two runs of one compare config on one machine give the same table (every
+// random stream derives from the config's seeds); only wall-clock differs.
+TEST(Compare, RerunningTheSameConfigGivesAnIdenticalTable) {
+  policy::SetNumThreads(1);
+  auto cfg = testing::TestCacheDir() / "tiny_compare_rerun.toml";
+  std::ofstream(cfg) << kToml;
+  std::vector<std::string> tables;
+  for (const char* name : {"rerun_a", "rerun_b"}) {
+    auto dir = testing::TestCacheDir() / name;
+    fs::remove_all(dir);
+    auto r = RunCompare(cfg.string(), {"compare.seeds=[1]", "compare.budget_value=16"},
+                        dir.string(), /*quiet=*/true);
+    tables.push_back(FormatSummaryTable(r.arms, r.config, /*with_wall=*/false) + r.verdict);
+  }
+  EXPECT_EQ(tables[0], tables[1]);
+  EXPECT_NE(tables[0].find("no claim about the gap"), std::string::npos) << tables[0];
 }
 
 TEST(Compare, ReportRendersInHeadlessChromium) {
@@ -174,7 +229,9 @@ TEST(Compare, ReportRendersInHeadlessChromium) {
   EXPECT_NE(dom.find("id=\"verdict\""), std::string::npos);
   size_t svgs = 0;
   for (size_t p = dom.find("<svg"); p != std::string::npos; p = dom.find("<svg", p + 1)) ++svgs;
-  EXPECT_GE(svgs, 2u) << "both learning-curve plots should be inline SVG";
+  EXPECT_GE(svgs, 3u) << "the learning-curve plots (env steps, FLOPs, wall-clock) should be inline SVG";
+  EXPECT_NE(dom.find("id=\"gaps\""), std::string::npos) << "the pairwise gaps table is missing";
+  EXPECT_NE(dom.find("Chance level"), std::string::npos);
   EXPECT_NE(dom.find("Seeds"), std::string::npos);
   EXPECT_NE(dom.find("Budget"), std::string::npos);
   EXPECT_NE(dom.find("same warm-start checkpoint"), std::string::npos);

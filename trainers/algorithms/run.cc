@@ -1,0 +1,157 @@
+// Building a run's objects from its config, and the Recorder.
+#include "trainers/algorithms/run.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "policy/checkpoint.h"
+#include "policy/runtime.h"
+
+namespace rlid::trainers {
+namespace fs = std::filesystem;
+
+void Recorder::Episodes(const std::vector<agents::EpisodeData>& episodes,
+                        const agents::AgentContext& ctx) {
+  if (!record_) return;
+  agents::StageTimer timer(times_ ? &times_->logging : nullptr);
+  for (const auto& e : episodes) writer_.Submit(agents::ToRecord(e, ctx));
+}
+
+void Recorder::Metrics(int64_t iteration, const trainers::Metrics& metrics) {
+  agents::StageTimer timer(times_ ? &times_->logging : nullptr);
+  const double now = memory::NowUnixSeconds();
+  for (const auto& [k, v] : metrics)
+    writer_.Submit(memory::MetricRecord{run_id_, iteration, k, v, now});
+}
+
+void Recorder::Checkpoint(int64_t iteration, const std::string& path) {
+  writer_.Submit(memory::CheckpointRecord{run_id_, iteration, path});
+}
+
+void Recorder::Flush() {
+  agents::StageTimer timer(times_ ? &times_->logging : nullptr);
+  writer_.Flush();
+}
+
+Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
+  std::string out_dir = options.out_dir;
+  const bool resume = options.resume;
+  policy::SetNumThreads(cfg.run.threads);
+  if (cfg.run.device == "cuda") {
+    if (!torch::cuda::is_available())
+      throw ConfigError(
+          "run.device = 'cuda' but no CUDA device is available to this LibTorch build",
+          "use device = 'cpu' (Debian's libtorch is CPU-only)");
+    device = torch::Device(torch::kCUDA);
+  }
+  // Run directory.
+  if (out_dir.empty()) {
+    out_dir = (fs::path("runs") / fmt::format("{}-{}", cfg.run.name, Timestamp())).string();
+    for (int k = 2; fs::exists(out_dir); ++k)
+      out_dir = (fs::path("runs") / fmt::format("{}-{}-{}", cfg.run.name, Timestamp(), k)).string();
+  }
+  dir = out_dir;
+  checkpoints_dir = (fs::path(dir) / options.checkpoints).string();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError(fmt::format("cannot create run directory '{}': {}", dir, ec.message()));
+  std::string resolved = cfg.raw.ResolvedToml();
+  if (!options.config_file.empty()) {
+    std::ofstream f(fs::path(dir) / options.config_file);
+    if (!f)
+      throw IoError(fmt::format("cannot write '{}/{}'", dir, options.config_file),
+                    "is the directory writable?");
+    f << "# resolved config of this run (rlid " << VersionString() << ")\n" << resolved;
+  }
+  env = envs::MakeEnv(cfg.env_section);
+  // Model + tokenizer.
+  if (!cfg.init_checkpoint.empty()) {
+    auto ck = policy::LoadCheckpoint(cfg.init_checkpoint, device);
+    tokenizer = ck.tokenizer;
+    model = ck.model;
+  } else {
+    fs::path saved = fs::path(dir) / "tokenizer.json";
+    tokenizer = resume && fs::exists(saved) ? policy::Tokenizer::FromFile(saved.string())
+                                            : MakeTokenizer(cfg, *env);
+    policy::ModelConfig mc = cfg.model;
+    mc.vocab_size = tokenizer.VocabSize();
+    model = policy::TransformerLM(mc);
+    model->InitWeights(Rng::DeriveSeed(cfg.run.seed, "init"));
+    model->to(device);
+  }
+  tokenizer.Save((fs::path(dir) / "tokenizer.json").string());
+  renderer = std::make_unique<policy::PromptRenderer>(cfg.prompt, tokenizer);
+  if (cfg.trainer.kl.coef > 0) ref_model = policy::CloneModel(model);
+  // Store.
+  store = memory::Store::Open((fs::path(dir) / memory::kDatabaseFileName).string(),
+                              memory::Store::Mode::kReadWrite);
+  writer = std::make_unique<memory::Writer>(*store);
+  memory::RunRecord rec;
+  rec.name = cfg.run.name;
+  rec.arm = options.arm;
+  rec.kind = options.kind;
+  rec.config_toml = resolved;
+  rec.seed = cfg.run.seed;
+  rec.allow_cross_split = cfg.memory.allow_cross_split;
+  run_id = writer->BeginRun(rec);
+  recorder_ = std::make_unique<Recorder>(*writer, run_id, options.record, &times);
+  const policy::Tokenizer* tok = &tokenizer;
+  bank = std::make_unique<memory::MemoryBank>(
+      cfg.memory, run_id, &store->item_ids(),
+      [tok](std::string_view text) { return static_cast<int>(tok->Encode(text, false).size()); });
+  if (!options.quiet)
+    spdlog::info("run directory {} ({} parameters, {})", dir, model->config().NumParameters(),
+                 policy::TorchSummary());
+}
+
+Run::~Run() {
+  if (!ended_) {
+    try {
+      End("failed");
+    } catch (const std::exception& e) {
+      spdlog::error("could not close the run cleanly: {}", e.what());
+    }
+  }
+}
+
+policy::TextSampler& Run::Sampler() {
+  if (!sampler_) {
+    sampler_ = std::make_unique<policy::TextSampler>(model->config(), cfg.sampler, device);
+    sampler_->SyncWeights(model);
+  }
+  return *sampler_;
+}
+
+agents::AgentContext Run::Agent(policy::Plane plane, int64_t iteration) {
+  agents::AgentContext ctx;
+  ctx.env = env.get();
+  ctx.model = model;
+  ctx.ref_model = ref_model;
+  ctx.sampler = plane == policy::Plane::kToken ? &Sampler() : nullptr;
+  ctx.renderer = renderer.get();
+  ctx.readout = cfg.readout;
+  ctx.invalid = cfg.trainer.invalid;
+  ctx.bank = bank.get();
+  ctx.episode_ids = &store->episode_ids();
+  ctx.run_id = run_id;
+  ctx.seed = cfg.run.seed;
+  ctx.policy_version = iteration;
+  ctx.iteration = iteration;
+  ctx.num_envs = cfg.trainer.num_envs;
+  ctx.afterstate_values = cfg.trainer.estimator == "all_action";
+  ctx.show_steps_left = cfg.show_steps_left;
+  ctx.times = &times;
+  return ctx;
+}
+
+void Run::End(const std::string& status) {
+  ended_ = true;
+  writer->EndRun(run_id, status);
+}
+
+}  // namespace rlid::trainers

@@ -1,0 +1,106 @@
+// A run: the objects one experiment is made of, built from its config — run
+// directory, SQLite store and its writer, env, tokenizer, prompt renderer,
+// model (+ frozen reference, + rollout engine), memory bank, budget. `Run` is
+// only the owner that builds them; the layers below it (an algorithm's
+// iteration, evaluation, rollouts, losses) receive just the parts they use:
+// an agents::AgentContext to play episodes, a Recorder for what goes to the
+// store, the agents::Budget they spend.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agents/budget.h"
+#include "agents/rollout.h"
+#include "memory/memory_bank.h"
+#include "memory/store.h"
+#include "memory/writer.h"
+#include "policy/model.h"
+#include "policy/prompt.h"
+#include "policy/sampler.h"
+#include "policy/tokenizer.h"
+#include "trainers/algorithms/experiment.h"
+
+namespace rlid::trainers {
+
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+// Where a run's records go: its row in the store, through the store's single
+// writer. Episodes (steps, menus, memory items and reads) are recorded only
+// when provenance recording is on; metrics and checkpoints always are. Time
+// spent submitting counts as `times->logging` when given.
+class Recorder {
+ public:
+  Recorder(memory::Writer& writer, int64_t run_id, bool record_episodes,
+           agents::StageTimes* times = nullptr)
+      : writer_(writer), run_id_(run_id), record_(record_episodes), times_(times) {}
+  void Episodes(const std::vector<agents::EpisodeData>& episodes, const agents::AgentContext& ctx);
+  void Metrics(int64_t iteration, const trainers::Metrics& metrics);
+  void Checkpoint(int64_t iteration, const std::string& path);
+  // Blocks until everything submitted so far is committed.
+  void Flush();
+  int64_t run_id() const { return run_id_; }
+  bool records_episodes() const { return record_; }
+
+ private:
+  memory::Writer& writer_;
+  int64_t run_id_;
+  bool record_;
+  agents::StageTimes* times_;
+};
+
+struct RunOptions {
+  std::string out_dir;                      // run directory; empty = runs/<name>-<timestamp>
+  std::string kind = "train";               // train | sft | eval | compare (runs.kind)
+  std::string arm;                          // runs.arm
+  bool resume = false;                      // reuse the run directory's tokenizer.json
+  std::string config_file = "config.toml";  // where the resolved config is written ("" = not)
+  bool quiet = false;                       // no info log line
+  // Provenance records (episodes, steps, menus, memory items and reads) go to
+  // the store; off = only runs, metrics and checkpoints (`rlid bench train`
+  // measures the overhead of recording this way).
+  bool record = true;
+  // Where Train writes checkpoints, relative to the run directory (compare
+  // gives every arm x seed its own, so their iter_N never collide).
+  std::string checkpoints = "checkpoints";
+};
+
+class Run {
+ public:
+  // Creates the run directory, writes the resolved config, opens the store,
+  // builds env/tokenizer/model/renderer/bank, and begins a `runs` row.
+  Run(const ExperimentConfig& cfg, RunOptions options);
+  ~Run();  // ends the run row as "failed" unless End() was called
+
+  // The parts a rollout of `plane` at `iteration` uses (the token plane's
+  // rollout engine is created on first use and synced with the policy).
+  agents::AgentContext Agent(policy::Plane plane, int64_t iteration);
+  policy::TextSampler& Sampler();
+  Recorder& recorder() { return *recorder_; }
+  void End(const std::string& status);
+
+  const ExperimentConfig& cfg;
+  std::string dir;              // the run directory
+  std::string checkpoints_dir;  // dir / RunOptions::checkpoints
+  torch::Device device{torch::kCPU};
+  std::unique_ptr<envs::Env> env;
+  policy::Tokenizer tokenizer;
+  std::unique_ptr<policy::PromptRenderer> renderer;
+  policy::TransformerLM model{nullptr};
+  policy::TransformerLM ref_model{nullptr};  // frozen copy of the initial policy (KL)
+  std::unique_ptr<memory::Store> store;
+  std::unique_ptr<memory::Writer> writer;
+  std::unique_ptr<memory::MemoryBank> bank;
+  int64_t run_id = 0;
+  agents::Budget budget;
+  agents::StageTimes times;  // where the run's wall-clock went (rollout contexts add to it)
+
+ private:
+  std::unique_ptr<policy::TextSampler> sampler_;
+  std::unique_ptr<Recorder> recorder_;
+  bool ended_ = false;
+};
+
+}  // namespace rlid::trainers
