@@ -46,6 +46,11 @@ struct MemoryItem {
   MemoryKind kind = MemoryKind::kObservation;
   MemorySource source;
   std::string split;  // "train" | "test": the split of the episode that created it
+  // The env instance (seed / world id) and memory pass of that episode
+  // (memory::EpisodeScope). Stored as INTEGER with the same 64 bits, so an
+  // instance >= 2^63 reads back negative in SQL (seeds are small in practice).
+  uint64_t instance = 0;
+  int64_t pass = 0;  // 0: training; each evaluation call has its own pass
   int64_t policy_version = 0;
   std::string created_at;        // ISO-8601 UTC
   std::vector<int64_t> parents;  // items it was derived from (ids < id)

@@ -90,18 +90,17 @@ void BuildDemo(Store& store, int64_t run, Demo& d) {
     e.run_id = run;
     e.env = "keys";
     e.split = split;
-    e.seed = static_cast<uint64_t>(2 * e.id + (split == "test"));
+    e.seed = split == "test" ? 43 : 42;  // the same house for both train episodes
+    bank.BeginEpisode(e.id, {split, e.seed, 0});
     return e;
   };
 
   EpisodeRecord e1 = episode("train");
   e1.steps = {step(0, "you are in the kitchen; a red key lies here"),
               step(1, "the kitchen door is locked")};
-  d.f1 = bank.Write("the red key is in the kitchen", MemoryKind::kObservation, {run, e1.id, 0},
-                    "train", 3)
+  d.f1 = bank.Write("the red key is in the kitchen", MemoryKind::kObservation, {run, e1.id, 0}, 3)
              ->id;
-  d.f2 = bank.Write("the kitchen door is locked", MemoryKind::kObservation, {run, e1.id, 1},
-                    "train", 3)
+  d.f2 = bank.Write("the kitchen door is locked", MemoryKind::kObservation, {run, e1.id, 1}, 3)
              ->id;
   e1.new_items = bank.EndEpisode(e1.id);
   e1.length = 2;
@@ -110,10 +109,10 @@ void BuildDemo(Store& store, int64_t run, Demo& d) {
 
   EpisodeRecord e2 = episode("train");
   e2.steps = {step(0, "you are in the hall; where is the red key?")};
-  d.got = bank.Retrieve(e2.steps[0].observation, {e2.id, "train"});
+  d.got = bank.Retrieve(e2.steps[0].observation, e2.id);
   e2.steps[0].reads = ToReads(d.got);
-  d.note = bank.Write("fetch the red key before the door", MemoryKind::kNote, {run, e2.id, 0},
-                      "train", 4, {d.summary1})
+  d.note = bank.Write("fetch the red key before the door", MemoryKind::kNote, {run, e2.id, 0}, 4,
+                      {d.summary1})
                ->id;
   e2.new_items = bank.EndEpisode(e2.id);
   e2.length = 1;
@@ -228,17 +227,20 @@ TEST_F(ViewsFixture, DocumentedQueriesRunAndShowTheirRealOutput) {
 TEST_F(ViewsFixture, SplitLeaksReportsDerivedAndMislabelledItems) {
   EpisodeRecord tr = Episode(store->NewEpisodeId(), "train");
   tr.steps = {Step(0, "train obs")};
-  MemoryItem a{store->item_ids().Next(),
-               "train fact",
-               MemoryKind::kObservation,
-               {run, tr.id, 0},
-               "train",
-               0,
-               "",
-               {}};
+  auto item = [&](std::string content, MemoryKind kind, std::string split,
+                  std::vector<int64_t> parents) {
+    MemoryItem it;
+    it.id = store->item_ids().Next();
+    it.content = std::move(content);
+    it.kind = kind;
+    it.source = {run, tr.id, 0};
+    it.split = std::move(split);
+    it.parents = std::move(parents);
+    return it;
+  };
+  MemoryItem a = item("train fact", MemoryKind::kObservation, "train", {});
   // Recorded as test although a train episode created it, and derived from a train parent.
-  MemoryItem b{
-      store->item_ids().Next(), "odd", MemoryKind::kNote, {run, tr.id, 0}, "test", 0, "", {a.id}};
+  MemoryItem b = item("odd", MemoryKind::kNote, "test", {a.id});
   tr.new_items = {a, b};
   store->WriteEpisode(tr);
   auto leaks =
