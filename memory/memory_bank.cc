@@ -510,16 +510,15 @@ void MemoryBank::Restore(const std::vector<MemoryItem>& items) {
                  it.id);
     restoring.insert(it.id);
   }
-  int64_t max_id = 0;
   for (const MemoryItem& it : items) {
     if (it.pass != 0) continue;
     m.ended.insert(it.source.episode_id);
     m.Publish(m.Index(it));
-    max_id = std::max(max_id, it.id);
     ++m.stats.restored;
   }
   m.next_pass = std::max(m.next_pass, max_pass + 1);
-  if (m.ids->PeekNext() <= max_id) m.ids->Reset(max_id + 1);
+  // Skipped items keep their ids too: new items come after every given one.
+  if (!items.empty() && m.ids->PeekNext() <= items.back().id) m.ids->Reset(items.back().id + 1);
 }
 
 size_t MemoryBank::size() const {

@@ -140,7 +140,7 @@ class MemoryBank {
   // as ended. Items of passes other than 0 are skipped: evaluation passes are
   // never read again (NewPass only moves past them), so restoring them would
   // only cost memory. Afterwards the id allocator is raised to at least the
-  // largest restored id + 1 (never lowered; Store::TruncateRun and Store::Open
+  // largest given id + 1, skipped items included (never lowered; Store::TruncateRun and Store::Open
   // already reset the store's allocators to MAX(id) + 1 of the file).
   // InternalError for an item of another run, an id already in the bank, an
   // item of an open episode, items out of id order, or a parent that is

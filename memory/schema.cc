@@ -1,6 +1,7 @@
-// The migrations: 1 = tables and indexes, 2 = the documented views. Views are
-// plain SQL so that sqlite3 and any SQLite browser see exactly what rlid sees.
-// Never edit a released migration; append a new one.
+// The migrations: 1 = tables and indexes, 2 = the documented views, 3 = memory
+// items scoped to instance and pass. Views are plain SQL so that sqlite3 and
+// any SQLite browser see exactly what rlid sees. Never edit a released
+// migration; append a new one.
 #include "memory/schema.h"
 
 #include <fmt/format.h>
@@ -274,6 +275,15 @@ LEFT JOIN (SELECT e.run_id AS run_id, COUNT(*) AS env_steps, SUM(s.invalid) AS i
   ON st.run_id = ru.id;
 )sql";
 
+// Columns are added with defaults, so rows written by schema 2 stay valid:
+// their items read as instance 0, pass 0.
+constexpr const char* kScopeSql = R"sql(
+-- The env instance (seed / world id; INTEGER with the seed's 64 bits) and the
+-- memory pass (0: training; one per evaluation call) of the item's episode.
+ALTER TABLE memory_items ADD COLUMN instance INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memory_items ADD COLUMN pass INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -284,6 +294,7 @@ const std::vector<Migration>& Migrations() {
        "views: v_step_provenance, v_memory_lineage, v_split_leaks, v_label_calibration, "
        "v_run_budget",
        kViewsSql},
+      {3, "memory_items.instance and .pass", kScopeSql},
   };
   return kMigrations;
 }
