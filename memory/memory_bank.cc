@@ -81,8 +81,8 @@ class PorterTokenizer {
         static_cast<std::vector<std::string>*>(ctx)->emplace_back(token, n);
       return SQLITE_OK;
     };
-    const int rc = impl_.xTokenize(tok_, &out, flags, text.data(), static_cast<int>(text.size()),
-                                   on_token);
+    const int rc =
+        impl_.xTokenize(tok_, &out, flags, text.data(), static_cast<int>(text.size()), on_token);
     RLID_CHECK_EQ(rc, SQLITE_OK, "FTS5 tokenizer failed on a memory text");
     return out;
   }
@@ -142,9 +142,9 @@ std::vector<MemoryRead> ToReads(const std::vector<Retrieved>& retrieved) {
 struct MemoryBank::Impl {
   struct Entry {
     MemoryItem item;
-    int tokens = 0;    // budget tokens (count_tokens)
-    TermFreqs terms;   // keyword retrieval only
-    int length = 0;    // FTS5 tokens: the bm25 document length
+    int tokens = 0;   // budget tokens (count_tokens)
+    TermFreqs terms;  // keyword retrieval only
+    int length = 0;   // FTS5 tokens: the bm25 document length
     bool published = false;
   };
   struct Posting {
@@ -165,7 +165,9 @@ struct MemoryBank::Impl {
   };
 
   Impl(const MemoryConfig& c, int64_t run, IdAllocator* external, TokenCounter count)
-      : config(c), run_id(run), ids(external ? external : &own_ids),
+      : config(c),
+        run_id(run),
+        ids(external ? external : &own_ids),
         count_tokens(std::move(count)) {
     RLID_CHECK(count_tokens != nullptr, "MemoryBank needs a token counter");
     if (config.retrieval == "keyword") tokenizer = std::make_unique<PorterTokenizer>();
@@ -306,7 +308,8 @@ struct MemoryBank::Impl {
     if (terms.empty()) return out;
     // Statistics of the visible set: the partition's published items + own items.
     const Partition* p = VisiblePartition(ep);
-    int64_t n_docs = static_cast<int64_t>(ep.items.size()) + (p ? static_cast<int64_t>(p->ids.size()) : 0);
+    int64_t n_docs =
+        static_cast<int64_t>(ep.items.size()) + (p ? static_cast<int64_t>(p->ids.size()) : 0);
     int64_t n_tokens = p ? p->length : 0;
     for (int64_t id : ep.items) n_tokens += items.at(id).length;
     if (n_docs == 0) return out;
@@ -449,8 +452,8 @@ MemoryItem MemoryBank::Read(int64_t item_id, int64_t episode_id) const {
   m.CheckGuards(e.item, episode_id, ep.scope, "read");
   if (!m.Visible(e, episode_id, ep.scope))
     throw InternalError(
-        fmt::format("episode {} may not read memory item {} of episode {}: {}", episode_id,
-                    item_id, e.item.source.episode_id,
+        fmt::format("episode {} may not read memory item {} of episode {}: {}", episode_id, item_id,
+                    e.item.source.episode_id,
                     m.RunScope() ? "that episode has not ended" : "[memory] scope is \"episode\""),
         "scope \"episode\" reads only the episode's own items; scope \"run\" also items of "
         "ended episodes");
@@ -496,8 +499,8 @@ void MemoryBank::Restore(const std::vector<MemoryItem>& items) {
     prev = it.id;
     RLID_CHECK_EQ(it.source.run_id, m.run_id, "Restore: memory item {} belongs to another run",
                   it.id);
-    RLID_CHECK(it.split == "train" || it.split == "test", "Restore: item {} has split '{}'",
-               it.id, it.split);
+    RLID_CHECK(it.split == "train" || it.split == "test", "Restore: item {} has split '{}'", it.id,
+               it.split);
     RLID_CHECK(!m.items.count(it.id), "Restore: memory item {} is already in the bank", it.id);
     RLID_CHECK(!m.open.count(it.source.episode_id),
                "Restore: memory item {} belongs to episode {}, which is open", it.id,

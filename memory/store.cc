@@ -252,7 +252,8 @@ void Store::Prepare() {
   st_->step = db_.Prepare(
       "INSERT INTO steps(episode_id, t, observation, prompt_hash, prompt_tokens, action, label, "
       "command, generated_text, generated_tokens, logp_rollout, logp_train, value, reward, "
-      "invalid, invalid_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "invalid, invalid_reason, realisation, state_hash, afterstate_hash, optimal) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   st_->menu = db_.Prepare(
       "INSERT INTO menu_items(episode_id, t, position, action, label, command, afterstate, "
       "probability, realisations) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
@@ -308,12 +309,12 @@ void Store::RequireRun(int64_t run_id, std::string_view doing) const {
   Statement s = db_.Prepare("SELECT 1 FROM runs WHERE id = ?");
   s.Bind(1, run_id);
   if (!s.Step())
-    throw ConfigError(fmt::format("cannot {} run {}: '{}' has no run with that id", doing, run_id,
-                                  path()),
-                      fmt::format("resume from the run directory the checkpoint was written in; "
-                                  "`rlid sql {} \"SELECT id, name, status FROM runs\"` lists its "
-                                  "runs",
-                                  path()));
+    throw ConfigError(
+        fmt::format("cannot {} run {}: '{}' has no run with that id", doing, run_id, path()),
+        fmt::format("resume from the run directory the checkpoint was written in; "
+                    "`rlid sql {} \"SELECT id, name, status FROM runs\"` lists its "
+                    "runs",
+                    path()));
 }
 
 void Store::ResumeRun(int64_t run_id) {
@@ -324,8 +325,7 @@ void Store::ResumeRun(int64_t run_id) {
   s.Run();
 }
 
-TruncateResult Store::TruncateRun(int64_t run_id, int64_t last_iteration,
-                                  int64_t last_episode_id) {
+TruncateResult Store::TruncateRun(int64_t run_id, int64_t last_iteration, int64_t last_episode_id) {
   RequireWritable(mode_, path());
   RequireRun(run_id, "truncate");
   // ?1 run, ?2 last episode id kept.
@@ -359,11 +359,10 @@ TruncateResult Store::TruncateRun(int64_t run_id, int64_t last_iteration,
           "checkpoint was written");
     run(fmt::format("DELETE FROM memory_reads WHERE episode_id IN {}", kGoneEpisodes),
         last_episode_id);
-    run(fmt::format("DELETE FROM memory_parents WHERE item_id IN {}", gone_items),
-        last_episode_id);
-    r.memory_items = run(
-        fmt::format("DELETE FROM memory_items WHERE source_episode_id IN {}", kGoneEpisodes),
-        last_episode_id);
+    run(fmt::format("DELETE FROM memory_parents WHERE item_id IN {}", gone_items), last_episode_id);
+    r.memory_items =
+        run(fmt::format("DELETE FROM memory_items WHERE source_episode_id IN {}", kGoneEpisodes),
+            last_episode_id);
     run(fmt::format("DELETE FROM menu_items WHERE episode_id IN {}", kGoneEpisodes),
         last_episode_id);
     run(fmt::format("DELETE FROM steps WHERE episode_id IN {}", kGoneEpisodes), last_episode_id);
@@ -512,6 +511,22 @@ void Store::WriteEpisodeRows(const EpisodeRecord& e) {
         .Bind(14, s.reward)
         .Bind(15, s.invalid)
         .Bind(16, s.invalid_reason);
+    if (s.realisation.empty())
+      st_->step.BindNull(17);
+    else
+      st_->step.Bind(17, s.realisation);
+    if (s.state_hash == 0)
+      st_->step.BindNull(18);
+    else
+      st_->step.Bind(18, HashHex(s.state_hash));
+    if (s.afterstate_hash)
+      st_->step.Bind(19, HashHex(*s.afterstate_hash));
+    else
+      st_->step.BindNull(19);
+    if (s.optimal < 0)
+      st_->step.BindNull(20);
+    else
+      st_->step.Bind(20, s.optimal);
     st_->step.Run();
     for (const MenuItemRecord& m : s.menu) {
       nlohmann::json real = nlohmann::json::array();

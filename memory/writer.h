@@ -50,7 +50,7 @@ class Writer {
   // Synchronous run bookkeeping on the writer's connection.
   int64_t BeginRun(const RunRecord& run);
   void EndRun(int64_t run_id, std::string_view status);  // flushes first
-  void ResumeRun(int64_t run_id);                         // flushes first
+  void ResumeRun(int64_t run_id);                        // flushes first
   // Store::TruncateRun after a Flush; also forgets which item ids it saw
   // committed, since truncation frees ids for reuse.
   TruncateResult TruncateRun(int64_t run_id, int64_t last_iteration, int64_t last_episode_id);

@@ -5,7 +5,6 @@
 #include "memory/memory_bank.h"
 
 #include <gtest/gtest.h>
-
 #include <sqlite3.h>
 
 #include <cmath>
@@ -319,8 +318,9 @@ TEST(MemoryBank, KeywordScoresEqualFts5OverExactlyTheVisibleItems) {
   bank.EndEpisode(3);
   bank.EndEpisode(5);
   auto got = bank.Retrieve("Where is the red key? Is the door locked?", 2);
-  auto want = Fts5Bm25(visible, "\"where\" OR \"is\" OR \"the\" OR \"red\" OR \"key\" OR \"door\" "
-                                "OR \"locked\"");
+  auto want = Fts5Bm25(visible,
+                       "\"where\" OR \"is\" OR \"the\" OR \"red\" OR \"key\" OR \"door\" "
+                       "OR \"locked\"");
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].item.id, want[i].first) << i;
@@ -460,10 +460,9 @@ TEST(MemoryBank, EvaluationPassesAreIsolated) {
       const EpisodeScope scope{"test", 5, pass};
       bank.BeginEpisode(first_episode, scope);
       bank.BeginEpisode(first_episode + 1, scope);
-      bank.Write("the red key is in the kitchen", MemoryKind::kObservation,
-                 {0, first_episode, 0}, 0);
-      bank.Write("the kitchen door is locked", MemoryKind::kObservation, {0, first_episode, 1},
+      bank.Write("the red key is in the kitchen", MemoryKind::kObservation, {0, first_episode, 0},
                  0);
+      bank.Write("the kitchen door is locked", MemoryKind::kObservation, {0, first_episode, 1}, 0);
       bank.EndEpisode(first_episode);
       auto got = bank.Retrieve("red key kitchen door", first_episode + 1);
       bank.EndEpisode(first_episode + 1);
@@ -490,7 +489,7 @@ TEST(MemoryBank, EvaluationPassesAreIsolated) {
     EXPECT_EQ(evaluate(fresh, 10), first) << retrieval;  // no evaluation before it
     // Reading across passes is a bug, whatever the config allows.
     Begin(bank, {30}, {"test", 5, 1});
-    EXPECT_EQ(bank.Read(3, 30).pass, 1);           // the first evaluation's own items
+    EXPECT_EQ(bank.Read(3, 30).pass, 1);            // the first evaluation's own items
     EXPECT_THROW(bank.Read(2, 30), InternalError);  // training's test-split item, pass 0
     MemoryConfig all = Enabled(retrieval, "run");
     all.allow_cross_split = all.allow_cross_instance = true;

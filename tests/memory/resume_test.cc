@@ -114,13 +114,11 @@ TEST(StoreResume, TruncateRunDeletesWhatFollowsTheCheckpoint) {
 
   // Ids continue after the largest kept one (the other run's late episode).
   EXPECT_EQ(store->episode_ids().PeekNext(), late + 1);
-  EXPECT_EQ(store->item_ids().PeekNext(),
-            Count(*store, "SELECT MAX(id) FROM memory_items") + 1);
+  EXPECT_EQ(store->item_ids().PeekNext(), Count(*store, "SELECT MAX(id) FROM memory_items") + 1);
   // Truncating the other run's tail too frees the ids after the checkpoint.
   store->TruncateRun(other, 3, late - 1);
   EXPECT_EQ(store->episode_ids().PeekNext(), last[0] + 1);
-  EXPECT_EQ(store->item_ids().PeekNext(),
-            Count(*store, "SELECT MAX(id) FROM memory_items") + 1);
+  EXPECT_EQ(store->item_ids().PeekNext(), Count(*store, "SELECT MAX(id) FROM memory_items") + 1);
   // The resumed run writes on; a reopened store agrees on the ids.
   const int64_t next = store->NewEpisodeId();
   EXPECT_EQ(next, last[0] + 1);
@@ -313,7 +311,7 @@ TEST(StoreResume, RestoreRefusesItemsThatDoNotFit) {
   b.parents = {4};  // never restored
   MemoryBank bank(cfg, 1);
   EXPECT_THROW(bank.Restore({a, b}), InternalError);
-  EXPECT_EQ(bank.size(), 0u);  // nothing half-restored
+  EXPECT_EQ(bank.size(), 0u);                         // nothing half-restored
   EXPECT_THROW(bank.Restore({b, a}), InternalError);  // out of id order
   MemoryItem foreign = a;
   foreign.source.run_id = 2;

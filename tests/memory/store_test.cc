@@ -146,7 +146,45 @@ TEST(Store, ContractViolationsAreCaughtBeforeWriting) {
   EpisodeRecord bad_split = CanonicalEpisode(store->NewEpisodeId(), run);
   bad_split.split = "validation";
   EXPECT_THROW(store->WriteEpisode(bad_split), InternalError);
+  // Step provenance: what an invalid step cannot have, and hashes that go together.
+  auto broken = [&](auto&& edit) {
+    EpisodeRecord b = CanonicalEpisode(store->NewEpisodeId(), run);
+    edit(b.steps[0]);
+    return ErrorOf([&] { store->WriteEpisode(b); });
+  };
+  auto invalid = [](StepRecord& s) {
+    s.invalid = true;
+    s.action = -1;
+  };
+  EXPECT_NE(broken([](StepRecord& s) { s.optimal = 2; }).find("optimal = 2"), std::string::npos);
+  EXPECT_NE(broken([&](StepRecord& s) {
+              invalid(s);
+              s.optimal = 1;
+            }).find("never optimal"),
+            std::string::npos);
+  EXPECT_NE(broken([&](StepRecord& s) {
+              invalid(s);
+              s.realisation = "A";
+            }).find("no realisation"),
+            std::string::npos);
+  EXPECT_NE(broken([&](StepRecord& s) {
+              invalid(s);
+              s.state_hash = 1;
+              s.afterstate_hash = 2;
+            }).find("no afterstate"),
+            std::string::npos);
+  EXPECT_NE(broken([](StepRecord& s) { s.afterstate_hash = 2; }).find("without the state hash"),
+            std::string::npos);
+  EpisodeRecord bad_pass = CanonicalEpisode(store->NewEpisodeId(), run, store->item_ids().Next());
+  bad_pass.new_items[0].pass = -1;
+  EXPECT_THROW(store->WriteEpisode(bad_pass), InternalError);
   EXPECT_EQ(Count(*store, "episodes"), 0);
+  // The same step, valid: an invalid step that the oracle scores 0 is fine.
+  EpisodeRecord ok = CanonicalEpisode(store->NewEpisodeId(), run);
+  invalid(ok.steps[0]);
+  ok.steps[0].optimal = 0;
+  ok.steps[0].state_hash = 7;
+  EXPECT_NO_THROW(store->WriteEpisode(ok));
 }
 
 TEST(Store, MigratesAnOlderDatabaseForward) {
