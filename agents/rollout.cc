@@ -53,6 +53,8 @@ Slot StartEpisode(AgentContext& ctx, const EpisodeSpec& spec, envs::Split split,
   s.data.plane = plane;
   s.data.id = ctx.episode_ids ? ctx.episode_ids->Next() : ++local_ids;
   s.state = ctx.env->NewState(spec.env_seed);
+  if (ctx.bank && ctx.bank->config().enabled)
+    ctx.bank->BeginEpisode(s.data.id, {envs::SplitName(split), spec.env_seed, ctx.memory_pass});
   s.label_rng = Rng::Stream(ctx.seed, "labels", spec.stream);
   s.action_rng = Rng::Stream(ctx.seed, "actions", spec.stream);
   s.wording_rng = Rng::Stream(ctx.seed, "wordings", spec.stream);
@@ -66,7 +68,7 @@ void WriteFacts(AgentContext& ctx, Slot& s, int t) {
   if (!facts) return;
   for (const auto& f : facts->Facts())
     ctx.bank->Write(f, memory::MemoryKind::kObservation, {ctx.run_id, s.data.id, t},
-                    envs::SplitName(s.data.split), ctx.policy_version);
+                    ctx.policy_version);
 }
 
 // Menu (+ seeded permutation), memory retrieval and prompt for the next step.
@@ -87,7 +89,7 @@ StepData PrepareStep(AgentContext& ctx, Slot& s, policy::Plane plane) {
   if (ctx.renderer->config().label_order == "shuffle") envs::ShuffleMenu(step.menu, s.label_rng);
   std::vector<std::string> memory_texts;
   if (ctx.bank && ctx.bank->config().enabled) {
-    step.memory = ctx.bank->Retrieve(step.observation, {s.data.id, envs::SplitName(s.data.split)});
+    step.memory = ctx.bank->Retrieve(step.observation, s.data.id);
     for (const auto& r : step.memory) memory_texts.push_back(r.item.content);
   }
   step.prompt = ctx.renderer->Render(ctx.env->Instructions(), step.observation, memory_texts,

@@ -114,6 +114,9 @@ struct AgentContext {
   ReadoutConfig readout;
   InvalidConfig invalid;
   memory::MemoryBank* bank = nullptr;   // memory (optional)
+  // Memory pass of these episodes (memory::EpisodeScope::pass): 0 for training;
+  // each evaluation call sets a fresh bank->NewPass() so it reads only its own items.
+  int64_t memory_pass = 0;
   memory::IdAllocator* episode_ids = nullptr;  // store ids (a local counter when null)
   int64_t run_id = 0;
   uint64_t seed = 0;  // run seed

@@ -59,6 +59,19 @@ void ValidateEpisode(const EpisodeRecord& e) {
     for (const auto& m : s.menu)
       RLID_CHECK(positions.insert(m.position).second, "episode {} t={}: menu position {} twice",
                  e.id, s.t, m.position);
+    RLID_CHECK(s.optimal >= -1 && s.optimal <= 1,
+               "episode {} t={}: optimal = {} (expected -1, 0 "
+               "or 1)",
+               e.id, s.t, s.optimal);
+    RLID_CHECK(!s.afterstate_hash || s.state_hash != 0,
+               "episode {} t={}: an afterstate hash without the state hash", e.id, s.t);
+    if (s.invalid) {
+      RLID_CHECK(s.realisation.empty(), "episode {} t={}: an invalid step has no realisation", e.id,
+                 s.t);
+      RLID_CHECK(!s.afterstate_hash, "episode {} t={}: an invalid step has no afterstate", e.id,
+                 s.t);
+      RLID_CHECK(s.optimal != 1, "episode {} t={}: an invalid step is never optimal", e.id, s.t);
+    }
     std::set<int> ranks;
     for (const auto& r : s.reads) {
       RLID_CHECK(ranks.insert(r.rank).second, "episode {} t={}: read rank {} twice", e.id, s.t,
@@ -70,6 +83,7 @@ void ValidateEpisode(const EpisodeRecord& e) {
     RLID_CHECK_GT(it.id, 0, "memory item ids come from the MemoryBank / Store");
     RLID_CHECK_EQ(it.source.episode_id, e.id, "item {} is persisted with another episode", it.id);
     RLID_CHECK(it.split == "train" || it.split == "test", "item {}: split '{}'", it.id, it.split);
+    RLID_CHECK_GE(it.pass, int64_t{0}, "item {}: passes are 0 (training) or NewPass()", it.id);
     RLID_CHECK(it.source.t < 0 || ts.count(it.source.t), "item {}: source step t={} not recorded",
                it.id, it.source.t);
     for (int64_t p : it.parents)

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,11 @@ struct MemoryItem {
   MemoryKind kind = MemoryKind::kObservation;
   MemorySource source;
   std::string split;  // "train" | "test": the split of the episode that created it
+  // The env instance (seed / world id) and memory pass of that episode
+  // (memory::EpisodeScope). Stored as INTEGER with the same 64 bits, so an
+  // instance >= 2^63 reads back negative in SQL (seeds are small in practice).
+  uint64_t instance = 0;
+  int64_t pass = 0;  // 0: training; each evaluation call has its own pass
   int64_t policy_version = 0;
   std::string created_at;        // ISO-8601 UTC
   std::vector<int64_t> parents;  // items it was derived from (ids < id)
@@ -92,6 +98,14 @@ struct StepRecord {
   std::string invalid_reason;
   std::vector<MenuItemRecord> menu;
   std::vector<MemoryRead> reads;
+  // Provenance (schema 3; stored NULL when not recorded).
+  // The wording that produced the action: the realisation the free text
+  // compiled through (token plane) or the wording drawn from pi(y | s, a)
+  // (decision plane). Empty: none (always empty for an invalid step).
+  std::string realisation;
+  uint64_t state_hash = 0;                  // env State::Hash() before acting; 0: not recorded
+  std::optional<uint64_t> afterstate_hash;  // the chosen action's afterstate; none if invalid
+  int optimal = -1;  // 1: one of the oracle's optimal actions; 0: not (invalid: 0); -1: no oracle
 };
 
 struct EpisodeRecord {
@@ -131,7 +145,9 @@ int64_t RowCount(const EpisodeRecord& e);
 
 // Throws InternalError when a record breaks the storage contract (unknown
 // split/plane, duplicate step t, duplicate menu position or read rank, an item
-// whose source is another episode, a parent id not below the item id, ...).
+// whose source is another episode, a parent id not below the item id, an
+// invalid step with a realisation, afterstate or optimal = 1, an afterstate
+// hash without a state hash, optimal outside -1/0/1, a negative item pass, ...).
 // Called before a record is queued, so one bad record cannot poison a batch.
 void ValidateEpisode(const EpisodeRecord& e);
 void ValidateSplit(std::string_view split);  // "train" | "test", ConfigError otherwise

@@ -1,4 +1,5 @@
-// The migrations: 1 = tables and indexes, 2 = the documented views. Views are
+// The migrations: 1 = tables and indexes, 2 = the documented views, 3 = memory
+// items scoped to instance and pass, step provenance and its views. Views are
 // plain SQL so that sqlite3 and any SQLite browser see exactly what rlid sees.
 // Never edit a released migration; append a new one.
 #include "memory/schema.h"
@@ -274,6 +275,79 @@ LEFT JOIN (SELECT e.run_id AS run_id, COUNT(*) AS env_steps, SUM(s.invalid) AS i
   ON st.run_id = ru.id;
 )sql";
 
+// Columns are added with defaults or as NULL, so rows written by schema 2 stay
+// valid: their items read as instance 0, pass 0, their steps' provenance NULL.
+constexpr const char* kProvenanceSql = R"sql(
+-- The env instance (seed / world id; INTEGER with the seed's 64 bits) and the
+-- memory pass (0: training; one per evaluation call) of the item's episode.
+ALTER TABLE memory_items ADD COLUMN instance INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memory_items ADD COLUMN pass INTEGER NOT NULL DEFAULT 0;
+
+-- Step provenance, NULL when not recorded: the wording that produced the
+-- action, the env state hash before acting and the chosen action's afterstate
+-- hash (16 hex digits, like prompt_hash), and whether the oracle called the
+-- action optimal (NULL: the env has no oracle).
+ALTER TABLE steps ADD COLUMN realisation TEXT;
+ALTER TABLE steps ADD COLUMN state_hash TEXT;
+ALTER TABLE steps ADD COLUMN afterstate_hash TEXT;
+ALTER TABLE steps ADD COLUMN optimal INTEGER CHECK (optimal IN (0, 1));
+
+-- Per step: the wording that produced the action, and on the decision plane
+-- the probability the rollout recorded for that wording of the chosen action
+-- (menu_items.realisations; NULL when it is not there).
+CREATE VIEW v_step_realisations AS
+SELECT e.run_id          AS run_id,
+       s.episode_id      AS episode_id,
+       s.t               AS t,
+       e.split           AS split,
+       e.plane           AS plane,
+       s.label           AS label,
+       s.command         AS command,
+       s.realisation     AS realisation,
+       s.generated_text  AS generated_text,
+       s.invalid         AS invalid,
+       CASE WHEN e.plane = 'decision' THEN
+         (SELECT json_extract(j.value, '$.probability')
+          FROM menu_items mi, json_each(mi.realisations) j
+          WHERE mi.episode_id = s.episode_id AND mi.t = s.t AND mi.action = s.action
+            AND json_extract(j.value, '$.text') = s.realisation
+          ORDER BY mi.position, j.key LIMIT 1)
+       END               AS realisation_probability
+FROM steps s JOIN episodes e ON e.id = s.episode_id;
+
+-- Per step: state -> action -> afterstate, and the state the next step of the
+-- episode started from. afterstate_matches_next = 0 marks a transition the
+-- afterstate did not predict; NULL when either hash is missing (the last step).
+CREATE VIEW v_transitions AS
+SELECT e.run_id          AS run_id,
+       s.episode_id      AS episode_id,
+       s.t               AS t,
+       s.state_hash      AS state_hash,
+       s.action          AS action,
+       s.afterstate_hash AS afterstate_hash,
+       n.state_hash      AS next_state_hash,
+       CASE WHEN s.afterstate_hash IS NULL OR n.state_hash IS NULL THEN NULL
+            ELSE s.afterstate_hash = n.state_hash END AS afterstate_matches_next
+FROM steps s
+JOIN episodes e ON e.id = s.episode_id
+LEFT JOIN steps n ON n.episode_id = s.episode_id AND n.t = s.t + 1;
+
+-- Per run, split, plane and iteration: how often the chosen action was one of
+-- the oracle's optimal actions. optimal_rate is over oracle_steps (the steps
+-- of envs with an oracle; invalid steps count as not optimal); NULL without any.
+CREATE VIEW v_step_optimality AS
+SELECT e.run_id                  AS run_id,
+       e.split                   AS split,
+       e.plane                   AS plane,
+       e.iteration               AS iteration,
+       COUNT(*)                  AS steps,
+       COUNT(s.optimal)          AS oracle_steps,
+       COALESCE(SUM(s.optimal), 0) AS optimal_steps,
+       AVG(s.optimal)            AS optimal_rate
+FROM steps s JOIN episodes e ON e.id = s.episode_id
+GROUP BY e.run_id, e.split, e.plane, e.iteration;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -284,6 +358,10 @@ const std::vector<Migration>& Migrations() {
        "views: v_step_provenance, v_memory_lineage, v_split_leaks, v_label_calibration, "
        "v_run_budget",
        kViewsSql},
+      {3,
+       "memory_items.instance and .pass; steps.realisation, .state_hash, .afterstate_hash, "
+       ".optimal; views v_step_realisations, v_transitions, v_step_optimality",
+       kProvenanceSql},
   };
   return kMigrations;
 }
@@ -291,8 +369,8 @@ const std::vector<Migration>& Migrations() {
 int LatestSchemaVersion() { return Migrations().back().version; }
 
 std::vector<std::string> ViewNames() {
-  return {"v_step_provenance", "v_memory_lineage", "v_split_leaks", "v_label_calibration",
-          "v_run_budget"};
+  return {"v_step_provenance", "v_memory_lineage",    "v_split_leaks", "v_label_calibration",
+          "v_run_budget",      "v_step_realisations", "v_transitions", "v_step_optimality"};
 }
 
 int SchemaVersionOf(const Db& db) {

@@ -213,9 +213,13 @@ void Store::OpenReadWrite() {
     Migrate(db_, LatestSchemaVersion());
   }
   schema_version_ = LatestSchemaVersion();
+  ResetIdAllocators();
+  Prepare();
+}
+
+void Store::ResetIdAllocators() {
   episode_ids_.Reset(db_.QueryInt("SELECT COALESCE(MAX(id), 0) FROM episodes") + 1);
   item_ids_.Reset(db_.QueryInt("SELECT COALESCE(MAX(id), 0) FROM memory_items") + 1);
-  Prepare();
 }
 
 void Store::OpenReadOnly() {
@@ -248,13 +252,14 @@ void Store::Prepare() {
   st_->step = db_.Prepare(
       "INSERT INTO steps(episode_id, t, observation, prompt_hash, prompt_tokens, action, label, "
       "command, generated_text, generated_tokens, logp_rollout, logp_train, value, reward, "
-      "invalid, invalid_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "invalid, invalid_reason, realisation, state_hash, afterstate_hash, optimal) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   st_->menu = db_.Prepare(
       "INSERT INTO menu_items(episode_id, t, position, action, label, command, afterstate, "
       "probability, realisations) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
   st_->item = db_.Prepare(
       "INSERT INTO memory_items(id, run_id, content, kind, source_episode_id, source_t, split, "
-      "policy_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "policy_version, created_at, instance, pass) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   st_->parent = db_.Prepare("INSERT INTO memory_parents(item_id, parent_id) VALUES (?, ?)");
   st_->read = db_.Prepare(
       "INSERT INTO memory_reads(episode_id, t, rank, item_id, score) VALUES (?, ?, ?, ?, ?)");
@@ -298,6 +303,116 @@ void Store::EndRun(int64_t run_id, std::string_view status) {
   st_->end_run.Bind(1, status).Bind(2, NowIso8601()).Bind(3, run_id);
   st_->end_run.Run();
   RLID_CHECK_EQ(db_.Changes(), 1, "EndRun: no run with id {}", run_id);
+}
+
+void Store::RequireRun(int64_t run_id, std::string_view doing) const {
+  Statement s = db_.Prepare("SELECT 1 FROM runs WHERE id = ?");
+  s.Bind(1, run_id);
+  if (!s.Step())
+    throw ConfigError(
+        fmt::format("cannot {} run {}: '{}' has no run with that id", doing, run_id, path()),
+        fmt::format("resume from the run directory the checkpoint was written in; "
+                    "`rlid sql {} \"SELECT id, name, status FROM runs\"` lists its "
+                    "runs",
+                    path()));
+}
+
+void Store::ResumeRun(int64_t run_id) {
+  RequireWritable(mode_, path());
+  RequireRun(run_id, "resume");
+  Statement s = db_.Prepare("UPDATE runs SET status = 'running', ended_at = NULL WHERE id = ?");
+  s.Bind(1, run_id);
+  s.Run();
+}
+
+TruncateResult Store::TruncateRun(int64_t run_id, int64_t last_iteration, int64_t last_episode_id) {
+  RequireWritable(mode_, path());
+  RequireRun(run_id, "truncate");
+  // ?1 run, ?2 last episode id kept.
+  constexpr const char* kGoneEpisodes = "(SELECT id FROM episodes WHERE run_id = ?1 AND id > ?2)";
+  const std::string gone_items =
+      fmt::format("(SELECT id FROM memory_items WHERE source_episode_id IN {})", kGoneEpisodes);
+  auto run = [&](const std::string& sql, int64_t bound) {
+    Statement s = db_.Prepare(sql);
+    s.Bind(1, run_id).Bind(2, bound);
+    s.Run();
+    return static_cast<int64_t>(db_.Changes());
+  };
+  TruncateResult r;
+  try {
+    db_.Exec("BEGIN IMMEDIATE", "starting to truncate a run");
+    Statement dangling = db_.Prepare(fmt::format(
+        "SELECT (SELECT COUNT(*) FROM memory_reads WHERE item_id IN {1} "
+        "AND episode_id NOT IN {0}), "
+        "(SELECT COUNT(*) FROM memory_parents WHERE parent_id IN {1} AND item_id NOT IN {1})",
+        kGoneEpisodes, gone_items));
+    dangling.Bind(1, run_id).Bind(2, last_episode_id);
+    dangling.Step();
+    const int64_t reads = dangling.Int(0), derived = dangling.Int(1);
+    dangling.Reset();
+    if (reads > 0 || derived > 0)
+      throw InternalError(
+          fmt::format("cannot truncate run {} after episode {}: {} kept memory read(s) and {} "
+                      "kept derivation(s) reference items of episodes that would be deleted",
+                      run_id, last_episode_id, reads, derived),
+          "truncate at a checkpoint boundary: pass the largest episode id committed when the "
+          "checkpoint was written");
+    run(fmt::format("DELETE FROM memory_reads WHERE episode_id IN {}", kGoneEpisodes),
+        last_episode_id);
+    run(fmt::format("DELETE FROM memory_parents WHERE item_id IN {}", gone_items), last_episode_id);
+    r.memory_items =
+        run(fmt::format("DELETE FROM memory_items WHERE source_episode_id IN {}", kGoneEpisodes),
+            last_episode_id);
+    run(fmt::format("DELETE FROM menu_items WHERE episode_id IN {}", kGoneEpisodes),
+        last_episode_id);
+    run(fmt::format("DELETE FROM steps WHERE episode_id IN {}", kGoneEpisodes), last_episode_id);
+    r.episodes = run("DELETE FROM episodes WHERE run_id = ?1 AND id > ?2", last_episode_id);
+    r.metrics = run("DELETE FROM metrics WHERE run_id = ?1 AND iteration > ?2", last_iteration);
+    r.checkpoints =
+        run("DELETE FROM checkpoints WHERE run_id = ?1 AND iteration > ?2", last_iteration);
+    db_.Exec("COMMIT", "committing the truncation of a run");
+  } catch (...) {
+    db_.RollbackQuietly();
+    throw;
+  }
+  ResetIdAllocators();
+  return r;
+}
+
+std::vector<MemoryItem> Store::MemoryItems(int64_t run_id) const {
+  const char* scope_columns = schema_version_ >= 3 ? "instance, pass" : "0, 0";
+  Statement s = db_.Prepare(fmt::format(
+      "SELECT id, content, kind, source_episode_id, source_t, split, {}, policy_version, "
+      "created_at FROM memory_items WHERE run_id = ? ORDER BY id",
+      scope_columns));
+  s.Bind(1, run_id);
+  std::vector<MemoryItem> items;
+  while (s.Step()) {
+    MemoryItem it;
+    it.id = s.Int(0);
+    it.content = s.Text(1);
+    it.kind = ParseMemoryKind(s.Text(2));
+    it.source = {run_id, s.Int(3), s.IsNull(4) ? -1 : static_cast<int>(s.Int(4))};
+    it.split = s.Text(5);
+    it.instance = static_cast<uint64_t>(s.Int(6));
+    it.pass = s.Int(7);
+    it.policy_version = s.Int(8);
+    it.created_at = s.Text(9);
+    items.push_back(std::move(it));
+  }
+  Statement p = db_.Prepare(
+      "SELECT p.item_id, p.parent_id FROM memory_parents p JOIN memory_items m ON m.id = "
+      "p.item_id WHERE m.run_id = ? ORDER BY p.item_id, p.parent_id");
+  p.Bind(1, run_id);
+  size_t k = 0;  // both lists are in item id order
+  while (p.Step()) {
+    const int64_t item = p.Int(0);
+    while (k < items.size() && items[k].id < item) ++k;
+    RLID_CHECK(k < items.size() && items[k].id == item, "memory_parents row of unknown item {}",
+               item);
+    items[k].parents.push_back(p.Int(1));
+  }
+  return items;
 }
 
 void Store::Write(std::span<const WriteJob> jobs, Batching batching) {
@@ -396,6 +511,22 @@ void Store::WriteEpisodeRows(const EpisodeRecord& e) {
         .Bind(14, s.reward)
         .Bind(15, s.invalid)
         .Bind(16, s.invalid_reason);
+    if (s.realisation.empty())
+      st_->step.BindNull(17);
+    else
+      st_->step.Bind(17, s.realisation);
+    if (s.state_hash == 0)
+      st_->step.BindNull(18);
+    else
+      st_->step.Bind(18, HashHex(s.state_hash));
+    if (s.afterstate_hash)
+      st_->step.Bind(19, HashHex(*s.afterstate_hash));
+    else
+      st_->step.BindNull(19);
+    if (s.optimal < 0)
+      st_->step.BindNull(20);
+    else
+      st_->step.Bind(20, s.optimal);
     st_->step.Run();
     for (const MenuItemRecord& m : s.menu) {
       nlohmann::json real = nlohmann::json::array();
@@ -428,7 +559,9 @@ void Store::WriteEpisodeRows(const EpisodeRecord& e) {
       st_->item.Bind(6, it.source.t);
     st_->item.Bind(7, it.split)
         .Bind(8, it.policy_version)
-        .Bind(9, it.created_at.empty() ? NowIso8601() : it.created_at);
+        .Bind(9, it.created_at.empty() ? NowIso8601() : it.created_at)
+        .Bind(10, static_cast<int64_t>(it.instance))  // same 64 bits
+        .Bind(11, it.pass);
     st_->item.Run();
     for (int64_t p : it.parents) {
       st_->parent.Bind(1, it.id).Bind(2, p);

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <unordered_set>
 #include <variant>
+#include <vector>
 
 #include "memory/query.h"
 #include "memory/records.h"
@@ -49,6 +50,11 @@ struct StoreOptions {
 // One unit the writer commits: an episode with all its rows, a metric, a checkpoint.
 using WriteJob = std::variant<EpisodeRecord, MetricRecord, CheckpointRecord>;
 
+// Rows TruncateRun deleted.
+struct TruncateResult {
+  int64_t episodes = 0, memory_items = 0, metrics = 0, checkpoints = 0;
+};
+
 // kTransaction: all jobs in one transaction (atomic). kPerRow: every row in
 // its own transaction (no atomicity; the benchmark's baseline only).
 enum class Batching { kTransaction, kPerRow };
@@ -74,6 +80,19 @@ class Store {
   int64_t BeginRun(const RunRecord& run);
   // status: "completed" | "failed" | "interrupted".
   void EndRun(int64_t run_id, std::string_view status);
+  // Continues an existing run (`rlid train --resume`): status 'running' again,
+  // ended_at NULL. ConfigError naming the run when the database has no such run.
+  void ResumeRun(int64_t run_id);
+  // Removes what a run wrote after a checkpoint, in ONE transaction: its
+  // episodes with id > last_episode_id with their steps, menu items, memory
+  // reads, the memory items they created and those items' parent edges; its
+  // metrics and checkpoint rows with iteration > last_iteration. Rows of other
+  // runs and prompts (shared by hash) are kept. Afterwards episode_ids() and
+  // item_ids() restart at MAX(id) + 1 of the file, so ids continue where the
+  // checkpoint left off. ConfigError when the run does not exist;
+  // InternalError (nothing deleted) when a kept read or derivation references
+  // an item that would be deleted (not a checkpoint boundary).
+  TruncateResult TruncateRun(int64_t run_id, int64_t last_iteration, int64_t last_episode_id);
 
   // Counters start at MAX(id) + 1 of the file at open.
   IdAllocator& episode_ids() { return episode_ids_; }
@@ -88,6 +107,11 @@ class Store {
   void WriteCheckpoint(const CheckpointRecord& checkpoint);
 
   bool HasMemoryItem(int64_t id) const;
+  // Every memory item of a run in id order, as MemoryBank::Restore takes them:
+  // content, kind, source (t = -1 for a whole-episode item), split, instance,
+  // pass, policy version, creation time and parents (ascending). Files older
+  // than schema 3 read as instance 0, pass 0.
+  std::vector<MemoryItem> MemoryItems(int64_t run_id) const;
   // One read-only statement (see RunReadOnlyQuery).
   QueryResult Query(std::string_view sql) const { return RunReadOnlyQuery(db_, sql); }
   // PRAGMA integrity_check == "ok" and PRAGMA foreign_key_check is empty.
@@ -101,6 +125,8 @@ class Store {
   void OpenReadWrite();
   void OpenReadOnly();
   void CheckVersion(int version) const;
+  void RequireRun(int64_t run_id, std::string_view doing) const;
+  void ResetIdAllocators();
   void Prepare();
   void WriteJobRows(const WriteJob& job);
   void WriteEpisodeRows(const EpisodeRecord& e);

@@ -114,6 +114,21 @@ void Writer::EndRun(int64_t run_id, std::string_view status) {
   store_.EndRun(run_id, status);
 }
 
+void Writer::ResumeRun(int64_t run_id) {
+  Flush();
+  std::lock_guard store_lk(store_mu_);
+  store_.ResumeRun(run_id);
+}
+
+TruncateResult Writer::TruncateRun(int64_t run_id, int64_t last_iteration,
+                                   int64_t last_episode_id) {
+  Flush();
+  std::lock_guard store_lk(store_mu_);
+  TruncateResult r = store_.TruncateRun(run_id, last_iteration, last_episode_id);
+  committed_items_.clear();
+  return r;
+}
+
 Writer::Stats Writer::stats() const {
   std::lock_guard lk(mu_);
   return stats_;

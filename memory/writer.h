@@ -50,6 +50,10 @@ class Writer {
   // Synchronous run bookkeeping on the writer's connection.
   int64_t BeginRun(const RunRecord& run);
   void EndRun(int64_t run_id, std::string_view status);  // flushes first
+  void ResumeRun(int64_t run_id);                        // flushes first
+  // Store::TruncateRun after a Flush; also forgets which item ids it saw
+  // committed, since truncation frees ids for reuse.
+  TruncateResult TruncateRun(int64_t run_id, int64_t last_iteration, int64_t last_episode_id);
 
   struct Stats {
     int64_t episodes = 0, metrics = 0, checkpoints = 0;  // committed
@@ -87,7 +91,7 @@ class Writer {
   bool stop_ = false;
   std::exception_ptr error_;
   Stats stats_;
-  std::unordered_set<int64_t> committed_items_;  // writer thread only
+  std::unordered_set<int64_t> committed_items_;  // guarded by store_mu_
   std::thread thread_;
 };
 

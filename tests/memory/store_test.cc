@@ -146,7 +146,45 @@ TEST(Store, ContractViolationsAreCaughtBeforeWriting) {
   EpisodeRecord bad_split = CanonicalEpisode(store->NewEpisodeId(), run);
   bad_split.split = "validation";
   EXPECT_THROW(store->WriteEpisode(bad_split), InternalError);
+  // Step provenance: what an invalid step cannot have, and hashes that go together.
+  auto broken = [&](auto&& edit) {
+    EpisodeRecord b = CanonicalEpisode(store->NewEpisodeId(), run);
+    edit(b.steps[0]);
+    return ErrorOf([&] { store->WriteEpisode(b); });
+  };
+  auto invalid = [](StepRecord& s) {
+    s.invalid = true;
+    s.action = -1;
+  };
+  EXPECT_NE(broken([](StepRecord& s) { s.optimal = 2; }).find("optimal = 2"), std::string::npos);
+  EXPECT_NE(broken([&](StepRecord& s) {
+              invalid(s);
+              s.optimal = 1;
+            }).find("never optimal"),
+            std::string::npos);
+  EXPECT_NE(broken([&](StepRecord& s) {
+              invalid(s);
+              s.realisation = "A";
+            }).find("no realisation"),
+            std::string::npos);
+  EXPECT_NE(broken([&](StepRecord& s) {
+              invalid(s);
+              s.state_hash = 1;
+              s.afterstate_hash = 2;
+            }).find("no afterstate"),
+            std::string::npos);
+  EXPECT_NE(broken([](StepRecord& s) { s.afterstate_hash = 2; }).find("without the state hash"),
+            std::string::npos);
+  EpisodeRecord bad_pass = CanonicalEpisode(store->NewEpisodeId(), run, store->item_ids().Next());
+  bad_pass.new_items[0].pass = -1;
+  EXPECT_THROW(store->WriteEpisode(bad_pass), InternalError);
   EXPECT_EQ(Count(*store, "episodes"), 0);
+  // The same step, valid: an invalid step that the oracle scores 0 is fine.
+  EpisodeRecord ok = CanonicalEpisode(store->NewEpisodeId(), run);
+  invalid(ok.steps[0]);
+  ok.steps[0].optimal = 0;
+  ok.steps[0].state_hash = 7;
+  EXPECT_NO_THROW(store->WriteEpisode(ok));
 }
 
 TEST(Store, MigratesAnOlderDatabaseForward) {
@@ -172,6 +210,42 @@ TEST(Store, MigratesAnOlderDatabaseForward) {
   auto budget = store->Query("SELECT name, episodes FROM v_run_budget");
   ASSERT_EQ(budget.rows.size(), 1u);
   EXPECT_EQ(std::get<int64_t>(budget.rows[0][1]), 0);
+}
+
+TEST(Store, ItemsOfASchema2FileReadAsInstanceZeroPassZero) {
+  const std::string path = DbPath(ScratchDir("migrate_items"));
+  {
+    Db db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    Migrate(db, 2);
+    db.Exec(
+        "INSERT INTO runs(name, kind, config_toml, seed, code_version, started_at) "
+        "VALUES ('old', 'train', '', 3, 'v0', '2024-01-01T00:00:00.000Z');"
+        "INSERT INTO episodes VALUES (1, 1, 'keys', 9, 'train', 'decision', 0, 0, 0, 0, 1, 0, "
+        "'2024-01-01T00:00:00.000Z');"
+        "INSERT INTO prompts VALUES ('00000000000000aa', 'p', 1);"
+        "INSERT INTO steps(episode_id, t, observation, prompt_hash, prompt_tokens, action, "
+        "label, command, generated_tokens, reward, invalid, invalid_reason) "
+        "VALUES (1, 0, 'o', '00000000000000aa', 1, 0, 'A', 'look', 0, 0, 0, '');"
+        "INSERT INTO memory_items VALUES (1, 1, 'old fact', 'observation', 1, 0, 'train', 0, "
+        "'2024-01-01T00:00:00.000Z');"
+        "INSERT INTO memory_items VALUES (2, 1, 'old summary', 'summary', 1, NULL, 'train', 0, "
+        "'2024-01-01T00:00:00.000Z');"
+        "INSERT INTO memory_parents VALUES (2, 1);");
+  }
+  for (auto mode : {Store::Mode::kReadOnly, Store::Mode::kReadWrite}) {
+    auto store = Store::Open(path, mode);
+    const auto items = store->MemoryItems(1);
+    ASSERT_EQ(items.size(), 2u);
+    EXPECT_EQ(items[0].content, "old fact");
+    EXPECT_EQ(items[0].source.t, 0);
+    EXPECT_EQ(items[1].source.t, -1);
+    EXPECT_EQ(items[1].parents, (std::vector<int64_t>{1}));
+    for (const auto& it : items) {
+      EXPECT_EQ(it.instance, 0u);
+      EXPECT_EQ(it.pass, 0);
+      EXPECT_EQ(it.source.run_id, 1);
+    }
+  }
 }
 
 TEST(Store, NewerSchemaIsRefusedWithoutTouchingTheFile) {

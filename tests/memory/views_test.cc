@@ -1,7 +1,8 @@
 // The documented views on constructed data with hand-computed answers:
 // provenance and lineage through the whole pipeline (MemoryBank -> Writer ->
 // SQL), the split-leak report (including a violating row written directly),
-// label calibration and the run budget.
+// label calibration, the run budget, and the step provenance views
+// (realisations, transitions, optimality).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -90,19 +91,27 @@ void BuildDemo(Store& store, int64_t run, Demo& d) {
     e.run_id = run;
     e.env = "keys";
     e.split = split;
-    e.seed = static_cast<uint64_t>(2 * e.id + (split == "test"));
+    e.seed = split == "test" ? 43 : 42;  // the same house for both train episodes
+    bank.BeginEpisode(e.id, {split, e.seed, 0});
     return e;
   };
 
   EpisodeRecord e1 = episode("train");
   e1.steps = {step(0, "you are in the kitchen; a red key lies here"),
               step(1, "the kitchen door is locked")};
-  d.f1 = bank.Write("the red key is in the kitchen", MemoryKind::kObservation, {run, e1.id, 0},
-                    "train", 3)
-             ->id;
-  d.f2 = bank.Write("the kitchen door is locked", MemoryKind::kObservation, {run, e1.id, 1},
-                    "train", 3)
-             ->id;
+  // Provenance: e1 t = 0 moved to the state its afterstate predicted, t = 1 was
+  // the oracle's optimal action worded as the label, t = 0 as the command.
+  e1.steps[0].realisation = "look";
+  e1.steps[0].state_hash = 0x1001;
+  e1.steps[0].afterstate_hash = 0x1002;
+  e1.steps[0].optimal = 0;
+  e1.steps[1].realisation = "A";
+  e1.steps[1].state_hash = 0x1002;
+  e1.steps[1].afterstate_hash = 0x1003;
+  e1.steps[1].optimal = 1;
+  d.f1 =
+      bank.Write("the red key is in the kitchen", MemoryKind::kObservation, {run, e1.id, 0}, 3)->id;
+  d.f2 = bank.Write("the kitchen door is locked", MemoryKind::kObservation, {run, e1.id, 1}, 3)->id;
   e1.new_items = bank.EndEpisode(e1.id);
   e1.length = 2;
   ASSERT_EQ(e1.new_items.size(), 3u);
@@ -110,10 +119,14 @@ void BuildDemo(Store& store, int64_t run, Demo& d) {
 
   EpisodeRecord e2 = episode("train");
   e2.steps = {step(0, "you are in the hall; where is the red key?")};
-  d.got = bank.Retrieve(e2.steps[0].observation, {e2.id, "train"});
+  e2.steps[0].realisation = "A";
+  e2.steps[0].state_hash = 0x2001;
+  e2.steps[0].afterstate_hash = 0x2002;
+  e2.steps[0].optimal = 1;
+  d.got = bank.Retrieve(e2.steps[0].observation, e2.id);
   e2.steps[0].reads = ToReads(d.got);
-  d.note = bank.Write("fetch the red key before the door", MemoryKind::kNote, {run, e2.id, 0},
-                      "train", 4, {d.summary1})
+  d.note = bank.Write("fetch the red key before the door", MemoryKind::kNote, {run, e2.id, 0}, 4,
+                      {d.summary1})
                ->id;
   e2.new_items = bank.EndEpisode(e2.id);
   e2.length = 1;
@@ -228,17 +241,20 @@ TEST_F(ViewsFixture, DocumentedQueriesRunAndShowTheirRealOutput) {
 TEST_F(ViewsFixture, SplitLeaksReportsDerivedAndMislabelledItems) {
   EpisodeRecord tr = Episode(store->NewEpisodeId(), "train");
   tr.steps = {Step(0, "train obs")};
-  MemoryItem a{store->item_ids().Next(),
-               "train fact",
-               MemoryKind::kObservation,
-               {run, tr.id, 0},
-               "train",
-               0,
-               "",
-               {}};
+  auto item = [&](std::string content, MemoryKind kind, std::string split,
+                  std::vector<int64_t> parents) {
+    MemoryItem it;
+    it.id = store->item_ids().Next();
+    it.content = std::move(content);
+    it.kind = kind;
+    it.source = {run, tr.id, 0};
+    it.split = std::move(split);
+    it.parents = std::move(parents);
+    return it;
+  };
+  MemoryItem a = item("train fact", MemoryKind::kObservation, "train", {});
   // Recorded as test although a train episode created it, and derived from a train parent.
-  MemoryItem b{
-      store->item_ids().Next(), "odd", MemoryKind::kNote, {run, tr.id, 0}, "test", 0, "", {a.id}};
+  MemoryItem b = item("odd", MemoryKind::kNote, "test", {a.id});
   tr.new_items = {a, b};
   store->WriteEpisode(tr);
   auto leaks =
@@ -251,6 +267,144 @@ TEST_F(ViewsFixture, SplitLeaksReportsDerivedAndMislabelledItems) {
   EXPECT_EQ(S(leaks.rows[1][0]), "mislabelled");
   EXPECT_EQ(S(leaks.rows[1][3]), "train");
   EXPECT_EQ(S(leaks.rows[1][4]), "test");
+}
+
+TEST_F(ViewsFixture, StepRealisations) {
+  EpisodeRecord dec = Episode(store->NewEpisodeId());
+  auto menu_step = [&](int t, int action, std::string realisation) {
+    StepRecord s = Step(t, "choose");
+    s.action = action;
+    s.invalid = action < 0;
+    s.realisation = std::move(realisation);
+    for (int k = 0; k < 2; ++k) {
+      MenuItemRecord m;
+      m.position = 1 - k;  // displayed in reverse
+      m.action = k;
+      m.label = k == 0 ? "A" : "B";
+      m.command = k == 0 ? "open door" : "wait";
+      m.probability = k == 0 ? 0.6 : 0.4;
+      m.realisations = {{m.label, m.probability * 0.75}, {m.command, m.probability * 0.25}};
+      if (k == 1) m.realisations.push_back({"open door", kNotApplicable});  // B's odd wording
+      s.menu.push_back(m);
+    }
+    return s;
+  };
+  dec.steps = {menu_step(0, 0, "open door"),  // A worded as its command: 0.6 * 0.25
+               menu_step(1, 1, "B"),          // B as its label: 0.4 * 0.75
+               menu_step(2, 1, "open door"),  // B's non-finite wording: NULL
+               menu_step(3, 0, "shut door"),  // not a recorded wording: NULL
+               menu_step(4, -1, "")};         // invalid: no realisation
+  store->WriteEpisode(dec);
+  EpisodeRecord tok = Episode(store->NewEpisodeId(), "test");
+  tok.plane = "token";
+  tok.steps = {menu_step(0, 0, "open door")};
+  tok.steps[0].generated_text = "I will open door";
+  store->WriteEpisode(tok);
+
+  auto r =
+      Q("SELECT episode_id, t, split, plane, label, realisation, generated_text, invalid, "
+        "realisation_probability FROM v_step_realisations ORDER BY episode_id, t");
+  ASSERT_EQ(r.rows.size(), 6u);
+  EXPECT_EQ(S(r.rows[0][5]), "open door");
+  EXPECT_DOUBLE_EQ(D(r.rows[0][8]), 0.6 * 0.25);
+  EXPECT_EQ(S(r.rows[1][5]), "B");
+  EXPECT_DOUBLE_EQ(D(r.rows[1][8]), 0.4 * 0.75);
+  EXPECT_TRUE(Null(r.rows[2][8]));
+  EXPECT_TRUE(Null(r.rows[3][8]));
+  EXPECT_TRUE(Null(r.rows[4][5]));  // empty -> NULL
+  EXPECT_EQ(I(r.rows[4][7]), 1);
+  EXPECT_TRUE(Null(r.rows[4][8]));
+  EXPECT_TRUE(Null(r.rows[0][6]));  // decision plane: no generated text
+  EXPECT_EQ(I(r.rows[5][0]), tok.id);
+  EXPECT_EQ(S(r.rows[5][2]), "test");
+  EXPECT_EQ(S(r.rows[5][3]), "token");
+  EXPECT_EQ(S(r.rows[5][6]), "I will open door");
+  EXPECT_TRUE(Null(r.rows[5][8]));  // token plane: the wording was generated, not drawn
+}
+
+TEST_F(ViewsFixture, Transitions) {
+  EpisodeRecord e = Episode(store->NewEpisodeId());
+  for (int t = 0; t < 4; ++t) e.steps.push_back(Step(t, "room " + std::to_string(t)));
+  e.steps[0].state_hash = 0xa0;
+  e.steps[0].afterstate_hash = 0xa1;  // predicted the next state
+  e.steps[1].state_hash = 0xa1;
+  e.steps[1].afterstate_hash = 0xbeef;  // did not
+  e.steps[2].state_hash = 0xa2;
+  e.steps[2].action = -1;
+  e.steps[2].invalid = true;  // no afterstate
+  e.steps[3].state_hash = 0xa2;
+  e.steps[3].afterstate_hash = 0xffffffffffffffffULL;  // last step: no next state
+  store->WriteEpisode(e);
+  EpisodeRecord bare = Episode(store->NewEpisodeId());  // nothing recorded
+  bare.steps = {Step(0, "x"), Step(1, "y")};
+  store->WriteEpisode(bare);
+
+  auto r = Q(fmt::format(
+      "SELECT t, state_hash, action, afterstate_hash, next_state_hash, afterstate_matches_next "
+      "FROM v_transitions WHERE episode_id = {} ORDER BY t",
+      e.id));
+  ASSERT_EQ(r.rows.size(), 4u);
+  EXPECT_EQ(S(r.rows[0][1]), "00000000000000a0");  // as prompt_hash: 16 lowercase hex digits
+  EXPECT_EQ(S(r.rows[0][3]), "00000000000000a1");
+  EXPECT_EQ(S(r.rows[0][4]), "00000000000000a1");
+  EXPECT_EQ(I(r.rows[0][5]), 1);
+  EXPECT_EQ(S(r.rows[1][3]), "000000000000beef");
+  EXPECT_EQ(I(r.rows[1][5]), 0);
+  EXPECT_EQ(I(r.rows[2][2]), -1);
+  EXPECT_TRUE(Null(r.rows[2][3]));
+  EXPECT_EQ(S(r.rows[2][4]), "00000000000000a2");
+  EXPECT_TRUE(Null(r.rows[2][5]));
+  EXPECT_EQ(S(r.rows[3][3]), "ffffffffffffffff");
+  EXPECT_TRUE(Null(r.rows[3][4]));  // the end of the episode
+  EXPECT_TRUE(Null(r.rows[3][5]));
+  auto b =
+      Q(fmt::format("SELECT state_hash, afterstate_hash, next_state_hash, afterstate_matches_next "
+                    "FROM v_transitions WHERE episode_id = {} ORDER BY t",
+                    bare.id));
+  ASSERT_EQ(b.rows.size(), 2u);
+  for (const auto& row : b.rows)
+    for (const auto& v : row) EXPECT_TRUE(Null(v));
+}
+
+TEST_F(ViewsFixture, StepOptimality) {
+  auto episode = [&](const std::string& split, int64_t iteration, std::vector<int> optimal) {
+    EpisodeRecord e = Episode(store->NewEpisodeId(), split);
+    e.iteration = iteration;
+    for (int t = 0; t < static_cast<int>(optimal.size()); ++t) {
+      StepRecord s = Step(t, "s");
+      s.optimal = optimal[t];
+      if (optimal[t] == 0 && t == 0) {  // an invalid step counts as not optimal
+        s.action = -1;
+        s.invalid = true;
+      }
+      e.steps.push_back(s);
+    }
+    store->WriteEpisode(e);
+  };
+  episode("train", 1, {0, 1, 1});
+  episode("train", 1, {1, -1});
+  episode("train", 2, {0, 0});
+  episode("test", 1, {-1, -1});
+  auto r =
+      Q("SELECT split, plane, iteration, steps, oracle_steps, optimal_steps, optimal_rate "
+        "FROM v_step_optimality ORDER BY split, plane, iteration");
+  ASSERT_EQ(r.rows.size(), 3u);
+  EXPECT_EQ(S(r.rows[0][0]), "test");
+  EXPECT_EQ(I(r.rows[0][3]), 2);
+  EXPECT_EQ(I(r.rows[0][4]), 0);
+  EXPECT_EQ(I(r.rows[0][5]), 0);
+  EXPECT_TRUE(Null(r.rows[0][6]));  // no oracle: no rate
+  EXPECT_EQ(S(r.rows[1][0]), "train");
+  EXPECT_EQ(S(r.rows[1][1]), "decision");
+  EXPECT_EQ(I(r.rows[1][2]), 1);
+  EXPECT_EQ(I(r.rows[1][3]), 5);
+  EXPECT_EQ(I(r.rows[1][4]), 4);
+  EXPECT_EQ(I(r.rows[1][5]), 3);
+  EXPECT_DOUBLE_EQ(D(r.rows[1][6]), 0.75);
+  EXPECT_EQ(I(r.rows[2][2]), 2);
+  EXPECT_EQ(I(r.rows[2][5]), 0);
+  EXPECT_DOUBLE_EQ(D(r.rows[2][6]), 0.0);
+  EXPECT_EQ(Q("SELECT optimal FROM steps WHERE optimal IS NULL").rows.size(), 3u);
 }
 
 TEST_F(ViewsFixture, LabelCalibrationAndRunBudget) {
