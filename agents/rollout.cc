@@ -544,6 +544,10 @@ memory::EpisodeRecord ToRecord(const EpisodeData& e, const AgentContext& ctx) {
     sr.reward = s.reward;
     sr.invalid = s.invalid;
     sr.invalid_reason = s.invalid_reason;
+    sr.realisation = s.realisation;
+    sr.state_hash = s.state_hash;
+    if (s.item >= 0) sr.afterstate_hash = s.menu.items[s.item].afterstate_hash;
+    sr.optimal = s.optimal;
     if (decision) {
       if (s.item >= 0 && static_cast<size_t>(s.item) < s.log_p.size())
         sr.logp_rollout = sr.logp_train = s.log_p[s.item];

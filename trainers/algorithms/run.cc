@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -91,22 +92,76 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
   store = memory::Store::Open((fs::path(dir) / memory::kDatabaseFileName).string(),
                               memory::Store::Mode::kReadWrite);
   writer = std::make_unique<memory::Writer>(*store);
-  memory::RunRecord rec;
-  rec.name = cfg.run.name;
-  rec.arm = options.arm;
-  rec.kind = options.kind;
-  rec.config_toml = resolved;
-  rec.seed = cfg.run.seed;
-  rec.allow_cross_split = cfg.memory.allow_cross_split;
-  run_id = writer->BeginRun(rec);
-  recorder_ = std::make_unique<Recorder>(*writer, run_id, options.record, &times);
   const policy::Tokenizer* tok = &tokenizer;
-  bank = std::make_unique<memory::MemoryBank>(
-      cfg.memory, run_id, &store->item_ids(),
-      [tok](std::string_view text) { return static_cast<int>(tok->Encode(text, false).size()); });
+  auto make_bank = [&] {
+    bank = std::make_unique<memory::MemoryBank>(
+        cfg.memory, run_id, &store->item_ids(),
+        [tok](std::string_view text) { return static_cast<int>(tok->Encode(text, false).size()); });
+  };
+  if (resume) {
+    if (!options.record && cfg.memory.enabled)
+      throw ConfigError(
+          "--resume with memory enabled needs the run's episodes recorded (memory items live in "
+          "the store); this run records metrics only",
+          "resume without --metrics-only, or with [memory] enabled = false");
+    ResumeStore();
+    make_bank();
+    bank->Restore(store->MemoryItems(run_id));
+  } else {
+    memory::RunRecord rec;
+    rec.name = cfg.run.name;
+    rec.arm = options.arm;
+    rec.kind = options.kind;
+    rec.config_toml = resolved;
+    rec.seed = cfg.run.seed;
+    rec.allow_cross_split = cfg.memory.allow_cross_split;
+    run_id = writer->BeginRun(rec);
+    make_bank();
+  }
+  recorder_ = std::make_unique<Recorder>(*writer, run_id, options.record, &times);
   if (!options.quiet)
     spdlog::info("run directory {} ({} parameters, {})", dir, model->config().NumParameters(),
                  policy::TorchSummary());
+}
+
+void Run::ResumeStore() {
+  fs::path latest = fs::path(checkpoints_dir) / "latest";
+  std::error_code ec;
+  fs::path name = fs::read_symlink(latest, ec);
+  if (ec || name.empty())
+    throw IoError(fmt::format("--resume: no checkpoint in '{}'", checkpoints_dir),
+                  "resume needs a run directory with checkpoints/latest (checkpoint_every > 0)");
+  resume_checkpoint = (fs::path(checkpoints_dir) / name).string();
+  nlohmann::json meta;
+  {
+    std::ifstream in(fs::path(resume_checkpoint) / "rlid.json");
+    try {
+      in >> meta;
+    } catch (const nlohmann::json::exception& e) {
+      throw IoError(fmt::format("--resume: cannot read '{}/rlid.json': {}", resume_checkpoint,
+                                e.what()));
+    }
+  }
+  const auto& extra = meta.at("extra");
+  if (!extra.contains("run_id") || !extra.contains("last_episode_id"))
+    throw IoError(fmt::format("--resume: checkpoint '{}' does not say which run it belongs to",
+                              resume_checkpoint),
+                  "it was written by an older rlid; start a new run");
+  run_id = extra.at("run_id").get<int64_t>();
+  const int64_t iteration = extra.at("iteration").get<int64_t>();
+  const int64_t last_episode = extra.at("last_episode_id").get<int64_t>();
+  auto removed = writer->TruncateRun(run_id, iteration, last_episode);
+  writer->ResumeRun(run_id);
+  // The ids continue exactly where the checkpointed run stood (ids handed out
+  // but never recorded included), so resumed records match an uninterrupted run.
+  store->episode_ids().Reset(std::max(store->episode_ids().PeekNext(), last_episode + 1));
+  store->item_ids().Reset(
+      std::max(store->item_ids().PeekNext(), extra.value("last_item_id", int64_t{0}) + 1));
+  spdlog::info(
+      "resuming run {} from {}: removed {} episodes, {} memory items, {} metrics and {} "
+      "checkpoint rows written after it",
+      run_id, resume_checkpoint, removed.episodes, removed.memory_items, removed.metrics,
+      removed.checkpoints);
 }
 
 Run::~Run() {

@@ -55,7 +55,10 @@ struct RunOptions {
   std::string out_dir;                      // run directory; empty = runs/<name>-<timestamp>
   std::string kind = "train";               // train | sft | eval | compare (runs.kind)
   std::string arm;                          // runs.arm
-  bool resume = false;                      // reuse the run directory's tokenizer.json
+  // Continue the run of out_dir from checkpoints/latest: its tokenizer.json,
+  // the same `runs` row, the store truncated to what the checkpoint had seen
+  // and the memory bank restored from it (see Run::resume_checkpoint).
+  bool resume = false;
   std::string config_file = "config.toml";  // where the resolved config is written ("" = not)
   bool quiet = false;                       // no info log line
   // Provenance records (episodes, steps, menus, memory items and reads) go to
@@ -70,7 +73,10 @@ struct RunOptions {
 class Run {
  public:
   // Creates the run directory, writes the resolved config, opens the store,
-  // builds env/tokenizer/model/renderer/bank, and begins a `runs` row.
+  // builds env/tokenizer/model/renderer/bank, and begins a `runs` row — or,
+  // with RunOptions::resume, reopens the checkpoint's row after deleting
+  // everything recorded after the checkpoint (one transaction) and restores
+  // the memory bank, so the resumed run continues exactly where it stood.
   Run(const ExperimentConfig& cfg, RunOptions options);
   ~Run();  // ends the run row as "failed" unless End() was called
 
@@ -96,8 +102,14 @@ class Run {
   int64_t run_id = 0;
   agents::Budget budget;
   agents::StageTimes times;  // where the run's wall-clock went (rollout contexts add to it)
+  // With RunOptions::resume: the checkpoint the run continues from (weights,
+  // trainer state, budget and iteration are Train's to load); empty otherwise.
+  std::string resume_checkpoint;
 
  private:
+  // Finds checkpoints/latest, truncates the store to it, reopens its run row
+  // and restores the bank; sets run_id and resume_checkpoint.
+  void ResumeStore();
   std::unique_ptr<policy::TextSampler> sampler_;
   std::unique_ptr<Recorder> recorder_;
   bool ended_ = false;

@@ -148,6 +148,9 @@ EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t epi
     specs.push_back(spec);
   }
   agents::Budget scratch;  // evaluation is not part of the training budget
+  // A pass of its own: this evaluation reads no item of another evaluation (or
+  // of training), so its result does not depend on which evaluations ran before.
+  if (agent.bank) agent.memory_pass = agent.bank->NewPass();
   agent.ref_model = nullptr;
   agent.afterstate_values = false;
   agent.bootstrap_truncated = false;
@@ -266,13 +269,10 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
   int64_t start = 0;
   trainer.Setup(t, run.model);
   if (opt.resume) {
-    fs::path latest = fs::path(run.checkpoints_dir) / "latest";
-    std::error_code ec;
-    fs::path name = fs::read_symlink(latest, ec);
-    if (ec || name.empty())
-      throw IoError(fmt::format("--resume: no checkpoint in '{}'", run.checkpoints_dir),
-                    "resume needs a run directory with checkpoints/latest (checkpoint_every > 0)");
-    fs::path dir = fs::path(run.checkpoints_dir) / name;
+    if (run.resume_checkpoint.empty())
+      throw IoError(fmt::format("--resume: the run in '{}' was not opened to resume", run.dir),
+                    "open it with RunOptions::resume (rlid train --resume --out DIR)");
+    fs::path dir = run.resume_checkpoint;
     auto ck = policy::LoadCheckpoint(dir.string(), run.device);
     policy::CopyWeights(ck.model, run.model);
     if (plane == policy::Plane::kToken) run.Sampler().SyncWeights(run.model);
