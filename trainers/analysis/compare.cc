@@ -27,12 +27,14 @@ void CompareConfig::Load(ConfigNode n) {
   std::vector<std::string> names;
   n.Get("arms", names, "arms by algorithm name (each arm = one registered trainer)");
   std::vector<int64_t> seed_list(seeds.begin(), seeds.end());
-  n.Get("seeds", seed_list, "RL seeds; every arm runs every seed");
+  n.Get("seeds", seed_list, "RL seeds; every arm runs every seed", IntRange::NonNegative());
   n.GetEnum("budget", budget, {"env_steps", "wall_clock", "flops"}, "the matched budget");
-  n.Get("budget_value", budget_value, "budget per arm and seed (env steps, seconds, or FLOPs)");
-  n.Get("max_iterations", max_iterations,
-        "safety cap on iterations (the budget should stop first)");
-  n.Get("success_threshold", success_threshold, "success level for 'env steps to reach'");
+  n.Get("budget_value", budget_value, "budget per arm and seed (env steps, seconds, or FLOPs)",
+        Range::Positive());
+  n.Get("max_iterations", max_iterations, "safety cap on iterations (the budget should stop first)",
+        IntRange::Positive());
+  n.Get("success_threshold", success_threshold, "success level for 'env steps to reach'",
+        Range::Unit());
   n.GetEnum(
       "success_metric", success_metric, {"greedy", "sampled"},
       "test evaluation reported: greedy (argmax) or sampled policy (needs trainer.eval_sampled)");
@@ -50,10 +52,7 @@ void CompareConfig::Load(ConfigNode n) {
     arms.push_back(spec);
   }
   seeds.clear();
-  for (auto s : seed_list) {
-    if (s < 0) throw ConfigError(fmt::format("{}: seeds must be >= 0", n.Where("seeds")));
-    seeds.push_back(static_cast<uint64_t>(s));
-  }
+  for (auto s : seed_list) seeds.push_back(static_cast<uint64_t>(s));
   if (arms.empty())
     throw ConfigError(fmt::format("{}: [compare] has no arms", n.Where()),
                       "add arms = [\"ppo_decision\", \"grpo\"] or [[compare.arm]] tables");
@@ -66,8 +65,6 @@ void CompareConfig::Load(ConfigNode n) {
     if (!seen.insert(a.name).second)
       throw ConfigError(fmt::format("compare: arm '{}' appears twice", a.name));
   }
-  if (!(budget_value > 0))
-    throw ConfigError(fmt::format("{}: budget_value must be > 0", n.Where("budget_value")));
 }
 
 namespace {
