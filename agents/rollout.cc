@@ -27,9 +27,8 @@ void InvalidConfig::Load(ConfigNode n) {
             "token plane: what an answer that compiles to no action does");
   n.Get("penalty", penalty, "reward of an invalid answer");
   n.Get("max_retries", max_retries,
-        "penalty_retry: extra tries at the same state before the episode ends");
-  if (max_retries < 0)
-    throw ConfigError(fmt::format("{}: max_retries must be >= 0", n.Where("max_retries")));
+        "penalty_retry: extra tries at the same state before the episode ends",
+        IntRange::NonNegative());
 }
 
 namespace {

@@ -6,6 +6,7 @@
 
 #include "bench/bench.h"
 #include "cli/command.h"
+#include "cli/json_output.h"
 #include "core/error.h"
 
 namespace rlid::bench {
@@ -24,11 +25,11 @@ class BenchCommand : public cli::Command {
       sub->callback([this, b, name = name] {
         nlohmann::json result = b->Run();
         result["benchmark"] = name;
-        std::cout << result.dump(2) << std::endl;
+        std::cout << cli::DumpJson(result, 2) << std::endl;
         if (!out_.empty()) {
           std::ofstream f(out_);
           if (!f) throw IoError(fmt::format("cannot write '{}'", out_));
-          f << result.dump(2) << "\n";
+          f << cli::DumpJson(result, 2) << "\n";
         }
       });
     }

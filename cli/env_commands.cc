@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/json_output.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "envs/env.h"
@@ -94,7 +95,7 @@ class EnvCommand : public Command {
                           {"observation", state->Observation()},
                           {"state_hash", fmt::format("{:016x}", state->Hash())},
                           {"menu", MenuJson(menu)}};
-      std::cout << j.dump(2) << "\n";
+      std::cout << DumpJson(j, 2) << "\n";
       return;
     }
     std::cout << fmt::format("{} — seed {} ({} split), step limit {}\n\n", info.name, show_.seed,

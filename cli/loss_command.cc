@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/json_output.h"
 #include "cli/loss_json.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -339,7 +340,7 @@ class CaseCommand : public Command {
     app.add_option("--json", path_, "the case as a JSON file, or - for stdin")->required();
     app.callback([this] {
       json doc = ReadJson(path_);
-      std::cout << evaluate_(doc, path_ == "-" ? "<stdin>" : path_).dump() << "\n";
+      std::cout << DumpJson(evaluate_(doc, path_ == "-" ? "<stdin>" : path_)) << "\n";
     });
   }
 

@@ -1,4 +1,4 @@
-// The JSON side of `rlid loss` and `rlid advantage` (shared/algorithms.md,
+// The JSON side of `rlid loss` and `rlid advantage` (docs/algorithms.md,
 // "Checking"): one JSON object in, one out, float64 throughout. Exposed so tests
 // can run the reference cases in-process; the commands in loss_command.cc wrap
 // these with file / stdin handling.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/json_output.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "envs/env.h"
@@ -88,6 +89,12 @@ class PolicyCommand : public Command {
     readout->callback([this] { Readout(); });
 
     auto* sample = app.add_subcommand("sample", "sample token-plane answers and compile them");
+    sample->footer(
+        "With --json: one object per sample. An answer is whatever bytes its tokens decode to, "
+        "which need not be UTF-8: \"text\" shows each invalid byte as U+FFFD (so the output is "
+        "always valid JSON), \"text_hex\" holds the exact bytes in hex, and \"text_is_utf8\" "
+        "says whether \"text\" is exact. \"matched\" is the menu wording (label, command or "
+        "alias) the answer compiled by.");
     sa_.Add(*sample);
     sample->add_option("-n,--num", num_, "samples")->capture_default_str();
     sample->add_option("--temperature", sopts_.temperature, "sampling temperature (0 = greedy)")
@@ -154,7 +161,7 @@ class PolicyCommand : public Command {
                           {"menu_entropy", rb.menu_entropy[0].item<double>()},
                           {"value", rb.value[0].item<double>()}};
     if (ro_.json) {
-      std::cout << out.dump(2) << "\n";
+      std::cout << DumpJson(out, 2) << "\n";
       return;
     }
     std::cout << l.prompt.text << "\n\n";
@@ -194,18 +201,21 @@ class PolicyCommand : public Command {
       auto c = l.menu.Compile(text);
       double lp = 0;
       for (float v : r.logprobs) lp += v;
-      out.push_back({{"text", text},
-                     {"tokens", r.tokens},
-                     {"logprobs", r.logprobs},
-                     {"logprob", lp},
-                     {"finish", r.finish},
-                     {"valid", c.valid()},
-                     {"action", c.valid() ? l.menu.items[c.item].command : ""},
-                     {"label", c.valid() ? l.menu.items[c.item].label : ""},
-                     {"invalid_reason", c.reason}});
+      nlohmann::json o = {{"tokens", r.tokens},
+                          {"logprobs", r.logprobs},
+                          {"logprob", lp},
+                          {"finish", r.finish},
+                          {"valid", c.valid()},
+                          {"action", c.valid() ? l.menu.items[c.item].command : ""},
+                          {"label", c.valid() ? l.menu.items[c.item].label : ""},
+                          {"matched", c.matched},
+                          {"invalid_reason", c.reason}};
+      TextWithBytes(o, "text", text);
+      o["text_is_utf8"] = IsValidUtf8(text);
+      out.push_back(std::move(o));
     }
     if (sa_.json) {
-      std::cout << out.dump(2) << "\n";
+      std::cout << DumpJson(out, 2) << "\n";
       return;
     }
     std::cout << l.prompt.text << "\n\n";

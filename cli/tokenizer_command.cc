@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/json_output.h"
 #include "core/check.h"
 #include "core/error.h"
 #include "envs/env.h"
@@ -71,7 +72,7 @@ class TokenizerCommand : public Command {
     encode->callback([this, encode] {
       const Tokenizer tok = Tokenizer::FromFile(encode_path_);
       const std::string text = ArgOrStdin(text_, encode->count("text") > 0);
-      std::cout << nlohmann::json(tok.Encode(text, !no_special_)).dump() << "\n";
+      std::cout << DumpJson(nlohmann::json(tok.Encode(text, !no_special_))) << "\n";
     });
 
     auto* decode =

@@ -166,13 +166,50 @@ ConfigNode Config::Root() { return ConfigNode(impl_.get(), "", &impl_->doc); }
 
 namespace {
 
+// "file:line:col" of a node, "--set a.b" for an overridden path, else the source name.
+std::string NodeWhere(const Config::Impl& impl, const toml::node& node, const std::string& full) {
+  if (!full.empty() && impl.overridden.count(full)) return fmt::format("--set {}", full);
+  if (impl.positions && node.source().begin.line > 0)
+    return fmt::format("{}:{}:{}", node.source().path ? *node.source().path : impl.source,
+                       node.source().begin.line, node.source().begin.column);
+  return impl.source;
+}
+
+// A quoted key such as "trainer.lr" is one key whose name contains dots; no
+// config struct declares such a name, even when its text equals a declared path.
+[[noreturn]] void QuotedDottedKey(const Config::Impl& impl, const toml::node& node,
+                                  const std::string& path, const std::string& key) {
+  std::string section = path.empty() ? "at the top level" : "in [" + path + "]";
+  const std::string full = JoinPath(path, key);
+  const size_t dot = key.rfind('.');
+  std::string fix;
+  if (node.is_table()) {
+    fix = fmt::format("write `[{}]` unquoted", full);
+  } else if (node.is_array_of_tables()) {
+    fix = fmt::format("write `[[{}]]` unquoted", full);
+  } else {
+    std::ostringstream os;
+    node.visit([&](auto&& v) { os << v; });
+    // Floats as their shortest round-trip text (0.3, not 0.29999999999999999).
+    const std::string value = node.is_floating_point() ? TomlText(*node.value<double>()) : os.str();
+    fix = fmt::format("write `[{}]` then `{} = {}`, or `{} = {}` unquoted",
+                      JoinPath(path, key.substr(0, dot)), key.substr(dot + 1), value, key, value);
+  }
+  throw ConfigError(
+      fmt::format("{}: unknown key \"{}\" {} (quoted, so its dots are part of the name)",
+                  NodeWhere(impl, node, /*full=*/""), key, section),
+      fmt::format("a quoted key with dots is one key named '{}'; {}", key, fix));
+}
+
 void CheckTable(const Config::Impl& impl, const toml::table& table, const std::string& path) {
   if (impl.wildcard.count(path)) return;
   for (auto&& [k, node] : table) {
     std::string key(k.str());
     std::string full = JoinPath(path, key);
     bool known = false;
-    if (node.is_table()) {
+    if (key.find('.') != std::string::npos) {  // overrides split at dots: never from --set
+      QuotedDottedKey(impl, node, path, key);
+    } else if (node.is_table()) {
       known = impl.sections.count(full) > 0;
       if (known) CheckTable(impl, *node.as_table(), full);
     } else if (node.is_array_of_tables() && impl.table_arrays.count(full)) {
@@ -198,13 +235,7 @@ void CheckTable(const Config::Impl& impl, const toml::table& table, const std::s
     for (const auto& p : impl.table_arrays) add_child(p);
     // Array elements "a[0]" are declared through their base name "a".
     std::string base_path = path;
-    std::string where = impl.source;
-    if (impl.overridden.count(full)) {
-      where = fmt::format("--set {}", full);
-    } else if (impl.positions && node.source().begin.line > 0) {
-      where = fmt::format("{}:{}:{}", node.source().path ? *node.source().path : impl.source,
-                          node.source().begin.line, node.source().begin.column);
-    }
+    std::string where = NodeWhere(impl, node, full);
     std::string section = path.empty() ? "the top level" : "[" + path + "]";
     std::sort(candidates.begin(), candidates.end());
     candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
@@ -296,24 +327,14 @@ namespace {
 
 [[noreturn]] void TypeMismatch(const ConfigNode& n, std::string_view key, const char* expected,
                                const toml::node& got) {
-  throw ConfigError(fmt::format("{}: '{}' must be {}, found {}", n.Where(key),
-                                n.path().empty() ? std::string(key) : n.path() + "." + std::string(key),
+  throw ConfigError(fmt::format("{}: '{}' must be {}, found {}", n.Where(key), n.KeyPath(key),
                                 expected, TypeName(got)));
 }
 
-template <class Int>
-Int ReadInt(const ConfigNode& n, std::string_view key, const toml::node& node) {
+int64_t ReadInt(const ConfigNode& n, std::string_view key, const toml::node& node) {
   auto v = node.value_exact<int64_t>();
   if (!v) TypeMismatch(n, key, "an integer", node);
-  if constexpr (std::is_same_v<Int, uint64_t>) {
-    if (*v < 0)
-      throw ConfigError(fmt::format("{}: '{}' must be >= 0, found {}", n.Where(key), key, *v));
-  }
-  if constexpr (std::is_same_v<Int, int>) {
-    if (*v < INT32_MIN || *v > INT32_MAX)
-      throw ConfigError(fmt::format("{}: '{}' = {} is out of range", n.Where(key), key, *v));
-  }
-  return static_cast<Int>(*v);
+  return *v;
 }
 
 double ReadDouble(const ConfigNode& n, std::string_view key, const toml::node& node) {
@@ -322,7 +343,91 @@ double ReadDouble(const ConfigNode& n, std::string_view key, const toml::node& n
   TypeMismatch(n, key, "a number", node);
 }
 
+// `doc` with the range appended ("AdamW beta1, in [0, 1)"); unchanged for an
+// unbounded range.
+template <class R>
+std::string DocWithRange(std::string_view doc, const R& range) {
+  if (range.Describe() == R{}.Describe()) return std::string(doc);
+  return doc.empty() ? range.Describe() : fmt::format("{}, {}", doc, range.Describe());
+}
+
+// "[i]" for element i of an array key, "" for a scalar (i < 0).
+std::string Element(int i) { return i < 0 ? "" : fmt::format("[{}]", i); }
+
+// The hint of a range error: "key: doc, range" (or "key: range" without a doc).
+template <class R>
+std::string RangeHint(const ConfigNode& n, std::string_view key, std::string_view shown_doc,
+                      const R& range) {
+  return fmt::format("{}: {}", n.KeyPath(key), shown_doc.empty() ? range.Describe() : shown_doc);
+}
+
+// `shown_doc` is the key's doc with its range (the hint of the error).
+void CheckDouble(const ConfigNode& n, std::string_view key, double v, const Range& range,
+                 std::string_view shown_doc, int element = -1) {
+  if (range.Contains(v)) return;
+  std::string hint = RangeHint(n, key, shown_doc, range);
+  if (!std::isfinite(v) && !(range.allow_inf && std::isinf(v)))
+    throw ConfigError(fmt::format("{}: '{}{}' must be a finite number, found {}", n.Where(key),
+                                  n.KeyPath(key), Element(element), v),
+                      std::move(hint));
+  throw ConfigError(fmt::format("{}: '{}{}' must be {}, found {}", n.Where(key), n.KeyPath(key),
+                                Element(element), range.Describe(), v),
+                    std::move(hint));
+}
+
+void CheckInt(const ConfigNode& n, std::string_view key, int64_t v, const IntRange& range,
+              std::string_view shown_doc, int element = -1) {
+  if (range.Contains(v)) return;
+  throw ConfigError(fmt::format("{}: '{}{}' must be {}, found {}", n.Where(key), n.KeyPath(key),
+                                Element(element), range.Describe(), v),
+                    RangeHint(n, key, shown_doc, range));
+}
+
+IntRange Intersect(IntRange a, IntRange b) {
+  return {std::max(a.min, b.min), std::min(a.max, b.max)};
+}
+
+std::string FormatBound(double x) { return fmt::format("{}", x); }
+
 }  // namespace
+
+bool Range::Contains(double v) const {
+  if (has_extra && v == extra) return true;
+  if (std::isnan(v) || (std::isinf(v) && !allow_inf)) return false;
+  bool above_lo = lo_open ? v > lo : v >= lo;
+  bool below_hi = hi_open ? v < hi : v <= hi;
+  // An infinite bound is closed when inf is allowed: (0, inf] holds inf.
+  if (std::isinf(v) && v == lo) above_lo = true;
+  if (std::isinf(v) && v == hi) below_hi = true;
+  return above_lo && below_hi;
+}
+
+std::string Range::Describe() const {
+  const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
+  std::string d;
+  if (has_lo && has_hi) {
+    d = fmt::format("in {}{}, {}{}", lo_open ? "(" : "[", FormatBound(lo), FormatBound(hi),
+                    hi_open ? ")" : "]");
+  } else if (has_lo) {
+    d = fmt::format("{} {}", lo_open ? ">" : ">=", FormatBound(lo));
+  } else if (has_hi) {
+    d = fmt::format("{} {}", hi_open ? "<" : "<=", FormatBound(hi));
+  } else {
+    d = allow_inf ? "a number other than nan" : "a finite number";
+  }
+  if (allow_inf && (has_lo || has_hi)) d += " (inf allowed)";
+  if (has_extra) d = fmt::format("{} or {}", FormatBound(extra), d);
+  return d;
+}
+
+std::string IntRange::Describe() const {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  if (min != kMin && max != kMax) return fmt::format("in [{}, {}]", min, max);
+  if (min != kMin) return fmt::format(">= {}", min);
+  if (max != kMax) return fmt::format("<= {}", max);
+  return "an integer";
+}
 
 void ConfigNode::Get(std::string_view key, bool& value, std::string_view doc) {
   if (auto* p = static_cast<const toml::node*>(Find(key))) {
@@ -333,24 +438,45 @@ void ConfigNode::Get(std::string_view key, bool& value, std::string_view doc) {
   Record(key, TomlText(value), doc);
 }
 
-void ConfigNode::Get(std::string_view key, int& value, std::string_view doc) {
-  if (auto* p = static_cast<const toml::node*>(Find(key))) value = ReadInt<int>(*this, key, *p);
-  Record(key, TomlText(value), doc);
+void ConfigNode::Get(std::string_view key, int& value, std::string_view doc, IntRange range) {
+  const std::string shown = DocWithRange(doc, range);
+  int64_t v = value;
+  if (auto* p = static_cast<const toml::node*>(Find(key))) v = ReadInt(*this, key, *p);
+  CheckInt(*this, key, v, range, shown);  // the stated range first: its message is the useful one
+  CheckInt(*this, key, v, Intersect(range, {INT32_MIN, INT32_MAX}), shown);
+  value = static_cast<int>(v);
+  Record(key, TomlText(value), shown);
 }
 
-void ConfigNode::Get(std::string_view key, int64_t& value, std::string_view doc) {
-  if (auto* p = static_cast<const toml::node*>(Find(key))) value = ReadInt<int64_t>(*this, key, *p);
-  Record(key, TomlText(value), doc);
+void ConfigNode::Get(std::string_view key, int64_t& value, std::string_view doc, IntRange range) {
+  if (auto* p = static_cast<const toml::node*>(Find(key))) value = ReadInt(*this, key, *p);
+  const std::string shown = DocWithRange(doc, range);
+  CheckInt(*this, key, value, range, shown);
+  Record(key, TomlText(value), shown);
 }
 
-void ConfigNode::Get(std::string_view key, uint64_t& value, std::string_view doc) {
-  if (auto* p = static_cast<const toml::node*>(Find(key))) value = ReadInt<uint64_t>(*this, key, *p);
-  Record(key, TomlText(value), doc);
+void ConfigNode::Get(std::string_view key, uint64_t& value, std::string_view doc, IntRange range) {
+  const std::string shown = DocWithRange(doc, range);
+  const IntRange valid = Intersect(range, IntRange::NonNegative());
+  if (auto* p = static_cast<const toml::node*>(Find(key))) {
+    int64_t v = ReadInt(*this, key, *p);
+    CheckInt(*this, key, v, valid, shown);
+    value = static_cast<uint64_t>(v);
+  } else if (value <= static_cast<uint64_t>(INT64_MAX)) {
+    CheckInt(*this, key, static_cast<int64_t>(value), valid, shown);
+  } else if (valid.max != IntRange{}.max) {  // a default beyond int64 fits only an open-ended range
+    throw ConfigError(fmt::format("{}: '{}' must be {}, found {}", Where(key), KeyPath(key),
+                                  valid.Describe(), value),
+                      RangeHint(*this, key, shown, valid));
+  }
+  Record(key, TomlText(value), shown);
 }
 
-void ConfigNode::Get(std::string_view key, double& value, std::string_view doc) {
+void ConfigNode::Get(std::string_view key, double& value, std::string_view doc, Range range) {
   if (auto* p = static_cast<const toml::node*>(Find(key))) value = ReadDouble(*this, key, *p);
-  Record(key, TomlText(value), doc);
+  const std::string shown = DocWithRange(doc, range);
+  CheckDouble(*this, key, value, range, shown);
+  Record(key, TomlText(value), shown);
 }
 
 void ConfigNode::Get(std::string_view key, std::string& value, std::string_view doc) {
@@ -375,16 +501,24 @@ void GetArray(ConfigNode& self, std::string_view key, const toml::node* p, std::
 }
 }  // namespace
 
-void ConfigNode::Get(std::string_view key, std::vector<double>& value, std::string_view doc) {
+void ConfigNode::Get(std::string_view key, std::vector<double>& value, std::string_view doc,
+                     Range range) {
   GetArray(*this, key, static_cast<const toml::node*>(Find(key)), value,
            [&](const toml::node& el) { return ReadDouble(*this, key, el); });
-  Record(key, TomlArrayText(value), doc);
+  const std::string shown = DocWithRange(doc, range);
+  for (size_t i = 0; i < value.size(); ++i)
+    CheckDouble(*this, key, value[i], range, shown, static_cast<int>(i));
+  Record(key, TomlArrayText(value), shown);
 }
 
-void ConfigNode::Get(std::string_view key, std::vector<int64_t>& value, std::string_view doc) {
+void ConfigNode::Get(std::string_view key, std::vector<int64_t>& value, std::string_view doc,
+                     IntRange range) {
   GetArray(*this, key, static_cast<const toml::node*>(Find(key)), value,
-           [&](const toml::node& el) { return ReadInt<int64_t>(*this, key, el); });
-  Record(key, TomlArrayText(value), doc);
+           [&](const toml::node& el) { return ReadInt(*this, key, el); });
+  const std::string shown = DocWithRange(doc, range);
+  for (size_t i = 0; i < value.size(); ++i)
+    CheckInt(*this, key, value[i], range, shown, static_cast<int>(i));
+  Record(key, TomlArrayText(value), shown);
 }
 
 void ConfigNode::Get(std::string_view key, std::vector<std::string>& value, std::string_view doc) {

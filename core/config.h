@@ -3,16 +3,19 @@
 //   Config cfg = Config::FromFile("configs/quickstart.toml");
 //   cfg.ApplyOverride("trainer.loss.clip_high=0.28");      // --set
 //   ConfigNode t = cfg.Root().Section("trainer");
-//   t.Get("lr", lr_, "AdamW learning rate");               // default = current value
+//   t.Get("lr", lr_, "AdamW learning rate", Range::Positive());  // default = current value
 //   cfg.CheckAllUsed();   // unknown keys -> ConfigError with file:line:column + nearest key
 //   std::cout << cfg.ResolvedToml();                       // every field, defaults included
 //
 // Config structs call Get() for every field they declare, so the resolved
 // config lists everything the run used, and anything else in the file is an
-// error. ConfigNode is a cheap handle (pointer + path) into the shared state.
+// error. Numbers are checked against the range the call site states (floats
+// are finite unless the range allows inf). ConfigNode is a cheap handle
+// (pointer + path) into the shared state.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,6 +24,72 @@
 namespace rlid {
 
 class ConfigNode;
+
+// The valid values of a float key: an interval whose ends are open or closed,
+// optionally plus one exact value outside it (an "off" setting such as
+// dual_clip = 0). NaN is never valid; +-inf only with allow_inf.
+//   Range::Positive()                  (0, inf)
+//   Range::Unit().OpenHigh()           [0, 1)
+//   Range::GreaterThan(1).Or(0)        0 or > 1
+//   Range::Positive().AllowInf()       (0, inf]
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+  bool allow_inf = false;  // +-inf pass when they lie in [lo, hi] (bounds are then closed)
+  bool has_extra = false;  // `extra` is valid as well
+  double extra = 0.0;
+
+  static constexpr Range Any() { return {}; }  // every finite number
+  static constexpr Range AtLeast(double x) { return {x}; }
+  static constexpr Range GreaterThan(double x) { return {x, Range{}.hi, true}; }
+  static constexpr Range AtMost(double x) { return {Range{}.lo, x}; }
+  static constexpr Range Closed(double lo, double hi) { return {lo, hi}; }
+  static constexpr Range Positive() { return GreaterThan(0); }
+  static constexpr Range NonNegative() { return AtLeast(0); }
+  static constexpr Range Unit() { return Closed(0, 1); }         // [0, 1]
+  static constexpr Range Probability() { return Closed(0, 1); }  // [0, 1], read as a probability
+  constexpr Range OpenLow() const {
+    Range r = *this;
+    r.lo_open = true;
+    return r;
+  }
+  constexpr Range OpenHigh() const {
+    Range r = *this;
+    r.hi_open = true;
+    return r;
+  }
+  constexpr Range AllowInf() const {
+    Range r = *this;
+    r.allow_inf = true;
+    return r;
+  }
+  constexpr Range Or(double value) const {
+    Range r = *this;
+    r.has_extra = true;
+    r.extra = value;
+    return r;
+  }
+
+  bool Contains(double v) const;
+  // "in [0, 1)", "> 0", ">= 0", "0 or > 1", "finite" (for "'k' must be ...").
+  std::string Describe() const;
+};
+
+// The valid values of an integer key: [min, max].
+struct IntRange {
+  int64_t min = std::numeric_limits<int64_t>::min();
+  int64_t max = std::numeric_limits<int64_t>::max();
+
+  static constexpr IntRange Any() { return {}; }
+  static constexpr IntRange AtLeast(int64_t x) { return {x}; }
+  static constexpr IntRange Closed(int64_t lo, int64_t hi) { return {lo, hi}; }
+  static constexpr IntRange Positive() { return {1}; }     // >= 1 (sizes, counts that must exist)
+  static constexpr IntRange NonNegative() { return {0}; }  // >= 0
+  bool Contains(int64_t v) const { return v >= min && v <= max; }
+  // "in [2, 8]", ">= 1", "<= 5", "any integer".
+  std::string Describe() const;
+};
 
 class Config {
  public:
@@ -61,15 +130,22 @@ class Config {
 class ConfigNode {
  public:
   // Reads `key` into `value` if present (type-checked), keeps `value` as the
-  // default otherwise, and records the resolved value with `doc`.
+  // default otherwise, and records the resolved value with `doc`. Numbers must
+  // lie in `range` (checked on the resolved value, so a bad default is caught
+  // too; vectors element by element): otherwise a ConfigError
+  // "file:line:col: 'section.key' must be in [0, 1), found 2" (or "--set key: ...").
+  // The range is appended to `doc` in the resolved config. Floats default to
+  // Range::Any(): finite. ints are also limited to the int32 range, uint64_t to >= 0.
   void Get(std::string_view key, bool& value, std::string_view doc);
-  void Get(std::string_view key, int& value, std::string_view doc);
-  void Get(std::string_view key, int64_t& value, std::string_view doc);
-  void Get(std::string_view key, uint64_t& value, std::string_view doc);
-  void Get(std::string_view key, double& value, std::string_view doc);
+  void Get(std::string_view key, int& value, std::string_view doc, IntRange range = {});
+  void Get(std::string_view key, int64_t& value, std::string_view doc, IntRange range = {});
+  void Get(std::string_view key, uint64_t& value, std::string_view doc, IntRange range = {});
+  void Get(std::string_view key, double& value, std::string_view doc, Range range = {});
   void Get(std::string_view key, std::string& value, std::string_view doc);
-  void Get(std::string_view key, std::vector<double>& value, std::string_view doc);
-  void Get(std::string_view key, std::vector<int64_t>& value, std::string_view doc);
+  void Get(std::string_view key, std::vector<double>& value, std::string_view doc,
+           Range range = {});
+  void Get(std::string_view key, std::vector<int64_t>& value, std::string_view doc,
+           IntRange range = {});
   void Get(std::string_view key, std::vector<std::string>& value, std::string_view doc);
   // A string restricted to `allowed`; anything else is a ConfigError naming them.
   void GetEnum(std::string_view key, std::string& value, const std::vector<std::string>& allowed,
@@ -84,15 +160,17 @@ class ConfigNode {
   void MarkAllUsed() const;
   // "trainer.loss" ("" for the root).
   const std::string& path() const { return path_; }
-  // "file:line:column" of key (or of this table when key is empty), or the source name.
+  // "file:line:column" of key (or of this table when key is empty), "--set a.b"
+  // for a key set by an override, or the source name.
   std::string Where(std::string_view key = {}) const;
+  // "trainer.loss.clip_low": the full path of a key under this section.
+  std::string KeyPath(std::string_view key) const;
 
  private:
   friend class Config;
   ConfigNode(Config::Impl* impl, std::string path, void* table)
       : impl_(impl), path_(std::move(path)), table_(table) {}
   const void* Find(std::string_view key) const;
-  std::string KeyPath(std::string_view key) const;
   void Record(std::string_view key, std::string toml_value, std::string_view doc) const;
 
   Config::Impl* impl_;

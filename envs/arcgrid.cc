@@ -564,26 +564,20 @@ const Registrar<EnvRegistry> kRegister(
       ArcParams p;
       std::vector<std::string> ops;
       for (auto [name, f] : kFamilies) ops.push_back(name);
-      c.Get("size", p.size, "side of the square input grid (2..6)");
-      c.Get("colours", p.colours, "colours in a task besides the background 0 (1..4)");
-      c.Get("min_ops", p.min_ops, "fewest operations a target needs (1 = one afterstate shows it)");
-      c.Get("max_ops", p.max_ops, "most operations a target needs (1..4)");
+      c.Get("size", p.size, "side of the square input grid", IntRange{2, kMaxSide});
+      c.Get("colours", p.colours, "colours in a task besides the background 0", IntRange{1, 4});
+      c.Get("max_ops", p.max_ops, "most operations a target needs", IntRange{1, 4});
+      c.Get("min_ops", p.min_ops,
+            "fewest operations a target needs (1 = one afterstate shows it; <= max_ops)",
+            IntRange{1, p.max_ops});
       c.Get("ops", ops,
             "operation families: rotate, flip, transpose, crop, gravity, fill, recolour");
       p.step_limit = 4 * p.max_ops;
-      c.Get("step_limit", p.step_limit, "decisions per episode (default 4 * max_ops)");
-      c.Get("success_reward", p.success_reward, "reward when the grid equals the target");
-      c.Get("step_cost", p.step_cost, "cost subtracted on every step");
-      auto range = [&](const char* key, int v, int lo, int hi) {
-        if (v < lo || v > hi)
-          throw ConfigError(fmt::format("{}: env.{} = {} is out of range", c.Where(key), key, v),
-                            fmt::format("use {}..{}", lo, hi));
-      };
-      range("size", p.size, 2, kMaxSide);
-      range("colours", p.colours, 1, 4);
-      range("max_ops", p.max_ops, 1, 4);
-      range("min_ops", p.min_ops, 1, p.max_ops);
-      range("step_limit", p.step_limit, p.max_ops, 1000);
+      c.Get("step_limit", p.step_limit, "decisions per episode (default 4 * max_ops)",
+            IntRange{p.max_ops, 1000});
+      c.Get("success_reward", p.success_reward, "reward when the grid equals the target",
+            Range::Positive());
+      c.Get("step_cost", p.step_cost, "cost subtracted on every step", Range::NonNegative());
       p.families = 0;
       std::vector<std::string> known;
       for (auto [name, f] : kFamilies) known.push_back(name);
@@ -600,14 +594,6 @@ const Registrar<EnvRegistry> kRegister(
             fmt::format("{}: env.ops = [{}] has no operation that applies to every grid",
                         c.Where("ops"), FamilyNames(p.families)),
             "add rotate, flip or transpose, so that no grid is left without a move");
-      if (!(p.success_reward > 0) || !std::isfinite(p.success_reward))
-        throw ConfigError(fmt::format("{}: env.success_reward = {} must be positive and finite",
-                                      c.Where("success_reward"), p.success_reward),
-                          "e.g. 1.0");
-      if (!(p.step_cost >= 0) || !std::isfinite(p.step_cost))
-        throw ConfigError(fmt::format("{}: env.step_cost = {} must be >= 0 and finite",
-                                      c.Where("step_cost"), p.step_cost),
-                          "e.g. 0.01");
       auto env = MakeArcEnv(p);
       env->NewState(0);  // fails early (ConfigError) when no task fits the operation set
       return env;

@@ -114,12 +114,10 @@ std::unique_ptr<Env> MakeBanditEnv(const BanditParams& p) {
 const Registrar<EnvRegistry> kRegister(
     "bandit", "contextual k-armed bandit with a text context (one decision)", [](ConfigNode c) {
       BanditParams p;
-      c.Get("arms", p.arms, "number of items on the menu (2..8)");
+      c.Get("arms", p.arms, "number of items on the menu",
+            IntRange{2, static_cast<int64_t>(kArms.size())});
       c.Get("wrong_reward", p.wrong_reward, "reward for a wrong recommendation");
       c.Get("shuffle", p.shuffle, "menu order varies with the seed");
-      if (p.arms < 2 || p.arms > static_cast<int>(kArms.size()))
-        throw ConfigError(fmt::format("{}: env.arms = {} is out of range", c.Where("arms"), p.arms),
-                          "use 2..8");
       return MakeBanditEnv(p);
     });
 

@@ -544,43 +544,21 @@ std::unique_ptr<Env> MakeCraftEnv(const CraftParams& p) {
 const Registrar<EnvRegistry> kRegister(
     "craft", "crafting from a recipe DAG (gather, combine, wrong combinations)", [](ConfigNode c) {
       CraftParams p;
-      c.Get("depth", p.depth, "recipe depth of the target item (1..4)");
-      if (p.depth < 1 || p.depth > kMaxDepth)
-        throw ConfigError(
-            fmt::format("{}: env.depth = {} is out of range", c.Where("depth"), p.depth),
-            fmt::format("use 1..{} (the recipe world has items of depth 1 to {})", kMaxDepth,
-                        kMaxDepth));
+      c.Get("depth", p.depth, "recipe depth of the target item (the world's items)",
+            IntRange{1, kMaxDepth});
       int longest = TheWorld().max_full_cost[p.depth];
       p.step_limit = 4 * longest;
-      c.Get("distractors", p.distractors, "wrong combinations offered per menu (at most; 0..10)");
+      c.Get("distractors", p.distractors, "wrong combinations offered per menu (at most)",
+            IntRange{0, 10});
       c.Get("extra_recipes", p.extra_recipes,
-            "decoy recipes in the book that do not lead to the goal (0..4)");
+            "decoy recipes in the book that do not lead to the goal", IntRange{0, 4});
       c.Get("step_limit", p.step_limit,
-            "decisions per episode (default: 4x the longest plan at this depth)");
-      c.Get("success_reward", p.success_reward, "reward for making the goal item");
-      c.Get("step_cost", p.step_cost, "cost subtracted on every step");
-      if (p.distractors < 0 || p.distractors > 10)
-        throw ConfigError(fmt::format("{}: env.distractors = {} is out of range",
-                                      c.Where("distractors"), p.distractors),
-                          "use 0..10");
-      if (p.extra_recipes < 0 || p.extra_recipes > 4)
-        throw ConfigError(fmt::format("{}: env.extra_recipes = {} is out of range",
-                                      c.Where("extra_recipes"), p.extra_recipes),
-                          "use 0..4");
-      if (p.step_limit < longest || p.step_limit > 10000)
-        throw ConfigError(
-            fmt::format(
-                "{}: env.step_limit = {} cannot fit every plan at depth {} (up to {} steps)",
-                c.Where("step_limit"), p.step_limit, p.depth, longest),
-            fmt::format("use {}..10000 (default {})", longest, 4 * longest));
-      if (!(p.success_reward > 0) || !std::isfinite(p.success_reward))
-        throw ConfigError(fmt::format("{}: env.success_reward = {} must be positive and finite",
-                                      c.Where("success_reward"), p.success_reward),
-                          "e.g. 1.0");
-      if (!(p.step_cost >= 0) || !std::isfinite(p.step_cost))
-        throw ConfigError(fmt::format("{}: env.step_cost = {} must be >= 0 and finite",
-                                      c.Where("step_cost"), p.step_cost),
-                          "e.g. 0.01");
+            fmt::format("decisions per episode; every plan at depth {} fits in {} (default 4x)",
+                        p.depth, longest),
+            IntRange{longest, 10000});
+      c.Get("success_reward", p.success_reward, "reward for making the goal item",
+            Range::Positive());
+      c.Get("step_cost", p.step_cost, "cost subtracted on every step", Range::NonNegative());
       return MakeCraftEnv(p);
     });
 

@@ -2,7 +2,8 @@
 // itself into a Menu of executable actions (label, canonical command, accepted
 // wordings, afterstate) and compiles free text into an action or an `invalid`
 // result. Everything an agent sees is text; everything an env does is
-// deterministic given its seed. No LibTorch here (see design.md §2).
+// deterministic given its seed. No LibTorch here: envs stay fast to
+// build and are tested without it.
 #pragma once
 
 #include <cstdint>

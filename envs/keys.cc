@@ -681,41 +681,29 @@ std::unique_ptr<Env> MakeKeysEnv(const KeysParams& p) {
       });
 }
 
-void CheckRange(const ConfigNode& c, const char* key, int value, int lo, int hi,
-                const std::string& hint) {
-  if (value < lo || value > hi)
-    throw ConfigError(
-        fmt::format("{}: env.{} = {} is out of range {}..{}", c.Where(key), key, value, lo, hi),
-        hint);
-}
-
 const Registrar<EnvRegistry> kRegister(
     "keys", "TextWorld-like household: keys, locked doors, containers, deliver an object",
     [](ConfigNode c) {
       KeysParams p;
-      c.Get("rooms", p.rooms, "number of rooms (2..10)");
-      CheckRange(c, "rooms", p.rooms, 2, kMaxRooms, "default 4");
+      c.Get("rooms", p.rooms, "number of rooms", IntRange{2, kMaxRooms});
       const int max_extra = p.rooms * (p.rooms - 1) / 2 - (p.rooms - 1);
       p.extra_doors = std::min(1, max_extra);
-      c.Get("extra_doors", p.extra_doors, "doors beyond a spanning tree of the rooms (loops)");
-      CheckRange(c, "extra_doors", p.extra_doors, 0, max_extra,
-                 fmt::format("{} rooms have at most {} doors beyond a tree", p.rooms, max_extra));
-      c.Get("locked_doors", p.locked_doors, "doors locked with a colour key (0..6)");
-      CheckRange(c, "locked_doors", p.locked_doors, 0,
-                 std::min(kMaxLocks, p.rooms - 1 + p.extra_doors),
-                 "at most one lock per door and 6 colours");
-      c.Get("containers", p.containers, "closed containers placed in the rooms (0..8)");
-      CheckRange(c, "containers", p.containers, 0, kMaxContainers, "default 2");
-      c.Get("step_limit", p.step_limit, "episodes are truncated after this many actions");
-      CheckRange(c, "step_limit", p.step_limit, 1, 100000, "default 40");
-      c.Get("success_reward", p.success_reward, "reward for completing the goal");
-      c.Get("step_cost", p.step_cost, "cost subtracted on every action");
-      if (!(p.success_reward > 0.0) || !(p.step_cost >= 0.0) || !std::isfinite(p.success_reward) ||
-          !std::isfinite(p.step_cost))
-        throw ConfigError(
-            fmt::format("{}: need success_reward > 0 and step_cost >= 0, got {} and {}", c.Where(),
-                        p.success_reward, p.step_cost),
-            "the oracle assumes the shortest solution is optimal; defaults are 1.0 and 0.01");
+      c.Get("extra_doors", p.extra_doors,
+            fmt::format("doors beyond a spanning tree of the rooms (loops; {} rooms have at most "
+                        "{} beyond a tree)",
+                        p.rooms, max_extra),
+            IntRange{0, max_extra});
+      c.Get("locked_doors", p.locked_doors,
+            "doors locked with a colour key (at most one lock per door and 6 colours)",
+            IntRange{0, std::min(kMaxLocks, p.rooms - 1 + p.extra_doors)});
+      c.Get("containers", p.containers, "closed containers placed in the rooms",
+            IntRange{0, kMaxContainers});
+      c.Get("step_limit", p.step_limit, "episodes are truncated after this many actions",
+            IntRange{1, 100000});
+      // The oracle assumes the shortest solution is optimal: a positive reward, no step bonus.
+      c.Get("success_reward", p.success_reward, "reward for completing the goal",
+            Range::Positive());
+      c.Get("step_cost", p.step_cost, "cost subtracted on every action", Range::NonNegative());
       if (MaxMenuSize(p) > kMaxMenuSize)
         throw ConfigError(
             fmt::format("{}: rooms = {}, locked_doors = {}, containers = {} can give menus of "

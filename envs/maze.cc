@@ -304,37 +304,21 @@ const Registrar<EnvRegistry> kRegister(
     "maze", "grid maze from a random spanning tree plus loops (optionally partially observable)",
     [](ConfigNode c) {
       MazeParams p;
-      c.Get("size", p.size, "the maze has size x size cells (2..12)");
-      if (p.size < kMinSize || p.size > kMaxSize)
-        throw ConfigError(fmt::format("{}: env.size = {} is out of range", c.Where("size"), p.size),
-                          fmt::format("use {}..{} (5 is the default)", kMinSize, kMaxSize));
-      c.Get("extra_edges", p.extra_edges, "fraction of the non-tree walls opened as loops (0..1)");
-      if (!(p.extra_edges >= 0.0 && p.extra_edges <= 1.0))
-        throw ConfigError(fmt::format("{}: env.extra_edges = {} is not a fraction",
-                                      c.Where("extra_edges"), p.extra_edges),
-                          "use 0 (a perfect maze) .. 1 (no inner walls); default 0.25");
+      c.Get("size", p.size, "the maze has size x size cells", IntRange{kMinSize, kMaxSize});
+      c.Get("extra_edges", p.extra_edges,
+            "fraction of the non-tree walls opened as loops (0 = a perfect maze, 1 = no inner "
+            "walls)",
+            Range::Unit());
       c.Get("view_radius", p.view_radius,
-            "0: the whole maze is described; r > 0: only cells within r rows and columns");
-      if (p.view_radius < 0)
-        throw ConfigError(fmt::format("{}: env.view_radius = {} is negative",
-                                      c.Where("view_radius"), p.view_radius),
-                          "use 0 (fully observable) or a positive radius");
+            "0: the whole maze is described; r > 0: only cells within r rows and columns",
+            IntRange::NonNegative());
       p.step_limit = 3 * p.size * p.size;  // >= 3x the longest possible shortest path
       c.Get("step_limit", p.step_limit,
-            "episodes are truncated after this many moves (default 3*size^2)");
-      if (p.step_limit < 1)
-        throw ConfigError(
-            fmt::format("{}: env.step_limit = {} must be positive", c.Where("step_limit"),
-                        p.step_limit),
-            fmt::format("the default for size {} is {}", p.size, 3 * p.size * p.size));
-      c.Get("success_reward", p.success_reward, "reward for reaching the exit");
-      c.Get("step_cost", p.step_cost, "cost subtracted on every move");
-      if (!(p.success_reward > 0.0) || !(p.step_cost >= 0.0) || !std::isfinite(p.success_reward) ||
-          !std::isfinite(p.step_cost))
-        throw ConfigError(
-            fmt::format("{}: need success_reward > 0 and step_cost >= 0, got {} and {}", c.Where(),
-                        p.success_reward, p.step_cost),
-            "the oracle assumes the shortest path is optimal; defaults are 1.0 and 0.01");
+            "episodes are truncated after this many moves (default 3*size^2)",
+            IntRange::Positive());
+      // The oracle assumes the shortest path is optimal: a positive reward, no step bonus.
+      c.Get("success_reward", p.success_reward, "reward for reaching the exit", Range::Positive());
+      c.Get("step_cost", p.step_cost, "cost subtracted on every move", Range::NonNegative());
       return MakeMazeEnv(p);
     });
 

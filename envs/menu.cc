@@ -181,11 +181,14 @@ std::string Preview(std::string_view s) {
   return out;
 }
 
-CompileResult Valid(const Menu& menu, int item, std::string matched) {
+// A match of item `item` by its wording `realisation` (0 = label, k = realisations[k-1]).
+CompileResult Valid(const Menu& menu, int item, int realisation) {
+  const MenuItem& it = menu.items[item];
   CompileResult r;
   r.item = item;
-  r.action = menu.items[item].action;
-  r.matched = std::move(matched);
+  r.action = it.action;
+  r.realisation = realisation;
+  r.matched = realisation == 0 ? it.label : it.realisations[realisation - 1];
   return r;
 }
 
@@ -206,7 +209,7 @@ CompileResult Menu::Compile(std::string_view text) const {
 
   // 1. A bare label, exact case, possibly decorated: "B", "(B)", "**B**".
   std::string_view core = StripDecoration(seg);
-  if (int i = IndexOfLabel(core); i >= 0) return Valid(*this, i, items[i].label);
+  if (int i = IndexOfLabel(core); i >= 0) return Valid(*this, i, 0);
 
   // 2. Normalised exact match against realisations, then lowercase labels.
   std::string norm = Normalise(seg);
@@ -214,12 +217,14 @@ CompileResult Menu::Compile(std::string_view text) const {
   std::vector<std::vector<std::string>> wordings(items.size());
   for (size_t i = 0; i < items.size(); ++i)
     for (const auto& r : items[i].realisations) wordings[i].push_back(Normalise(r));
-  auto exact = [&](const std::string& s) -> int {
+  // Item and realisation number (k >= 1) of the first wording equal to s; {-1, -1} if none.
+  auto exact_wording = [&](const std::string& s) -> std::pair<int, int> {
     for (size_t i = 0; i < items.size(); ++i)
-      for (const auto& w : wordings[i])
-        if (w == s) return static_cast<int>(i);
-    return -1;
+      for (size_t k = 0; k < wordings[i].size(); ++k)
+        if (wordings[i][k] == s) return {static_cast<int>(i), static_cast<int>(k) + 1};
+    return {-1, -1};
   };
+  auto exact = [&](const std::string& s) -> int { return exact_wording(s).first; };
   auto label_ci = [&](const std::string& s) -> int {
     if (s.size() != 1) return -1;
     for (size_t i = 0; i < items.size(); ++i)
@@ -227,8 +232,8 @@ CompileResult Menu::Compile(std::string_view text) const {
     return -1;
   };
   for (const std::string& cand : {norm, StripLeadIns(norm)}) {
-    if (int i = exact(cand); i >= 0) return Valid(*this, i, cand);
-    if (int i = label_ci(cand); i >= 0) return Valid(*this, i, items[i].label);
+    if (auto [i, k] = exact_wording(cand); i >= 0) return Valid(*this, i, k);
+    if (int i = label_ci(cand); i >= 0) return Valid(*this, i, 0);
   }
   std::string body = StripLeadIns(norm);
 
@@ -278,7 +283,7 @@ CompileResult Menu::Compile(std::string_view text) const {
         if (ri >= 0 && ri != li)
           return Invalid(fmt::format("label {} does not match '{}' (that is {})", upper, rest,
                                      items[ri].label));
-        return Valid(*this, li, upper);
+        return Valid(*this, li, 0);
       }
     }
   }
@@ -290,26 +295,33 @@ CompileResult Menu::Compile(std::string_view text) const {
     struct Span {
       size_t begin, end;
       int item;
+      int realisation;  // k >= 1: realisations[k - 1]
     };
     std::vector<Span> spans;
     for (size_t i = 0; i < items.size(); ++i) {
-      for (const auto& w : wordings[i]) {
+      for (size_t k = 0; k < wordings[i].size(); ++k) {
+        const std::string& w = wordings[i][k];
         if (w.size() < 3) continue;
         for (size_t pos = body.find(w); pos != std::string::npos; pos = body.find(w, pos + 1)) {
           size_t end = pos + w.size();
           if ((pos == 0 || body[pos - 1] == ' ') && (end == body.size() || body[end] == ' '))
-            spans.push_back({pos, end, static_cast<int>(i)});
+            spans.push_back({pos, end, static_cast<int>(i), static_cast<int>(k) + 1});
         }
       }
     }
     std::set<int> mentioned;
+    const Span* first = nullptr;  // the leftmost (then longest) mention not inside another
     for (const auto& a : spans) {
       bool inside = false;
       for (const auto& b : spans)
         inside |= b.begin <= a.begin && a.end <= b.end && (b.end - b.begin) > (a.end - a.begin);
-      if (!inside) mentioned.insert(a.item);
+      if (inside) continue;
+      mentioned.insert(a.item);
+      if (!first || a.begin < first->begin ||
+          (a.begin == first->begin && a.end - a.begin > first->end - first->begin))
+        first = &a;
     }
-    if (mentioned.size() == 1) return Valid(*this, *mentioned.begin(), Preview(body));
+    if (mentioned.size() == 1) return Valid(*this, first->item, first->realisation);
     if (mentioned.size() > 1) {
       std::vector<std::string> names;
       for (int i : mentioned) names.push_back(items[i].label + " (" + items[i].command + ")");
@@ -318,7 +330,7 @@ CompileResult Menu::Compile(std::string_view text) const {
   }
 
   // 5. Exactly one uppercase single-letter label among the words ("I think C").
-  if (named_labels.size() == 1) return Valid(*this, *named_labels.begin(), items[*named_labels.begin()].label);
+  if (named_labels.size() == 1) return Valid(*this, *named_labels.begin(), 0);
   if (named_labels.size() > 1) {
     std::vector<std::string> names;
     for (int i : named_labels) names.push_back(items[i].label);

@@ -31,8 +31,14 @@ struct MenuItem {
 struct CompileResult {
   ActionId action = kNoAction;  // kNoAction when invalid
   int item = -1;                // menu index of the action
-  std::string matched;          // the label or wording that matched
-  std::string reason;           // why the text is invalid (empty when valid)
+  // The wording that matched, as the menu lists it: the item's label, or one of
+  // its realisations verbatim (not the normalised text of the answer). Empty
+  // when invalid.
+  std::string matched;
+  // Which wording `matched` is: 0 = the label, k >= 1 = realisations[k - 1]
+  // (1 = the command); -1 when invalid.
+  int realisation = -1;
+  std::string reason;  // why the text is invalid (empty when valid)
   bool valid() const { return action != kNoAction; }
 };
 

@@ -96,7 +96,12 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device) {
     if (version < 1)
       throw IoError(fmt::format("checkpoint '{}': rlid.json has no valid format_version", dir));
   }
-  ModelConfig cfg = ModelConfig::FromJson(ReadJson(root / "config.json"));
+  ModelConfig cfg;
+  try {
+    cfg = ModelConfig::FromJson(ReadJson(root / "config.json"));
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("checkpoint '{}': {}", dir, e.what()), e.hint());
+  }
   if (!fs::exists(root / "tokenizer.json"))
     throw IoError(fmt::format("checkpoint '{}' has no tokenizer.json", dir));
   out.tokenizer = Tokenizer::FromFile((root / "tokenizer.json").string());

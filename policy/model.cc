@@ -34,24 +34,29 @@ void ModelConfig::Load(ConfigNode n) {
   n.GetEnum("preset", preset, {"tiny", "small", "base", "custom"},
             "model size preset; the fields below override it");
   ApplyPreset(preset);
-  n.Get("hidden_size", hidden_size, "model width D");
-  n.Get("intermediate_size", intermediate_size, "SwiGLU hidden width");
-  n.Get("num_layers", num_layers, "decoder layers");
-  n.Get("num_heads", num_heads, "query heads");
-  n.Get("num_kv_heads", num_kv_heads, "key/value heads (grouped-query attention)");
-  n.Get("head_dim", head_dim, "per-head width (explicit, as in Qwen3)");
-  n.Get("rope_theta", rope_theta, "RoPE base");
-  n.Get("rms_norm_eps", rms_norm_eps, "RMSNorm epsilon");
+  const IntRange size = IntRange::Positive();
+  n.Get("hidden_size", hidden_size, "model width D", size);
+  n.Get("intermediate_size", intermediate_size, "SwiGLU hidden width", size);
+  n.Get("num_layers", num_layers, "decoder layers", size);
+  n.Get("num_heads", num_heads, "query heads (a multiple of num_kv_heads)", size);
+  n.Get("num_kv_heads", num_kv_heads, "key/value heads (grouped-query attention)", size);
+  n.Get("head_dim", head_dim, "per-head width (explicit, as in Qwen3; even)", size);
+  n.Get("rope_theta", rope_theta, "RoPE base", Range::Positive());
+  n.Get("rms_norm_eps", rms_norm_eps, "RMSNorm epsilon", Range::Positive());
   n.Get("qk_norm", qk_norm, "RMSNorm on queries and keys (Qwen3)");
   n.Get("attention_bias", attention_bias, "biases on q/k/v projections (Qwen2)");
   n.Get("tie_embeddings", tie_embeddings, "LM head shares the token embedding");
-  n.Get("max_position", max_position, "longest sequence in tokens");
-  Validate();
+  n.Get("max_position", max_position, "longest sequence in tokens", size);
+  try {
+    Validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: {}", n.Where(), e.what()), e.hint());
+  }
 }
 
 void ModelConfig::Validate() const {
   auto positive = [](const char* name, int64_t v) {
-    if (v <= 0) throw ConfigError(fmt::format("policy.{} must be > 0, found {}", name, v));
+    if (v < 1) throw ConfigError(fmt::format("'policy.{}' must be >= 1, found {}", name, v));
   };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
@@ -61,6 +66,12 @@ void ModelConfig::Validate() const {
   positive("num_kv_heads", num_kv_heads);
   positive("head_dim", head_dim);
   positive("max_position", max_position);
+  auto positive_finite = [](const char* name, double v) {
+    if (!(v > 0) || !std::isfinite(v))
+      throw ConfigError(fmt::format("'policy.{}' must be a finite number > 0, found {}", name, v));
+  };
+  positive_finite("rope_theta", rope_theta);
+  positive_finite("rms_norm_eps", rms_norm_eps);
   if (num_heads % num_kv_heads != 0)
     throw ConfigError(fmt::format("policy.num_heads = {} is not a multiple of num_kv_heads = {}",
                                   num_heads, num_kv_heads),
@@ -103,8 +114,10 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
     c.num_layers = j.at("num_hidden_layers").get<int64_t>();
     c.num_heads = j.at("num_attention_heads").get<int64_t>();
     c.num_kv_heads = j.value("num_key_value_heads", c.num_heads);
+    // Without head_dim it is D / heads; with no heads Validate() reports num_heads.
     c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int64_t>()
-                                                                    : c.hidden_size / c.num_heads;
+                 : c.num_heads > 0                                  ? c.hidden_size / c.num_heads
+                                                                    : 0;
     if (j.contains("rope_theta")) c.rope_theta = j["rope_theta"].get<double>();
     else if (j.contains("rope_parameters")) c.rope_theta = j["rope_parameters"].value("rope_theta", 10000.0);
     c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
@@ -116,7 +129,14 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
     throw ConfigError(fmt::format("bad model config.json: {}", e.what()),
                       "expected Hugging Face Qwen3/Qwen2/Llama config keys");
   }
-  c.Validate();
+  try {
+    c.Validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(
+        fmt::format("bad model config.json: {}", e.what()),
+        "config.json names them num_hidden_layers (num_layers), num_attention_heads (num_heads), "
+        "num_key_value_heads (num_kv_heads), max_position_embeddings (max_position)");
+  }
   return c;
 }
 

@@ -17,6 +17,11 @@ void PromptConfig::Load(ConfigNode n) {
   n.GetEnum("label_order", label_order, {"shuffle", "fixed"},
             "menu order per step: seeded permutation or the env's order");
   n.Get("reasoning", reasoning, "token plane: ask for brief reasoning before the action");
+  if (answer_prefix.empty() || answer_prefix.back() == ' ')
+    throw ConfigError(fmt::format("{}: 'prompt.answer_prefix' must be non-empty and not end with "
+                                  "a space, found '{}'",
+                                  n.Where("answer_prefix"), answer_prefix),
+                      "the label token carries its own leading space (' B')");
 }
 
 PromptRenderer::PromptRenderer(PromptConfig cfg, Tokenizer tokenizer)

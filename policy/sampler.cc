@@ -9,6 +9,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
 
 #include "core/check.h"
@@ -40,9 +41,10 @@ namespace {
 void ValidateOptions(const SamplerOptions& o) {
   if (o.dtype != "float32" && o.dtype != "bfloat16")
     throw ConfigError(fmt::format("unknown sampler dtype '{}'", o.dtype), "use float32 or bfloat16");
-  if (!(o.temperature >= 0.0))
-    throw ConfigError(fmt::format("sampler temperature must be >= 0, found {}", o.temperature),
-                      "0 means greedy decoding");
+  if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
+    throw ConfigError(
+        fmt::format("sampler temperature must be a finite number >= 0, found {}", o.temperature),
+        "0 means greedy decoding");
   if (!(o.top_p > 0.0 && o.top_p <= 1.0))
     throw ConfigError(fmt::format("sampler top_p must be in (0, 1], found {}", o.top_p));
   if (o.max_new_tokens < 1)

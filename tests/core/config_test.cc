@@ -1,6 +1,10 @@
 #include "core/config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
@@ -134,6 +138,205 @@ TEST(Config, ConvertedDocumentsCiteTheSourceWithoutTomlPositions) {
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("case.json: ", 0), 0u) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace rlid
+
+namespace rlid {
+namespace {
+
+// The message of the ConfigError `f` throws ("" when it throws none).
+template <class F>
+std::string ErrorOf(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return std::string(e.what()) + "\n  hint: " + e.hint();
+  }
+  return "";
+}
+
+bool Has(const std::string& text, std::string_view part) {
+  return text.find(part) != std::string::npos;
+}
+
+// x as TOML float text.
+std::string TomlFloat(double x) {
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return fmt::format("{}", x);
+}
+
+TEST(Config, QuotedDottedKeyAtTheTopLevelIsUnknown) {
+  // One key named "trainer.lr": its text equals the declared path trainer.lr.
+  Config cfg = Config::FromString("\"trainer.lr\" = 1\n", "q.toml");
+  double lr = 0.1;
+  cfg.Root().Section("trainer").Get("lr", lr, "learning rate");
+  EXPECT_DOUBLE_EQ(lr, 0.1);  // the quoted key did not set it
+  std::string msg = ErrorOf([&] { cfg.CheckAllUsed(); });
+  // At the value's position.
+  EXPECT_TRUE(Has(msg, "q.toml:1:16: unknown key \"trainer.lr\" at the top level")) << msg;
+  EXPECT_TRUE(Has(msg, "a quoted key with dots is one key named 'trainer.lr'")) << msg;
+  EXPECT_TRUE(Has(msg, "write `[trainer]` then `lr = 1`, or `trainer.lr = 1` unquoted")) << msg;
+}
+
+TEST(Config, QuotedDottedKeysInSectionsAndTablesAreUnknown) {
+  Config in_section = Config::FromString("[trainer]\n\"loss.clip_high\" = 0.3\n", "s.toml");
+  double clip = 0.2;
+  in_section.Root().Section("trainer").Section("loss").Get("clip_high", clip, "");
+  std::string msg = ErrorOf([&] { in_section.CheckAllUsed(); });
+  EXPECT_TRUE(Has(msg, "s.toml:2:20: unknown key \"loss.clip_high\" in [trainer]")) << msg;
+  EXPECT_TRUE(Has(msg, "write `[trainer.loss]` then `clip_high = 0.3`")) << msg;
+
+  Config table = Config::FromString("[\"trainer.loss\"]\nclip_high = 0.3\n", "t.toml");
+  table.Root().Section("trainer").Section("loss").Get("clip_high", clip, "");
+  msg = ErrorOf([&] { table.CheckAllUsed(); });
+  EXPECT_TRUE(Has(msg, "t.toml:1:")) << msg;
+  EXPECT_TRUE(Has(msg, "write `[trainer.loss]` unquoted")) << msg;
+
+  // Unquoted dotted keys are nested tables and stay valid.
+  Config plain = Config::FromString("trainer.lr = 1\n", "p.toml");
+  double lr = 0.1;
+  plain.Root().Section("trainer").Get("lr", lr, "");
+  EXPECT_NO_THROW(plain.CheckAllUsed());
+  EXPECT_DOUBLE_EQ(lr, 1.0);
+}
+
+TEST(Config, NonFiniteFloatsAreRejectedByDefault) {
+  for (const char* text : {"nan", "inf", "-inf", "+nan"}) {
+    Config cfg = Config::FromString(fmt::format("[trainer]\nlr = {}\n", text), "f.toml");
+    double lr = 0.1;
+    std::string msg = ErrorOf([&] { cfg.Root().Section("trainer").Get("lr", lr, "peak lr"); });
+    EXPECT_TRUE(Has(msg, "f.toml:2:6: ")) << text << ": " << msg;
+    EXPECT_TRUE(Has(msg, "'trainer.lr' must be a finite number, found ")) << text << ": " << msg;
+  }
+  Config cfg = Config::FromString("[trainer]\nlr = nan\n", "f.toml");
+  double lr = 0.1;
+  EXPECT_TRUE(Has(ErrorOf([&] { cfg.Root().Section("trainer").Get("lr", lr, ""); }),
+                  "must be a finite number, found nan"));
+  // Elements of float arrays as well.
+  Config arr = Config::FromString("xs = [1.0, inf]\n", "a.toml");
+  std::vector<double> xs;
+  std::string msg = ErrorOf([&] { arr.Root().Get("xs", xs, ""); });
+  EXPECT_TRUE(Has(msg, "'xs[1]' must be a finite number, found inf")) << msg;
+}
+
+TEST(Config, InfIsAcceptedOnlyWhereTheRangeAllowsIt) {
+  Config cfg = Config::FromString("cap = inf\nlow = -inf\nbad = nan\n", "i.toml");
+  double cap = 2.0, low = 0.0, bad = 0.0;
+  cfg.Root().Get("cap", cap, "upper clamp", Range::Positive().AllowInf());
+  EXPECT_TRUE(std::isinf(cap));
+  std::string msg = ErrorOf([&] { cfg.Root().Get("low", low, "", Range::Positive().AllowInf()); });
+  EXPECT_TRUE(Has(msg, "'low' must be > 0 (inf allowed), found -inf")) << msg;
+  msg = ErrorOf([&] { cfg.Root().Get("bad", bad, "", Range::Any().AllowInf()); });
+  EXPECT_TRUE(Has(msg, "'bad' must be a finite number, found nan")) << msg;
+  EXPECT_TRUE(Has(cfg.ResolvedToml(), "cap = inf")) << cfg.ResolvedToml();
+  EXPECT_TRUE(Has(cfg.ResolvedToml(), "# upper clamp, > 0 (inf allowed)")) << cfg.ResolvedToml();
+}
+
+TEST(Config, EveryRangeFormAcceptsItsBoundsAndNamesItsViolations) {
+  struct Case {
+    Range range;
+    double inside, outside;
+    const char* description;
+  };
+  const std::vector<Case> cases = {
+      {Range::Any(), -1e300, std::nan(""), "a finite number"},
+      {Range::AtLeast(2), 2, 1.5, ">= 2"},
+      {Range::GreaterThan(1), 1.5, 1, "> 1"},
+      {Range::AtMost(3), 3, 3.5, "<= 3"},
+      {Range::AtMost(3).OpenHigh(), 2.5, 3, "< 3"},
+      {Range::Closed(-1, 1), -1, 1.01, "in [-1, 1]"},
+      {Range::Positive(), 1e-12, 0, "> 0"},
+      {Range::NonNegative(), 0, -1e-12, ">= 0"},
+      {Range::Unit(), 1, -0.5, "in [0, 1]"},
+      {Range::Probability(), 0, 1.5, "in [0, 1]"},
+      {Range::Unit().OpenHigh(), 0, 1, "in [0, 1)"},
+      {Range::Unit().OpenLow(), 1, 0, "in (0, 1]"},
+      {Range::Unit().OpenLow().OpenHigh(), 0.5, 1, "in (0, 1)"},
+      {Range::GreaterThan(1).Or(0), 0, 0.5, "0 or > 1"},
+      {Range::Positive().AllowInf(), std::numeric_limits<double>::infinity(), 0,
+       "> 0 (inf allowed)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.description);
+    EXPECT_EQ(c.range.Describe(), c.description);
+    EXPECT_TRUE(c.range.Contains(c.inside));
+    EXPECT_FALSE(c.range.Contains(c.outside));
+    Config ok = Config::FromConverted(fmt::format("[s]\nx = {}\n", TomlFloat(c.inside)), "ok");
+    double x = 0;
+    EXPECT_NO_THROW(ok.Root().Section("s").Get("x", x, "doc", c.range));
+    EXPECT_EQ(x, c.inside);
+    if (std::isnan(c.outside)) continue;
+    Config bad = Config::FromString(fmt::format("[s]\n\nx = {}\n", TomlFloat(c.outside)), "r.toml");
+    std::string msg = ErrorOf([&] { bad.Root().Section("s").Get("x", x, "doc", c.range); });
+    // The position is the value's: line 3, column 5.
+    EXPECT_TRUE(
+        Has(msg, fmt::format("r.toml:3:5: 's.x' must be {}, found {}", c.description, c.outside)))
+        << msg;
+    EXPECT_TRUE(Has(msg, fmt::format("hint: s.x: doc, {}", c.description))) << msg;
+  }
+}
+
+TEST(Config, NoValueIsInsideAnEmptyOrNanRange) {
+  EXPECT_FALSE(Range::Any().Contains(std::nan("")));
+  EXPECT_FALSE(Range::Any().AllowInf().Contains(std::nan("")));
+  EXPECT_FALSE(Range::Any().Contains(std::numeric_limits<double>::infinity()));
+  EXPECT_TRUE(Range::Any().AllowInf().Contains(-std::numeric_limits<double>::infinity()));
+  EXPECT_FALSE(Range::Closed(1, 1).OpenHigh().Contains(1));
+}
+
+TEST(Config, IntegerRangesNameKeyRangeAndValue) {
+  Config cfg = Config::FromString(
+      "[env]\narms = 9\nsteps = -1\nseed = -3\nsmall = 3000000000\nsizes = [4, 0, 2]\n", "n.toml");
+  ConfigNode env = cfg.Root().Section("env");
+  int arms = 2;
+  std::string msg = ErrorOf([&] { env.Get("arms", arms, "menu items", IntRange{2, 8}); });
+  EXPECT_TRUE(Has(msg, "n.toml:2:8: 'env.arms' must be in [2, 8], found 9")) << msg;
+  EXPECT_TRUE(Has(msg, "hint: env.arms: menu items, in [2, 8]")) << msg;
+  int64_t steps = 5;
+  msg = ErrorOf([&] { env.Get("steps", steps, "", IntRange::NonNegative()); });
+  EXPECT_TRUE(Has(msg, "n.toml:3:9: 'env.steps' must be >= 0, found -1")) << msg;
+  msg = ErrorOf([&] { env.Get("steps", steps, "", IntRange::Positive()); });
+  EXPECT_TRUE(Has(msg, "'env.steps' must be >= 1, found -1")) << msg;
+  uint64_t seed = 0;
+  msg = ErrorOf([&] { env.Get("seed", seed, ""); });
+  EXPECT_TRUE(Has(msg, "n.toml:4:8: 'env.seed' must be >= 0, found -3")) << msg;
+  EXPECT_TRUE(Has(msg, "hint: env.seed: >= 0")) << msg;  // no doc: the hint is the range
+  int small = 0;
+  msg = ErrorOf([&] { env.Get("small", small, ""); });
+  EXPECT_TRUE(Has(msg, "'env.small' must be in [-2147483648, 2147483647], found 3000000000"))
+      << msg;
+  std::vector<int64_t> sizes;
+  msg = ErrorOf([&] { env.Get("sizes", sizes, "", IntRange::Positive()); });
+  EXPECT_TRUE(Has(msg, "n.toml:6:9: 'env.sizes[1]' must be >= 1, found 0")) << msg;
+  EXPECT_EQ(IntRange::Closed(1, 4).Describe(), "in [1, 4]");
+  EXPECT_EQ(IntRange{.max = 5}.Describe(), "<= 5");
+  EXPECT_EQ(IntRange::Any().Describe(), "an integer");
+  // In range: read, and the range is part of the resolved doc.
+  Config good = Config::FromString("[env]\narms = 8\n", "g.toml");
+  good.Root().Section("env").Get("arms", arms, "menu items", IntRange{2, 8});
+  EXPECT_EQ(arms, 8);
+  EXPECT_TRUE(Has(good.ResolvedToml(), "arms = 8  # menu items, in [2, 8]")) << good.ResolvedToml();
+}
+
+TEST(Config, RangesApplyToDefaultsAndOverrides) {
+  Config cfg;
+  cfg.ApplyOverride("trainer.adam_beta1=2");
+  double beta1 = 0.9;
+  std::string msg = ErrorOf([&] {
+    cfg.Root().Section("trainer").Get("adam_beta1", beta1, "AdamW beta1", Range::Unit().OpenHigh());
+  });
+  EXPECT_TRUE(Has(msg, "--set trainer.adam_beta1: 'trainer.adam_beta1' must be in [0, 1), found 2"))
+      << msg;
+  // A default outside the stated range is a bug the getter reports too.
+  Config empty = Config::FromString("", "e.toml");
+  int64_t n = 0;
+  msg = ErrorOf([&] { empty.Root().Get("n", n, "", IntRange::Positive()); });
+  EXPECT_TRUE(Has(msg, "e.toml: 'n' must be >= 1, found 0")) << msg;
+  std::vector<double> fracs = {0.5, 1.5};
+  msg = ErrorOf([&] { empty.Root().Get("fracs", fracs, "", Range::Unit()); });
+  EXPECT_TRUE(Has(msg, "'fracs[1]' must be in [0, 1], found 1.5")) << msg;
 }
 
 }  // namespace

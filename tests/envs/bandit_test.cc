@@ -1,4 +1,9 @@
+// bandit: pinned texts of a few seeds, one correct item per context, params
+// validated, free text understood.
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "envs/env.h"
 
@@ -8,7 +13,38 @@ namespace {
 TEST(Bandit, PinnedObservations) {
   auto env = MakeEnv("bandit");
   // Golden texts: a change here changes every experiment on bandit.
-  EXPECT_EQ(env->NewState(0)->Observation(), env->NewState(0)->Observation());
+  struct Pinned {
+    uint64_t seed;
+    const char* observation;
+    std::vector<std::string> menu;  // commands in env order (labels A, B, C, D)
+    const char* correct;
+  } pinned[] = {
+      {0,
+       "Ava feels parched at the market. Recommend one item.",
+       {"recommend sunscreen", "recommend water", "recommend coat", "recommend umbrella"},
+       "recommend water"},
+      {1,
+       "Noah will sit in the sun all day at the station. Recommend one item.",
+       {"recommend sunscreen", "recommend coat", "recommend umbrella", "recommend water"},
+       "recommend sunscreen"},
+      {7,
+       "Omar is thirsty after a long run at the station. Recommend one item.",
+       {"recommend sunscreen", "recommend umbrella", "recommend water", "recommend coat"},
+       "recommend water"},
+  };
+  for (const auto& p : pinned) {
+    SCOPED_TRACE(p.seed);
+    auto s = env->NewState(p.seed);
+    EXPECT_EQ(s->Observation(), p.observation);
+    Menu m = s->CompileMenu();
+    std::vector<std::string> commands, correct;
+    for (const auto& it : m.items) {
+      commands.push_back(it.command);
+      if (s->Clone()->Apply(it.action).success) correct.push_back(it.command);
+    }
+    EXPECT_EQ(commands, p.menu);
+    EXPECT_EQ(correct, std::vector<std::string>{p.correct});
+  }
   auto s = env->NewState(1);
   Menu m = s->CompileMenu();
   ASSERT_EQ(m.size(), 4u);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "core/rng.h"
@@ -217,9 +218,22 @@ TEST_P(EnvConformance, OracleSolvesEveryTestSeed) {
   EXPECT_EQ(solved, kSeeds);
 }
 
+// Of the kGraphSeeds seeds GraphValuesMatchOracle enumerates, how many must
+// have a state graph small enough (200000 states) to be checked, per env. A
+// seed whose graph is too large is skipped, so this is what keeps the test from
+// passing without checking anything. An env missing here must check them all.
+constexpr uint64_t kGraphSeeds = 4;
+int MinGraphSeedsChecked(const std::string& env) {
+  static const std::map<std::string, int> kMin = {
+      {"arcgrid", 4}, {"bandit", 4}, {"craft", 4}, {"keys", 4}, {"maze", 4}};
+  auto it = kMin.find(env);
+  return it == kMin.end() ? static_cast<int>(kGraphSeeds) : it->second;
+}
+
 TEST_P(EnvConformance, GraphValuesMatchOracle) {
-  if (!env_->Info().deterministic) GTEST_SKIP();
-  for (uint64_t seed = 0; seed < 4; ++seed) {
+  if (!env_->Info().deterministic) GTEST_SKIP() << "state graphs need deterministic transitions";
+  int checked = 0;
+  for (uint64_t seed = 0; seed < kGraphSeeds; ++seed) {
     auto s = env_->NewState(seed);
     auto sg = EnumerateStates(*s, 200000);
     if (!sg.complete) continue;
@@ -227,10 +241,14 @@ TEST_P(EnvConformance, GraphValuesMatchOracle) {
     auto* oracle = dynamic_cast<OracleState*>(s.get());
     ASSERT_NE(oracle, nullptr);
     EXPECT_NEAR(values[sg.root], oracle->OptimalReturn(), 1e-9) << "seed " << seed;
+    ++checked;
   }
+  EXPECT_GE(checked, MinGraphSeedsChecked(GetParam()))
+      << "too few seeds had a state graph small enough to check";
 }
 
 TEST_P(EnvConformance, SplitsNeverShareSeeds) {
+  // The split mapping: train and test indices never name the same seed.
   std::set<uint64_t> train, test;
   for (uint64_t i = 0; i < 1000; ++i) {
     train.insert(SplitSeed(Split::kTrain, i));
@@ -241,6 +259,28 @@ TEST_P(EnvConformance, SplitsNeverShareSeeds) {
     EXPECT_EQ(SplitOf(s), Split::kTrain);
   }
   for (auto s : test) EXPECT_EQ(SplitOf(s), Split::kTest);
+  // Through this env: distinct seeds must give independent instances, so that
+  // disjoint seeds mean disjoint tasks. An env that drops the seed's low bit
+  // (seed / 2, seed >> 1) would give train index i and test index i the same
+  // instance. Compare how often the paired train/test instances coincide with
+  // how often two neighbouring train seeds' instances do: for an env that
+  // uses the whole seed both are the same small collision rate.
+  constexpr uint64_t kPairs = 200;
+  int cross = 0, within = 0;
+  std::set<uint64_t> train_instances, test_instances;
+  for (uint64_t i = 0; i < kPairs; ++i) {
+    const uint64_t a = env_->NewState(SplitSeed(Split::kTrain, i))->Hash();
+    const uint64_t b = env_->NewState(SplitSeed(Split::kTest, i))->Hash();
+    const uint64_t next = env_->NewState(SplitSeed(Split::kTrain, i + 1))->Hash();
+    cross += a == b;
+    within += a == next;
+    train_instances.insert(a);
+    test_instances.insert(b);
+  }
+  EXPECT_LE(cross, within + static_cast<int>(kPairs / 10))
+      << "train seed 2i and test seed 2i+1 give the same instance too often";
+  // And the test seeds are about as varied as the train seeds.
+  EXPECT_GT(test_instances.size(), train_instances.size() / 2);
 }
 
 std::vector<std::string> AllEnvs() { return EnvRegistry::Global().Names(); }

@@ -86,6 +86,23 @@ TEST(Checkpoint, BadCheckpointsFailClearly) {
   cfg["intermediate_size"] = cfg["intermediate_size"].get<int>() - 8;
   std::ofstream(cfg_path) << cfg.dump();
 
+  // No attention heads: a ConfigError naming the checkpoint and the key, not a
+  // division by zero (head_dim absent = hidden_size / num_attention_heads).
+  nlohmann::json no_heads = cfg;
+  no_heads.erase("head_dim");
+  no_heads["num_attention_heads"] = 0;
+  std::ofstream(cfg_path) << no_heads.dump();
+  try {
+    LoadCheckpoint(path);
+    FAIL() << "num_attention_heads = 0 must be refused";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("checkpoint '" + path + "'"), std::string::npos) << what;
+    EXPECT_NE(what.find("'policy.num_heads' must be >= 1, found 0"), std::string::npos) << what;
+  }
+  std::ofstream(cfg_path) << cfg.dump();
+  EXPECT_NO_THROW(LoadCheckpoint(path));
+
   // A missing tensor.
   auto tensors = LoadSafetensors((fs::path(path) / "model.safetensors").string());
   tensors.erase("model.layers.0.mlp.up_proj.weight");

@@ -1,11 +1,16 @@
 // Transformer LM: shapes, causality, KV-cache = full recomputation, shared
 // past broadcast, deterministic init, safetensors round trip.
+#include "policy/model.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
+#include "core/config.h"
 #include "core/error.h"
-#include "policy/model.h"
 #include "policy/safetensors.h"
 
 namespace rlid::policy {
@@ -124,6 +129,75 @@ TEST(Model, ConfigValidation) {
   EXPECT_EQ(d.hidden_size, 128);
   EXPECT_EQ(d.head_dim, 64);
   EXPECT_TRUE(d.qk_norm);
+  for (auto bad : {&ModelConfig::rope_theta, &ModelConfig::rms_norm_eps}) {
+    for (double v : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+      ModelConfig e = Tiny();
+      e.*bad = v;
+      EXPECT_THROW(e.Validate(), ConfigError) << v;
+    }
+  }
+  ModelConfig odd = Tiny();
+  odd.head_dim = 63;
+  EXPECT_THROW(odd.Validate(), ConfigError);
+}
+
+// The ConfigError message of `[policy]` TOML `text` loaded by ModelConfig::Load.
+std::string LoadError(const std::string& text) {
+  Config cfg = Config::FromString("[policy]\n" + text + "\n", "m.toml");
+  ModelConfig m;
+  try {
+    m.Load(cfg.Root().Section("policy"));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Model, LoadRejectsEveryBadSizeNamingKeyAndPosition) {
+  for (const char* key : {"hidden_size", "intermediate_size", "num_layers", "num_heads",
+                          "num_kv_heads", "head_dim", "max_position"}) {
+    std::string msg = LoadError(std::string(key) + " = 0");
+    const size_t column = std::string(key).size() + 4;  // the value's position
+    EXPECT_NE(msg.find(fmt::format("m.toml:2:{}: 'policy.{}' must be >= 1, found 0", column, key)),
+              std::string::npos)
+        << msg;
+  }
+  for (const char* key : {"rope_theta", "rms_norm_eps"}) {
+    std::string msg = LoadError(std::string(key) + " = 0.0");
+    const size_t column = std::string(key).size() + 4;
+    EXPECT_NE(msg.find(fmt::format("m.toml:2:{}: 'policy.{}' must be > 0, found 0", column, key)),
+              std::string::npos)
+        << msg;
+    msg = LoadError(std::string(key) + " = nan");
+    EXPECT_NE(msg.find(fmt::format("'policy.{}' must be a finite number, found nan", key)),
+              std::string::npos)
+        << msg;
+  }
+  // Consistency between keys: reported with the section's position.
+  std::string msg = LoadError("num_heads = 3\nnum_kv_heads = 2");
+  EXPECT_NE(msg.find("m.toml"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a multiple of num_kv_heads = 2"), std::string::npos) << msg;
+  EXPECT_EQ(LoadError("preset = 'small'\nnum_layers = 1"), "");
+}
+
+TEST(Model, ConfigJsonWithoutHeadsIsAConfigError) {
+  // head_dim absent: it would be hidden_size / num_attention_heads (a division by zero).
+  nlohmann::json j = Tiny().ToJson();
+  j.erase("head_dim");
+  for (int heads : {0, -2}) {
+    j["num_attention_heads"] = heads;
+    try {
+      ModelConfig::FromJson(j);
+      FAIL() << "num_attention_heads = " << heads << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("'policy.num_heads' must be >= 1"), std::string::npos)
+          << e.what();
+      EXPECT_NE(e.hint().find("num_attention_heads"), std::string::npos) << e.hint();
+    }
+  }
+  j["num_attention_heads"] = 2;
+  j["num_key_value_heads"] = 0;
+  EXPECT_THROW(ModelConfig::FromJson(j), ConfigError);
 }
 
 }  // namespace

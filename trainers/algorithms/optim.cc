@@ -10,16 +10,17 @@
 namespace rlid::trainers {
 
 void OptimConfig::Load(ConfigNode n) {
-  n.Get("lr", lr, "peak learning rate");
+  n.Get("lr", lr, "peak learning rate", Range::Positive());
   n.GetEnum("lr_schedule", schedule, {"constant", "linear", "cosine"}, "learning-rate schedule");
-  n.Get("warmup_steps", warmup_steps, "linear warm-up optimiser steps");
-  n.Get("min_lr_frac", min_lr_frac, "floor of decaying schedules, as a fraction of lr");
-  n.Get("weight_decay", weight_decay, "AdamW decoupled weight decay");
-  n.Get("adam_beta1", beta1, "AdamW beta1");
-  n.Get("adam_beta2", beta2, "AdamW beta2");
-  n.Get("adam_eps", eps, "AdamW epsilon");
-  n.Get("max_grad_norm", max_grad_norm, "global gradient-norm clip (0 = off)");
-  if (!(lr > 0)) throw ConfigError(fmt::format("{}: lr must be > 0, found {}", n.Where("lr"), lr));
+  n.Get("warmup_steps", warmup_steps, "linear warm-up optimiser steps", IntRange::NonNegative());
+  n.Get("min_lr_frac", min_lr_frac, "floor of decaying schedules, as a fraction of lr",
+        Range::Unit());
+  n.Get("weight_decay", weight_decay, "AdamW decoupled weight decay", Range::NonNegative());
+  n.Get("adam_beta1", beta1, "AdamW beta1", Range::Unit().OpenHigh());
+  n.Get("adam_beta2", beta2, "AdamW beta2", Range::Unit().OpenHigh());
+  n.Get("adam_eps", eps, "AdamW epsilon", Range::Positive());
+  n.Get("max_grad_norm", max_grad_norm, "global gradient-norm clip (0 = off)",
+        Range::NonNegative());
 }
 
 double LearningRate(const OptimConfig& cfg, int64_t step, int64_t total_steps) {

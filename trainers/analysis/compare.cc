@@ -28,21 +28,24 @@ void CompareConfig::Load(ConfigNode n) {
   std::vector<std::string> names;
   n.Get("arms", names, "arms by algorithm name (each arm = one registered trainer)");
   std::vector<int64_t> seed_list(seeds.begin(), seeds.end());
-  n.Get("seeds", seed_list, "RL seeds; every arm runs every seed");
+  n.Get("seeds", seed_list, "RL seeds; every arm runs every seed", IntRange::NonNegative());
   n.GetEnum("budget", budget, {"env_steps", "flops", "wall_seconds"},
             "the matched budget: env steps (every decision attempt), rollout + update FLOPs, or "
             "training wall-clock seconds");
-  n.Get("budget_value", budget_value, "budget per arm and seed (env steps, FLOPs, or seconds)");
-  n.Get("max_iterations", max_iterations,
-        "safety cap on iterations (the budget should stop first)");
-  n.Get("success_threshold", success_threshold, "success level for 'env steps to reach'");
+  n.Get("budget_value", budget_value, "budget per arm and seed (env steps, FLOPs, or seconds)",
+        Range::Positive());
+  n.Get("max_iterations", max_iterations, "safety cap on iterations (the budget should stop first)",
+        IntRange::Positive());
+  n.Get("success_threshold", success_threshold, "success level for 'env steps to reach'",
+        Range::Unit());
   n.GetEnum(
       "success_metric", success_metric, {"greedy", "sampled"},
       "test evaluation reported: greedy (argmax) or sampled policy (needs trainer.eval_sampled)");
   n.Get("warm_start", warm_start,
         "sft (behaviour cloning once) | none (shared fresh init) | checkpoint dir");
   n.Get("chance_episodes", chance_episodes,
-        "test episodes of the uniform-random menu policy (the chance level)");
+        "test episodes of the uniform-random menu policy (the chance level; 0 = not measured)",
+        IntRange::NonNegative());
   n.Get("plots", plots, "render learning curves with gnuplot");
   for (const auto& a : names) arms.push_back({a, a, {}});
   for (auto& arm : n.TableArray("arm")) {
@@ -55,10 +58,7 @@ void CompareConfig::Load(ConfigNode n) {
     arms.push_back(spec);
   }
   seeds.clear();
-  for (auto s : seed_list) {
-    if (s < 0) throw ConfigError(fmt::format("{}: seeds must be >= 0", n.Where("seeds")));
-    seeds.push_back(static_cast<uint64_t>(s));
-  }
+  for (auto s : seed_list) seeds.push_back(static_cast<uint64_t>(s));
   if (arms.empty())
     throw ConfigError(fmt::format("{}: [compare] has no arms", n.Where()),
                       "add arms = [\"ppo_decision\", \"grpo\"] or [[compare.arm]] tables");
@@ -71,8 +71,6 @@ void CompareConfig::Load(ConfigNode n) {
     if (!seen.insert(a.name).second)
       throw ConfigError(fmt::format("compare: arm '{}' appears twice", a.name));
   }
-  if (!(budget_value > 0))
-    throw ConfigError(fmt::format("{}: budget_value must be > 0", n.Where("budget_value")));
 }
 
 namespace {

@@ -1,5 +1,5 @@
 // Advantage estimators (registered at the bottom) and their building blocks.
-// Formulas: shared/algorithms.md. Group statistics use torch's mean and
+// Formulas: docs/algorithms.md. Group statistics use torch's mean and
 // unbiased std on each group's scores, like the reference implementations.
 #include "trainers/losses/advantages.h"
 

@@ -1,4 +1,4 @@
-// Advantage estimators as pure tensor functions (shared/algorithms.md,
+// Advantage estimators as pure tensor functions (docs/algorithms.md,
 // "Advantages"): gae, grpo (with / without std), rloo, reinforce_pp and
 // reinforce_pp_baseline, registered by name, plus the decision-plane GAE over
 // packed episodes. Inputs are float64 [B] / [B,T]; padded positions (mask 0)

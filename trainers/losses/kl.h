@@ -1,4 +1,4 @@
-// KL to the reference policy as pure tensor functions (shared/algorithms.md,
+// KL to the reference policy as pure tensor functions (docs/algorithms.md,
 // "KL to the reference policy"): the per-token estimators k1, abs, k2, k3
 // (registered by name), the straight-through variant (estimator value, k2
 // gradient), and the reward placement r_t -= beta * kl_t. The loss placement

@@ -56,31 +56,38 @@ const std::vector<std::string>& EngineKindNames() {
 void EngineConfig::Load(ConfigNode n) {
   n.GetEnum("kind", kind, EngineKindNames(), "train-vs-rollout engine correction");
   n.GetEnum("level", level, {"token", "sequence"}, "correction per token or per sequence");
-  n.Get("cap", cap, "tis: upper clamp of the weight");
-  n.Get("floor", floor, "tis: lower clamp of the weight (0 keeps small ratios)");
-  n.Get("low", low, "icepop/reject: lower bound of kept ratios");
-  n.Get("high", high, "icepop/reject: upper bound of kept ratios");
+  n.Get("cap", cap, "tis: upper clamp of the weight (inf = no cap)", Range::Positive().AllowInf());
+  n.Get("floor", floor, "tis: lower clamp of the weight (0 keeps small ratios; <= cap)",
+        Range::Closed(0, cap));
+  n.Get("low", low, "icepop/reject: lower bound of kept ratios", Range::Positive());
+  n.Get("high", high, "icepop/reject: upper bound of kept ratios (> low)", Range::GreaterThan(low));
   ValidateAt(*this, n);
 }
 
 void EngineConfig::Validate() const {
   RequireName(EngineKindNames(), "loss.engine.kind", kind, "engine correction");
   RequireName({"token", "sequence"}, "loss.engine.level", level, "engine level");
-  Require(cap > 0, "loss.engine.cap", cap, "> 0");
+  Require(cap > 0 && !std::isnan(cap), "loss.engine.cap", cap, "> 0 (inf allowed)");
   Require(floor >= 0 && floor <= cap, "loss.engine.floor", floor, "0 <= floor <= cap");
-  Require(low >= 0, "loss.engine.low", low, ">= 0");
-  Require(high >= low, "loss.engine.high", high, ">= loss.engine.low");
+  Require(low > 0 && std::isfinite(low), "loss.engine.low", low, "a finite value > 0");
+  Require(high > low && std::isfinite(high), "loss.engine.high", high,
+          "a finite value > loss.engine.low");
 }
 
 void LossConfig::Load(ConfigNode n) {
   n.GetEnum("policy_loss", policy_loss, PolicyLossRegistry::Global().Names(), "surrogate");
-  n.Get("clip_low", clip_low, "ratio clip: lower bound 1 - clip_low");
-  n.Get("clip_high", clip_high, "ratio clip: upper bound 1 + clip_high (clip-higher)");
-  n.Get("dual_clip", dual_clip, "ppo_clip dual clip c > 1 for A < 0 (0 = off)");
-  n.Get("log_ratio_clamp", log_ratio_clamp, "r = exp(clamp(logp - old, -x, x))");
+  // clip_low >= 1 is valid: the lower bound 1 - clip_low <= 0 never binds (CISPO's
+  // reference setting is clip_low = 10).
+  n.Get("clip_low", clip_low, "ratio clip: lower bound 1 - clip_low (>= 1: no lower bound)",
+        Range::NonNegative());
+  n.Get("clip_high", clip_high, "ratio clip: upper bound 1 + clip_high (clip-higher)",
+        Range::NonNegative());
+  n.Get("dual_clip", dual_clip, "ppo_clip dual clip c > 1 for A < 0 (0 = off)",
+        Range::GreaterThan(1).Or(0));
+  n.Get("log_ratio_clamp", log_ratio_clamp, "r = exp(clamp(logp - old, -x, x))", Range::Positive());
   n.GetEnum("aggregation", aggregation, AggregationNames(), "per-token losses -> scalar");
   n.Get("aggregation_norm", aggregation_norm,
-        "seq_mean_token_sum_norm divisor (0 = padded width T)");
+        "seq_mean_token_sum_norm divisor (0 = padded width T)", Range::NonNegative());
   engine.Load(n.Section("engine"));
   ValidateAt(*this, n);
 }
@@ -93,7 +100,8 @@ void LossConfig::Validate() const {
   Require(clip_high >= 0 && std::isfinite(clip_high), "loss.clip_high", clip_high,
           "a finite value >= 0");
   Require(dual_clip == 0 || dual_clip > 1, "loss.dual_clip", dual_clip, "0 (off) or > 1");
-  Require(log_ratio_clamp > 0, "loss.log_ratio_clamp", log_ratio_clamp, "> 0");
+  Require(log_ratio_clamp > 0 && std::isfinite(log_ratio_clamp), "loss.log_ratio_clamp",
+          log_ratio_clamp, "a finite value > 0");
   Require(aggregation_norm >= 0 && std::isfinite(aggregation_norm), "loss.aggregation_norm",
           aggregation_norm, "a finite value >= 0 (0 = padded width)");
   engine.Validate();
@@ -103,7 +111,7 @@ void KlConfig::Load(ConfigNode n) {
   n.GetEnum("estimator", estimator, KlEstimatorRegistry::Global().Names(),
             "per-token KL estimator of d = logp - ref");
   n.Get("straight_through", straight_through, "estimator value with the k2 gradient");
-  n.Get("coef", coef, "KL coefficient beta (0 = off)");
+  n.Get("coef", coef, "KL coefficient beta (0 = off)", Range::NonNegative());
   n.GetEnum("placement", placement, {"loss", "reward"},
             "loss: + beta aggregate(kl); reward: r_t -= beta kl_t");
   ValidateAt(*this, n);
@@ -118,17 +126,17 @@ void KlConfig::Validate() const {
 void AdvantageConfig::Load(ConfigNode n) {
   n.GetEnum("estimator", estimator, AdvantageRegistry::Global().Names(), "advantage estimator");
   n.Get("std_norm", std_norm, "grpo: divide by the group std (false = Dr. GRPO)");
-  n.Get("std_eps", std_eps, "grpo: A = (s - mean) / (std + std_eps)");
-  n.Get("gamma", gamma, "discount (gae, reinforce_pp)");
-  n.Get("lambda", lambda, "GAE lambda");
+  n.Get("std_eps", std_eps, "grpo: A = (s - mean) / (std + std_eps)", Range::Positive());
+  n.Get("gamma", gamma, "discount (gae, reinforce_pp)", Range::Unit());
+  n.Get("lambda", lambda, "GAE lambda", Range::Unit());
   ValidateAt(*this, n);
 }
 
 void AdvantageConfig::Validate() const {
   RequireName(AdvantageRegistry::Global().Names(), "advantage.estimator", estimator,
               "advantage estimator");
-  Require(std_eps >= 0 && std::isfinite(std_eps), "advantage.std_eps", std_eps,
-          "a finite value >= 0");
+  Require(std_eps > 0 && std::isfinite(std_eps), "advantage.std_eps", std_eps,
+          "a finite value > 0");
   Require(gamma >= 0 && gamma <= 1, "advantage.gamma", gamma, "a value in [0, 1]");
   Require(lambda >= 0 && lambda <= 1, "advantage.lambda", lambda, "a value in [0, 1]");
 }

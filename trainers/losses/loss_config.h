@@ -1,6 +1,6 @@
 // Config structs of the loss and advantage library ([trainer.loss],
 // [trainer.loss.engine], [trainer.kl], [trainer.advantage]); the keys and their
-// meaning are specified in shared/algorithms.md. Defaults live here; Load()
+// meaning are specified in docs/algorithms.md. Defaults live here; Load()
 // reads a ConfigNode (unknown keys are rejected by Config::CheckAllUsed) and
 // Validate() rejects values no formula accepts. The pure functions in
 // losses.h / advantages.h validate the structs they are given as well.

@@ -1,5 +1,5 @@
 // Policy surrogates (registered at the bottom), engine correction, aggregation
-// and their composition PolicyLoss. Formulas: shared/algorithms.md. Every
+// and their composition PolicyLoss. Formulas: docs/algorithms.md. Every
 // [B,T] input is sanitised first (padded positions -> 0), so junk in padding
 // never reaches a value or a gradient; every max/min/clamp is the torch op the
 // reference implementations use, so ties split gradients the same way.

@@ -1,4 +1,4 @@
-// Token-plane policy losses as pure tensor functions (shared/algorithms.md,
+// Token-plane policy losses as pure tensor functions (docs/algorithms.md,
 // "Policy loss", "Train-vs-rollout engine correction", "KL"): the surrogate
 // (ppo_clip with dual clip and clip-higher, gspo, gspo_token, cispo; registered
 // by name), the engine correction (tis / icepop / reject at token or sequence

@@ -17,6 +17,8 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "envs/env.h"
+#include "envs/simple_env.h"
 #include "memory/query.h"
 #include "memory/store.h"
 #include "policy/checkpoint.h"
@@ -262,16 +264,57 @@ void ExpectFiniteCheckpoints(const std::string& run_dir) {
   }
 }
 
+// The bandit, except that a wrong recommendation pays NaN. Config values are
+// never NaN (env.wrong_reward = nan is a ConfigError), so the env itself has
+// to misbehave for the non-finite reward guard to be reached.
+class NanWrongRewardState final : public envs::State {
+ public:
+  explicit NanWrongRewardState(std::unique_ptr<envs::State> inner) : inner_(std::move(inner)) {}
+  std::string Observation() const override { return inner_->Observation(); }
+  std::vector<envs::ActionId> LegalActions() const override { return inner_->LegalActions(); }
+  envs::Menu CompileMenu() const override { return inner_->CompileMenu(); }
+  envs::StepOutcome Apply(envs::ActionId action) override {
+    envs::StepOutcome out = inner_->Apply(action);
+    if (!out.success) out.reward = std::nan("");
+    return out;
+  }
+  bool IsTerminal() const override { return inner_->IsTerminal(); }
+  envs::CompileResult Compile(std::string_view text) const override {
+    return inner_->Compile(text);
+  }
+  std::unique_ptr<envs::State> Clone() const override {
+    return std::make_unique<NanWrongRewardState>(inner_->Clone());
+  }
+  uint64_t Hash() const override { return inner_->Hash(); }
+  int StepCount() const override { return inner_->StepCount(); }
+
+ private:
+  std::unique_ptr<envs::State> inner_;
+};
+
+const Registrar<envs::EnvRegistry> kNanBandit(
+    "test_nan_bandit", "test only: the bandit, paying NaN for a wrong recommendation",
+    [](ConfigNode c) -> std::unique_ptr<envs::Env> {
+      std::shared_ptr<const envs::Env> bandit = envs::EnvRegistry::Global().Make("bandit", c);
+      envs::EnvInfo info = bandit->Info();
+      info.name = "test_nan_bandit";
+      return std::make_unique<envs::SimpleEnv>(
+          info, bandit->Instructions(), [bandit](uint64_t seed) -> std::unique_ptr<envs::State> {
+            return std::make_unique<NanWrongRewardState>(bandit->NewState(seed));
+          });
+    });
+
 TEST(TrainLoop, NonFiniteRewardStopsWithTheTensorAndIteration) {
   // A wrong recommendation pays NaN: the first batch already has one.
-  auto cfg = Experiment(LoopToml(), {"env.wrong_reward=nan", "trainer.checkpoint_every=1"});
+  auto cfg =
+      Experiment(LoopToml("name = \"test_nan_bandit\"\narms = 4"), {"trainer.checkpoint_every=1"});
   TempDir dir("nan_reward");
   try {
     RunTraining(*cfg, dir.str());
     FAIL() << "expected a NumericError";
   } catch (const NumericError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("non-finite reward nan from env 'bandit' at iteration 0"),
+    EXPECT_NE(what.find("non-finite reward nan from env 'test_nan_bandit' at iteration 0"),
               std::string::npos)
         << what;
   }
@@ -480,8 +523,9 @@ TEST(TrainCli, TrainThenEvalACheckpoint) {
   // A bad value is a clean error with a non-zero exit code.
   Cli bad = RunRlid("train " + config.string() + " --out " + (dir.path() / "bad").string() +
                     " --set trainer.lr=-1");
-  EXPECT_NE(bad.code, 0);
-  EXPECT_NE(bad.out.find("lr must be > 0"), std::string::npos) << bad.out;
+  EXPECT_EQ(bad.code, 2);  // a ConfigError
+  EXPECT_NE(bad.out.find("--set trainer.lr: 'trainer.lr' must be > 0, found -1"), std::string::npos)
+      << bad.out;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tests/agents/fixtures.h"
+#include "tests/build_id.h"
 #include "trainers/algorithms/run.h"
 #include "trainers/algorithms/sft.h"
 
@@ -30,15 +31,16 @@ inline std::filesystem::path TestCacheDir() {
 }
 
 // Runs `rlid sft` on `toml` (+ overrides) into test_cache/<name> unless a
-// finished checkpoint made from the same toml and overrides is already there
-// (an edited config rebuilds it); returns the checkpoint directory.
+// finished checkpoint made by this test binary (BuildId()) from the same toml
+// and overrides is already there (an edited config or a rebuilt binary
+// rebuilds it); returns the checkpoint directory.
 inline std::string WarmStart(const std::string& name, const std::string& toml,
                              const std::vector<std::string>& sets = {}) {
   auto dir = TestCacheDir() / name;
   auto ckpt = dir / "checkpoints" / "sft";
   int fd = ::open((TestCacheDir() / (name + ".lock")).c_str(), O_CREAT | O_RDWR, 0644);
   ::flock(fd, LOCK_EX);
-  std::string key = toml;
+  std::string key = "build " + BuildId() + "\n" + toml;
   for (const auto& kv : sets) key += "\n--set " + kv;
   std::string cached;
   {

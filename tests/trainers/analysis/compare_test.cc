@@ -17,6 +17,7 @@
 
 #include "memory/store.h"
 #include "policy/runtime.h"
+#include "tests/build_id.h"
 #include "tests/trainers/algorithms/warm_start.h"
 
 namespace rlid::trainers {
@@ -54,18 +55,25 @@ budget = "env_steps"
 budget_value = 24
 )";
 
-// Runs the compare once per build (cached like the warm starts).
+// Runs the compare once per test binary and config (cached like the warm starts).
 std::string CompareDir() {
   auto dir = testing::TestCacheDir() / "tiny_compare";
   int fd = ::open((testing::TestCacheDir() / "tiny_compare.lock").c_str(), O_CREAT | O_RDWR, 0644);
   ::flock(fd, LOCK_EX);
-  if (!fs::exists(dir / "report.html")) {
+  const std::string key = "build " + testing::BuildId() + "\n" + kToml;
+  std::string cached;
+  {
+    std::ifstream in(dir / "cache_key");
+    cached.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (!fs::exists(dir / "report.html") || cached != key) {
     fs::remove_all(dir);
     fs::create_directories(testing::TestCacheDir());
     auto cfg = testing::TestCacheDir() / "tiny_compare.toml";
     std::ofstream(cfg) << kToml;
     policy::SetNumThreads(1);
     RunCompare(cfg.string(), {}, dir.string(), /*quiet=*/true);
+    std::ofstream(dir / "cache_key") << key;
   }
   ::flock(fd, LOCK_UN);
   ::close(fd);

@@ -2,6 +2,7 @@
 // engine corrections, KL terms and padding invariance (trainers/losses.h, kl.h).
 #include "trainers/losses/losses.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -509,6 +510,86 @@ TEST(LossConfig, LoadsFromTomlAndRejectsUnknownKeysAndBadValues) {
   Config bad_floor = Config::FromString("[engine]\nfloor = 3.0\n", "f.toml");
   EngineConfig e;
   EXPECT_THROW(e.Load(bad_floor.Root().Section("engine")), ConfigError);  // floor > cap
+}
+
+// The ConfigError message of loading `[trainer.<section>]` with `key = value`,
+// "" when it loads.
+std::string LoadError(const std::string& section, const std::string& line) {
+  Config cfg = Config::FromString("[trainer." + section + "]\n" + line + "\n", "bad.toml");
+  ConfigNode trainer = cfg.Root().Section("trainer");
+  try {
+    if (section == "loss") {
+      LossConfig().Load(trainer.Section("loss"));
+    } else if (section == "loss.engine") {
+      EngineConfig().Load(trainer.Section("loss").Section("engine"));
+    } else if (section == "kl") {
+      KlConfig().Load(trainer.Section("kl"));
+    } else {
+      AdvantageConfig().Load(trainer.Section("advantage"));
+    }
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LossConfig, ValuesOutsideTheirRangeNameKeyRangeAndPosition) {
+  struct Case {
+    const char* section;
+    const char* line;
+    const char* expected;  // after "bad.toml:2:<column of the value>: 'trainer.<section>."
+  } cases[] = {
+      {"loss", "clip_low = -0.1", "clip_low' must be >= 0, found -0.1"},
+      {"loss", "clip_low = inf", "clip_low' must be a finite number, found inf"},
+      {"loss", "clip_high = -0.2", "clip_high' must be >= 0, found -0.2"},
+      {"loss", "clip_high = inf", "clip_high' must be a finite number, found inf"},
+      {"loss", "dual_clip = 0.5", "dual_clip' must be 0 or > 1, found 0.5"},
+      {"loss", "dual_clip = 1", "dual_clip' must be 0 or > 1, found 1"},
+      {"loss", "log_ratio_clamp = 0", "log_ratio_clamp' must be > 0, found 0"},
+      {"loss", "aggregation_norm = -1", "aggregation_norm' must be >= 0, found -1"},
+      {"loss", "aggregation_norm = nan", "aggregation_norm' must be a finite number, found nan"},
+      {"loss.engine", "cap = 0", "cap' must be > 0 (inf allowed), found 0"},
+      {"loss.engine", "cap = -inf", "cap' must be > 0 (inf allowed), found -inf"},
+      {"loss.engine", "cap = nan", "cap' must be a finite number, found nan"},
+      {"loss.engine", "floor = -0.5", "floor' must be in [0, 2], found -0.5"},
+      {"loss.engine", "low = 0", "low' must be > 0, found 0"},
+      {"loss.engine", "high = 0.5", "high' must be > 0.5, found 0.5"},
+      {"kl", "coef = -0.01", "coef' must be >= 0, found -0.01"},
+      {"kl", "coef = inf", "coef' must be a finite number, found inf"},
+      {"advantage", "std_eps = 0", "std_eps' must be > 0, found 0"},
+      {"advantage", "gamma = 1.5", "gamma' must be in [0, 1], found 1.5"},
+      {"advantage", "lambda = -0.1", "lambda' must be in [0, 1], found -0.1"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = LoadError(c.section, c.line);
+    const size_t column = std::string(c.line).find('=') + 3;
+    const std::string want =
+        fmt::format("bad.toml:2:{}: 'trainer.{}.{}", column, c.section, c.expected);
+    EXPECT_NE(msg.find(want), std::string::npos)
+        << c.line << "\n  got: " << msg << "\n  want: " << want;
+  }
+  // The bounds themselves, and an uncapped TIS weight, are valid.
+  for (const auto& [section, line] : std::vector<std::pair<std::string, std::string>>{
+           {"loss", "clip_low = 0.0"},
+           {"loss", "clip_low = 10.0"},  // CISPO's reference setting: no lower bound
+           {"loss", "dual_clip = 0"},
+           {"loss", "dual_clip = 3"},
+           {"loss", "clip_high = 0"},
+           {"loss.engine", "cap = inf"},
+           {"loss.engine", "floor = 2.0"},
+           {"kl", "coef = 0"},
+           {"advantage", "gamma = 0\nlambda = 1"}})
+    EXPECT_EQ(LoadError(section, line), "") << line;
+  // Validate() (what the pure functions call on hand-made structs) agrees.
+  LossConfig loss;
+  loss.clip_low = -1.0;
+  EXPECT_THROW(loss.Validate(), ConfigError);
+  EngineConfig engine;
+  engine.low = 0;
+  EXPECT_THROW(engine.Validate(), ConfigError);
+  AdvantageConfig adv;
+  adv.std_eps = 0;
+  EXPECT_THROW(adv.Validate(), ConfigError);
 }
 
 }  // namespace

@@ -1,0 +1,28 @@
+// The one way the CLI prints JSON. Text the CLI reports can hold bytes that are
+// not UTF-8 (a sampled answer decodes to whatever bytes its tokens spell), and
+// nlohmann::json::dump throws on those; DumpJson never throws and always
+// prints valid JSON, and TextWithBytes keeps the exact bytes next to the text.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace rlid::cli {
+
+// j as JSON text (indent < 0: one line). Each byte of a string that is not
+// part of valid UTF-8 becomes U+FFFD; everything else is printed unchanged.
+std::string DumpJson(const nlohmann::json& j, int indent = -1);
+
+// Whether `text` is valid UTF-8 (no overlong forms, surrogates or code points
+// above U+10FFFF).
+bool IsValidUtf8(std::string_view text);
+
+// Lowercase hex of every byte of `text`: "A\xff" -> "41ff".
+std::string HexBytes(std::string_view text);
+
+// Sets j[key] = text and j[key + "_hex"] = HexBytes(text): the text as printed
+// (invalid bytes shown as U+FFFD) and its exact bytes.
+void TextWithBytes(nlohmann::json& j, const std::string& key, std::string_view text);
+
+}  // namespace rlid::cli
