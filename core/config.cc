@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -257,6 +258,14 @@ void Config::CheckAllUsed(std::string_view section) const {
     t = n->as_table();
   }
   CheckTable(*impl_, *t, std::string(section));
+}
+
+std::vector<std::string> Config::UsedKeys(std::string_view prefix) const {
+  std::vector<std::string> out;
+  const std::string p = prefix.empty() ? "" : std::string(prefix) + ".";
+  for (const auto& k : impl_->used)
+    if (p.empty() || StartsWith(k, p)) out.push_back(k);
+  return out;
 }
 
 std::string Config::ResolvedToml() const {
@@ -576,6 +585,26 @@ std::vector<ConfigNode> ConfigNode::TableArray(std::string_view key) const {
 
 bool ConfigNode::Has(std::string_view key) const {
   return table_ && static_cast<toml::table*>(table_)->contains(key);
+}
+
+std::vector<std::string> ConfigNode::PresentKeys() const {
+  std::vector<std::string> out;
+  std::function<void(const toml::table&, const std::string&)> walk = [&](const toml::table& t,
+                                                                           const std::string& p) {
+    for (auto&& [k, node] : t) {
+      std::string full = JoinPath(p, k.str());
+      if (node.is_table())
+        walk(*node.as_table(), full);
+      else if (!node.is_array_of_tables())
+        out.push_back(full);
+    }
+  };
+  if (table_) walk(*static_cast<toml::table*>(table_), path_);
+  return out;
+}
+
+bool ConfigNode::IsUsed(std::string_view path) const {
+  return impl_->used.count(std::string(path)) > 0;
 }
 
 void ConfigNode::MarkAllUsed() const { impl_->wildcard.insert(path_); }

@@ -114,6 +114,8 @@ class Config {
   // Throws ConfigError for the first key no config struct declared (in the
   // whole document, or only under `section`, e.g. "env").
   void CheckAllUsed(std::string_view section = {}) const;
+  // Full paths of every value read so far under `prefix` ("trainer" -> "trainer.lr", ...).
+  std::vector<std::string> UsedKeys(std::string_view prefix = {}) const;
   // Every field read so far, with resolved values and their docs as comments.
   std::string ResolvedToml() const;
   // The source document as TOML (after overrides).
@@ -156,6 +158,11 @@ class ConfigNode {
   // Array of tables ([[key]]); each element is a section "key[i]".
   std::vector<ConfigNode> TableArray(std::string_view key) const;
   bool Has(std::string_view key) const;
+  // Full paths of the values present under this section (sub-tables
+  // included, arrays of tables not), in document order.
+  std::vector<std::string> PresentKeys() const;
+  // Whether a config struct has read the value at full path `path`.
+  bool IsUsed(std::string_view path) const;
   // Marks every key under this section as used (for sections forwarded verbatim).
   void MarkAllUsed() const;
   // "trainer.loss" ("" for the root).

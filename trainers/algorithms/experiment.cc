@@ -5,10 +5,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "core/strings.h"
 #include "policy/checkpoint.h"
 #include "policy/runtime.h"
 #include "policy/tokenizer_corpus.h"
@@ -20,81 +22,136 @@ void RunConfig::Load(ConfigNode n) {
   n.Get("name", name, "run name (directory prefix under runs/)");
   n.Get("seed", seed, "run seed; every random stream derives from it");
   n.GetEnum("device", device, {"cpu", "cuda"}, "where tensors live");
-  n.Get("threads", threads, "LibTorch intra-op threads (0 = one per core)");
+  n.Get("threads", threads, "LibTorch intra-op threads (0 = one per core)",
+        IntRange::NonNegative());
 }
 
 void TokenizerConfig::Load(ConfigNode n) {
   n.Get("path", path, "tokenizer.json to use; empty = train one from env text");
-  n.Get("vocab_size", vocab_size, "vocabulary size when training");
-  n.Get("corpus_episodes", corpus_episodes, "random-play episodes for the training corpus");
+  n.Get("vocab_size", vocab_size, "vocabulary size when training (256 bytes + merges)",
+        IntRange::AtLeast(257));
+  n.Get("corpus_episodes", corpus_episodes, "random-play episodes for the training corpus",
+        IntRange::Positive());
 }
 
-void TrainerConfig::Load(ConfigNode n) {
-  n.Get("algorithm", algorithm, "registered trainer: ppo_decision, grpo, dr_grpo, dapo, gspo");
-  TrainerPresetRegistry::Global().Get(algorithm).factory()->apply(
-      *this);  // unknown names list the known ones
-  n.Get("iterations", iterations, "outer iterations (rollout -> update)");
-  n.Get("episodes_per_iteration", episodes_per_iteration, "rollout episodes per iteration");
-  n.Get("group_size", group_size, "episodes per env seed (group advantages)");
+void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
+  const bool decision = plane == policy::Plane::kDecision;
+  // ---- every algorithm ----
+  n.Get("iterations", iterations, "outer iterations (rollout -> update)", IntRange::Positive());
+  n.Get("episodes_per_iteration", episodes_per_iteration, "rollout episodes per iteration",
+        IntRange::Positive());
+  n.Get("group_size", group_size, "episodes per env seed (group advantages)", IntRange::Positive());
   n.Get("train_seed_pool", train_seed_pool,
-        "> 0: draw train seeds from this many; 0 = fresh seeds");
-  n.Get("num_envs", num_envs, "episodes played in lockstep (one forward per step)");
-  n.Get("epochs", epochs, "passes over each rollout batch");
+        "> 0: draw train seeds from this many; 0 = fresh seeds", IntRange::NonNegative());
+  n.Get("num_envs", num_envs, "episodes played in lockstep (one forward per step)",
+        IntRange::Positive());
+  n.Get("epochs", epochs, "passes over each rollout batch", IntRange::Positive());
   n.Get("minibatch_size", minibatch_size,
-        "decisions (decision plane) or responses (token plane) per step");
-  n.Get("normalize_advantages", normalize_advantages, "whiten GAE advantages per minibatch");
-  n.Get("vf_coef", vf_coef, "value-loss weight");
-  n.Get("vf_clip", vf_clip, "value clip range (0 = off)");
-  n.Get("ent_coef", ent_coef, "menu-entropy bonus weight");
+        "decisions (decision plane) or responses (token plane) per step", IntRange::Positive());
   n.Get("target_kl", target_kl,
-        "stop an iteration's epochs once the epoch's mean exact menu KL(old || new) exceeds this "
-        "(0 = off)");
-  n.GetEnum("estimator", estimator, {"sampled", "all_action"},
-            "decision policy gradient: sampled action, or Rao-Blackwellised over the whole menu");
+        decision ? "stop an iteration's epochs once the epoch's mean exact KL(old || new) of the "
+                   "decision distribution exceeds this (0 = off)"
+                 : "stop an iteration's epochs once the epoch's mean approx_kl exceeds this (0 = off)",
+        Range::NonNegative());
   n.Get("grad_snr_every", grad_snr_every,
-        "measure the per-episode policy-gradient SNR every k iterations (0 = off)");
+        "measure the per-episode policy-gradient SNR every k iterations (0 = off)",
+        IntRange::NonNegative());
   n.Get("grad_snr_episodes", grad_snr_episodes,
-        "episodes per gradient-SNR measurement (the same in both planes)");
-  n.Get("eval_every", eval_every,
-        "evaluate on test seeds every k iterations (0 = only at the end)");
-  n.Get("eval_episodes", eval_episodes, "test episodes per evaluation");
+        "episodes per gradient-SNR measurement (the same in both planes)", IntRange::AtLeast(2));
+  n.Get("eval_every", eval_every, "evaluate on test seeds every k iterations (0 = only at the end)",
+        IntRange::NonNegative());
+  n.Get("eval_episodes", eval_episodes, "test episodes per evaluation", IntRange::Positive());
   n.Get("eval_sampled", eval_sampled, "also evaluate the sampled policy (besides greedy)");
   n.Get("eval_at_start", eval_at_start,
         "also evaluate the initial weights (logged at iteration -1, 0 env steps)");
   n.Get("checkpoint_every", checkpoint_every,
-        "checkpoint every k iterations (0 = only at the end)");
+        "checkpoint every k iterations (0 = only at the end)", IntRange::NonNegative());
   n.GetEnum("budget", budget, {"iterations", "env_steps", "wall_seconds", "flops"},
             "what stops the run: env steps (every decision attempt), training wall-clock "
             "seconds, or rollout + update FLOPs");
-  n.Get("budget_value", budget_value, "limit for env_steps / wall_seconds / flops");
-  n.GetEnum("return_mode", return_mode, {"episode", "discounted"},
-            "token plane: advantage from the episode return, or per-step discounted returns");
+  n.Get("budget_value", budget_value, "limit for env_steps / wall_seconds / flops",
+        Range::NonNegative());
   optim.Load(n);
-  advantage.Load(n.Section("advantage"));
-  loss.Load(n.Section("loss"));
-  kl.Load(n.Section("kl"));
+  advantage.Load(n.Section("advantage"), /*gae_keys=*/decision);
+  loss.Load(n.Section("loss"), /*sequence_keys=*/!decision);
+  kl.Load(n.Section("kl"), /*estimator_keys=*/!decision);
   invalid.Load(n.Section("invalid"));
+  if (decision) {
+    // ---- decision PPO ----
+    n.Get("normalize_advantages", normalize_advantages, "whiten GAE advantages per minibatch");
+    n.Get("vf_coef", vf_coef, "value-loss weight", Range::NonNegative());
+    n.Get("vf_clip", vf_clip, "value clip range (0 = off)", Range::NonNegative());
+    n.Get("ent_coef", ent_coef, "entropy bonus weight (entropy of the decision distribution)",
+          Range::NonNegative());
+    n.GetEnum("estimator", estimator, {"sampled", "all_action"},
+              "decision policy gradient: sampled action, or Rao-Blackwellised over the whole menu");
+    return;
+  }
+  // ---- token plane ----
+  n.GetEnum("return_mode", return_mode, {"episode", "discounted"},
+            "advantage from the episode return, or per-step discounted returns");
   auto s = n.Section("sampling");
   s.Get("filter_zero_variance_groups", filter_zero_variance_groups,
-        "DAPO: drop groups whose returns are all equal");
+        "DAPO: drop groups whose (shaped) returns are all equal");
   s.Get("max_generation_rounds", max_generation_rounds,
-        "DAPO: rollout rounds to fill a batch before giving up");
+        "DAPO: rollout rounds to fill a batch before giving up", IntRange::Positive());
   s.GetEnum(
       "on_partial_batch", on_partial_batch, {"continue", "error"},
       "DAPO: when the rounds run out, train on the partial batch (logged) or stop with an error");
   s.Get("overlong_buffer", overlong_buffer,
-        "DAPO overlong shaping buffer L_buf in tokens (0 = off)");
-  s.Get("overlong_factor", overlong_factor, "DAPO overlong penalty factor");
-  auto positive = [&](const char* key, int64_t v) {
-    if (v <= 0)
-      throw ConfigError(fmt::format("{}: trainer.{} must be > 0, found {}", n.Where(key), key, v));
-  };
-  positive("iterations", iterations);
-  positive("episodes_per_iteration", episodes_per_iteration);
-  positive("group_size", group_size);
-  positive("epochs", epochs);
-  positive("minibatch_size", minibatch_size);
-  positive("num_envs", num_envs);
+        "DAPO overlong shaping buffer L_buf in tokens (0 = off)", IntRange::NonNegative());
+  s.Get("overlong_factor", overlong_factor, "DAPO overlong penalty factor", Range::NonNegative());
+}
+
+namespace {
+
+// Every [trainer] key some registered algorithm reads, from a scratch config
+// per algorithm (computed once).
+const std::set<std::string>& KnownTrainerKeys() {
+  static const std::set<std::string> keys = [] {
+    std::set<std::string> out;
+    for (const auto& name : TrainerPresetRegistry::Global().Names()) {
+      Config scratch;
+      TrainerConfig t;
+      auto preset = TrainerPresetRegistry::Global().Get(name).factory();
+      preset->apply(t);
+      t.ReadKeys(scratch.Root().Section("trainer"), preset->plane);
+      for (auto& k : scratch.UsedKeys("trainer")) out.insert(k);
+    }
+    out.insert("trainer.algorithm");
+    return out;
+  }();
+  return keys;
+}
+
+}  // namespace
+
+void TrainerConfig::Load(ConfigNode n) {
+  n.Get("algorithm", algorithm, "registered trainer: ppo_decision, grpo, dr_grpo, dapo, gspo");
+  // An unknown name is a ConfigError that lists the known ones.
+  auto preset = TrainerPresetRegistry::Global().Get(algorithm).factory();
+  preset->apply(*this);
+  ReadKeys(n, preset->plane);
+  // A key another algorithm reads but this one does not would be silently
+  // ignored: say so, with what this algorithm does read. (A key no algorithm
+  // knows is left to Config::CheckAllUsed, which suggests the nearest one.)
+  const auto& known = KnownTrainerKeys();
+  for (const auto& key : n.PresentKeys()) {
+    if (n.IsUsed(key) || !known.count(key)) continue;
+    std::vector<std::string> reads;
+    for (const auto& k : known)
+      if (n.IsUsed(k)) reads.push_back(k.substr(std::string("trainer.").size()));
+    // Where the key came from: descend to its own table.
+    auto parts = Split(key.substr(n.path().size() + 1), '.');
+    ConfigNode at = n;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) at = at.Section(parts[i]);
+    throw ConfigError(
+        fmt::format("{}: {} does not apply to algorithm '{}' ({} plane), which would ignore it",
+                    at.Where(parts.back()), key, algorithm, policy::PlaneName(preset->plane)),
+        fmt::format("remove it (in `rlid compare`, set it in the [[compare.arm]] that uses it); "
+                    "{} reads: {}",
+                    algorithm, Join(reads, ", ")));
+  }
   if (episodes_per_iteration % group_size != 0)
     throw ConfigError(
         fmt::format("{}: episodes_per_iteration = {} is not a multiple of group_size = {}",
@@ -105,34 +162,30 @@ void TrainerConfig::Load(ConfigNode n) {
 }
 
 void SftConfig::Load(ConfigNode n) {
-  n.Get("episodes", episodes, "oracle episodes on train seeds");
+  n.Get("episodes", episodes, "oracle episodes on train seeds", IntRange::Positive());
   n.Get("random_action_frac", random_action_frac,
-        "fraction of random actions (imperfect demonstrations)");
-  n.Get("epochs", epochs, "passes over the demonstrations");
-  n.Get("batch_size", batch_size, "decisions per optimiser step");
-  n.Get("lr", lr, "learning rate");
-  n.Get("label_weight", label_weight, "decision plane: cross-entropy on the label readout");
-  n.Get("answer_weight", answer_weight, "token plane: LM loss on the answer text");
+        "fraction of random actions (imperfect demonstrations)", Range::Unit());
+  n.Get("epochs", epochs, "passes over the demonstrations", IntRange::Positive());
+  n.Get("batch_size", batch_size, "decisions per optimiser step", IntRange::Positive());
+  n.Get("lr", lr, "learning rate", Range::Positive());
+  n.Get("label_weight", label_weight, "decision plane: cross-entropy on the label readout",
+        Range::NonNegative());
+  n.Get("answer_weight", answer_weight, "token plane: LM loss on the answer text",
+        Range::NonNegative());
   n.GetEnum("answer", answer, {"command", "label"},
             "token-plane demonstration answer: the command text or the label letter");
-  n.Get("lm_weight", lm_weight, "plain LM loss on the prompt text");
-  if (random_action_frac < 0 || random_action_frac > 1)
-    throw ConfigError(
-        fmt::format("{}: sft.random_action_frac must be in [0, 1]", n.Where("random_action_frac")));
+  n.Get("lm_weight", lm_weight, "plain LM loss on the prompt text", Range::NonNegative());
 }
 
 namespace {
 void LoadSampler(ConfigNode n, policy::SamplerOptions& o) {
-  n.Get("temperature", o.temperature, "token plane sampling temperature");
-  n.Get("top_p", o.top_p, "nucleus mass (1 = off)");
-  n.Get("max_new_tokens", o.max_new_tokens, "longest answer in tokens");
+  n.Get("temperature", o.temperature, "token plane sampling temperature (0 = greedy)",
+        Range::NonNegative());
+  n.Get("top_p", o.top_p, "nucleus mass (1 = off)", Range::Closed(0, 1).OpenLow());
+  n.Get("max_new_tokens", o.max_new_tokens, "longest answer in tokens", IntRange::Positive());
   n.GetEnum("dtype", o.dtype, {"float32", "bfloat16"},
             "rollout-engine weights (bf16 = a different engine)");
   n.Get("kv_cache", o.kv_cache, "incremental decoding with a KV cache");
-  if (o.max_new_tokens < 1)
-    throw ConfigError(fmt::format("{}: max_new_tokens must be >= 1", n.Where("max_new_tokens")));
-  if (!(o.top_p > 0 && o.top_p <= 1))
-    throw ConfigError(fmt::format("{}: top_p must be in (0, 1]", n.Where("top_p")));
 }
 }  // namespace
 

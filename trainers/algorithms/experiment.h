@@ -87,7 +87,12 @@ struct TrainerConfig {
   double overlong_factor = 1.0;
   std::string return_mode = "episode";  // token plane: episode return | discounted per-step return
 
+  // Reads [trainer]: `algorithm` first, whose preset sets the defaults, then
+  // the keys that algorithm's plane reads. A key only another algorithm reads
+  // is a ConfigError naming the algorithm and listing the keys it reads.
   void Load(ConfigNode n);
+  // The keys of one plane (with their ranges), on top of the current values.
+  void ReadKeys(ConfigNode n, policy::Plane plane);
 };
 
 // An algorithm's defining settings (advantage estimator, surrogate,
@@ -97,6 +102,7 @@ struct TrainerConfig {
 struct TrainerPreset {
   static constexpr const char* kRegistryKind = "trainer";
   std::function<void(TrainerConfig&)> apply;
+  policy::Plane plane = policy::Plane::kToken;  // which plane's [trainer] keys it reads
 };
 using TrainerPresetRegistry = Registry<TrainerPreset>;
 

@@ -335,9 +335,10 @@ class PpoDecisionTrainer final : public Trainer {
 
 const Registrar<TrainerPresetRegistry> kPreset("ppo_decision", "decision PPO defaults", [] {
   return std::make_unique<TrainerPreset>(TrainerPreset{[](TrainerConfig& t) {
-    t.advantage.estimator = "gae";
-    t.group_size = 1;
-  }});
+                                                          t.advantage.estimator = "gae";
+                                                          t.group_size = 1;
+                                                        },
+                                                        policy::Plane::kDecision});
 });
 const Registrar<TrainerRegistry> kRegister(
     "ppo_decision", "decision-level PPO on p(a|s) from the single-pass label readout",

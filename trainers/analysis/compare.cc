@@ -356,7 +356,13 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
       if (cc.success_metric == "sampled") c.ApplyOverride("trainer.eval_sampled=true");
       c.ApplyOverride("trainer.eval_at_start=true");  // the curves start at the warm start
       c.ApplyOverrides(arm.sets);
-      auto exp = ExperimentConfig::FromConfig(std::move(c));
+      std::unique_ptr<ExperimentConfig> exp;
+      try {
+        exp = ExperimentConfig::FromConfig(std::move(c));
+      } catch (const ConfigError& e) {
+        throw ConfigError(fmt::format("compare arm '{}' ({}): {}", arm.name, arm.algorithm, e.what()),
+                          e.hint());
+      }
       snr_settings[arm.name] = {exp->trainer.grad_snr_every, exp->trainer.grad_snr_episodes};
       if (snr_settings[arm.name] != snr_settings.begin()->second)
         throw ConfigError(

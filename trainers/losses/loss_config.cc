@@ -74,7 +74,7 @@ void EngineConfig::Validate() const {
           "a finite value > loss.engine.low");
 }
 
-void LossConfig::Load(ConfigNode n) {
+void LossConfig::Load(ConfigNode n, bool sequence_keys) {
   n.GetEnum("policy_loss", policy_loss, PolicyLossRegistry::Global().Names(), "surrogate");
   // clip_low >= 1 is valid: the lower bound 1 - clip_low <= 0 never binds (CISPO's
   // reference setting is clip_low = 10).
@@ -85,10 +85,12 @@ void LossConfig::Load(ConfigNode n) {
   n.Get("dual_clip", dual_clip, "ppo_clip dual clip c > 1 for A < 0 (0 = off)",
         Range::GreaterThan(1).Or(0));
   n.Get("log_ratio_clamp", log_ratio_clamp, "r = exp(clamp(logp - old, -x, x))", Range::Positive());
-  n.GetEnum("aggregation", aggregation, AggregationNames(), "per-token losses -> scalar");
-  n.Get("aggregation_norm", aggregation_norm,
-        "seq_mean_token_sum_norm divisor (0 = padded width T)", Range::NonNegative());
-  engine.Load(n.Section("engine"));
+  if (sequence_keys) {
+    n.GetEnum("aggregation", aggregation, AggregationNames(), "per-token losses -> scalar");
+    n.Get("aggregation_norm", aggregation_norm,
+          "seq_mean_token_sum_norm divisor (0 = padded width T)", Range::NonNegative());
+    engine.Load(n.Section("engine"));
+  }
   ValidateAt(*this, n);
 }
 
@@ -107,10 +109,12 @@ void LossConfig::Validate() const {
   engine.Validate();
 }
 
-void KlConfig::Load(ConfigNode n) {
-  n.GetEnum("estimator", estimator, KlEstimatorRegistry::Global().Names(),
-            "per-token KL estimator of d = logp - ref");
-  n.Get("straight_through", straight_through, "estimator value with the k2 gradient");
+void KlConfig::Load(ConfigNode n, bool estimator_keys) {
+  if (estimator_keys) {
+    n.GetEnum("estimator", estimator, KlEstimatorRegistry::Global().Names(),
+              "per-token KL estimator of d = logp - ref");
+    n.Get("straight_through", straight_through, "estimator value with the k2 gradient");
+  }
   n.Get("coef", coef, "KL coefficient beta (0 = off)", Range::NonNegative());
   n.GetEnum("placement", placement, {"loss", "reward"},
             "loss: + beta aggregate(kl); reward: r_t -= beta kl_t");
@@ -123,12 +127,12 @@ void KlConfig::Validate() const {
   Require(coef >= 0 && std::isfinite(coef), "kl.coef", coef, "a finite value >= 0");
 }
 
-void AdvantageConfig::Load(ConfigNode n) {
+void AdvantageConfig::Load(ConfigNode n, bool gae_keys) {
   n.GetEnum("estimator", estimator, AdvantageRegistry::Global().Names(), "advantage estimator");
   n.Get("std_norm", std_norm, "grpo: divide by the group std (false = Dr. GRPO)");
   n.Get("std_eps", std_eps, "grpo: A = (s - mean) / (std + std_eps)", Range::Positive());
   n.Get("gamma", gamma, "discount (gae, reinforce_pp)", Range::Unit());
-  n.Get("lambda", lambda, "GAE lambda", Range::Unit());
+  if (gae_keys) n.Get("lambda", lambda, "GAE lambda", Range::Unit());
   ValidateAt(*this, n);
 }
 

@@ -49,7 +49,9 @@ struct LossConfig {
   double aggregation_norm = 0.0;
   EngineConfig engine;
 
-  void Load(ConfigNode n);  // also loads the `engine` sub-table
+  // sequence_keys: also the aggregation keys and the `engine` sub-table, which
+  // only multi-token (token-plane) losses read.
+  void Load(ConfigNode n, bool sequence_keys = true);
   void Validate() const;
 };
 
@@ -64,7 +66,9 @@ struct KlConfig {
   // loss: beta * aggregate(kl) is added to the loss; reward: r_t -= beta * kl_t.
   std::string placement = "loss";
 
-  void Load(ConfigNode n);
+  // estimator_keys: also `estimator` and `straight_through` (the decision
+  // plane's KL is exact over the menu and reads neither).
+  void Load(ConfigNode n, bool estimator_keys = true);
   void Validate() const;
 };
 
@@ -80,7 +84,8 @@ struct AdvantageConfig {
   double gamma = 1.0;
   double lambda = 0.95;
 
-  void Load(ConfigNode n);
+  // gae_keys: also `lambda` (only the decision plane has a GAE estimator).
+  void Load(ConfigNode n, bool gae_keys = true);
   void Validate() const;
 };
 

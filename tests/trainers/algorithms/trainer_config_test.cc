@@ -50,5 +50,67 @@ TEST(TrainerConfig, AllActionNeedsAMenuNormalisedReadout) {
   EXPECT_EQ(ErrorOf({"trainer.estimator=all_action"}), "");
 }
 
+// A key only another algorithm reads would be silently ignored: it is an error
+// that names the algorithm and lists what it reads.
+TEST(TrainerConfig, KeysOfAnotherAlgorithmAreErrors) {
+  struct Case {
+    const char* algorithm;
+    const char* key;
+  } cases[] = {{"grpo", "trainer.vf_coef=0.5"},
+               {"gspo", "trainer.estimator=all_action"},
+               {"dapo", "trainer.advantage.lambda=0.9"},
+               {"ppo_decision", "trainer.sampling.filter_zero_variance_groups=true"},
+               {"ppo_decision", "trainer.loss.aggregation=token_sum"},
+               {"ppo_decision", "trainer.loss.engine.kind=tis"},
+               {"ppo_decision", "trainer.kl.estimator=k1"},
+               {"ppo_decision", "trainer.return_mode=discounted"}};
+  for (const auto& c : cases) {
+    const std::string key = std::string(c.key).substr(0, std::string(c.key).find('='));
+    auto e = ErrorOf({std::string("trainer.algorithm=") + c.algorithm, c.key});
+    EXPECT_NE(e.find(key + " does not apply to algorithm '" + c.algorithm + "'"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find(std::string(c.algorithm) + " reads: "), std::string::npos) << e;
+    EXPECT_NE(e.find("--set " + key), std::string::npos) << "where the key came from: " << e;
+  }
+  // The same keys with the algorithm that reads them load.
+  EXPECT_EQ(ErrorOf({"trainer.vf_coef=0.5"}), "");
+  EXPECT_EQ(ErrorOf({"trainer.algorithm=dapo", "trainer.loss.engine.kind=tis"}), "");
+  // The list is the algorithm's own keys.
+  auto e = ErrorOf({"trainer.algorithm=grpo", "trainer.vf_coef=0.5"});
+  EXPECT_NE(e.find("loss.aggregation"), std::string::npos) << e;
+  EXPECT_EQ(e.find("vf_clip"), std::string::npos) << e;
+  // A key no algorithm reads is an unknown key with a suggestion.
+  auto typo = ErrorOf({"trainer.vf_coeff=0.5"});
+  EXPECT_NE(typo.find("unknown key 'trainer.vf_coeff'"), std::string::npos) << typo;
+  EXPECT_NE(typo.find("vf_coef"), std::string::npos) << typo;
+}
+
+TEST(TrainerConfig, BadValuesNameTheKey) {
+  for (const char* set : {"trainer.iterations=-1", "trainer.epochs=0", "trainer.lr=nan",
+                          "trainer.adam_beta1=2", "trainer.vf_coef=inf", "trainer.ent_coef=-0.1",
+                          "trainer.grad_snr_episodes=1", "sampler.top_p=0", "sft.batch_size=0",
+                          "trainer.eval_episodes=0", "trainer.loss.clip_high=-1"}) {
+    const std::string key = std::string(set).substr(0, std::string(set).find('='));
+    auto e = ErrorOf({set});
+    EXPECT_NE(e.find("'" + key + "'"), std::string::npos) << set << ": " << e;
+    EXPECT_EQ(e.find("internal"), std::string::npos) << set << ": " << e;
+  }
+}
+
+// A quoted key with a dot at the top level is one key named "trainer.lr": it
+// used to be ignored because its name equals the path of a real key.
+TEST(TrainerConfig, ARootLevelDottedKeyIsAnError) {
+  try {
+    testing::Experiment(std::string(kToml) + "\n", {});
+    Config c = Config::FromString(std::string("\"trainer.lr\" = 1\n") + kToml, "test.toml");
+    ExperimentConfig::FromConfig(std::move(c));
+    ADD_FAILURE() << "a quoted dotted key was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("trainer.lr"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test.toml:1:"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace rlid::trainers
