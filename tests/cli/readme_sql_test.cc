@@ -1,5 +1,6 @@
-// The README's SQL examples run against a run directory produced by the CLI
-// (`rlid train configs/keys_memory.toml`, shortened), and return rows.
+// The README's SQL examples run against run directories produced by the CLI
+// (the quickstart's compare and `rlid train configs/keys_memory.toml`, both
+// shortened) and return rows exactly where the README says they do.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -35,7 +36,20 @@ std::string Quote(const std::string& s) {
   return q + "'";
 }
 
-TEST(ReadmeSql, ExamplesRunAgainstACliRunDirectory) {
+// Rows a query printed by `rlid sql` ("(N rows)" at the end), -1 if it failed.
+int64_t Rows(const std::string& dir, const std::string& query) {
+  auto [rc, text] = Shell(Bin() + " sql " + dir + " " + Quote(query) + " 2>&1");
+  EXPECT_EQ(rc, 0) << query << "\n" << text;
+  std::smatch m;
+  if (rc != 0 || !std::regex_search(text, m, std::regex("\\((\\d+) rows?\\)"))) return -1;
+  return std::stoll(m[1]);
+}
+
+// Each block's first line says where it runs ("-- runs on: quickstart", "--
+// runs on: keys_memory; none on the quickstart: <why>", or "-- runs on: both;
+// no rows unless ..."); the test holds every block to what it says, against
+// a quickstart-shaped compare and a keys_memory train run made by the CLI.
+TEST(ReadmeSql, ExamplesReturnRowsWhereTheySayTheyDo) {
   std::ifstream in(std::string(RLID_SOURCE_DIR) + "/README.md");
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream ss;
@@ -45,25 +59,43 @@ TEST(ReadmeSql, ExamplesRunAgainstACliRunDirectory) {
   std::regex block("```sql\\n([\\s\\S]*?)```");
   for (auto it = std::sregex_iterator(readme.begin(), readme.end(), block); it != std::sregex_iterator(); ++it)
     queries.push_back((*it)[1]);
-  ASSERT_GE(queries.size(), 5u) << "the README should show five SQL examples";
+  ASSERT_GE(queries.size(), 8u) << "the README should show eight SQL examples";
 
   testing::TempDir dir("readme_sql");
-  std::string cmd = Bin() + " train " + std::string(RLID_SOURCE_DIR) +
-                    "/configs/keys_memory.toml --threads 1 --log-level warn --out " + dir.str() +
-                    " --set trainer.iterations=1 --set trainer.episodes_per_iteration=4 --set trainer.num_envs=4"
-                    " --set trainer.eval_episodes=4 --set env.step_limit=12 2>&1";
-  auto [rc, out] = Shell(cmd);
-  ASSERT_EQ(rc, 0) << out;
+  const std::string src = RLID_SOURCE_DIR;
+  const std::string keys = dir.str() + "/keys", quick = dir.str() + "/quickstart";
+  auto [krc, kout] = Shell(Bin() + " train " + src +
+                           "/configs/keys_memory.toml --threads 1 --log-level warn --out " + keys +
+                           " --set trainer.iterations=1 --set trainer.episodes_per_iteration=4"
+                           " --set trainer.num_envs=4 --set trainer.eval_episodes=4"
+                           " --set env.step_limit=12 2>&1");
+  ASSERT_EQ(krc, 0) << kout;
+  // The quickstart's config, one seed and a small budget.
+  auto [qrc, qout] = Shell(Bin() + " compare " + src +
+                           "/configs/quickstart.toml --threads 1 --log-level warn --out " + quick +
+                           " --set compare.seeds=[1] --set compare.budget_value=16"
+                           " --set trainer.episodes_per_iteration=16 --set trainer.num_envs=16"
+                           " --set trainer.epochs=1 --set trainer.minibatch_size=16"
+                           " --set trainer.grad_snr_every=0 --set sft.episodes=32 --set sft.epochs=1"
+                           " --set trainer.eval_episodes=8 --set compare.chance_episodes=0"
+                           " --set compare.plots=false 2>&1");
+  ASSERT_EQ(qrc, 0) << qout;
   for (size_t i = 0; i < queries.size(); ++i) {
-    auto [qrc, text] = Shell(Bin() + " sql " + dir.str() + " " + Quote(queries[i]) + " 2>&1");
-    EXPECT_EQ(qrc, 0) << "README query " << i + 1 << " failed:\n" << queries[i] << "\n" << text;
-    EXPECT_NE(text.find("row"), std::string::npos) << text;
-    // Every example except the leak check (which must be empty) returns rows.
-    bool leak_check = queries[i].find("v_split_leaks") != std::string::npos;
-    if (leak_check)
-      EXPECT_NE(text.find("(0 rows)"), std::string::npos) << "split leak found:\n" << text;
-    else
-      EXPECT_EQ(text.find("(0 rows)"), std::string::npos) << "README query " << i + 1 << " returned nothing:\n" << text;
+    const std::string& q = queries[i];
+    const std::string first = q.substr(0, q.find('\n'));
+    SCOPED_TRACE("README query " + std::to_string(i + 1) + ": " + first);
+    ASSERT_EQ(first.rfind("-- runs on: ", 0), 0u) << "the first line must say where it runs";
+    if (first.find("runs on: quickstart") != std::string::npos) {
+      EXPECT_GT(Rows(quick, q), 0);
+    } else if (first.find("runs on: keys_memory") != std::string::npos) {
+      EXPECT_NE(first.find("none on the quickstart: "), std::string::npos) << "say why";
+      EXPECT_GT(Rows(keys, q), 0);
+      EXPECT_EQ(Rows(quick, q), 0);
+    } else {
+      ASSERT_NE(first.find("runs on: both; no rows unless"), std::string::npos);
+      EXPECT_EQ(Rows(quick, q), 0);
+      EXPECT_EQ(Rows(keys, q), 0);
+    }
   }
 }
 
