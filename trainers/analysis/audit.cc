@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -173,14 +174,14 @@ double SumSquares(const torch::Tensor& t) {
   return s;
 }
 
-// float64 sum of squares of a + b (same shape), chunked.
-double SumSquaresOfSum(const torch::Tensor& a, const torch::Tensor& b) {
+// float64 sum of squares of a + sign * b (same shape), chunked.
+double SumSquaresOfSum(const torch::Tensor& a, const torch::Tensor& b, double sign = 1.0) {
   auto fa = a.detach().reshape(-1), fb = b.detach().reshape(-1);
   const int64_t n = fa.numel();
   double s = 0;
   for (int64_t i = 0; i < n; i += kChunk) {
     const int64_t j = std::min(n, i + kChunk);
-    auto c = fa.slice(0, i, j).to(torch::kFloat64) + fb.slice(0, i, j).to(torch::kFloat64);
+    auto c = fa.slice(0, i, j).to(torch::kFloat64) + sign * fb.slice(0, i, j).to(torch::kFloat64);
     s += c.dot(c).item<double>();
   }
   return s;
@@ -247,9 +248,46 @@ class GradAccumulator {
     for (auto& side : sides_)
       for (auto& p : side) p.mutable_grad() = torch::Tensor();
   }
+  const std::vector<std::vector<torch::Tensor>>& sides() const { return sides_; }
 
  private:
   std::vector<std::vector<torch::Tensor>> sides_;
+};
+
+// While alive, every backward's incoming gradient g_t of each parameter t is
+// reduced at once to ||g_t - c * grad_t||^2 (float64, chunked; c = 1 with
+// `minus_grad`, else 0), summed over t, and then dropped: the hook hands
+// autograd a broadcast zero, so .grad is unchanged. One backward thus yields
+// the squared norm of (its gradient - the accumulated .grad) without a second
+// parameter-sized buffer or a backward to undo it.
+class GradientNormProbe {
+ public:
+  GradientNormProbe(const GradAccumulator& acc, bool minus_grad)
+      : sum_(std::make_shared<double>(0.0)) {
+    for (const auto& side : acc.sides())
+      for (const auto& p : side) {
+        auto sum = sum_;
+        const double c = minus_grad ? 1.0 : 0.0;
+        // The hook holds an undefined-safe reference to p; removed in the destructor.
+        unsigned h = p.register_hook([sum, c, p](const torch::Tensor& g) {
+          const auto& x = p.grad();
+          *sum += c != 0 && x.defined() ? SumSquaresOfSum(g, x, -c) : SumSquares(g);
+          return torch::zeros({}, g.options()).expand(g.sizes());
+        });
+        hooks_.push_back({p, h});
+      }
+  }
+  ~GradientNormProbe() {
+    for (auto& [p, h] : hooks_) p.remove_hook(h);
+  }
+  GradientNormProbe(const GradientNormProbe&) = delete;
+  GradientNormProbe& operator=(const GradientNormProbe&) = delete;
+  // The sum since the last Take().
+  double Take() { return std::exchange(*sum_, 0.0); }
+
+ private:
+  std::vector<std::pair<torch::Tensor, unsigned>> hooks_;
+  std::shared_ptr<double> sum_;
 };
 
 // g += weight * grad y (y a scalar).
@@ -356,7 +394,8 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
 //   E2 = grad sum_a sg(p_a A_a) log p_a
 //   m1 = sum_r q_r A_r^2 ||grad n_r - G||^2,  m2 = sum_a p_a A_a^2 ||grad log p_a||^2
 // are weighted backwards into .grad; ||E1 - E2|| is the norm after +E1 then -E2.
-// For m1, .grad holds -G and each wording adds then removes its grad n_r.
+// For m1, .grad holds G and a probe reduces each wording's ||grad n_r - G||^2
+// during its backward (GradientNormProbe).
 AuditCheck RaoBlackwell(policy::TransformerLM& model, policy::TransformerLM& ref,
                         const policy::PromptRenderer& renderer,
                         const std::vector<AuditState>& states, int64_t mc, uint64_t seed) {
@@ -429,16 +468,18 @@ AuditCheck RaoBlackwell(policy::TransformerLM& model, policy::TransformerLM& ref
     std::vector<double> pa(K), neg_pa(K);
     for (int64_t k = 0; k < K; ++k) pa[k] = p[k] * A[k], neg_pa[k] = -pa[k];
 
-    // ||E2||^2 and m2 on the single-pass graph.
+    // ||E2||^2 and m2 on the single-pass graph, each backward's norm probed.
     g.Zero();
-    weighted(pa, true);
-    const double e2_sq = g.SquaredNorm();
-    double m2 = 0;
-    for (int64_t k = 0; k < K; ++k) {
-      g.Zero();
-      Backward(rb.log_p[0][k], 1.0, true);
-      ++backwards;
-      m2 += p[k] * A[k] * A[k] * g.SquaredNorm();
+    double e2_sq = 0, m2 = 0;
+    {
+      GradientNormProbe probe(g, /*minus_grad=*/false);
+      weighted(pa, true);
+      e2_sq = probe.Take();
+      for (int64_t k = 0; k < K; ++k) {
+        Backward(rb.log_p[0][k], 1.0, true);
+        ++backwards;
+        m2 += p[k] * A[k] * A[k] * probe.Take();
+      }
     }
     // ||E1||^2, then ||E1 - E2||.
     g.Zero();
@@ -464,20 +505,18 @@ AuditCheck RaoBlackwell(policy::TransformerLM& model, policy::TransformerLM& ref
     separate(u);
     weighted(neg_mc2, false);  // last use of the single-pass graph
     const double mc_diff = std::sqrt(g.SquaredNorm());
-    // m1: .grad = -G, then per wording +grad n_r (norm) and -grad n_r.
+    // m1: .grad = G, then per wording one probed backward: ||grad n_r - G||^2.
     g.Zero();
-    std::vector<double> neg_q(R);
-    for (size_t r = 0; r < R; ++r) neg_q[r] = -q[r];
-    separate(neg_q);
+    separate(q);
     double m1 = 0;
-    for (size_t r = 0; r < R; ++r) {
-      auto y = SeparateLogProb(ref, req.prompt, words.tokens[r]);
-      ++separate_forwards;
-      Backward(y, 1.0, true);
-      const double a = A[words.owner[r]];
-      m1 += q[r] * a * a * g.SquaredNorm();
-      Backward(y, -1.0);
-      backwards += 2;
+    {
+      GradientNormProbe probe(g, /*minus_grad=*/true);
+      for (size_t r = 0; r < R; ++r) {
+        Backward(SeparateLogProb(ref, req.prompt, words.tokens[r]), 1.0);
+        ++separate_forwards, ++backwards;
+        const double a = A[words.owner[r]];
+        m1 += q[r] * a * a * probe.Take();
+      }
     }
     g.Zero();
 
