@@ -163,30 +163,28 @@ class FiniteGuard {
 // parameters' own .grad and reduced to float64 scalars at once, tensor by
 // tensor, in chunks of kChunk elements: no flat or float64 copy of the model.
 
-// float64 sum of squares of a tensor (chunked; the temporaries are kChunk long).
-double SumSquares(const torch::Tensor& t) {
-  auto flat = t.detach().reshape(-1);
-  const int64_t n = flat.numel();
+// float64 squared norm of sum_k c_k t_k over same-shaped tensors (undefined ones
+// count as zero), chunked: the temporaries are kChunk elements long.
+double SquaredNormOfSum(const std::vector<std::pair<double, torch::Tensor>>& terms) {
+  std::vector<std::pair<double, torch::Tensor>> flat;
+  for (const auto& [c, t] : terms)
+    if (t.defined() && c != 0) flat.push_back({c, t.detach().reshape(-1)});
+  if (flat.empty()) return 0;
+  const int64_t n = flat[0].second.numel();
   double s = 0;
   for (int64_t i = 0; i < n; i += kChunk) {
-    auto c = flat.slice(0, i, std::min(n, i + kChunk)).to(torch::kFloat64);
-    s += c.dot(c).item<double>();
+    const int64_t j = std::min(n, i + kChunk);
+    torch::Tensor acc;
+    for (const auto& [c, t] : flat) {
+      auto x = t.slice(0, i, j).to(torch::kFloat64);
+      acc = acc.defined() ? acc.add_(x, c) : (c == 1 ? x.clone() : x * c);
+    }
+    s += acc.dot(acc).item<double>();
   }
   return s;
 }
 
-// float64 sum of squares of a + sign * b (same shape), chunked.
-double SumSquaresOfSum(const torch::Tensor& a, const torch::Tensor& b, double sign = 1.0) {
-  auto fa = a.detach().reshape(-1), fb = b.detach().reshape(-1);
-  const int64_t n = fa.numel();
-  double s = 0;
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t j = std::min(n, i + kChunk);
-    auto c = fa.slice(0, i, j).to(torch::kFloat64) + sign * fb.slice(0, i, j).to(torch::kFloat64);
-    s += c.dot(c).item<double>();
-  }
-  return s;
-}
+double SumSquares(const torch::Tensor& t) { return SquaredNormOfSum({{1.0, t}}); }
 
 double SumProducts(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.detach().to(torch::kFloat64) * b.detach().to(torch::kFloat64)).sum().item<double>();
@@ -199,10 +197,10 @@ std::vector<torch::Tensor> TrainableParams(policy::TransformerLM& m) {
   return p;
 }
 
-// The gradient vector g = sum over the given models of their parameters' .grad
+// The gradient vector X = sum over the given models of their parameters' .grad
 // (one model when the audited and the reference model are the same; two when a
 // separate reference model scores the independent side). With two models the
-// parameters pair up by position (same config).
+// parameters pair up by position (same config), and X_i = a_i.grad + b_i.grad.
 class GradAccumulator {
  public:
   GradAccumulator(policy::TransformerLM& a, policy::TransformerLM& b) {
@@ -219,29 +217,23 @@ class GradAccumulator {
     }
   }
   ~GradAccumulator() { Release(); }
-  // g = 0 (in place; keeps the buffers).
+  // X = 0 (in place; keeps the buffers).
   void Zero() {
     for (auto& side : sides_)
       for (auto& p : side)
         if (p.grad().defined()) p.mutable_grad().zero_();
   }
-  // ||g||^2 in float64.
+  size_t size() const { return sides_[0].size(); }
+  // ||g - c X_i||^2 for a tensor g shaped like parameter i (g undefined = 0).
+  double SquaredNormMinus(size_t i, const torch::Tensor& g, double c) const {
+    std::vector<std::pair<double, torch::Tensor>> terms = {{1.0, g}};
+    for (const auto& side : sides_) terms.push_back({-c, side[i].grad()});
+    return SquaredNormOfSum(terms);
+  }
+  // ||X||^2 in float64.
   double SquaredNorm() const {
     double s = 0;
-    for (size_t i = 0; i < sides_[0].size(); ++i) {
-      const auto& ga = sides_[0][i].grad();
-      if (sides_.size() == 1) {
-        if (ga.defined()) s += SumSquares(ga);
-        continue;
-      }
-      const auto& gb = sides_[1][i].grad();
-      if (ga.defined() && gb.defined())
-        s += SumSquaresOfSum(ga, gb);
-      else if (ga.defined())
-        s += SumSquares(ga);
-      else if (gb.defined())
-        s += SumSquares(gb);
-    }
+    for (size_t i = 0; i < size(); ++i) s += SquaredNormMinus(i, torch::Tensor(), -1.0);
     return s;
   }
   // Frees every .grad.
@@ -255,27 +247,29 @@ class GradAccumulator {
   std::vector<std::vector<torch::Tensor>> sides_;
 };
 
-// While alive, every backward's incoming gradient g_t of each parameter t is
-// reduced at once to ||g_t - c * grad_t||^2 (float64, chunked; c = 1 with
-// `minus_grad`, else 0), summed over t, and then dropped: the hook hands
-// autograd a broadcast zero, so .grad is unchanged. One backward thus yields
-// the squared norm of (its gradient - the accumulated .grad) without a second
-// parameter-sized buffer or a backward to undo it.
+// While alive, every backward's incoming gradient g_i of each parameter i is
+// reduced at once to ||g_i - c X_i||^2 (float64, chunked; c = 1 with
+// `minus_accumulated`, else 0) and then dropped: the hook hands autograd a
+// broadcast zero, so X (the .grad) is unchanged. Take() adds ||c X_i||^2 for
+// the parameters the backwards did not reach. One backward thus yields the
+// squared norm of (its gradient - X) without a second parameter-sized buffer
+// or a backward to undo it. Use one backward per Take().
 class GradientNormProbe {
  public:
-  GradientNormProbe(const GradAccumulator& acc, bool minus_grad)
-      : sum_(std::make_shared<double>(0.0)) {
+  GradientNormProbe(const GradAccumulator& acc, bool minus_accumulated)
+      : acc_(acc), state_(std::make_shared<State>()) {
+    state_->c = minus_accumulated ? 1.0 : 0.0;
+    state_->reached.assign(acc.size(), false);
     for (const auto& side : acc.sides())
-      for (const auto& p : side) {
-        auto sum = sum_;
-        const double c = minus_grad ? 1.0 : 0.0;
-        // The hook holds an undefined-safe reference to p; removed in the destructor.
-        unsigned h = p.register_hook([sum, c, p](const torch::Tensor& g) {
-          const auto& x = p.grad();
-          *sum += c != 0 && x.defined() ? SumSquaresOfSum(g, x, -c) : SumSquares(g);
+      for (size_t i = 0; i < side.size(); ++i) {
+        auto st = state_;
+        const GradAccumulator* a = &acc;
+        unsigned h = side[i].register_hook([st, a, i](const torch::Tensor& g) {
+          st->sum += a->SquaredNormMinus(i, g, st->c);
+          st->reached[i] = true;
           return torch::zeros({}, g.options()).expand(g.sizes());
         });
-        hooks_.push_back({p, h});
+        hooks_.push_back({side[i], h});
       }
   }
   ~GradientNormProbe() {
@@ -283,12 +277,25 @@ class GradientNormProbe {
   }
   GradientNormProbe(const GradientNormProbe&) = delete;
   GradientNormProbe& operator=(const GradientNormProbe&) = delete;
-  // The sum since the last Take().
-  double Take() { return std::exchange(*sum_, 0.0); }
+  // ||g - c X||^2 of the backward since the last Take().
+  double Take() {
+    double s = std::exchange(state_->sum, 0.0);
+    for (size_t i = 0; i < acc_.size(); ++i) {
+      if (!state_->reached[i] && state_->c != 0)
+        s += acc_.SquaredNormMinus(i, torch::Tensor(), state_->c);
+      state_->reached[i] = false;
+    }
+    return s;
+  }
 
  private:
+  struct State {
+    double c = 0, sum = 0;
+    std::vector<bool> reached;
+  };
+  const GradAccumulator& acc_;
   std::vector<std::pair<torch::Tensor, unsigned>> hooks_;
-  std::shared_ptr<double> sum_;
+  std::shared_ptr<State> state_;
 };
 
 // g += weight * grad y (y a scalar).
@@ -394,9 +401,10 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
 //   E1 = sum_r q_r (A_r - Abar) grad n_r          (Abar = sum_r q_r A_r)
 //   E2 = grad sum_a sg(p_a A_a) log p_a
 //   m1 = sum_r q_r A_r^2 ||grad n_r - G||^2,  m2 = sum_a p_a A_a^2 ||grad log p_a||^2
-// are weighted backwards into .grad; ||E1 - E2|| is the norm after +E1 then -E2.
-// For m1, .grad holds G and a probe reduces each wording's ||grad n_r - G||^2
-// during its backward (GradientNormProbe).
+// are weighted backwards: E1 accumulates in .grad, and a probed single-pass
+// backward of E2 reduces ||E2 - E1|| on the fly (GradientNormProbe); likewise
+// for the Monte-Carlo means. For m1, .grad holds G and the probe reduces each
+// wording's ||grad n_r - G||^2 during its backward.
 AuditCheck RaoBlackwell(policy::TransformerLM& model, policy::TransformerLM& ref,
                         const policy::PromptRenderer& renderer,
                         const std::vector<AuditState>& states, int64_t mc, uint64_t seed) {
@@ -438,21 +446,13 @@ AuditCheck RaoBlackwell(policy::TransformerLM& model, policy::TransformerLM& ref
     bool ok = true;
     for (size_t r = 0; r < R; ++r)
       ok &= finite(n[r], where(fmt::format("wording {} separate log pi", r + 1)));
-    // The single-pass side, its graph kept for several backwards.
-    auto rb = policy::Readout(model, {req}, {"menu", false});
+    // The single-pass side. Its graph lives only while its own backwards run
+    // (it is rebuilt, one forward, for the two later comparisons), so that it
+    // never sits in memory next to a separate wording's graph.
     std::vector<double> p(K);
-    for (int64_t k = 0; k < K; ++k) {
-      p[k] = std::exp(rb.log_p[0][k].item<double>());
-      ok &= finite(p[k], where(fmt::format("item {} single-pass p(a|s)", k + 1)));
-    }
-    if (!ok) continue;
-    const double log_z = LogSumExp(n);
-    double a_bar = 0;
-    for (size_t r = 0; r < R; ++r) {
-      q[r] = std::exp(n[r] - log_z);
-      a_bar += q[r] * A[words.owner[r]];
-    }
-    auto weighted = [&](const std::vector<double>& w, bool retain) {
+    auto readout = [&] { return policy::Readout(model, {req}, {"menu", false}); };
+    auto weighted = [&](const policy::ReadoutBatch& rb, const std::vector<double>& w,
+                        bool retain) {
       torch::Tensor y = torch::zeros({}, rb.log_p.options());
       for (int64_t k = 0; k < K; ++k) y = y + w[k] * rb.log_p[0][k];
       Backward(y, 1.0, retain);
@@ -466,32 +466,47 @@ AuditCheck RaoBlackwell(policy::TransformerLM& model, policy::TransformerLM& ref
         ++separate_forwards, ++backwards;
       }
     };
-    std::vector<double> pa(K), neg_pa(K);
-    for (int64_t k = 0; k < K; ++k) pa[k] = p[k] * A[k], neg_pa[k] = -pa[k];
-
-    // ||E2||^2 and m2 on the single-pass graph, each backward's norm probed.
+    // ||E2||^2 and m2, each backward's norm probed.
     g.Zero();
     double e2_sq = 0, m2 = 0;
+    std::vector<double> pa(K);
     {
-      GradientNormProbe probe(g, /*minus_grad=*/false);
-      weighted(pa, true);
+      auto rb = readout();
+      for (int64_t k = 0; k < K; ++k) {
+        p[k] = std::exp(rb.log_p[0][k].item<double>());
+        ok &= finite(p[k], where(fmt::format("item {} single-pass p(a|s)", k + 1)));
+      }
+      if (!ok) continue;
+      for (int64_t k = 0; k < K; ++k) pa[k] = p[k] * A[k];
+      GradientNormProbe probe(g, /*minus_accumulated=*/false);
+      weighted(rb, pa, true);
       e2_sq = probe.Take();
       for (int64_t k = 0; k < K; ++k) {
-        Backward(rb.log_p[0][k], 1.0, true);
+        Backward(rb.log_p[0][k], 1.0, /*retain_graph=*/k + 1 < K);
         ++backwards;
         m2 += p[k] * A[k] * A[k] * probe.Take();
       }
     }
-    // ||E1||^2, then ||E1 - E2||.
-    g.Zero();
+    const double log_z = LogSumExp(n);
+    double a_bar = 0;
+    for (size_t r = 0; r < R; ++r) {
+      q[r] = std::exp(n[r] - log_z);
+      a_bar += q[r] * A[words.owner[r]];
+    }
+    // .grad = E1: ||E1||^2, then ||E2 - E1|| by a probed single-pass backward.
     std::vector<double> w1(R);
     for (size_t r = 0; r < R; ++r) w1[r] = q[r] * (A[words.owner[r]] - a_bar);
     separate(w1);
     const double e1_sq = g.SquaredNorm();
-    weighted(neg_pa, true);
-    const double diff = std::sqrt(g.SquaredNorm());
+    double diff = 0;
+    {
+      auto rb = readout();
+      GradientNormProbe probe(g, /*minus_accumulated=*/true);
+      weighted(rb, pa, false);
+      diff = std::sqrt(probe.Take());
+    }
     // Monte Carlo: independent draws r ~ q and a ~ p; the means are weighted
-    // backwards with the draw counts as weights.
+    // backwards with the draw counts as weights. .grad goes from E1 to MC1.
     std::vector<double> cr(R, 0), da(K, 0);
     for (int64_t i = 0; i < mc; ++i) {
       cr[rng.Categorical(q)] += 1.0 / static_cast<double>(mc);
@@ -499,19 +514,23 @@ AuditCheck RaoBlackwell(policy::TransformerLM& model, policy::TransformerLM& ref
     }
     double c_bar = 0;
     for (size_t r = 0; r < R; ++r) c_bar += cr[r] * A[words.owner[r]];
-    std::vector<double> u(R), neg_mc2(K);
-    for (size_t r = 0; r < R; ++r) u[r] = cr[r] * A[words.owner[r]] - c_bar * q[r];
-    for (int64_t k = 0; k < K; ++k) neg_mc2[k] = -da[k] * A[k];
-    g.Zero();
+    std::vector<double> u(R), mc2(K);
+    for (size_t r = 0; r < R; ++r) u[r] = cr[r] * A[words.owner[r]] - c_bar * q[r] - w1[r];
+    for (int64_t k = 0; k < K; ++k) mc2[k] = da[k] * A[k];
     separate(u);
-    weighted(neg_mc2, false);  // last use of the single-pass graph
-    const double mc_diff = std::sqrt(g.SquaredNorm());
+    double mc_diff = 0;
+    {
+      auto rb = readout();
+      GradientNormProbe probe(g, /*minus_accumulated=*/true);
+      weighted(rb, mc2, false);
+      mc_diff = std::sqrt(probe.Take());
+    }
     // m1: .grad = G, then per wording one probed backward: ||grad n_r - G||^2.
     g.Zero();
     separate(q);
     double m1 = 0;
     {
-      GradientNormProbe probe(g, /*minus_grad=*/true);
+      GradientNormProbe probe(g, /*minus_accumulated=*/true);
       for (size_t r = 0; r < R; ++r) {
         Backward(SeparateLogProb(ref, req.prompt, words.tokens[r]), 1.0);
         ++separate_forwards, ++backwards;
