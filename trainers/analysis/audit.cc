@@ -688,18 +688,30 @@ AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRendere
                torch::tensor(noise, torch::kFloat64);
     old_v = rb.value + torch::tensor(vnoise, torch::kFloat64);
   }
-  auto loss_fn = [&]() {
-    auto rb = policy::Readout(model, reqs, {"menu", false});
-    auto logp = rb.log_p.gather(1, torch::tensor(chosen).unsqueeze(1)).squeeze(1);
-    auto pg = DecisionPpoLoss(lc, logp, old_logp, torch::tensor(adv, torch::kFloat64)).loss;
-    auto v = ValueLoss(rb.value, old_v, torch::tensor(ret, torch::kFloat64), 0.2);
+  // The loss is the batch mean of per-state losses, evaluated state by state
+  // (the same function as one batched readout, since every term is a mean over
+  // states) so that autograd keeps only one state's float64 activations.
+  const auto adv_t = torch::tensor(adv, torch::kFloat64), ret_t = torch::tensor(ret, torch::kFloat64);
+  auto state_loss = [&](int64_t b) {
+    auto rb = policy::Readout(model, {reqs[b]}, {"menu", false});
+    auto logp = rb.log_p[0][chosen[b]].reshape({1});
+    auto pg = DecisionPpoLoss(lc, logp, old_logp[b].reshape({1}), adv_t[b].reshape({1})).loss;
+    auto v = ValueLoss(rb.value, old_v[b].reshape({1}), ret_t[b].reshape({1}), 0.2);
     auto ent = MenuEntropy(rb.log_p, rb.item_mask).mean();
-    return pg + 0.5 * v - 0.01 * ent;
+    return (pg + 0.5 * v - 0.01 * ent) / static_cast<double>(B);
   };
-  auto loss = loss_fn();
-  finite(loss.item<double>(), [] { return std::string("loss"); });
-  loss.backward();
-  loss = torch::Tensor();
+  auto loss_fn = [&]() {
+    double total = 0;
+    for (int64_t b = 0; b < B; ++b) total += state_loss(b).item<double>();
+    return total;
+  };
+  double loss = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    auto l = state_loss(b);
+    loss += l.item<double>();
+    l.backward();
+  }
+  finite(loss, [] { return std::string("loss"); });
   double grad_sq = 0;
   for (const auto& [name, p] : sel) {
     if (!p.grad().defined()) continue;  // the loss does not reach it
@@ -732,7 +744,7 @@ AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRendere
     }
     auto loss_at = [&](double s) {
       for (size_t i = 0; i < sel.size(); ++i) sel[i].second.copy_(orig[i] + s * dir[i]);
-      return loss_fn().item<double>();
+      return loss_fn();
     };
     // Fourth-order central difference: truncation O(h^4), rounding ~1e-16 / h.
     const double p2 = loss_at(2 * h), p1 = loss_at(h), n1 = loss_at(-h), n2 = loss_at(-2 * h);
