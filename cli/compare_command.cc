@@ -51,15 +51,14 @@ class AuditCommand : public Command {
         ->capture_default_str();
     app.add_option("--only", opts_.only,
                    "run only these checks (marginalisation, rao_blackwell, ppo_gradient, teaching, "
-                   "label_bias)");
+                   "label_bias); 'finite' (every weight is finite) always runs");
     app.callback([this] {
       auto ck = policy::LoadCheckpoint(checkpoint_);
       auto env = env_.Make();
       policy::PromptRenderer renderer(policy::PromptConfig{}, ck.tokenizer);
       auto checks = trainers::RunAudit(ck.model, renderer, *env, opts_);
       std::cout << trainers::FormatAudit(checks);
-      int failed = 0;
-      for (const auto& c : checks) failed += !c.informational && !c.passed;
+      const int failed = trainers::CountFailed(checks);
       std::cout << (failed ? fmt::format("{} check(s) FAILED\n", failed) : "all checks passed\n");
       if (failed)
         throw NumericError(fmt::format("{} audit check(s) failed", failed),
