@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "cli/json_output.h"
 #include "core/error.h"
+#include "policy/runtime.h"
 
 namespace rlid::bench {
 namespace {
@@ -25,6 +26,11 @@ class BenchCommand : public cli::Command {
       sub->callback([this, b, name = name] {
         nlohmann::json result = b->Run();
         result["benchmark"] = name;
+        // Speeds depend on the BLAS kernels; say so next to the numbers when they are the slow ones.
+        if (auto w = policy::BlasWarning(); !w.empty()) {
+          result["blas_warning"] = w;
+          std::cerr << "warning: " << w << "\n";
+        }
         std::cout << cli::DumpJson(result, 2) << std::endl;
         if (!out_.empty()) {
           std::ofstream f(out_);

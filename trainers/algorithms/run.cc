@@ -119,9 +119,11 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
     make_bank();
   }
   recorder_ = std::make_unique<Recorder>(*writer, run_id, options.record, &times);
-  if (!options.quiet)
+  if (!options.quiet) {
     spdlog::info("run directory {} ({} parameters, {})", dir, model->config().NumParameters(),
                  policy::TorchSummary());
+    if (auto w = policy::BlasWarning(); !w.empty()) spdlog::warn("{}", w);
+  }
 }
 
 void Run::ResumeStore() {
