@@ -85,6 +85,9 @@ void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
           Range::NonNegative());
     n.GetEnum("estimator", estimator, {"sampled", "all_action"},
               "decision policy gradient: sampled action, or Rao-Blackwellised over the whole menu");
+    n.Get("bootstrap_truncated", bootstrap_truncated,
+          "bootstrap an episode the step limit cut with V(s_T) (false: the cut is terminal, the "
+          "finite-horizon return; env.show_steps_left = true also makes it terminal)");
     return;
   }
   // ---- token plane ----

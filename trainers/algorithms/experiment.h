@@ -61,6 +61,8 @@ struct TrainerConfig {
   double target_kl = 0.0;  // stop an iteration's epochs once the epoch's mean menu KL(old||new)
                            // exceeds it (0 = off)
   std::string estimator = "sampled";  // sampled | all_action (Rao-Blackwellised, decision plane)
+  // Decision plane: V(s_T) for episodes the step limit cut (false: a cut ends the return at 0).
+  bool bootstrap_truncated = true;
   // Per-episode policy-gradient SNR (GradientSnr) every k iterations (0 = off),
   // on the first grad_snr_episodes episodes of the batch (same count in both planes).
   int64_t grad_snr_every = 0;

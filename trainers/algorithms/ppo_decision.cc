@@ -171,7 +171,7 @@ class PpoDecisionTrainer final : public Trainer {
     policy::TransformerLM model = c.agent.model;
 
     // ---- 1. rollout ------------------------------------------------------------
-    c.agent.bootstrap_truncated = true;
+    c.agent.bootstrap_truncated = t.bootstrap_truncated;
     auto episodes = agents::RunDecisionEpisodes(c.agent, TrainSpecs(t, c.seed, it),
                                                 envs::Split::kTrain, /*greedy=*/false, c.budget);
     c.recorder.Episodes(episodes, c.agent);

@@ -477,6 +477,31 @@ TEST(PpoDecision, CountsEveryForwardAndBackward) {
   }
 }
 
+// An episode the step limit cuts costs one more readout (its V(s_T)) when
+// decision PPO bootstraps it, and none with bootstrap_truncated = false; the
+// trajectories (per-episode streams) are the same either way.
+TEST(PpoDecision, BootstrapTruncatedDecidesTheExtraValueReadout) {
+  std::map<bool, std::map<std::string, double>> m;
+  for (bool boot : {true, false}) {
+    auto cfg = Experiment(LoopToml("name = \"maze\"\nsize = 4\nstep_limit = 2"),
+                          {"trainer.iterations=1", "trainer.eval_every=0",
+                           std::string("trainer.bootstrap_truncated=") + (boot ? "true" : "false")});
+    TempDir dir("ppo_boot");
+    RunTraining(*cfg, dir.str());
+    for (const char* key : {"charts/truncated_frac", "budget/env_steps", "budget/prompt_tokens",
+                            "budget/rollout_tokens"}) {
+      auto q = Query(dir.str(), std::string("SELECT value FROM metrics WHERE iteration = 0 AND key = '") +
+                                    key + "'");
+      m[boot][key] = AsDouble(q.rows.at(0).at(0));
+    }
+  }
+  ASSERT_GT(m[true]["charts/truncated_frac"], 0.25) << "a step limit of 2 on a 4x4 maze cuts episodes";
+  EXPECT_EQ(m[true]["charts/truncated_frac"], m[false]["charts/truncated_frac"]);
+  EXPECT_EQ(m[true]["budget/env_steps"], m[false]["budget/env_steps"]);
+  EXPECT_GT(m[true]["budget/prompt_tokens"], m[false]["budget/prompt_tokens"]);
+  EXPECT_GT(m[true]["budget/rollout_tokens"], m[false]["budget/rollout_tokens"]);
+}
+
 // ---- command line ------------------------------------------------------------
 
 struct Cli {
