@@ -26,7 +26,8 @@ class BenchCommand : public cli::Command {
       sub->callback([this, b, name = name] {
         nlohmann::json result = b->Run();
         result["benchmark"] = name;
-        // Speeds depend on the BLAS kernels; say so next to the numbers when they are the slow ones.
+        // Speeds depend on the BLAS kernels; say so next to the numbers when they are the slow
+        // ones.
         if (auto w = policy::BlasWarning(); !w.empty()) {
           result["blas_warning"] = w;
           std::cerr << "warning: " << w << "\n";
@@ -46,7 +47,8 @@ class BenchCommand : public cli::Command {
   std::string out_;
 };
 
-const Registrar<cli::CommandRegistry> kRegister("bench", "run a benchmark (ratios measured in one run)",
+const Registrar<cli::CommandRegistry> kRegister("bench",
+                                                "run a benchmark (ratios measured in one run)",
                                                 [] { return std::make_unique<BenchCommand>(); });
 
 }  // namespace

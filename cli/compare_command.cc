@@ -7,9 +7,9 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "policy/checkpoint.h"
+#include "trainers/algorithms/experiment.h"
 #include "trainers/analysis/audit.h"
 #include "trainers/analysis/compare.h"
-#include "trainers/algorithms/experiment.h"
 
 namespace rlid::cli {
 namespace {

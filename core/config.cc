@@ -1,16 +1,15 @@
 #include "core/config.h"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <algorithm>
 #include <cmath>
-
 #include <fstream>
 #include <functional>
 #include <map>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "core/error.h"
 #include "core/strings.h"
@@ -20,12 +19,12 @@ namespace rlid {
 struct Config::Impl {
   toml::table doc;
   std::string source;
-  std::set<std::string> used;               // full key paths read by a struct
-  std::set<std::string> sections;           // declared section paths ("" = root)
-  std::set<std::string> table_arrays;       // declared [[arrays]]
-  std::set<std::string> wildcard;           // sections marked all-used
-  std::set<std::string> overridden;         // paths set by --set
-  bool positions = true;                    // false: TOML line:column is meaningless
+  std::set<std::string> used;          // full key paths read by a struct
+  std::set<std::string> sections;      // declared section paths ("" = root)
+  std::set<std::string> table_arrays;  // declared [[arrays]]
+  std::set<std::string> wildcard;      // sections marked all-used
+  std::set<std::string> overridden;    // paths set by --set
+  bool positions = true;               // false: TOML line:column is meaningless
   struct Resolved {
     std::string section, key, value, doc;
   };
@@ -75,13 +74,20 @@ std::string TomlArrayText(const std::vector<T>& v) {
 
 const char* TypeName(const toml::node& n) {
   switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    default:
+      return "a date/time";
   }
 }
 
@@ -142,8 +148,8 @@ void Config::ApplyOverride(std::string_view assignment) {
       n = t->get(parts[i]);
     }
     if (!n->is_table())
-      throw ConfigError(fmt::format("override '{}': '{}' is {}, not a table", path, sofar,
-                                    TypeName(*n)));
+      throw ConfigError(
+          fmt::format("override '{}': '{}' is {}, not a table", path, sofar, TypeName(*n)));
     t = n->as_table();
   }
   toml::node_view<toml::node> parsed;
@@ -240,11 +246,11 @@ void CheckTable(const Config::Impl& impl, const toml::table& table, const std::s
     std::string section = path.empty() ? "the top level" : "[" + path + "]";
     std::sort(candidates.begin(), candidates.end());
     candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
-    throw ConfigError(
-        fmt::format("{}: unknown key '{}'{} in {}", where, full, DidYouMean(key, candidates),
-                    section),
-        candidates.empty() ? "remove it; nothing is configurable there"
-                           : fmt::format("valid keys there: {}", Join(candidates, ", ")));
+    throw ConfigError(fmt::format("{}: unknown key '{}'{} in {}", where, full,
+                                  DidYouMean(key, candidates), section),
+                      candidates.empty()
+                          ? "remove it; nothing is configurable there"
+                          : fmt::format("valid keys there: {}", Join(candidates, ", ")));
   }
 }
 
@@ -280,7 +286,8 @@ std::string Config::ResolvedToml() const {
   for (const auto& s : order) {
     if (!s.empty()) out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", s);
     size_t width = 0;
-    for (const auto* r : by_section[s]) width = std::max(width, r->key.size() + 3 + r->value.size());
+    for (const auto* r : by_section[s])
+      width = std::max(width, r->key.size() + 3 + r->value.size());
     for (const auto* r : by_section[s]) {
       std::string line = fmt::format("{} = {}", r->key, r->value);
       if (!r->doc.empty()) line += std::string(width - line.size() + 2, ' ') + "# " + r->doc;
@@ -531,12 +538,11 @@ void ConfigNode::Get(std::string_view key, std::vector<int64_t>& value, std::str
 }
 
 void ConfigNode::Get(std::string_view key, std::vector<std::string>& value, std::string_view doc) {
-  GetArray(*this, key, static_cast<const toml::node*>(Find(key)), value,
-           [&](const toml::node& el) {
-             auto v = el.value_exact<std::string>();
-             if (!v) TypeMismatch(*this, key, "an array of strings", el);
-             return *v;
-           });
+  GetArray(*this, key, static_cast<const toml::node*>(Find(key)), value, [&](const toml::node& el) {
+    auto v = el.value_exact<std::string>();
+    if (!v) TypeMismatch(*this, key, "an array of strings", el);
+    return *v;
+  });
   Record(key, TomlArrayText(value), doc);
 }
 
@@ -573,7 +579,8 @@ std::vector<ConfigNode> ConfigNode::TableArray(std::string_view key) const {
   toml::node* n = static_cast<toml::table*>(table_)->get(key);
   if (!n) return out;
   if (!n->is_array_of_tables())
-    throw ConfigError(fmt::format("{}: '{}' must be an array of tables [[{}]]", Where(key), full, full));
+    throw ConfigError(
+        fmt::format("{}: '{}' must be an array of tables [[{}]]", Where(key), full, full));
   toml::array* arr = n->as_array();
   for (size_t i = 0; i < arr->size(); ++i) {
     std::string p = fmt::format("{}[{}]", full, i);
@@ -590,7 +597,7 @@ bool ConfigNode::Has(std::string_view key) const {
 std::vector<std::string> ConfigNode::PresentKeys() const {
   std::vector<std::string> out;
   std::function<void(const toml::table&, const std::string&)> walk = [&](const toml::table& t,
-                                                                           const std::string& p) {
+                                                                         const std::string& p) {
     for (auto&& [k, node] : t) {
       std::string full = JoinPath(p, k.str());
       if (node.is_table())

@@ -39,8 +39,14 @@ std::string BlasName() {
   std::ifstream maps("/proc/self/maps");
   std::string line;
   while (std::getline(maps, line)) {
-    if (line.find("openblas-openmp") != std::string::npos) { blas = "OpenBLAS (OpenMP)"; break; }
-    if (line.find("openblas-pthread") != std::string::npos) { blas = "OpenBLAS (pthread)"; break; }
+    if (line.find("openblas-openmp") != std::string::npos) {
+      blas = "OpenBLAS (OpenMP)";
+      break;
+    }
+    if (line.find("openblas-pthread") != std::string::npos) {
+      blas = "OpenBLAS (pthread)";
+      break;
+    }
     if (line.find("/blas/libblas") != std::string::npos) blas = "reference BLAS (slow!)";
   }
   return blas;
@@ -58,7 +64,8 @@ std::string TorchSummary() {
   std::string blas = BlasName();
   if (blas.rfind("OpenBLAS", 0) == 0 && !OpenBlasCore().empty())
     blas += fmt::format(", {} kernels", OpenBlasCore());
-  return fmt::format("LibTorch {}, {} threads, BLAS {}", TORCH_VERSION, at::get_num_threads(), blas);
+  return fmt::format("LibTorch {}, {} threads, BLAS {}", TORCH_VERSION, at::get_num_threads(),
+                     blas);
 }
 
 std::string BlasWarning() {

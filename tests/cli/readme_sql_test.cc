@@ -57,7 +57,8 @@ TEST(ReadmeSql, ExamplesReturnRowsWhereTheySayTheyDo) {
   std::string readme = ss.str();
   std::vector<std::string> queries;
   std::regex block("```sql\\n([\\s\\S]*?)```");
-  for (auto it = std::sregex_iterator(readme.begin(), readme.end(), block); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(readme.begin(), readme.end(), block);
+       it != std::sregex_iterator(); ++it)
     queries.push_back((*it)[1]);
   ASSERT_GE(queries.size(), 8u) << "the README should show eight SQL examples";
 
@@ -71,14 +72,15 @@ TEST(ReadmeSql, ExamplesReturnRowsWhereTheySayTheyDo) {
                            " --set env.step_limit=12 2>&1");
   ASSERT_EQ(krc, 0) << kout;
   // The quickstart's config, one seed and a small budget.
-  auto [qrc, qout] = Shell(Bin() + " compare " + src +
-                           "/configs/quickstart.toml --threads 1 --log-level warn --out " + quick +
-                           " --set compare.seeds=[1] --set compare.budget_value=16"
-                           " --set trainer.episodes_per_iteration=16 --set trainer.num_envs=16"
-                           " --set trainer.epochs=1 --set trainer.minibatch_size=16"
-                           " --set trainer.grad_snr_every=0 --set sft.episodes=32 --set sft.epochs=1"
-                           " --set trainer.eval_episodes=8 --set compare.chance_episodes=0"
-                           " --set compare.plots=false 2>&1");
+  auto [qrc, qout] =
+      Shell(Bin() + " compare " + src +
+            "/configs/quickstart.toml --threads 1 --log-level warn --out " + quick +
+            " --set compare.seeds=[1] --set compare.budget_value=16"
+            " --set trainer.episodes_per_iteration=16 --set trainer.num_envs=16"
+            " --set trainer.epochs=1 --set trainer.minibatch_size=16"
+            " --set trainer.grad_snr_every=0 --set sft.episodes=32 --set sft.epochs=1"
+            " --set trainer.eval_episodes=8 --set compare.chance_episodes=0"
+            " --set compare.plots=false 2>&1");
   ASSERT_EQ(qrc, 0) << qout;
   for (size_t i = 0; i < queries.size(); ++i) {
     const std::string& q = queries[i];

@@ -41,17 +41,18 @@ void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
   n.Get("episodes_per_iteration", episodes_per_iteration, "rollout episodes per iteration",
         IntRange::Positive());
   n.Get("group_size", group_size, "episodes per env seed (group advantages)", IntRange::Positive());
-  n.Get("train_seed_pool", train_seed_pool,
-        "> 0: draw train seeds from this many; 0 = fresh seeds", IntRange::NonNegative());
+  n.Get("train_seed_pool", train_seed_pool, "> 0: draw train seeds from this many; 0 = fresh seeds",
+        IntRange::NonNegative());
   n.Get("num_envs", num_envs, "episodes played in lockstep (one forward per step)",
         IntRange::Positive());
   n.Get("epochs", epochs, "passes over each rollout batch", IntRange::Positive());
   n.Get("minibatch_size", minibatch_size,
         "decisions (decision plane) or responses (token plane) per step", IntRange::Positive());
   n.Get("target_kl", target_kl,
-        decision ? "stop an iteration's epochs once the epoch's mean exact KL(old || new) of the "
-                   "decision distribution exceeds this (0 = off)"
-                 : "stop an iteration's epochs once the epoch's mean approx_kl exceeds this (0 = off)",
+        decision
+            ? "stop an iteration's epochs once the epoch's mean exact KL(old || new) of the "
+              "decision distribution exceeds this (0 = off)"
+            : "stop an iteration's epochs once the epoch's mean approx_kl exceeds this (0 = off)",
         Range::NonNegative());
   n.Get("grad_snr_every", grad_snr_every,
         "measure the per-episode policy-gradient SNR every k iterations (0 = off)",
@@ -64,8 +65,8 @@ void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
   n.Get("eval_sampled", eval_sampled, "also evaluate the sampled policy (besides greedy)");
   n.Get("eval_at_start", eval_at_start,
         "also evaluate the initial weights (logged at iteration -1, 0 env steps)");
-  n.Get("checkpoint_every", checkpoint_every,
-        "checkpoint every k iterations (0 = only at the end)", IntRange::NonNegative());
+  n.Get("checkpoint_every", checkpoint_every, "checkpoint every k iterations (0 = only at the end)",
+        IntRange::NonNegative());
   n.GetEnum("budget", budget, {"iterations", "env_steps", "wall_seconds", "flops"},
             "what stops the run: env steps (every decision attempt), training wall-clock "
             "seconds, or rollout + update FLOPs");
@@ -232,9 +233,10 @@ void ExperimentConfig::CheckConsistency() const {
         "estimator 'gae' in the decision plane");
   if (t.estimator == "all_action" && readout.off_menu_outcome())
     throw ConfigError(
-        fmt::format("{}: trainer.estimator = 'all_action' sums over the menu's actions, but "
-                    "readout.normalisation = 'other' adds an off-menu outcome it has no afterstate for",
-                    root.Section("trainer").Where("estimator")),
+        fmt::format(
+            "{}: trainer.estimator = 'all_action' sums over the menu's actions, but "
+            "readout.normalisation = 'other' adds an off-menu outcome it has no afterstate for",
+            root.Section("trainer").Where("estimator")),
         "use readout.normalisation = 'menu' with the all-action estimator");
   if (t.overlong_buffer > 0 && t.overlong_buffer >= sampler.max_new_tokens)
     throw ConfigError(

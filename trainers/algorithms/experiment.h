@@ -21,8 +21,8 @@
 #include "policy/prompt.h"
 #include "policy/sampler.h"
 #include "policy/tokenizer.h"
-#include "trainers/losses/loss_config.h"
 #include "trainers/algorithms/optim.h"
+#include "trainers/losses/loss_config.h"
 
 namespace rlid::trainers {
 
@@ -75,7 +75,7 @@ struct TrainerConfig {
   // What stops the run: iterations | env_steps (decision attempts) | wall_seconds
   // (training wall-clock) | flops (rollout + update FLOPs).
   std::string budget = "iterations";
-  double budget_value = 0;  // the limit for env_steps / wall_seconds / flops
+  double budget_value = 0;        // the limit for env_steps / wall_seconds / flops
   OptimConfig optim;              // lr, schedule, clipping (keys live in [trainer])
   AdvantageConfig advantage;      // [trainer.advantage]
   LossConfig loss;                // [trainer.loss] (+ [trainer.loss.engine])
@@ -127,7 +127,7 @@ struct ExperimentConfig {
   explicit ExperimentConfig(Config c) : raw(std::move(c)), env_section(raw.Root().Section("env")) {}
   Config raw;
   RunConfig run;
-  ConfigNode env_section;  // [env] (read by the env factory)
+  ConfigNode env_section;        // [env] (read by the env factory)
   bool show_steps_left = false;  // [env] show_steps_left: observations end with "Steps left: N."
   TokenizerConfig tokenizer;
   policy::ModelConfig model;

@@ -11,6 +11,8 @@
 // Rao-Blackwellised sum over the menu, sum_a grad p(a|s) A(s,a), where A comes
 // from the afterstate critic (the value head read on every afterstate branch
 // in the same forward pass).
+#include "trainers/algorithms/ppo_decision.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -18,7 +20,6 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "trainers/algorithms/ppo_decision.h"
 #include "trainers/algorithms/trainer.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/decision_losses.h"
@@ -71,9 +72,9 @@ DecisionBatch FlattenDecisions(const std::vector<agents::EpisodeData>& episodes,
   return b;
 }
 
-std::pair<torch::Tensor, torch::Tensor> DecisionAdvantages(const TrainerConfig& t,
-                                                           const std::vector<agents::EpisodeData>& episodes,
-                                                           const DecisionBatch& b) {
+std::pair<torch::Tensor, torch::Tensor> DecisionAdvantages(
+    const TrainerConfig& t, const std::vector<agents::EpisodeData>& episodes,
+    const DecisionBatch& b) {
   const int64_t N = b.size();
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   if (t.advantage.estimator == "gae") {
@@ -202,8 +203,8 @@ class PpoDecisionTrainer final : public Trainer {
         const int64_t b1 = std::min(N, b0 + t.minibatch_size);
         std::vector<int64_t> idx(perm.begin() + b0, perm.begin() + b1);
         auto ix = torch::tensor(idx, torch::kInt64);
-        auto fw = ReadDecisions(c.agent, batch.dec, idx, batch.outcome.index_select(0, ix),
-                                all_action);
+        auto fw =
+            ReadDecisions(c.agent, batch.dec, idx, batch.outcome.index_select(0, ix), all_action);
         const auto dev = fw.dist.device();
         const int64_t K = fw.dist.size(1);
         auto pick = [&](const torch::Tensor& x) { return x.index_select(0, ix).to(dev); };
@@ -285,8 +286,9 @@ class PpoDecisionTrainer final : public Trainer {
     metrics.push_back({"charts/epochs", static_cast<double>(epochs_run)});
     int64_t cut = 0;
     for (const auto& e : episodes) cut += e.truncated;
-    metrics.push_back({"charts/truncated_frac",
-                       static_cast<double>(cut) / static_cast<double>(std::max<size_t>(episodes.size(), 1))});
+    metrics.push_back(
+        {"charts/truncated_frac",
+         static_cast<double>(cut) / static_cast<double>(std::max<size_t>(episodes.size(), 1))});
     return metrics;
   }
 
@@ -294,8 +296,8 @@ class PpoDecisionTrainer final : public Trainer {
   // SNR of the per-episode gradient of this arm's policy loss at the rollout
   // weights (ratio 1): episode i's term is the loss restricted to its
   // decisions with the batch's decision count as the denominator.
-  Metrics Snr(IterationContext& c, const std::vector<agents::EpisodeData>& episodes,
-              const Batch& b, const torch::Tensor& adv, bool all_action) {
+  Metrics Snr(IterationContext& c, const std::vector<agents::EpisodeData>& episodes, const Batch& b,
+              const torch::Tensor& adv, bool all_action) {
     const int64_t n = std::min<int64_t>(c.cfg.grad_snr_episodes, episodes.size());
     if (n < 2) return {};
     std::vector<std::vector<int64_t>> of(episodes.size());
@@ -335,10 +337,10 @@ class PpoDecisionTrainer final : public Trainer {
 
 const Registrar<TrainerPresetRegistry> kPreset("ppo_decision", "decision PPO defaults", [] {
   return std::make_unique<TrainerPreset>(TrainerPreset{[](TrainerConfig& t) {
-                                                          t.advantage.estimator = "gae";
-                                                          t.group_size = 1;
-                                                        },
-                                                        policy::Plane::kDecision});
+                                                         t.advantage.estimator = "gae";
+                                                         t.group_size = 1;
+                                                       },
+                                                       policy::Plane::kDecision});
 });
 const Registrar<TrainerRegistry> kRegister(
     "ppo_decision", "decision-level PPO on p(a|s) from the single-pass label readout",

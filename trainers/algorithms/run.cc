@@ -140,8 +140,8 @@ void Run::ResumeStore() {
     try {
       in >> meta;
     } catch (const nlohmann::json::exception& e) {
-      throw IoError(fmt::format("--resume: cannot read '{}/rlid.json': {}", resume_checkpoint,
-                                e.what()));
+      throw IoError(
+          fmt::format("--resume: cannot read '{}/rlid.json': {}", resume_checkpoint, e.what()));
     }
   }
   const auto& extra = meta.at("extra");

@@ -27,14 +27,14 @@ using policy::TokenId;
 // 1 when a readout or gradient is wrong; the measured float32/float64 noise on
 // the tiny test models and on a random Qwen3-0.6B-shaped model is far below
 // them (README, "The audit").
-constexpr double kLogPTolerance = 1e-3;      // |log p1 - log p2|, i.e. relative error in p
-constexpr double kMeanTolerance = 1e-3;      // ||E1 - E2|| / max(||E1||, ||E2||)
-constexpr double kVarianceTolerance = 1e-3;  // (v_marginal - v_sampled) / E||g_sampled||^2
-constexpr double kMonteCarloZ = 4.0;         // ||MC mean diff|| / standard error
-constexpr double kFdTolerance = 1e-5;        // |autograd - FD| / max(|autograd|, |FD|, floor)
-constexpr double kFdStep = 1e-4;             // along a unit direction (4-point stencil)
-constexpr int64_t kRaoBlackwellStates = 3;   // multi-action states the check compares
-constexpr int64_t kPpoStates = 4;            // batch of the PPO gradient check
+constexpr double kLogPTolerance = 1e-3;       // |log p1 - log p2|, i.e. relative error in p
+constexpr double kMeanTolerance = 1e-3;       // ||E1 - E2|| / max(||E1||, ||E2||)
+constexpr double kVarianceTolerance = 1e-3;   // (v_marginal - v_sampled) / E||g_sampled||^2
+constexpr double kMonteCarloZ = 4.0;          // ||MC mean diff|| / standard error
+constexpr double kFdTolerance = 1e-5;         // |autograd - FD| / max(|autograd|, |FD|, floor)
+constexpr double kFdStep = 1e-4;              // along a unit direction (4-point stencil)
+constexpr int64_t kRaoBlackwellStates = 3;    // multi-action states the check compares
+constexpr int64_t kPpoStates = 4;             // batch of the PPO gradient check
 constexpr int64_t kChunk = int64_t{1} << 20;  // elements per float64 reduction chunk
 
 struct AuditState {
@@ -378,14 +378,13 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
     }
   }
   c.passed = max_other <= kLogPTolerance && max_menu <= kLogPTolerance;
-  c.numbers = {
-      {"states", std::to_string(states.size())},
-      {"wordings scored separately (one plain forward each)", std::to_string(wordings)},
-      {"forward passes: single-pass vs separate",
-       fmt::format("{} vs {}", 2 * states.size(), wordings)},
-      {"max |log p(a|s) - log sum_r pi(r|s)| (unnormalised)", Num(max_other)},
-      {"max |log p(a|s) - log(sum_r pi(r|s) / Z)| (menu-normalised)", Num(max_menu)},
-      {"tolerance (log space = relative error in p)", Num(kLogPTolerance)}};
+  c.numbers = {{"states", std::to_string(states.size())},
+               {"wordings scored separately (one plain forward each)", std::to_string(wordings)},
+               {"forward passes: single-pass vs separate",
+                fmt::format("{} vs {}", 2 * states.size(), wordings)},
+               {"max |log p(a|s) - log sum_r pi(r|s)| (unnormalised)", Num(max_other)},
+               {"max |log p(a|s) - log(sum_r pi(r|s) / Z)| (menu-normalised)", Num(max_menu)},
+               {"tolerance (log space = relative error in p)", Num(kLogPTolerance)}};
   finite.Apply(c);
   return c;
 }
@@ -451,8 +450,7 @@ AuditCheck RaoBlackwell(policy::TransformerLM& model, policy::TransformerLM& ref
     // never sits in memory next to a separate wording's graph.
     std::vector<double> p(K);
     auto readout = [&] { return policy::Readout(model, {req}, {"menu", false}); };
-    auto weighted = [&](const policy::ReadoutBatch& rb, const std::vector<double>& w,
-                        bool retain) {
+    auto weighted = [&](const policy::ReadoutBatch& rb, const std::vector<double>& w, bool retain) {
       torch::Tensor y = torch::zeros({}, rb.log_p.options());
       for (int64_t k = 0; k < K; ++k) y = y + w[k] * rb.log_p[0][k];
       Backward(y, 1.0, retain);
@@ -570,8 +568,8 @@ AuditCheck RaoBlackwell(policy::TransformerLM& model, policy::TransformerLM& ref
       {"states compared", fmt::format("{} of {} collected (the first {} with >= 2 actions)",
                                       compared, states.size(), kRaoBlackwellStates)},
       {"states excluded: one action (both estimators exactly 0)", std::to_string(one_action)},
-      {"forward + backward passes", fmt::format("{} separate forwards, {} backwards",
-                                               separate_forwards, backwards)},
+      {"forward + backward passes",
+       fmt::format("{} separate forwards, {} backwards", separate_forwards, backwards)},
       {"exact means: max ||E_sampled - E_marginal|| / max(||E_sampled||, ||E_marginal||)",
        any ? Num(worst_rel) : "n/a"},
       {"  tolerance (relative)", Num(kMeanTolerance)},
@@ -691,7 +689,8 @@ AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRendere
   // The loss is the batch mean of per-state losses, evaluated state by state
   // (the same function as one batched readout, since every term is a mean over
   // states) so that autograd keeps only one state's float64 activations.
-  const auto adv_t = torch::tensor(adv, torch::kFloat64), ret_t = torch::tensor(ret, torch::kFloat64);
+  const auto adv_t = torch::tensor(adv, torch::kFloat64),
+             ret_t = torch::tensor(ret, torch::kFloat64);
   auto state_loss = [&](int64_t b) {
     auto rb = policy::Readout(model, {reqs[b]}, {"menu", false});
     auto logp = rb.log_p[0][chosen[b]].reshape({1});
@@ -765,8 +764,8 @@ AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRendere
        fmt::format("{} tensors, {} of {} values (layers 0 and {}, final norm, value head)",
                    sel.size(), sel_values, total_values, L - 1)});
   c.numbers.push_back({"||grad|| on those parameters", Num(std::sqrt(grad_sq))});
-  c.numbers.push_back({"max |autograd - FD| / max(|autograd|, |FD|, ||grad|| / sqrt(n))",
-                       Num(worst)});
+  c.numbers.push_back(
+      {"max |autograd - FD| / max(|autograd|, |FD|, ||grad|| / sqrt(n))", Num(worst)});
   c.numbers.push_back({"tolerance (relative)", Num(kFdTolerance)});
   c.passed = worst <= kFdTolerance;
   c.note = fmt::format(
@@ -936,12 +935,13 @@ AuditCheck LabelBias(policy::TransformerLM& model, const policy::PromptRenderer&
     prior_text += fmt::format("{}{}={:.3f}", prior_text.empty() ? "" : " ",
                               envs::LabelFor(static_cast<int>(k)), pk);
   }
-  c.numbers = {{"menus (shuffled, each also reversed)", std::to_string(stats.pairs())},
-               {"lift by position A, B, C, ... (1 = no position preference)", lift},
-               {"content-free prior over the labels", prior_text},
-               {"order flip rate (argmax changes when the menu is reversed)", Num(stats.FlipRate())},
-               {"mean candidate mass (share of the row on menu labels)",
-                Num(mass / std::max<int64_t>(menus, 1))}};
+  c.numbers = {
+      {"menus (shuffled, each also reversed)", std::to_string(stats.pairs())},
+      {"lift by position A, B, C, ... (1 = no position preference)", lift},
+      {"content-free prior over the labels", prior_text},
+      {"order flip rate (argmax changes when the menu is reversed)", Num(stats.FlipRate())},
+      {"mean candidate mass (share of the row on menu labels)",
+       Num(mass / std::max<int64_t>(menus, 1))}};
   c.note =
       "Informational: a letter/position prior is not an action preference; shuffle labels per step "
       "(prompt.label_order) to decorrelate.";
@@ -966,8 +966,7 @@ std::vector<AuditCheck> RunAudit(policy::TransformerLM model,
            std::find(options.only.begin(), options.only.end(), id) != options.only.end();
   };
   model->eval();
-  policy::TransformerLM ref =
-      options.reference_model.is_empty() ? model : options.reference_model;
+  policy::TransformerLM ref = options.reference_model.is_empty() ? model : options.reference_model;
   ref->eval();
   std::vector<AuditCheck> out;
   out.push_back(Finite(model));
@@ -1001,8 +1000,9 @@ std::string FormatAudit(const std::vector<AuditCheck>& checks) {
   std::string out;
   int i = 0;
   for (const auto& c : checks) {
-    const char* verdict =
-        c.skipped ? "SKIPPED" : c.informational ? "INFO" : (c.passed ? "PASS" : "FAIL");
+    const char* verdict = c.skipped         ? "SKIPPED"
+                          : c.informational ? "INFO"
+                                            : (c.passed ? "PASS" : "FAIL");
     out += fmt::format("{}. {}  [{}]\n", i++, c.title, verdict);
     size_t w = 0;
     for (const auto& [k, v] : c.numbers) w = std::max(w, k.size());

@@ -17,9 +17,9 @@
 #include "memory/store.h"
 #include "policy/checkpoint.h"
 #include "trainers/algorithms/run.h"
-#include "trainers/analysis/report.h"
 #include "trainers/algorithms/sft.h"
 #include "trainers/algorithms/trainer.h"
+#include "trainers/analysis/report.h"
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;
@@ -177,7 +177,9 @@ double ChanceLevel(const ExperimentConfig& cfg, int64_t episodes) {
   std::vector<agents::EpisodeSpec> specs;
   for (int64_t i = 0; i < episodes; ++i) {
     agents::EpisodeSpec spec;
-    spec.env_seed = envs::SplitSeed(envs::Split::kTest, static_cast<uint64_t>(i % std::max<int64_t>(cfg.trainer.eval_episodes, 1)));
+    spec.env_seed =
+        envs::SplitSeed(envs::Split::kTest,
+                        static_cast<uint64_t>(i % std::max<int64_t>(cfg.trainer.eval_episodes, 1)));
     spec.stream = static_cast<uint64_t>(i);
     specs.push_back(spec);
   }
@@ -243,10 +245,11 @@ std::string Verdict(const std::vector<ArmSummary>& arms, const std::string& env,
                    (best->reached == 0 || a.steps_to_threshold < best->steps_to_threshold));
     if (better) best = &a;
   }
-  std::string v = fmt::format("On {}{}, the best final test success is {} ({} plane): {:.3f} ± {:.3f} (se) over {} seed(s).",
-                              env, chance >= 0 ? fmt::format(" (chance {:.3f})", chance) : "",
-                              best->arm, best->plane, best->success.mean, best->success.se,
-                              best->seeds);
+  std::string v = fmt::format(
+      "On {}{}, the best final test success is {} ({} plane): {:.3f} ± {:.3f} (se) over {} "
+      "seed(s).",
+      env, chance >= 0 ? fmt::format(" (chance {:.3f})", chance) : "", best->arm, best->plane,
+      best->success.mean, best->success.se, best->seeds);
   const ArmSummary* runner = nullptr;
   for (const auto& a : arms)
     if (&a != best && (!runner || a.success.mean > runner->success.mean)) runner = &a;
@@ -255,10 +258,12 @@ std::string Verdict(const std::vector<ArmSummary>& arms, const std::string& env,
                    runner->success.mean, runner->success.se);
   GapEstimate g = CompareSuccess(best->success, runner->success);
   if (!g.comparable)
-    return v + " With a single seed per arm no claim about the gap can be made (the seed-to-seed "
-               "spread is unknown); rerun with more seeds.";
-  v += fmt::format(" Gap {:+.3f}, 95% CI [{:+.3f}, {:+.3f}] (Welch, df {:.1f}, test-episode noise included): ",
-                   g.gap, g.lo, g.hi, g.df);
+    return v +
+           " With a single seed per arm no claim about the gap can be made (the seed-to-seed "
+           "spread is unknown); rerun with more seeds.";
+  v += fmt::format(
+      " Gap {:+.3f}, 95% CI [{:+.3f}, {:+.3f}] (Welch, df {:.1f}, test-episode noise included): ",
+      g.gap, g.lo, g.hi, g.df);
   if (g.tie) return v + "a tie — this budget does not separate them.";
   return v + fmt::format("{} is ahead.", best->arm);
 }
@@ -283,8 +288,7 @@ std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const Compar
         a.arm, a.plane, a.success.mean, a.success.se, a.return_mean, steps,
         fmt::format("{:.0f}{}", a.env_steps, overshoot(a.env_steps, "env_steps")),
         fmt::format("{:.3g}{}", a.flops, overshoot(a.flops, "flops")), a.tokens_processed,
-        a.generated_tokens, a.invalid_rate,
-        with_wall ? fmt::format(" {:>7.1f}", a.wall) : "",
+        a.generated_tokens, a.invalid_rate, with_wall ? fmt::format(" {:>7.1f}", a.wall) : "",
         a.grad_snr < 0 ? "—" : fmt::format("{:.3g}", a.grad_snr));
   }
   return out;
@@ -317,10 +321,10 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
     c.ApplyOverride(fmt::format("run.seed={}", cc.seeds.front()));
     auto exp = ExperimentConfig::FromConfig(std::move(c));
     Run s(*exp, {.out_dir = result.run_dir,
-                     .kind = cc.warm_start == "sft" ? "sft" : "init",
-                     .arm = "warm_start",
-                     .config_file = "config-warm_start.toml",
-                     .quiet = quiet});
+                 .kind = cc.warm_start == "sft" ? "sft" : "init",
+                 .arm = "warm_start",
+                 .config_file = "config-warm_start.toml",
+                 .quiet = quiet});
     if (cc.warm_start == "sft") {
       if (!quiet)
         spdlog::info("warm start: behaviour cloning ({} oracle episodes)", exp->sft.episodes);
@@ -360,8 +364,8 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
       try {
         exp = ExperimentConfig::FromConfig(std::move(c));
       } catch (const ConfigError& e) {
-        throw ConfigError(fmt::format("compare arm '{}' ({}): {}", arm.name, arm.algorithm, e.what()),
-                          e.hint());
+        throw ConfigError(
+            fmt::format("compare arm '{}' ({}): {}", arm.name, arm.algorithm, e.what()), e.hint());
       }
       snr_settings[arm.name] = {exp->trainer.grad_snr_every, exp->trainer.grad_snr_episodes};
       if (snr_settings[arm.name] != snr_settings.begin()->second)
@@ -377,11 +381,11 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
       int64_t run_id = 0;
       {
         Run s(*exp, {.out_dir = result.run_dir,
-                         .kind = "compare",
-                         .arm = arm.name,
-                         .config_file = fmt::format("config-{}-seed{}.toml", arm.name, seed),
-                         .quiet = true,
-                         .checkpoints = fmt::format("checkpoints/{}-seed{}", arm.name, seed)});
+                     .kind = "compare",
+                     .arm = arm.name,
+                     .config_file = fmt::format("config-{}-seed{}.toml", arm.name, seed),
+                     .quiet = true,
+                     .checkpoints = fmt::format("checkpoints/{}-seed{}", arm.name, seed)});
         if (!quiet)
           spdlog::info("arm {} ({} plane), seed {}: training until {} = {:g}", arm.name,
                        policy::PlaneName(trainer->plane()), seed, cc.budget, cc.budget_value);

@@ -30,7 +30,7 @@ struct LearnCase {
   const char* name;
   const char* algorithm;
   bool maze;
-  int64_t iterations;      // budget: iterations x 32 episodes
+  int64_t iterations;       // budget: iterations x 32 episodes
   double min_gain;          // required rise of the sampled test success (bandit)
   double min_return_gain;   // required rise of the sampled test return (bandit)
   double min_invalid_drop;  // required fall of the invalid-answer rate (maze)
@@ -94,9 +94,9 @@ TEST_P(TokenLearning, ImprovesTestSuccessFromTheSharedWarmStart) {
   auto before = trainers::Evaluate(s.Agent(policy::Plane::kToken, 0), policy::Plane::kToken,
                                    episodes, /*greedy=*/false, s.budget, nullptr);
   for (int64_t it = 0; it < c.iterations; ++it) run.Iterate(it);
-  auto after = trainers::Evaluate(s.Agent(policy::Plane::kToken, c.iterations),
-                                  policy::Plane::kToken, episodes, /*greedy=*/false, s.budget,
-                                  nullptr);
+  auto after =
+      trainers::Evaluate(s.Agent(policy::Plane::kToken, c.iterations), policy::Plane::kToken,
+                         episodes, /*greedy=*/false, s.budget, nullptr);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

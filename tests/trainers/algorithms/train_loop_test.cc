@@ -166,7 +166,8 @@ void ExpectResumeEqualsUninterrupted(
   ExpectSameWeights(full.final_checkpoint, resumed.final_checkpoint);
   EXPECT_EQ(AsDouble(Query(crashed.str(), "SELECT count(*) FROM runs").rows[0][0]), 1)
       << "the resumed run continues its own row";
-  EXPECT_EQ(memory::FormatCsv(Query(crashed.str(), "SELECT status FROM runs")), "status\ncompleted\n");
+  EXPECT_EQ(memory::FormatCsv(Query(crashed.str(), "SELECT status FROM runs")),
+            "status\ncompleted\n");
   auto a = DeterministicMetrics(whole.str()), b = DeterministicMetrics(crashed.str());
   EXPECT_GT(a.size(), 4u * 20u);
   ASSERT_EQ(a.size(), b.size());
@@ -184,7 +185,8 @@ void ExpectResumeEqualsUninterrupted(
         "memory_items ORDER BY id",
         "SELECT episode_id, t, rank, item_id, score FROM memory_reads ORDER BY episode_id, t, rank",
         "SELECT iteration FROM checkpoints ORDER BY iteration"}) {
-    EXPECT_EQ(memory::FormatCsv(Query(whole.str(), sql)), memory::FormatCsv(Query(crashed.str(), sql)))
+    EXPECT_EQ(memory::FormatCsv(Query(whole.str(), sql)),
+              memory::FormatCsv(Query(crashed.str(), sql)))
         << sql;
   }
   if (check_whole) check_whole(whole.str());
@@ -197,23 +199,25 @@ TEST(TrainLoop, ResumeAfterACrashEqualsAnUninterruptedRun) {
 // The same with memory on, on the keys household: the bank is restored from the
 // store (facts, summaries, keyword retrieval across episodes of the same house).
 TEST(TrainLoop, ResumeWithMemoryEqualsAnUninterruptedRun) {
-  auto cfg = Experiment(LoopToml("name = \"keys\"\nstep_limit = 6"),
-                        {"prompt.show_instructions=false", "trainer.epochs=1",
-                         "memory.enabled=true", "memory.summaries=true",
-                         "memory.retrieval=keyword", "memory.scope=run",
-                         "trainer.train_seed_pool=2", "trainer.episodes_per_iteration=4",
-                         "trainer.num_envs=4", "trainer.eval_episodes=4"});
+  auto cfg =
+      Experiment(LoopToml("name = \"keys\"\nstep_limit = 6"),
+                 {"prompt.show_instructions=false", "trainer.epochs=1", "memory.enabled=true",
+                  "memory.summaries=true", "memory.retrieval=keyword", "memory.scope=run",
+                  "trainer.train_seed_pool=2", "trainer.episodes_per_iteration=4",
+                  "trainer.num_envs=4", "trainer.eval_episodes=4"});
   ExpectResumeEqualsUninterrupted(*cfg, /*crash_at=*/3, [](const std::string& whole) {
     // The memory really was read across episodes (else the test shows nothing).
-    EXPECT_GT(AsDouble(Query(whole, "SELECT count(*) FROM memory_reads r JOIN memory_items m ON "
-                                    "m.id = r.item_id WHERE m.source_episode_id <> r.episode_id")
+    EXPECT_GT(AsDouble(Query(whole,
+                             "SELECT count(*) FROM memory_reads r JOIN memory_items m ON "
+                             "m.id = r.item_id WHERE m.source_episode_id <> r.episode_id")
                            .rows[0][0]),
               0);
     // ... and only ever about the house being played (43% of train reads were
     // facts about another house before items were scoped to their instance).
-    EXPECT_EQ(AsDouble(Query(whole, "SELECT count(*) FROM memory_reads r JOIN memory_items m ON "
-                                    "m.id = r.item_id JOIN episodes e ON e.id = r.episode_id "
-                                    "WHERE m.instance <> e.seed")
+    EXPECT_EQ(AsDouble(Query(whole,
+                             "SELECT count(*) FROM memory_reads r JOIN memory_items m ON "
+                             "m.id = r.item_id JOIN episodes e ON e.id = r.episode_id "
+                             "WHERE m.instance <> e.seed")
                            .rows[0][0]),
               0);
   });
@@ -245,8 +249,7 @@ TEST(TrainLoop, EvaluationResultsDoNotDependOnTheirOrder) {
 TEST(TrainLoop, ResumeWithoutACheckpointIsAnIoError) {
   auto cfg = Experiment(LoopToml());
   TempDir dir("resume_none");
-  EXPECT_THROW(trainers::Run(*cfg, {.out_dir = dir.str(), .resume = true, .quiet = true}),
-               IoError);
+  EXPECT_THROW(trainers::Run(*cfg, {.out_dir = dir.str(), .resume = true, .quiet = true}), IoError);
   auto trainer = MakeTrainer(*cfg);
   trainers::Run s(*cfg, {.out_dir = dir.str(), .quiet = true});
   EXPECT_THROW(Train(s, *trainer, {.resume = true, .quiet = true}), IoError);
@@ -382,9 +385,10 @@ TEST(TrainLoop, BudgetCountersAgreeWithTheStore) {
   // from the recorded episode lengths.
   double forwards = 0;
   for (int64_t it = 0; it < 2; ++it) {
-    auto q = Query(dir.str(),
-                   "SELECT length + truncated FROM episodes WHERE split = 'train' AND iteration = " +
-                       std::to_string(it) + " ORDER BY id");
+    auto q =
+        Query(dir.str(),
+              "SELECT length + truncated FROM episodes WHERE split = 'train' AND iteration = " +
+                  std::to_string(it) + " ORDER BY id");
     std::vector<int64_t> queue;
     for (const auto& row : q.rows) queue.push_back(std::get<int64_t>(row[0]));
     std::vector<int64_t> active;
@@ -446,9 +450,9 @@ TEST(PpoDecision, AllActionEstimatorTrainsAndLogsTheGradientSnr) {
     std::cout << "  " << std::get<std::string>(row[0]) << " in [" << AsDouble(row[2]) << ", "
               << AsDouble(row[3]) << "]\n";
   }
-  EXPECT_GT(AsDouble(q.rows[0][2]), 0);   // grad/episode_trace_cov
-  EXPECT_GE(AsDouble(q.rows[1][2]), 0);   // grad/snr
-  EXPECT_EQ(AsDouble(q.rows[2][2]), 6);   // grad/snr_episodes
+  EXPECT_GT(AsDouble(q.rows[0][2]), 0);      // grad/episode_trace_cov
+  EXPECT_GE(AsDouble(q.rows[1][2]), 0);      // grad/snr
+  EXPECT_EQ(AsDouble(q.rows[2][2]), 6);      // grad/snr_episodes
   EXPECT_GE(AsDouble(q.rows[4][2]), -1e-9);  // losses/menu_kl_old: a KL is never negative
 }
 
@@ -483,19 +487,22 @@ TEST(PpoDecision, CountsEveryForwardAndBackward) {
 TEST(PpoDecision, BootstrapTruncatedDecidesTheExtraValueReadout) {
   std::map<bool, std::map<std::string, double>> m;
   for (bool boot : {true, false}) {
-    auto cfg = Experiment(LoopToml("name = \"maze\"\nsize = 4\nstep_limit = 2"),
-                          {"trainer.iterations=1", "trainer.eval_every=0",
-                           std::string("trainer.bootstrap_truncated=") + (boot ? "true" : "false")});
+    auto cfg =
+        Experiment(LoopToml("name = \"maze\"\nsize = 4\nstep_limit = 2"),
+                   {"trainer.iterations=1", "trainer.eval_every=0",
+                    std::string("trainer.bootstrap_truncated=") + (boot ? "true" : "false")});
     TempDir dir("ppo_boot");
     RunTraining(*cfg, dir.str());
     for (const char* key : {"charts/truncated_frac", "budget/env_steps", "budget/prompt_tokens",
                             "budget/rollout_tokens"}) {
-      auto q = Query(dir.str(), std::string("SELECT value FROM metrics WHERE iteration = 0 AND key = '") +
-                                    key + "'");
+      auto q = Query(
+          dir.str(),
+          std::string("SELECT value FROM metrics WHERE iteration = 0 AND key = '") + key + "'");
       m[boot][key] = AsDouble(q.rows.at(0).at(0));
     }
   }
-  ASSERT_GT(m[true]["charts/truncated_frac"], 0.25) << "a step limit of 2 on a 4x4 maze cuts episodes";
+  ASSERT_GT(m[true]["charts/truncated_frac"], 0.25)
+      << "a step limit of 2 on a 4x4 maze cuts episodes";
   EXPECT_EQ(m[true]["charts/truncated_frac"], m[false]["charts/truncated_frac"]);
   EXPECT_EQ(m[true]["budget/env_steps"], m[false]["budget/env_steps"]);
   EXPECT_GT(m[true]["budget/prompt_tokens"], m[false]["budget/prompt_tokens"]);

@@ -67,8 +67,7 @@ TEST(TrainerConfig, KeysOfAnotherAlgorithmAreErrors) {
   for (const auto& c : cases) {
     const std::string key = std::string(c.key).substr(0, std::string(c.key).find('='));
     auto e = ErrorOf({std::string("trainer.algorithm=") + c.algorithm, c.key});
-    EXPECT_NE(e.find(key + " does not apply to algorithm '" + c.algorithm + "'"),
-              std::string::npos)
+    EXPECT_NE(e.find(key + " does not apply to algorithm '" + c.algorithm + "'"), std::string::npos)
         << e;
     EXPECT_NE(e.find(std::string(c.algorithm) + " reads: "), std::string::npos) << e;
     EXPECT_NE(e.find("--set " + key), std::string::npos) << "where the key came from: " << e;
