@@ -1,0 +1,54 @@
+// A Jinja-subset interpreter for Hugging Face chat templates (Qwen2.5, Qwen3, Llama 3.x):
+// a template is parsed once and rendered against a JSON context ({"messages": [...],
+// "add_generation_prompt": true, ...}) into the exact prompt text @huggingface/jinja produces,
+// the reference transformers.js uses. Prompt builders sit on top; nothing here knows tokens.
+#pragma once
+
+#include <cstddef>
+#include <ctime>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace rlid::jinja {
+
+// Bounds that turn a runaway template into a ConfigError instead of a hang, a stack
+// overflow or an out-of-memory kill.
+struct RenderOptions {
+  // Largest string any value (the output included) may reach, in bytes.
+  size_t max_output_bytes = size_t{16} << 20;
+  // For-loop iterations plus range() elements, summed over one render.
+  size_t max_loop_iterations = 1'000'000;
+  // Nesting of evaluation: expressions, blocks and macro calls together.
+  int max_depth = 400;
+  // The local time strftime_now() reads; unset means the current local time.
+  std::optional<std::tm> now;
+};
+
+class Template {
+ public:
+  // Throws ConfigError naming line:column for a syntax error or a construct outside the
+  // supported subset (e.g. {% include %}), with a hint on what to write instead.
+  static Template Parse(std::string_view source);
+
+  // `context` must be a JSON object; its keys become template variables (a key may not reuse
+  // a global's name: namespace, range, raise_exception, strftime_now, true/false/none and
+  // their title-case forms). Pass ordered_json to keep object key order, which tojson
+  // reproduces; plain nlohmann::json sorts keys. A variable the context lacks is Undefined:
+  // falsy, renders as "", `is defined` is false, and its attributes are Undefined too.
+  // Throws ConfigError with line:column on a render error, a raise_exception() call
+  // (carrying the template's own message) or an exceeded RenderOptions bound.
+  std::string Render(const nlohmann::ordered_json& context,
+                     const RenderOptions& options = {}) const;
+  std::string Render(const nlohmann::json& context, const RenderOptions& options = {}) const;
+
+  struct Program;  // the parsed template; opaque outside jinja.cc
+
+ private:
+  explicit Template(std::shared_ptr<const Program> program) : program_(std::move(program)) {}
+  std::shared_ptr<const Program> program_;
+};
+
+}  // namespace rlid::jinja
