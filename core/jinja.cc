@@ -122,13 +122,27 @@ size_t Utf16Length(std::string_view s) {
   return n;
 }
 
-// toUpperCase / toLowerCase with Unicode simple case mapping (plus ß -> SS, the one full
-// mapping common in chat text).
+bool IsCasedLetter(uint32_t cp) {
+  const auto c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+  return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT;
+}
+
+// toUpperCase / toLowerCase with Unicode simple case mapping, plus the two context rules chat
+// text meets: ß -> SS and a word-final Σ -> ς.
 std::string ChangeCase(std::string_view s, bool upper) {
   std::string out;
   out.reserve(s.size());
+  uint32_t prev = 0;
   for (size_t i = 0; i < s.size();) {
     const uint32_t cp = DecodeUtf8(s, i);
+    const uint32_t before = prev;
+    prev = cp;
+    if (!upper && cp == 0x3A3 && IsCasedLetter(before)) {
+      size_t j = i;
+      const bool final_sigma = j >= s.size() || !IsCasedLetter(DecodeUtf8(s, j));
+      AppendUtf8(final_sigma ? 0x3C2 : 0x3C3, out);
+      continue;
+    }
     if (cp < 0x80) {
       out += static_cast<char>(upper ? (cp >= 'a' && cp <= 'z' ? cp - 32 : cp)
                                      : (cp >= 'A' && cp <= 'Z' ? cp + 32 : cp));
@@ -867,7 +881,7 @@ class Parser {
     std::vector<NodePtr> body;
     while (!IsStatement(ends)) {
       if (current_ >= tokens_.size()) {
-        Fail(fmt::format("unclosed block: expected {{% {} %}}", *ends.begin()),
+        Fail(fmt::format("unclosed {{% {} %}}: expected {{% end{} %}}", block, block),
              fmt::format("close the {{% {} %}} block", block));
       }
       Append(body, ParseAny());

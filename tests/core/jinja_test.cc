@@ -128,5 +128,334 @@ TEST(JinjaGolden, EveryCaseMatchesTheReference) {
   }
 }
 
+
+// ---- (b) features, with the reference's output written out ---------------------------------
+
+TEST(JinjaWhitespace, DashesStripAndBlocksTrimLikeTheReference) {
+  EXPECT_EQ(Render("a  {{- 'x' -}}  b"), "axb");
+  EXPECT_EQ(Render("a  {#- c -#}  b"), "ab");
+  // trim_blocks eats the newline after a block tag, lstrip_blocks the indent before it, and
+  // a single trailing newline of the template goes.
+  EXPECT_EQ(Render("  {% if true %}\nyes\n  {% endif %}\nend\n"), "yes\nend");
+  EXPECT_EQ(Render("line\n    {% set x = 1 %}\n{{ x }}"), "line\n1");
+  EXPECT_EQ(Render("{# c #}\nafter"), "after");
+  // Expression tags keep their newline.
+  EXPECT_EQ(Render("{{ 'x' }}\n{{ 'y' }}\n"), "x\ny");
+  EXPECT_EQ(Render("a\n  {%- if true %}\n  x\n  {%- endif %}\nb"), "a  xb");
+}
+
+TEST(JinjaWhitespace, GenerationTagsVanish) {
+  EXPECT_EQ(Render("a {%- generation -%} b {% endgeneration %} c"), "ab  c");
+  EXPECT_EQ(Render("a\n{% generation %}\nb\n{% endgeneration %}\nc"), "a\nb\nc");
+}
+
+TEST(JinjaValues, PrintLikeJavaScript) {
+  EXPECT_EQ(Render("{{ true }}|{{ True }}|{{ none }}|{{ None }}|{{ undefined_var }}|{{ false }}"),
+            "true|true||||false");
+  EXPECT_EQ(Render("{{ 1 }}|{{ 1.0 }}|{{ 1.5 }}|{{ -0.0 }}|{{ 1/3 }}|{{ 10/2 }}|{{ 2**10 }}|"
+                   "{{ 0.1 + 0.2 }}|{{ 10 ** 21 }}"),
+            "1|1.0|1.5|-0.0|0.3333333333333333|5.0|1024|0.30000000000000004|1e+21");
+  // Context numbers: integral doubles are integers, as JavaScript sees them.
+  EXPECT_EQ(Render("{{ x }}|{{ y }}|{{ z }}", R"({"x": 2.0, "y": 1e21, "z": 1e-7})"),
+            "2|1e+21|1e-7");
+  EXPECT_EQ(Render("{{ [1, 'a', none, true, 1.5, 2.0] }}|{{ {'a': 1, 'b': [1,2]} }}"),
+            R"([1, "a", null, true, 1.5, 2]|{"a": 1, "b": [1, 2]})");
+  EXPECT_EQ(Render("{{ 'a\\tb\\u00e9\\x41' }}|{{ \"q'\" }}|{{ 'it\\'s' }}|{{ 'ab' 'cd' }}"),
+            "a\tb\xC3\xA9" "A|q'|it's|abcd");
+}
+
+TEST(JinjaOperators, ArithmeticComparisonAndMembership) {
+  EXPECT_EQ(Render("{{ 7 // 2 }}|{{ -7 // 2 }}|{{ -7 % 3 }}|{{ 7 % -3 }}|{{ 7.5 // 2 }}|"
+                   "{{ 1 / 0 }}|{{ 2 ** -1 }}"),
+            "3|-4|-1|1|3.0|Infinity|0.5");
+  EXPECT_EQ(Render("{{ 'a' ~ 1 ~ 1.0 ~ true ~ [1,2] ~ {'a':1} }}"), "a11true1,2[object Map]");
+  EXPECT_EQ(Render("{{ 'a' + 1 }}|{{ 1 + 'a' }}|{{ [1] + [2] }}"), "a1|1a|[1, 2]");
+  EXPECT_EQ(Render("{{ 1 == 1.0 }}|{{ '1' == 1 }}|{{ none == missing }}|{{ true == 1 }}|"
+                   "{{ [1] == [1] }}|{{ x == x }}|{{ 'a' != 'b' }}",
+                   R"({"x": [1]})"),
+            "true|true|true|true|false|true|true");
+  EXPECT_EQ(Render("{{ 1 in [1, 2] }}|{{ 'a' in 'cat' }}|{{ 'k' in {'k': 1} }}|"
+                   "{{ 3 not in [1] }}|{{ 'x' in missing }}"),
+            "true|true|true|true|false");
+  EXPECT_EQ(Render("{{ 1 < 2 }}|{{ 2.5 >= 2 }}|{{ not 1 }}|{{ not not 'x' }}|{{ -x }}|{{ +3 }}",
+                   R"({"x": 5})"),
+            "true|true|false|true|-5|3");
+  EXPECT_EQ(Render("{{ 'y' if true else 'n' }}|{{ 'y' if false }}|"
+                   "{{ 'a' if false else 'b' if true else 'c' }}|{{ u or 'or' }}|{{ 0 and 1 }}"),
+            "y||b|or|0");
+}
+
+TEST(JinjaStrings, MethodsFollowTheReference) {
+  // strip/lstrip/rstrip ignore their argument in the reference and trim all whitespace.
+  EXPECT_EQ(Render("{{ 'Hello World'.upper() }}|{{ 'ABC'.lower() }}|{{ '  pad  '.strip() }}|"
+                   "{{ 'xxhixx'.strip('x') }}|{{ '\\n\\nhi\\n'.lstrip('\\n') }}|{{ 'hi  '.rstrip() }}"),
+            "HELLO WORLD|abc|pad|xxhixx|hi\n|hi");
+  EXPECT_EQ(Render("{{ 'hello world foo'.title() }}|{{ 'hELLO'.capitalize() }}|"
+                   "{{ 'a-b c_d'.title() }}"),
+            "Hello World Foo|HELLO|A-B C_d");
+  EXPECT_EQ(Render("{{ 'a,b,,c'.split(',') }}|{{ '  a  b \\n c '.split() }}|"
+                   "{{ 'a,b,c'.split(',', 1) }}|{{ 'a b c'.split(none, 1) }}"),
+            R"(["a", "b", "", "c"]|["a", "b", "c"]|["a", "b,c"]|["a", "b c"])");
+  EXPECT_EQ(Render("{{ 'aaa'.replace('a', 'b') }}|{{ 'aaa'.replace('a', 'b', 2) }}|"
+                   "{{ 'abc'.replace('', '-') }}|{{ 'aaa' | replace('a', 'c') }}"),
+            "bbb|bba|-a-b-c-|ccc");
+  EXPECT_EQ(Render("{{ 'abc'.startswith('a') }}|{{ 'abc'.endswith(('x', 'c')) }}|"
+                   "{{ 'abc'.startswith('abcd') }}"),
+            "true|true|false");
+  // length counts UTF-16 units, as String.prototype.length does.
+  EXPECT_EQ(Render("{{ s | length }}|{{ s.length }}|{{ s | upper }}|{{ g.lower() }}",
+                   R"({"s": "🙂é", "g": "ΟΔΟΣ"})"),
+            "3|3|🙂É|οδος");
+}
+
+TEST(JinjaSlicing, ListsAndStrings) {
+  EXPECT_EQ(Render("{{ xs[0] }}|{{ xs[-1] }}|{{ xs[1:] }}|{{ xs[:2] }}|{{ xs[::2] }}|"
+                   "{{ xs[::-1] }}|{{ xs[5] }}|{{ xs[-10:10] }}|{{ xs[3:1:-1] }}",
+                   R"({"xs": [1, 2, 3, 4]})"),
+            "1|4|[2, 3, 4]|[1, 2]|[1, 3]|[4, 3, 2, 1]||[1, 2, 3, 4]|[4, 3]");
+  EXPECT_EQ(Render("{{ 'hello'[1] }}|{{ 'hello'[-1] }}|{{ 'hello'[1:3] }}|{{ 'hello'[::-1] }}|"
+                   "{{ 'hello'[10] }}|{{ 'héllo'[::2] }}"),
+            "e|o|el|olleh||hlo");
+}
+
+TEST(JinjaUndefined, FalsyEmptyAndChainable) {
+  EXPECT_EQ(Render("[{{ missing }}]{{ missing is defined }}{{ missing is undefined }}"),
+            "[]falsetrue");
+  EXPECT_EQ(Render("{{ x.y.z }}|{{ x.y.z is defined }}|{{ none.a }}|"
+                   "{% if missing %}t{% else %}f{% endif %}"),
+            "|false||f");
+  EXPECT_EQ(Render("{{ m[0]['content'] }}{{ m[0].content }}{{ m[0].missing }}{{ m[5] }}",
+                   R"({"m": [{"content": "c"}]})"),
+            "cc");
+  EXPECT_EQ(Render("{{ missing | default('d') }}|{{ none | default('d') }}|"
+                   "{{ '' | default('d', true) }}|{{ 0 | default(5, boolean=true) }}"),
+            "d||d|5");
+}
+
+TEST(JinjaFilters, ListFilters) {
+  EXPECT_EQ(Render("{{ xs | first }}|{{ xs | last }}|{{ xs | length }}|{{ xs | reverse }}|"
+                   "{{ xs | join }}|{{ xs | join(', ') }}|{{ xs | sort }}|{{ xs | unique }}",
+                   R"({"xs": [3, 1, 2, 1]})"),
+            "3|1|4|[1, 2, 1, 3]|3121|3, 1, 2, 1|[1, 1, 2, 3]|[3, 1, 2]");
+  EXPECT_EQ(Render("{{ xs | sort(reverse=true) }}|"
+                   "{{ ys | sort(attribute='n') | map(attribute='n') | join(',') }}|"
+                   "{{ ['b','A','a'] | sort }}",
+                   R"({"xs": [3, 1, 2], "ys": [{"n": 2}, {"n": 1}]})"),
+            R"([3, 2, 1]|1,2|["A", "a", "b"])");
+  EXPECT_EQ(Render("{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='c') | list }}|"
+                   "{{ ms | rejectattr('role', 'equalto', 'user') | length }}|"
+                   "{{ ms | selectattr('c') | length }}",
+                   R"({"ms": [{"role": "user", "c": "a"}, {"role": "x", "c": ""}]})"),
+            R"(["a"]|1|1)");
+  // Jinja filters the reference lacks.
+  EXPECT_EQ(Render("{{ [1,2,3,4] | select('odd') | list }}|{{ [1,2,3] | reject('equalto', 2) | list }}|"
+                   "{{ ['a','b'] | map('upper') | list }}|{{ [1,2] | count }}|{{ 'abc' | first }}"),
+            R"([1, 3]|[1, 3]|["A", "B"]|2|a)");
+}
+
+TEST(JinjaFilters, ScalarAndMappingFilters) {
+  EXPECT_EQ(Render("{{ [1, 2] | string }}|{{ 5 | string }}|{{ 2.0 | string }}|{{ true | string }}|"
+                   "{{ '3' | int + 1 }}|{{ '3.5' | float }}|{{ 'x' | int }}|{{ 3.7 | int }}|"
+                   "{{ -3.7 | int }}|{{ -3 | abs }}|{{ -2.5 | abs }}"),
+            "[1, 2]|5|2.0|true|4|3.5|0|3|-4|3|2.5");
+  EXPECT_EQ(Render("{{ ' x ' | trim }}|{{ 'a\\nb\\n\\nc' | indent }}|{{ 'a\\nb' | indent(2, true) }}|"
+                   "{{ 'a\\n\\nb' | indent(width=1, blank=true) }}|{{ '<a>' | safe }}|"
+                   "{{ '<&>' | e }}|{{ 2.5 | round }}|{{ 2.567 | round(2) }}"),
+            "x|a\n    b\n\n    c|  a\n  b|a\n \n b|<a>|&lt;&amp;&gt;|2.0|2.57");
+  EXPECT_EQ(Render("{{ d | items }}|{{ d.keys() }}|{{ d.values() }}|{{ d.get('a') }}|"
+                   "{{ d.get('z', 'dflt') }}|{{ d | length }}|{{ d | dictsort }}|"
+                   "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}",
+                   R"({"d": {"b": 2, "a": 1}})"),
+            R"([["b", 2], ["a", 1]]|["b", "a"]|[2, 1]|1|dflt|2|[["a", 1], ["b", 2]]|b=2;a=1;)");
+  EXPECT_EQ(Render("{% filter upper %}hello {{ 'x' }}{% endfilter %}"), "HELLO X");
+}
+
+TEST(JinjaFilters, TojsonMatchesPythonSpacing) {
+  const char* context = R"({"d": {"a": [1, 2.5, {"b": null}], "s": "q\"\\\n\u00e9\u0001",
+                              "e": [], "o": {}, "f": 2.0, "t": true}})";
+  EXPECT_EQ(Render("{{ d | tojson }}", context),
+            R"({"a": [1, 2.5, {"b": null}], "s": "q\"\\\né\u0001", "e": [], "o": {}, "f": 2, )"
+            R"("t": true})");
+  EXPECT_EQ(Render("{{ d | tojson(indent=2) }}", R"({"d": {"a": [1, {"b": null}], "e": []}})"),
+            "{\n  \"a\": [\n    1,\n    {\n      \"b\": null\n    }\n  ],\n  \"e\": []\n}");
+  EXPECT_EQ(Render("{{ 'é🙂' | tojson(ensure_ascii=true) }}|{{ d | tojson(sort_keys=true) }}|"
+                   "{{ d | tojson(separators=(',', ':')) }}",
+                   R"({"d": {"b": [1, 2], "a": "x", "_c": 1}})"),
+            R"("\u00e9\ud83d\ude42"|{"_c": 1, "a": "x", "b": [1, 2]}|{"b":[1,2],"a":"x","_c":1})");
+  EXPECT_EQ(Render("{{ missing | tojson }}|{{ [missing] | tojson }}|{{ [missing] }}"),
+            "null|[null]|[undefined]");
+}
+
+TEST(JinjaLoops, LoopVariablesElseBreakContinue) {
+  EXPECT_EQ(Render("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}"
+                   "{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }}:"
+                   "{{ loop.previtem }}:{{ loop.nextitem }};{% endfor %}",
+                   R"({"xs": ["a", "b", "c"]})"),
+            "10truefalse332::b;21falsefalse321:a:c;32falsetrue310:b:;");
+  EXPECT_EQ(Render("{% for x in xs if x > 1 %}{{ x }}{{ loop.index }}{% else %}none{% endfor %}|"
+                   "{% for x in [] %}x{% else %}empty{% endfor %}",
+                   R"({"xs": [1, 2, 3]})"),
+            "2132|empty");
+  EXPECT_EQ(Render("{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}"
+                   "{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+                   R"({"xs": [1, 2, 3, 4, 5]})"),
+            "13");
+  // The reference renders the else block when no iteration ran to its end.
+  EXPECT_EQ(Render("{% for x in [1] %}{% continue %}{% else %}else-ran{% endfor %}"), "else-ran");
+  EXPECT_EQ(Render("{% for i in range(3) %}{{ i }}{% endfor %}|{% for i in range(1, 7, 2) %}"
+                   "{{ i }}{% endfor %}|{% for i in range(5, 0, -2) %}{{ i }}{% endfor %}"),
+            "012|135|531");
+  EXPECT_EQ(Render("{% for a in [[1,2],[3,4]] %}{% for b in a %}{{ loop.index }}{{ b }}{% endfor %}"
+                   "{{ loop.index }};{% endfor %}"),
+            "11221;13242;");
+  EXPECT_EQ(Render("{% for k in d %}{{ k }}{% endfor %}", R"({"d": {"b": 2, "a": 1}})"), "ba");
+}
+
+TEST(JinjaScopes, SetNamespaceMacroCall) {
+  // A loop body has its own scope; an if body does not.
+  EXPECT_EQ(Render("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}"),
+            "21");
+  EXPECT_EQ(Render("{% if true %}{% set y = 5 %}{% endif %}{{ y }}"), "5");
+  EXPECT_EQ(Render("{% set ns = namespace(n=0, s='') %}{% for i in range(4) %}"
+                   "{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}|{{ ns }}"),
+            R"(6|{"n": 6, "s": ""})");
+  EXPECT_EQ(Render("{% set ns = namespace({'a': 1}, b=2) %}{{ ns.a }}{{ ns.b }}{{ ns.c }}"), "12");
+  EXPECT_EQ(Render("{% set a, b = 1, 2 %}{{ a }}{{ b }}|{% set blk %}in {{ a }}{% endset %}"
+                   "{{ blk }}|{% set t = (1, 2) %}{{ t[0] }}"),
+            "12|in 1|1");
+  EXPECT_EQ(Render("{% macro greet(name, greeting='Hi') %}{{ greeting }}, {{ name }}!{% endmacro %}"
+                   "{{ greet('Bob') }}|{{ greet('Al', greeting='Yo') }}|{{ greet(name='Z') }}"),
+            "Hi, Bob!|Yo, Al!|Hi, Z!");
+  EXPECT_EQ(Render("{% macro m() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, a=3) }}"),
+            R"([1, 2]{"a": 3})");
+  EXPECT_EQ(Render("{% macro row(x) %}<{{ caller(x) }}>{% endmacro %}"
+                   "{% call(v) row(5) %}v={{ v }}{% endcall %}"),
+            "<v=5>");
+  EXPECT_EQ(Render("{% macro r(n) %}{% if n > 0 %}{{ n }}{{ r(n - 1) }}{% endif %}{% endmacro %}"
+                   "{{ r(3) }}"),
+            "321");
+}
+
+TEST(JinjaTests, IsTests) {
+  EXPECT_EQ(Render("{{ 1 is odd }}{{ 2 is even }}{{ x is defined }}{{ y is undefined }}"
+                   "{{ none is none }}{{ 's' is string }}{{ 1 is number }}{{ 1.5 is integer }}"
+                   "{{ 1.5 is float }}{{ {} is mapping }}{{ [] is iterable }}{{ 's' is iterable }}"
+                   "{{ {} is iterable }}{{ [] is sequence }}{{ true is boolean }}{{ false is false }}"
+                   "{{ 1 is true }}{{ 'ab' is lower }}{{ x is not none }}{{ range is callable }}",
+                   R"({"x": 1})"),
+            "truetruetruetruetruetruetruefalsetruetruetruetruefalsetruetruetruefalsetruetruetrue");
+}
+
+TEST(JinjaGlobals, StrftimeNowReadsTheGivenTime) {
+  RenderOptions options;
+  std::tm tm{};
+  tm.tm_year = 2025 - 1900;
+  tm.tm_mon = 2;
+  tm.tm_mday = 5;
+  tm.tm_hour = 7;
+  tm.tm_min = 4;
+  options.now = tm;
+  EXPECT_EQ(Render("{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%Y-%m-%d %H:%M %B %% %S') }}",
+                   "{}", options),
+            "05 Mar 2025|2025-03-05 07:04 March % %S");
+}
+
+TEST(JinjaContext, PlainJsonSortsKeysOrderedJsonKeepsThem) {
+  const Template t = Template::Parse("{{ d | tojson }}");
+  EXPECT_EQ(t.Render(nlohmann::json::parse(R"({"d": {"b": 1, "a": 2}})")), R"({"a": 2, "b": 1})");
+  EXPECT_EQ(t.Render(ordered_json::parse(R"({"d": {"b": 1, "a": 2}})")), R"({"b": 1, "a": 2})");
+}
+
+// ---- (c) errors and runaway guards -------------------------------------------------------
+
+TEST(JinjaErrors, SyntaxErrorsNameLineAndColumn) {
+  EXPECT_NE(ErrorOf("ok\n{{ x ").find("2:"), std::string::npos) << ErrorOf("ok\n{{ x ");
+  EXPECT_NE(ErrorOf("{% if x %}never closed").find("unclosed {% if %}: expected {% endif %}"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("{# unclosed").find("unclosed comment"), std::string::npos);
+  EXPECT_NE(ErrorOf("{{ 'unterminated }}").find("unterminated string"), std::string::npos);
+  EXPECT_NE(ErrorOf("{% endfor %}").find("unsupported statement {% endfor %}"), std::string::npos);
+  const std::string include = ErrorOf("line\n{% include 'other.jinja' %}");
+  EXPECT_NE(include.find("2:4: unsupported statement {% include %}"), std::string::npos) << include;
+  try {
+    Template::Parse("{% include 'x' %}");
+    ADD_FAILURE() << "include parsed";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(e.hint().find("inline"), std::string::npos) << e.hint();
+  }
+}
+
+TEST(JinjaErrors, RenderErrors) {
+  EXPECT_NE(ErrorOf("{{ 'x' | frobnicate }}").find("unknown StringValue filter: frobnicate"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("{{ x | trim }}", R"({"x": null})").find("cannot apply filter \"trim\""),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("{{ x is frobnicated }}").find("unknown test 'frobnicated'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("{{ m ~ 'a' }}").find("on undefined values"), std::string::npos);
+  EXPECT_NE(ErrorOf("{% for c in 'abc' %}{% endfor %}").find("got StringValue"), std::string::npos);
+  EXPECT_NE(ErrorOf("{% break %}").find("outside a for loop"), std::string::npos);
+  EXPECT_NE(ErrorOf("{{ x }}", R"({"range": 1})").find("reuses a global name"), std::string::npos);
+  EXPECT_THROW(Template::Parse("{{ 1 }}").Render(ordered_json::array()), ConfigError);
+}
+
+TEST(JinjaErrors, RaiseExceptionCarriesTheMessage) {
+  const std::string error = ErrorOf("\n  {{ raise_exception('Only user and assistant roles!') }}");
+  EXPECT_NE(error.find("2:"), std::string::npos) << error;
+  EXPECT_NE(error.find("Only user and assistant roles!"), std::string::npos) << error;
+}
+
+TEST(JinjaLimits, RunawayLoopIsStopped) {
+  RenderOptions options;
+  options.max_loop_iterations = 1000;
+  const std::string error = ErrorOf(
+      "{% for i in range(100) %}{% for j in range(100) %}x{% endfor %}{% endfor %}", "{}", options);
+  EXPECT_NE(error.find("max_loop_iterations=1000"), std::string::npos) << error;
+  // A list that doubles each step is stopped by the same budget.
+  EXPECT_NE(ErrorOf("{% set ns = namespace(xs=[1]) %}{% for i in range(60) %}"
+                    "{% set ns.xs = ns.xs + ns.xs %}{% endfor %}")
+                .find("max_loop_iterations"),
+            std::string::npos);
+  EXPECT_EQ(Render("{% for i in range(10) %}{{ i }}{% endfor %}", "{}", options), "0123456789");
+}
+
+TEST(JinjaLimits, DeepRecursionIsStopped) {
+  const std::string error =
+      ErrorOf("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  EXPECT_NE(error.find("max_depth=400"), std::string::npos) << error;
+  // A namespace that holds itself cannot be printed, only reported.
+  EXPECT_NE(ErrorOf("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}").find("max_depth"),
+            std::string::npos);
+  // Parsing is bounded too: no stack overflow on deeply nested input.
+  EXPECT_NE(ErrorOf("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}")
+                .find("nests deeper"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("{{ 1" + std::string(20000, '+') + " }}").find("template"),
+            std::string::npos);
+  std::string chain = "{{ x";
+  for (int i = 0; i < 5000; ++i) chain += ".a";
+  EXPECT_NE(ErrorOf(chain + " }}").find("chained member"), std::string::npos);
+  std::string ifs;
+  for (int i = 0; i < 3000; ++i) ifs += "{% if true %}";
+  EXPECT_NE(ErrorOf(ifs).find("nests deeper"), std::string::npos);
+}
+
+TEST(JinjaLimits, HugeOutputIsStopped) {
+  RenderOptions options;
+  options.max_output_bytes = 1 << 16;
+  const std::string error = ErrorOf(
+      "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+      "{% endfor %}{{ ns.s }}",
+      "{}", options);
+  EXPECT_NE(error.find("max_output_bytes=65536"), std::string::npos) << error;
+  EXPECT_NE(ErrorOf("{% for i in range(100000) %}0123456789{% endfor %}", "{}", options)
+                .find("max_output_bytes"),
+            std::string::npos);
+  const std::string replaced = ErrorOf(
+      "{{ s | replace('', s) | replace('', s) | replace('', s) }}", R"({"s": "0123456789abcdef0123456789"})",
+      options);
+  EXPECT_NE(replaced.find("max_output_bytes"), std::string::npos) << replaced;
+}
+
 }  // namespace
 }  // namespace rlid::jinja
