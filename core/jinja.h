@@ -19,9 +19,12 @@ namespace rlid::jinja {
 struct RenderOptions {
   // Largest string any value (the output included) may reach, in bytes.
   size_t max_output_bytes = size_t{16} << 20;
-  // For-loop iterations plus range() elements, summed over one render.
+  // For-loop iterations plus elements of the lists, dicts and namespaces the template builds
+  // (range(), slices, list literals, `+` on lists, ...), summed over one render.
   size_t max_loop_iterations = 1'000'000;
-  // Nesting of evaluation: expressions, blocks and macro calls together.
+  // Nesting of evaluation: expressions, blocks and macro calls together; also bounds the
+  // nesting of the context and of printed values. Each level costs a few C++ stack frames,
+  // so keep it in the hundreds (the parser separately caps template nesting at 200).
   int max_depth = 400;
   // The local time strftime_now() reads; unset means the current local time.
   std::optional<std::tm> now;
