@@ -592,7 +592,10 @@ class Lexer {
         Push(Tok::kIdent, s_.substr(start, i_ - start), start);
         continue;
       }
-      Fail(i_, fmt::format("unexpected character '{}'", c));
+      size_t next = i_;
+      std::string character;
+      AppendUtf8(DecodeUtf8(s_, next), character);
+      Fail(i_, fmt::format("unexpected character '{}'", character));
     }
     return std::move(tokens_);
   }
