@@ -284,8 +284,10 @@ double JsStringToNumber(std::string_view s) {
     const int base = (s[1] == 'x' || s[1] == 'X') ? 16 : (s[1] == 'o' || s[1] == 'O') ? 8 : 2;
     double value = 0;
     for (char c : s.substr(2)) {
-      int d = IsDigit(c) ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                                   : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : 99;
+      int d = IsDigit(c)               ? c - '0'
+              : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+              : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                       : 99;
       if (d >= base) return std::numeric_limits<double>::quiet_NaN();
       value = value * base + d;
     }
@@ -311,13 +313,27 @@ void AppendJsonString(std::string_view s, bool ensure_ascii, std::string& out) {
     if (c < 0x80) {
       ++i;
       switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
         default:
           if (c < 0x20 || (ensure_ascii && c == 0x7F)) {
             out += fmt::format("\\u{:04x}", c);
@@ -373,7 +389,8 @@ Mapped LstripBlocks(const Mapped& in) {
     if (IsLineTerminatorBefore(s, i)) {
       size_t j = i;
       while (j < s.size() && (s[j] == ' ' || s[j] == '\t')) ++j;
-      if (j + 1 < s.size() && s[j] == '{' && (s[j + 1] == '#' || s[j + 1] == '%' || s[j + 1] == '-')) {
+      if (j + 1 < s.size() && s[j] == '{' &&
+          (s[j + 1] == '#' || s[j + 1] == '%' || s[j + 1] == '-')) {
         out.Copy(in, j, j + 2);
         i = j + 2;
         continue;
@@ -453,10 +470,32 @@ Mapped StripGenerationTags(const Mapped& in) {
 // ---- Lexer ------------------------------------------------------------------------------------
 
 enum class Tok {
-  kText, kNumber, kString, kIdent, kEquals, kOpenParen, kCloseParen, kOpenStatement,
-  kCloseStatement, kOpenExpression, kCloseExpression, kOpenBracket, kCloseBracket, kOpenCurly,
-  kCloseCurly, kComma, kDot, kColon, kPipe, kAdditive, kMultiplicative, kPower, kComparison,
-  kUnary, kComment, kEnd
+  kText,
+  kNumber,
+  kString,
+  kIdent,
+  kEquals,
+  kOpenParen,
+  kCloseParen,
+  kOpenStatement,
+  kCloseStatement,
+  kOpenExpression,
+  kCloseExpression,
+  kOpenBracket,
+  kCloseBracket,
+  kOpenCurly,
+  kCloseCurly,
+  kComma,
+  kDot,
+  kColon,
+  kPipe,
+  kAdditive,
+  kMultiplicative,
+  kPower,
+  kComparison,
+  kUnary,
+  kComment,
+  kEnd
 };
 
 struct Token {
@@ -472,9 +511,34 @@ struct Token {
 namespace internal {
 
 enum class Kind {
-  kText, kInteger, kFloat, kString, kIdentifier, kArray, kTuple, kObject, kMember, kSlice, kCall,
-  kKeywordArg, kSpread, kKeywordSpread, kBinary, kUnary, kFilter, kTest, kSelect, kTernary,
-  kSet, kIf, kFor, kMacro, kCallBlock, kFilterBlock, kBreak, kContinue
+  kText,
+  kInteger,
+  kFloat,
+  kString,
+  kIdentifier,
+  kArray,
+  kTuple,
+  kObject,
+  kMember,
+  kSlice,
+  kCall,
+  kKeywordArg,
+  kSpread,
+  kKeywordSpread,
+  kBinary,
+  kUnary,
+  kFilter,
+  kTest,
+  kSelect,
+  kTernary,
+  kSet,
+  kIf,
+  kFor,
+  kMacro,
+  kCallBlock,
+  kFilterBlock,
+  kBreak,
+  kContinue
 };
 
 struct Node;
@@ -490,6 +554,33 @@ struct Node {
   NodePtr x, y, z;
   std::vector<NodePtr> a, b;
   std::vector<std::vector<NodePtr>> blocks;  // if: one body per condition in `a`, then else
+
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Iterative, so a tree as deep as the parser allows never recurses on destruction.
+  ~Node() {
+    std::vector<NodePtr> pending;
+    MoveChildren(pending);
+    while (!pending.empty()) {
+      NodePtr n = std::move(pending.back());
+      pending.pop_back();
+      if (n) n->MoveChildren(pending);
+    }
+  }
+  void MoveChildren(std::vector<NodePtr>& out) {
+    for (NodePtr* p : {&x, &y, &z}) {
+      if (*p) out.push_back(std::move(*p));
+    }
+    for (auto* list : {&a, &b}) {
+      for (auto& c : *list) out.push_back(std::move(c));
+      list->clear();
+    }
+    for (auto& block : blocks) {
+      for (auto& c : block) out.push_back(std::move(c));
+    }
+    blocks.clear();
+  }
 };
 
 }  // namespace internal
@@ -648,7 +739,10 @@ class Lexer {
       Fail(i_, fmt::format("unexpected character '{}'", c));
     }
     switch (tokens_.back().type) {
-      case Tok::kIdent: case Tok::kNumber: case Tok::kString: case Tok::kCloseParen:
+      case Tok::kIdent:
+      case Tok::kNumber:
+      case Tok::kString:
+      case Tok::kCloseParen:
       case Tok::kCloseBracket:
         return false;
       default:
@@ -674,15 +768,20 @@ class Lexer {
   }
   bool LexOperator() {
     static const std::pair<std::string_view, Tok> kTable[] = {
-        {"{%", Tok::kOpenStatement}, {"%}", Tok::kCloseStatement}, {"{{", Tok::kOpenExpression},
-        {"}}", Tok::kCloseExpression}, {"(", Tok::kOpenParen}, {")", Tok::kCloseParen},
-        {"{", Tok::kOpenCurly}, {"}", Tok::kCloseCurly}, {"[", Tok::kOpenBracket},
-        {"]", Tok::kCloseBracket}, {",", Tok::kComma}, {".", Tok::kDot}, {":", Tok::kColon},
-        {"|", Tok::kPipe}, {"<=", Tok::kComparison}, {">=", Tok::kComparison},
-        {"==", Tok::kComparison}, {"!=", Tok::kComparison}, {"<", Tok::kComparison},
-        {">", Tok::kComparison}, {"+", Tok::kAdditive}, {"-", Tok::kAdditive},
-        {"~", Tok::kAdditive}, {"**", Tok::kPower}, {"*", Tok::kMultiplicative},
-        {"//", Tok::kMultiplicative}, {"/", Tok::kMultiplicative}, {"%", Tok::kMultiplicative},
+        {"{%", Tok::kOpenStatement},  {"%}", Tok::kCloseStatement},
+        {"{{", Tok::kOpenExpression}, {"}}", Tok::kCloseExpression},
+        {"(", Tok::kOpenParen},       {")", Tok::kCloseParen},
+        {"{", Tok::kOpenCurly},       {"}", Tok::kCloseCurly},
+        {"[", Tok::kOpenBracket},     {"]", Tok::kCloseBracket},
+        {",", Tok::kComma},           {".", Tok::kDot},
+        {":", Tok::kColon},           {"|", Tok::kPipe},
+        {"<=", Tok::kComparison},     {">=", Tok::kComparison},
+        {"==", Tok::kComparison},     {"!=", Tok::kComparison},
+        {"<", Tok::kComparison},      {">", Tok::kComparison},
+        {"+", Tok::kAdditive},        {"-", Tok::kAdditive},
+        {"~", Tok::kAdditive},        {"**", Tok::kPower},
+        {"*", Tok::kMultiplicative},  {"//", Tok::kMultiplicative},
+        {"/", Tok::kMultiplicative},  {"%", Tok::kMultiplicative},
         {"=", Tok::kEquals}};
     for (const auto& [seq, type] : kTable) {
       if (seq == "}}" && curly_depth_ > 0) continue;  // "}}" closes nested dict literals
@@ -701,8 +800,10 @@ class Lexer {
     int v = 0;
     for (size_t k = 0; k < len; ++k) {
       const char h = s_[at + k];
-      const int d = IsDigit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                                         : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+      const int d = IsDigit(h)               ? h - '0'
+                    : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                    : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                             : -1;
       if (d < 0) return -1;
       v = v * 16 + d;
     }
@@ -750,16 +851,35 @@ class Lexer {
       }
       flush_high();
       switch (e) {
-        case 'n': value += '\n'; break;
-        case 't': value += '\t'; break;
-        case 'r': value += '\r'; break;
-        case 'b': value += '\b'; break;
-        case 'f': value += '\f'; break;
-        case 'v': value += '\v'; break;
-        case '\'': value += '\''; break;
-        case '"': value += '"'; break;
-        case '\\': value += '\\'; break;
-        default: Fail(i_ - 2, fmt::format("unexpected escaped character '{}'", e));
+        case 'n':
+          value += '\n';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'v':
+          value += '\v';
+          break;
+        case '\'':
+          value += '\'';
+          break;
+        case '"':
+          value += '"';
+          break;
+        case '\\':
+          value += '\\';
+          break;
+        default:
+          Fail(i_ - 2, fmt::format("unexpected escaped character '{}'", e));
       }
     }
     flush_high();
@@ -822,29 +942,54 @@ class Parser {
   }
   static const char* Describe(Tok t) {
     switch (t) {
-      case Tok::kText: return "text";
-      case Tok::kNumber: return "a number";
-      case Tok::kString: return "a string";
-      case Tok::kIdent: return "a name";
-      case Tok::kEquals: return "'='";
-      case Tok::kOpenParen: return "'('";
-      case Tok::kCloseParen: return "')'";
-      case Tok::kOpenStatement: return "'{%'";
-      case Tok::kCloseStatement: return "'%}'";
-      case Tok::kOpenExpression: return "'{{'";
-      case Tok::kCloseExpression: return "'}}'";
-      case Tok::kOpenBracket: return "'['";
-      case Tok::kCloseBracket: return "']'";
-      case Tok::kOpenCurly: return "'{'";
-      case Tok::kCloseCurly: return "'}'";
-      case Tok::kComma: return "','";
-      case Tok::kDot: return "'.'";
-      case Tok::kColon: return "':'";
-      case Tok::kPipe: return "'|'";
-      case Tok::kAdditive: case Tok::kMultiplicative: case Tok::kPower: case Tok::kComparison:
-      case Tok::kUnary: return "an operator";
-      case Tok::kComment: return "a comment";
-      case Tok::kEnd: return "the end of the template";
+      case Tok::kText:
+        return "text";
+      case Tok::kNumber:
+        return "a number";
+      case Tok::kString:
+        return "a string";
+      case Tok::kIdent:
+        return "a name";
+      case Tok::kEquals:
+        return "'='";
+      case Tok::kOpenParen:
+        return "'('";
+      case Tok::kCloseParen:
+        return "')'";
+      case Tok::kOpenStatement:
+        return "'{%'";
+      case Tok::kCloseStatement:
+        return "'%}'";
+      case Tok::kOpenExpression:
+        return "'{{'";
+      case Tok::kCloseExpression:
+        return "'}}'";
+      case Tok::kOpenBracket:
+        return "'['";
+      case Tok::kCloseBracket:
+        return "']'";
+      case Tok::kOpenCurly:
+        return "'{'";
+      case Tok::kCloseCurly:
+        return "'}'";
+      case Tok::kComma:
+        return "','";
+      case Tok::kDot:
+        return "'.'";
+      case Tok::kColon:
+        return "':'";
+      case Tok::kPipe:
+        return "'|'";
+      case Tok::kAdditive:
+      case Tok::kMultiplicative:
+      case Tok::kPower:
+      case Tok::kComparison:
+      case Tok::kUnary:
+        return "an operator";
+      case Tok::kComment:
+        return "a comment";
+      case Tok::kEnd:
+        return "the end of the template";
     }
     return "?";
   }
@@ -986,7 +1131,8 @@ class Parser {
     program_.Fail(pos, fmt::format("unsupported statement {{% {} %}}", name),
                   name == "include" || name == "extends" || name == "import" || name == "from"
                       ? std::string("templates are self-contained here: inline the other "
-                                    "template's text; ") + kSubsetHint
+                                    "template's text; ") +
+                            kSubsetHint
                       : std::string(kSubsetHint));
   }
 
@@ -1287,10 +1433,9 @@ class Parser {
         if (argument->kind == Kind::kKeywordArg) {
           saw_keyword = true;
         } else if (saw_keyword) {
-          program_.Fail(argument->pos, parameters
-                                           ? "a parameter without default follows one with"
-                                           : "positional arguments must come before keyword "
-                                             "arguments");
+          program_.Fail(argument->pos, parameters ? "a parameter without default follows one with"
+                                                  : "positional arguments must come before keyword "
+                                                    "arguments");
         } else if (saw_spread) {
           program_.Fail(argument->pos, "positional arguments must not follow '*' unpacking");
         }
@@ -1357,7 +1502,8 @@ class Parser {
     const Token& t = tokens_[current_++];
     switch (t.type) {
       case Tok::kNumber: {
-        auto n = Make(t.value.find('.') != std::string::npos ? Kind::kFloat : Kind::kInteger, t.pos);
+        auto n =
+            Make(t.value.find('.') != std::string::npos ? Kind::kFloat : Kind::kInteger, t.pos);
         n->number = ParseDecimal(t.value);
         return n;
       }
@@ -1421,24 +1567,46 @@ namespace internal {
 // them. kTuple is an array to every check except those on the exact type name (the reference
 // cannot serialize or unpack tuples); kKwargs is an object the same way.
 enum class Type {
-  kUndefined, kNull, kBool, kInteger, kFloat, kString, kArray, kTuple, kObject, kKwargs,
-  kNamespace, kFunction
+  kUndefined,
+  kNull,
+  kBool,
+  kInteger,
+  kFloat,
+  kString,
+  kArray,
+  kTuple,
+  kObject,
+  kKwargs,
+  kNamespace,
+  kFunction
 };
 
 const char* TypeName(Type t) {
   switch (t) {
-    case Type::kUndefined: return "UndefinedValue";
-    case Type::kNull: return "NullValue";
-    case Type::kBool: return "BooleanValue";
-    case Type::kInteger: return "IntegerValue";
-    case Type::kFloat: return "FloatValue";
-    case Type::kString: return "StringValue";
-    case Type::kArray: return "ArrayValue";
-    case Type::kTuple: return "TupleValue";
-    case Type::kObject: return "ObjectValue";
-    case Type::kKwargs: return "KeywordArgumentsValue";
-    case Type::kNamespace: return "NamespaceValue";
-    case Type::kFunction: return "FunctionValue";
+    case Type::kUndefined:
+      return "UndefinedValue";
+    case Type::kNull:
+      return "NullValue";
+    case Type::kBool:
+      return "BooleanValue";
+    case Type::kInteger:
+      return "IntegerValue";
+    case Type::kFloat:
+      return "FloatValue";
+    case Type::kString:
+      return "StringValue";
+    case Type::kArray:
+      return "ArrayValue";
+    case Type::kTuple:
+      return "TupleValue";
+    case Type::kObject:
+      return "ObjectValue";
+    case Type::kKwargs:
+      return "KeywordArgumentsValue";
+    case Type::kNamespace:
+      return "NamespaceValue";
+    case Type::kFunction:
+      return "FunctionValue";
   }
   return "?";
 }
@@ -1489,15 +1657,23 @@ struct Object {
   }
 };
 
-enum class FnKind { kRaiseException, kRange, kStrftimeNow, kNamespace, kStringMethod,
-                    kObjectMethod, kMacro, kCaller };
+enum class FnKind {
+  kRaiseException,
+  kRange,
+  kStrftimeNow,
+  kNamespace,
+  kStringMethod,
+  kObjectMethod,
+  kMacro,
+  kCaller
+};
 
 struct Function {
   FnKind kind;
-  std::string method;       // string/object method name
-  Value self;               // the string/object a method is bound to
+  std::string method;          // string/object method name
+  Value self;                  // the string/object a method is bound to
   const Node* node = nullptr;  // macro or call block
-  EnvPtr closure;           // call block: where the {% call %} stands
+  EnvPtr closure;              // call block: where the {% call %} stands
 };
 
 Value Undefined() { return Value{}; }
@@ -1554,13 +1730,25 @@ Value MakeFunction(Function f) {
 // RuntimeValue.__bool__().
 bool Truthy(const Value& v) {
   switch (v.type) {
-    case Type::kUndefined: case Type::kNull: return false;
-    case Type::kBool: return v.boolean;
-    case Type::kInteger: case Type::kFloat: return v.number != 0 && !std::isnan(v.number);
-    case Type::kString: return !v.Str().empty();
-    case Type::kArray: case Type::kTuple: return !v.array->empty();
-    case Type::kObject: case Type::kKwargs: return !v.object->entries.empty();
-    case Type::kNamespace: case Type::kFunction: return true;
+    case Type::kUndefined:
+    case Type::kNull:
+      return false;
+    case Type::kBool:
+      return v.boolean;
+    case Type::kInteger:
+    case Type::kFloat:
+      return v.number != 0 && !std::isnan(v.number);
+    case Type::kString:
+      return !v.Str().empty();
+    case Type::kArray:
+    case Type::kTuple:
+      return !v.array->empty();
+    case Type::kObject:
+    case Type::kKwargs:
+      return !v.object->entries.empty();
+    case Type::kNamespace:
+    case Type::kFunction:
+      return true;
   }
   return false;
 }
@@ -1568,7 +1756,10 @@ bool Truthy(const Value& v) {
 // JavaScript truthiness of the raw value (`!!value.value`): containers are always truthy.
 bool RawTruthy(const Value& v) {
   switch (v.type) {
-    case Type::kArray: case Type::kTuple: case Type::kObject: case Type::kKwargs:
+    case Type::kArray:
+    case Type::kTuple:
+    case Type::kObject:
+    case Type::kKwargs:
       return true;
     default:
       return Truthy(v);
@@ -1611,9 +1802,9 @@ struct ContinueSignal {
 
 const char* const kMonthsShort[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-const char* const kMonthsLong[] = {"January", "February", "March",     "April",
-                                   "May",     "June",     "July",      "August",
-                                   "September", "October", "November", "December"};
+const char* const kMonthsLong[] = {"January",   "February", "March",    "April",
+                                   "May",       "June",     "July",     "August",
+                                   "September", "October",  "November", "December"};
 
 // ---- Interpreter ------------------------------------------------------------------------------
 
@@ -1642,19 +1833,23 @@ class Interpreter {
   template <typename Json>
   Value FromJson(const Json& j, int depth = 0) {
     if (depth > options_.max_depth) {
-      throw ConfigError(fmt::format("chat template context nests deeper than max_depth={}",
-                                    options_.max_depth),
-                        "flatten the context or raise RenderOptions::max_depth");
+      throw ConfigError(
+          fmt::format("chat template context nests deeper than max_depth={}", options_.max_depth),
+          "flatten the context or raise RenderOptions::max_depth");
     }
     switch (j.type()) {
-      case nlohmann::json::value_t::null: return Null();
-      case nlohmann::json::value_t::boolean: return Bool(j.template get<bool>());
+      case nlohmann::json::value_t::null:
+        return Null();
+      case nlohmann::json::value_t::boolean:
+        return Bool(j.template get<bool>());
       case nlohmann::json::value_t::number_integer:
         return Integer(static_cast<double>(j.template get<int64_t>()));
       case nlohmann::json::value_t::number_unsigned:
         return Integer(static_cast<double>(j.template get<uint64_t>()));
-      case nlohmann::json::value_t::number_float: return Number(j.template get<double>());
-      case nlohmann::json::value_t::string: return String(j.template get<std::string>());
+      case nlohmann::json::value_t::number_float:
+        return Number(j.template get<double>());
+      case nlohmann::json::value_t::string:
+        return String(j.template get<std::string>());
       case nlohmann::json::value_t::array: {
         Array items;
         items.reserve(j.size());
@@ -1680,8 +1875,10 @@ class Interpreter {
   struct DepthGuard {
     DepthGuard(Interpreter& in, size_t pos) : in(in) {
       if (++in.depth_ > in.options_.max_depth) {
-        in.program_.Fail(pos, fmt::format("evaluation nests deeper than max_depth={} (runaway "
-                                          "recursion?)", in.options_.max_depth),
+        in.program_.Fail(pos,
+                         fmt::format("evaluation nests deeper than max_depth={} (runaway "
+                                     "recursion?)",
+                                     in.options_.max_depth),
                          "check macros that call themselves, or raise RenderOptions::max_depth");
       }
     }
@@ -1699,10 +1896,10 @@ class Interpreter {
   // Every string the template builds stays within max_output_bytes; called before appending.
   void CheckSize(size_t size, size_t pos) const {
     if (size > options_.max_output_bytes) {
-      program_.Fail(pos, fmt::format("a string would exceed max_output_bytes={}",
-                                     options_.max_output_bytes),
-                    "the template builds runaway output; raise RenderOptions::max_output_bytes "
-                    "if it is legitimate");
+      program_.Fail(
+          pos, fmt::format("a string would exceed max_output_bytes={}", options_.max_output_bytes),
+          "the template builds runaway output; raise RenderOptions::max_output_bytes "
+          "if it is legitimate");
     }
   }
   void Append(std::string& out, std::string_view add, size_t pos) const {
@@ -1712,9 +1909,10 @@ class Interpreter {
   // For-loop iterations, range() elements and built array elements share one budget.
   void Spend(size_t n, size_t pos) {
     if (n > options_.max_loop_iterations - std::min(work_, options_.max_loop_iterations)) {
-      program_.Fail(pos, fmt::format("the template exceeded max_loop_iterations={} (loop "
-                                     "iterations plus range() and built list elements)",
-                                     options_.max_loop_iterations),
+      program_.Fail(pos,
+                    fmt::format("the template exceeded max_loop_iterations={} (loop "
+                                "iterations plus range() and built list elements)",
+                                options_.max_loop_iterations),
                     "check for runaway loops, or raise RenderOptions::max_loop_iterations");
     }
     work_ += n;
@@ -1729,12 +1927,18 @@ class Interpreter {
   // RuntimeValue.toString(), what {{ }} prints.
   std::string ToString(const Value& v, size_t pos, int depth = 0) {
     switch (v.type) {
-      case Type::kUndefined: return "undefined";
-      case Type::kNull: return "null";
-      case Type::kBool: return v.boolean ? "true" : "false";
-      case Type::kInteger: return JsNumber(v.number);
-      case Type::kFloat: return JsFloatString(v.number);
-      case Type::kString: return v.Str();
+      case Type::kUndefined:
+        return "undefined";
+      case Type::kNull:
+        return "null";
+      case Type::kBool:
+        return v.boolean ? "true" : "false";
+      case Type::kInteger:
+        return JsNumber(v.number);
+      case Type::kFloat:
+        return JsFloatString(v.number);
+      case Type::kString:
+        return v.Str();
       case Type::kFunction:
         Fail(pos, "cannot print a function (did you forget the call parentheses?)");
       default: {
@@ -1749,12 +1953,19 @@ class Interpreter {
   // without the float's ".0", arrays comma-joined, objects "[object Map]".
   std::string RawString(const Value& v, size_t pos, int depth = 0) {
     switch (v.type) {
-      case Type::kUndefined: return "";
-      case Type::kNull: return "";
-      case Type::kBool: return v.boolean ? "true" : "false";
-      case Type::kInteger: case Type::kFloat: return JsNumber(v.number);
-      case Type::kString: return v.Str();
-      case Type::kArray: case Type::kTuple: {
+      case Type::kUndefined:
+        return "";
+      case Type::kNull:
+        return "";
+      case Type::kBool:
+        return v.boolean ? "true" : "false";
+      case Type::kInteger:
+      case Type::kFloat:
+        return JsNumber(v.number);
+      case Type::kString:
+        return v.Str();
+      case Type::kArray:
+      case Type::kTuple: {
         if (depth > options_.max_depth) Fail(pos, "value nests deeper than max_depth");
         std::string out;
         for (size_t i = 0; i < v.array->size(); ++i) {
@@ -1763,7 +1974,10 @@ class Interpreter {
         }
         return out;
       }
-      case Type::kObject: case Type::kKwargs: case Type::kNamespace: return "[object Map]";
+      case Type::kObject:
+      case Type::kKwargs:
+      case Type::kNamespace:
+        return "[object Map]";
       case Type::kFunction:
         Fail(pos, "cannot turn a function into a string");
     }
@@ -1780,31 +1994,42 @@ class Interpreter {
 
   // toJSON() of the reference: Python json.dumps spacing (", " and ": ", or "," plus newlines
   // when indenting), insertion-ordered keys, floats as JSON.stringify writes them.
-  void ToJson(const Value& v, const JsonStyle& style, int depth, bool undefined_to_null,
-              size_t pos, std::string& out) {
+  void ToJson(const Value& v, const JsonStyle& style, int depth, bool undefined_to_null, size_t pos,
+              std::string& out) {
     if (depth > options_.max_depth) {
       Fail(pos, fmt::format("value nests deeper than max_depth={} (a namespace holding itself?)",
                             options_.max_depth));
     }
     CheckSize(out.size(), pos);
-    std::string item_sep = style.custom_separators ? style.item_separator
-                                                   : (style.indent != 0 ? "," : ", ");
+    std::string item_sep =
+        style.custom_separators ? style.item_separator : (style.indent != 0 ? "," : ", ");
     const std::string key_sep = style.custom_separators ? style.key_separator : ": ";
     switch (v.type) {
-      case Type::kNull: out += "null"; return;
-      case Type::kUndefined: out += undefined_to_null ? "null" : "undefined"; return;
-      case Type::kInteger: case Type::kFloat:
+      case Type::kNull:
+        out += "null";
+        return;
+      case Type::kUndefined:
+        out += undefined_to_null ? "null" : "undefined";
+        return;
+      case Type::kInteger:
+      case Type::kFloat:
         out += std::isfinite(v.number) ? JsNumber(v.number) : "null";
         return;
-      case Type::kBool: out += v.boolean ? "true" : "false"; return;
+      case Type::kBool:
+        out += v.boolean ? "true" : "false";
+        return;
       case Type::kString: {
         std::string quoted;
         AppendJsonString(v.Str(), style.ensure_ascii, quoted);
         Append(out, quoted, pos);
         return;
       }
-      case Type::kArray: case Type::kObject: case Type::kNamespace: break;
-      default: Fail(pos, fmt::format("cannot convert {} to JSON", TypeName(v.type)));
+      case Type::kArray:
+      case Type::kObject:
+      case Type::kNamespace:
+        break;
+      default:
+        Fail(pos, fmt::format("cannot convert {} to JSON", TypeName(v.type)));
     }
     const std::string indent_unit(style.indent > 0 ? style.indent : 0, ' ');
     std::string base_padding = "\n";
@@ -1855,8 +2080,10 @@ class Interpreter {
         uint32_t cp = DecodeUtf8(s, i);
         const bool upper = cp >= 'A' && cp <= 'Z';
         const uint32_t lower = upper ? cp + 32 : cp;
-        const int cls = (lower >= 'a' && lower <= 'z') ? 2 : IsDigit(static_cast<char>(cp)) &&
-                        cp < 0x80 ? 1 : cp < 0x80 ? 0 : 3;
+        const int cls = (lower >= 'a' && lower <= 'z')                ? 2
+                        : IsDigit(static_cast<char>(cp)) && cp < 0x80 ? 1
+                        : cp < 0x80                                   ? 0
+                                                                      : 3;
         k.emplace_back(cls, lower);
       }
       return k;
@@ -1907,10 +2134,15 @@ class Interpreter {
       return SameReference(a, b);  // array vs tuple or object vs kwargs sharing storage
     }
     switch (a.type) {
-      case Type::kUndefined: case Type::kNull: return true;
-      case Type::kBool: return a.boolean == b.boolean;
-      case Type::kString: return a.Str() == b.Str();
-      default: return SameReference(a, b);
+      case Type::kUndefined:
+      case Type::kNull:
+        return true;
+      case Type::kBool:
+        return a.boolean == b.boolean;
+      case Type::kString:
+        return a.Str() == b.Str();
+      default:
+        return SameReference(a, b);
     }
   }
 
@@ -1979,16 +2211,22 @@ class Interpreter {
   Value Eval(const Node& n, const EnvPtr& env) {
     DepthGuard guard(*this, n.pos);
     switch (n.kind) {
-      case Kind::kText: case Kind::kString: return String(n.str);
-      case Kind::kInteger: return Integer(n.number);
-      case Kind::kFloat: return Float(n.number);
-      case Kind::kIdentifier: return env->Lookup(n.str);
-      case Kind::kArray: case Kind::kTuple: {
+      case Kind::kText:
+      case Kind::kString:
+        return String(n.str);
+      case Kind::kInteger:
+        return Integer(n.number);
+      case Kind::kFloat:
+        return Float(n.number);
+      case Kind::kIdentifier:
+        return env->Lookup(n.str);
+      case Kind::kArray:
+      case Kind::kTuple: {
         Array items;
         items.reserve(n.a.size());
         for (const auto& e : n.a) items.push_back(Eval(*e, env));
-        return NewArray(std::move(items), n.pos, n.kind == Kind::kTuple ? Type::kTuple
-                                                                         : Type::kArray);
+        return NewArray(std::move(items), n.pos,
+                        n.kind == Kind::kTuple ? Type::kTuple : Type::kArray);
       }
       case Kind::kObject: {
         auto object = std::make_shared<Object>();
@@ -2002,11 +2240,16 @@ class Interpreter {
         Spend(object->entries.size(), n.pos);
         return MakeObject(std::move(object));
       }
-      case Kind::kMember: return EvalMember(n, env);
-      case Kind::kCall: return EvalCall(n, env);
-      case Kind::kUnary: return EvalUnary(n, env);
-      case Kind::kBinary: return EvalBinary(n, env);
-      case Kind::kFilter: return ApplyFilter(Eval(*n.x, env), *n.y, env);
+      case Kind::kMember:
+        return EvalMember(n, env);
+      case Kind::kCall:
+        return EvalCall(n, env);
+      case Kind::kUnary:
+        return EvalUnary(n, env);
+      case Kind::kBinary:
+        return EvalBinary(n, env);
+      case Kind::kFilter:
+        return ApplyFilter(Eval(*n.x, env), *n.y, env);
       case Kind::kTest: {
         const Value operand = Eval(*n.x, env);
         const bool result = RunTest(n.str, operand, nullptr, n);
@@ -2015,8 +2258,11 @@ class Interpreter {
       case Kind::kSelect:
         if (!Truthy(Eval(*n.y, env))) return Undefined();
         return Eval(*n.x, env);
-      case Kind::kTernary: return Truthy(Eval(*n.x, env)) ? Eval(*n.y, env) : Eval(*n.z, env);
-      case Kind::kSet: EvalSet(n, env); return Null();
+      case Kind::kTernary:
+        return Truthy(Eval(*n.x, env)) ? Eval(*n.y, env) : Eval(*n.z, env);
+      case Kind::kSet:
+        EvalSet(n, env);
+        return Null();
       case Kind::kIf: {
         for (size_t i = 0; i < n.a.size(); ++i) {
           if (Truthy(Eval(*n.a[i], env))) return String(Block(n.blocks[i], env));
@@ -2024,17 +2270,25 @@ class Interpreter {
         if (n.blocks.size() > n.a.size()) return String(Block(n.blocks.back(), env));
         return String("");
       }
-      case Kind::kFor: return EvalFor(n, env);
+      case Kind::kFor:
+        return EvalFor(n, env);
       case Kind::kMacro: {
         Function f{FnKind::kMacro, n.str, {}, &n, nullptr};
         env->Set(n.str, MakeFunction(std::move(f)));
         return Null();
       }
-      case Kind::kCallBlock: return EvalCallBlock(n, env);
-      case Kind::kFilterBlock: return ApplyFilter(String(Block(n.a, env)), *n.y, env);
-      case Kind::kBreak: throw BreakSignal{n.pos};
-      case Kind::kContinue: throw ContinueSignal{n.pos};
-      case Kind::kSlice: case Kind::kKeywordArg: case Kind::kSpread: case Kind::kKeywordSpread:
+      case Kind::kCallBlock:
+        return EvalCallBlock(n, env);
+      case Kind::kFilterBlock:
+        return ApplyFilter(String(Block(n.a, env)), *n.y, env);
+      case Kind::kBreak:
+        throw BreakSignal{n.pos};
+      case Kind::kContinue:
+        throw ContinueSignal{n.pos};
+      case Kind::kSlice:
+      case Kind::kKeywordArg:
+      case Kind::kSpread:
+      case Kind::kKeywordSpread:
         break;
     }
     Fail(n, "unexpected expression here");
@@ -2148,19 +2402,26 @@ class Interpreter {
     return String(std::move(out));
   }
 
-  // Identifiers named kwargs/varargs anywhere under `n` make a macro collect extra arguments.
-  static void FindSpecial(const Node& n, bool& kwargs, bool& varargs) {
-    if (n.kind == Kind::kIdentifier) {
-      kwargs |= n.str == "kwargs";
-      varargs |= n.str == "varargs";
-    }
-    for (const NodePtr* p : {&n.x, &n.y, &n.z}) {
-      if (*p) FindSpecial(**p, kwargs, varargs);
-    }
-    for (const auto& c : n.a) FindSpecial(*c, kwargs, varargs);
-    for (const auto& c : n.b) FindSpecial(*c, kwargs, varargs);
-    for (const auto& block : n.blocks) {
-      for (const auto& c : block) FindSpecial(*c, kwargs, varargs);
+  // Identifiers named kwargs/varargs anywhere in `body` make a macro collect extra arguments
+  // (a simplification of the reference's "read before declared" analysis).
+  static void FindSpecial(const std::vector<NodePtr>& body, bool& kwargs, bool& varargs) {
+    std::vector<const Node*> pending;
+    for (const auto& n : body) pending.push_back(n.get());
+    while (!pending.empty()) {
+      const Node& n = *pending.back();
+      pending.pop_back();
+      if (n.kind == Kind::kIdentifier) {
+        kwargs |= n.str == "kwargs";
+        varargs |= n.str == "varargs";
+      }
+      for (const NodePtr* p : {&n.x, &n.y, &n.z}) {
+        if (*p) pending.push_back(p->get());
+      }
+      for (const auto& c : n.a) pending.push_back(c.get());
+      for (const auto& c : n.b) pending.push_back(c.get());
+      for (const auto& block : n.blocks) {
+        for (const auto& c : block) pending.push_back(c.get());
+      }
     }
   }
 
@@ -2173,7 +2434,7 @@ class Interpreter {
       args.pop_back();
     }
     bool want_kwargs = false, want_varargs = false;
-    for (const auto& statement : body) FindSpecial(*statement, want_kwargs, want_varargs);
+    FindSpecial(body, want_kwargs, want_varargs);
     for (const auto& p : params) {
       if (p->str == "kwargs") want_kwargs = false;
       if (p->str == "varargs") want_varargs = false;
@@ -2206,8 +2467,7 @@ class Interpreter {
       for (size_t i = params.size(); i < args.size(); ++i) rest.push_back(args[i]);
       scope->Set("varargs", NewArray(std::move(rest), pos));
     } else if (args.size() > params.size()) {
-      Fail(pos, fmt::format("macro {} takes not more than {} argument(s)", display,
-                            params.size()));
+      Fail(pos, fmt::format("macro {} takes not more than {} argument(s)", display, params.size()));
     }
     for (const auto& [name, default_node] : pending_defaults) {
       scope->Set(name, Eval(*default_node, scope));
@@ -2221,8 +2481,8 @@ class Interpreter {
     args.push_back(MakeObject(kwargs, Type::kKwargs));
     const Value fn = Eval(*call.x, env);
     if (fn.type != Type::kFunction) {
-      Fail(call, fmt::format("cannot call something that is not a function: got {}",
-                             TypeName(fn.type)));
+      Fail(call,
+           fmt::format("cannot call something that is not a function: got {}", TypeName(fn.type)));
     }
     EnvPtr inner = Child(env);
     inner->Set("caller", MakeFunction(std::move(caller)));
@@ -2257,8 +2517,7 @@ class Interpreter {
       } else if (arg->kind == Kind::kKeywordSpread) {
         const Value v = Eval(*arg->x, env);
         if (!v.IsObject()) {
-          Fail(*arg, fmt::format("argument after ** must be a mapping, not {}",
-                                 TypeName(v.type)));
+          Fail(*arg, fmt::format("argument after ** must be a mapping, not {}", TypeName(v.type)));
         }
         for (const auto& [k, val] : v.object->entries) add(k, val, *arg);
       }
@@ -2271,8 +2530,8 @@ class Interpreter {
     if (!kwargs->entries.empty()) args.push_back(MakeObject(kwargs, Type::kKwargs));
     const Value fn = Eval(*n.x, env);
     if (fn.type != Type::kFunction) {
-      Fail(n, fmt::format("cannot call something that is not a function: got {}",
-                          TypeName(fn.type)));
+      Fail(n,
+           fmt::format("cannot call something that is not a function: got {}", TypeName(fn.type)));
     }
     return CallFunction(*fn.function, std::move(args), env, n);
   }
@@ -2296,11 +2555,16 @@ class Interpreter {
         program_.Fail(at.pos, "raise_exception: " + message,
                       "the template rejected its input: " + message);
       }
-      case FnKind::kRange: return Range(args, at);
-      case FnKind::kStrftimeNow: return StrftimeNow(args, at);
-      case FnKind::kNamespace: return MakeNamespace(std::move(args), at);
-      case FnKind::kStringMethod: return StringMethod(f.method, f.self.Str(), args, at);
-      case FnKind::kObjectMethod: return ObjectMethod(f.method, f.self, args, at);
+      case FnKind::kRange:
+        return Range(args, at);
+      case FnKind::kStrftimeNow:
+        return StrftimeNow(args, at);
+      case FnKind::kNamespace:
+        return MakeNamespace(std::move(args), at);
+      case FnKind::kStringMethod:
+        return StringMethod(f.method, f.self.Str(), args, at);
+      case FnKind::kObjectMethod:
+        return ObjectMethod(f.method, f.self, args, at);
     }
     Fail(at, "unknown function");
   }
@@ -2351,15 +2615,32 @@ class Interpreter {
         const char c = format[i + 1];
         std::string rep;
         switch (c) {
-          case 'Y': rep = std::to_string(tm.tm_year + 1900); break;
-          case 'm': rep = pad2(month + 1); break;
-          case 'd': rep = pad2(tm.tm_mday); break;
-          case 'b': rep = kMonthsShort[month]; break;
-          case 'B': rep = kMonthsLong[month]; break;
-          case 'H': rep = pad2(tm.tm_hour); break;
-          case 'M': rep = pad2(tm.tm_min); break;
-          case '%': rep = "%"; break;
-          default: break;
+          case 'Y':
+            rep = std::to_string(tm.tm_year + 1900);
+            break;
+          case 'm':
+            rep = pad2(month + 1);
+            break;
+          case 'd':
+            rep = pad2(tm.tm_mday);
+            break;
+          case 'b':
+            rep = kMonthsShort[month];
+            break;
+          case 'B':
+            rep = kMonthsLong[month];
+            break;
+          case 'H':
+            rep = pad2(tm.tm_hour);
+            break;
+          case 'M':
+            rep = pad2(tm.tm_min);
+            break;
+          case '%':
+            rep = "%";
+            break;
+          default:
+            break;
         }
         if (!rep.empty()) {
           Append(out, rep, at.pos);
@@ -2423,9 +2704,9 @@ class Interpreter {
   }
 
   static bool IsStringMethod(std::string_view name) {
-    static const char* const kNames[] = {"upper", "lower", "strip", "title", "capitalize",
-                                         "rstrip", "lstrip", "startswith", "endswith", "split",
-                                         "replace"};
+    static const char* const kNames[] = {"upper",      "lower",  "strip",  "title",
+                                         "capitalize", "rstrip", "lstrip", "startswith",
+                                         "endswith",   "split",  "replace"};
     return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
   }
   static bool IsObjectMethod(std::string_view name) {
@@ -2540,8 +2821,8 @@ class Interpreter {
       if (!p) return std::nullopt;
       const Value v = Eval(*p, env);
       if (v.type == Type::kUndefined) return std::nullopt;
-      if (v.type != Type::kInteger) Fail(n, fmt::format("slice {} must be numeric or undefined",
-                                                         what));
+      if (v.type != Type::kInteger)
+        Fail(n, fmt::format("slice {} must be numeric or undefined", what));
       return v.number;
     };
     const auto start = part(n.x, "start");
@@ -2656,8 +2937,8 @@ class Interpreter {
     if (name == "boolean") return v.type == Type::kBool;
     if (name == "callable") return v.type == Type::kFunction;
     if (name == "odd" || name == "even") {
-      if (v.type != Type::kInteger) Fail(at, fmt::format("cannot {} on {}", name,
-                                                          TypeName(v.type)));
+      if (v.type != Type::kInteger)
+        Fail(at, fmt::format("cannot {} on {}", name, TypeName(v.type)));
       const bool odd = std::fmod(v.number, 2) != 0;
       return name == "odd" ? odd : !odd;
     }
@@ -2675,8 +2956,8 @@ class Interpreter {
     if (name == "upper") return v.type == Type::kString && v.Str() == ChangeCase(v.Str(), true);
     if (name == "defined") return v.type != Type::kUndefined;
     if (name == "undefined") return v.type == Type::kUndefined;
-    if (name == "equalto" || name == "eq") return arg != nullptr ? StrictEquals(v, *arg)
-                                                                 : v.type == Type::kUndefined;
+    if (name == "equalto" || name == "eq")
+      return arg != nullptr ? StrictEquals(v, *arg) : v.type == Type::kUndefined;
     Fail(at, fmt::format("unknown test '{}'", name));
   }
 
@@ -2695,15 +2976,15 @@ class Interpreter {
     if (name == "startswith" || name == "endswith") {
       if (args.empty()) Fail(at, fmt::format("{}() requires at least one argument", name));
       auto test = [&](const std::string& p) {
-        return name == "startswith" ? s.compare(0, p.size(), p) == 0 && s.size() >= p.size()
-                                    : s.size() >= p.size() &&
-                                          s.compare(s.size() - p.size(), p.size(), p) == 0;
+        return name == "startswith"
+                   ? s.compare(0, p.size(), p) == 0 && s.size() >= p.size()
+                   : s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
       };
       if (args[0].type == Type::kString) return Bool(test(args[0].Str()));
       if (args[0].IsArray()) {
         for (const Value& p : *args[0].array) {
-          if (p.type != Type::kString) Fail(at, fmt::format("{}() tuple elements must be strings",
-                                                            name));
+          if (p.type != Type::kString)
+            Fail(at, fmt::format("{}() tuple elements must be strings", name));
           if (test(p.Str())) return Bool(true);
         }
         return Bool(false);
@@ -2869,8 +3150,7 @@ class Interpreter {
       Array pairs = *Items(self).array;
       const size_t index = by.Str() == "key" ? 0 : 1;
       StableSort(pairs, [&](const Value& a, const Value& b) {
-        const int c = Compare((*a.array)[index], (*b.array)[index], case_sensitive.boolean,
-                              at.pos);
+        const int c = Compare((*a.array)[index], (*b.array)[index], case_sensitive.boolean, at.pos);
         return reverse.boolean ? c > 0 : c < 0;
       });
       return MakeArray(std::move(pairs));
@@ -2906,12 +3186,23 @@ class Interpreter {
     std::string out;
     for (char c : s) {
       switch (c) {
-        case '&': Append(out, "&amp;", pos); break;
-        case '<': Append(out, "&lt;", pos); break;
-        case '>': Append(out, "&gt;", pos); break;
-        case '"': Append(out, "&#34;", pos); break;
-        case '\'': Append(out, "&#39;", pos); break;
-        default: Append(out, std::string_view(&c, 1), pos);
+        case '&':
+          Append(out, "&amp;", pos);
+          break;
+        case '<':
+          Append(out, "&lt;", pos);
+          break;
+        case '>':
+          Append(out, "&gt;", pos);
+          break;
+        case '"':
+          Append(out, "&#34;", pos);
+          break;
+        case '\'':
+          Append(out, "&#39;", pos);
+          break;
+        default:
+          Append(out, std::string_view(&c, 1), pos);
       }
     }
     return out;
@@ -2976,20 +3267,31 @@ class Interpreter {
     for (const Value& item : *operand.array) {
       std::string key;
       switch (item.type) {
-        case Type::kInteger: case Type::kFloat:
+        case Type::kInteger:
+        case Type::kFloat:
           key = std::isnan(item.number) ? "nNaN" : "n" + JsNumber(item.number);
           break;
-        case Type::kString: key = "s" + item.Str(); break;
-        case Type::kBool: key = item.boolean ? "bt" : "bf"; break;
-        case Type::kNull: key = "null"; break;
-        case Type::kUndefined: key = "undefined"; break;
-        case Type::kArray: case Type::kTuple:
+        case Type::kString:
+          key = "s" + item.Str();
+          break;
+        case Type::kBool:
+          key = item.boolean ? "bt" : "bf";
+          break;
+        case Type::kNull:
+          key = "null";
+          break;
+        case Type::kUndefined:
+          key = "undefined";
+          break;
+        case Type::kArray:
+        case Type::kTuple:
           key = fmt::format("a{}", static_cast<const void*>(item.array.get()));
           break;
         case Type::kFunction:
           key = fmt::format("f{}", static_cast<const void*>(item.function.get()));
           break;
-        default: key = fmt::format("o{}", static_cast<const void*>(item.object.get()));
+        default:
+          key = fmt::format("o{}", static_cast<const void*>(item.object.get()));
       }
       if (seen.insert(std::move(key)).second) out.push_back(item);
     }
@@ -2997,12 +3299,15 @@ class Interpreter {
   }
 
   [[noreturn]] void UnknownFilter(const Node& at, const std::string& name, const Value& v) {
-    const char* kind = v.IsArray() ? "ArrayValue" : v.type == Type::kString ? "StringValue"
-                       : v.IsObject() ? "ObjectValue" : v.IsNumber() ? "NumericValue"
-                       : v.type == Type::kBool ? "BooleanValue" : nullptr;
+    const char* kind = v.IsArray()               ? "ArrayValue"
+                       : v.type == Type::kString ? "StringValue"
+                       : v.IsObject()            ? "ObjectValue"
+                       : v.IsNumber()            ? "NumericValue"
+                       : v.type == Type::kBool   ? "BooleanValue"
+                                                 : nullptr;
     if (kind == nullptr) {
-      program_.Fail(at.pos, fmt::format("cannot apply filter \"{}\" to type: {}", name,
-                                        TypeName(v.type)),
+      program_.Fail(at.pos,
+                    fmt::format("cannot apply filter \"{}\" to type: {}", name, TypeName(v.type)),
                     "guard the value with `is defined` / `is not none`, or give it a default");
     }
     program_.Fail(at.pos, fmt::format("unknown {} filter: {}", kind, name),
@@ -3199,7 +3504,8 @@ class Interpreter {
         const Value* reverse = option(0, "reverse");
         const Value* case_sensitive = option(1, "case_sensitive");
         const Value* attribute = option(2, "attribute");
-        if (reverse != nullptr && reverse->type != Type::kBool) Fail(at, "reverse must be a boolean");
+        if (reverse != nullptr && reverse->type != Type::kBool)
+          Fail(at, "reverse must be a boolean");
         if (case_sensitive != nullptr && case_sensitive->type != Type::kBool) {
           Fail(at, "case_sensitive must be a boolean");
         }
@@ -3229,8 +3535,8 @@ class Interpreter {
           }
         }
         for (const auto& a : call.a) {
-          if (a->kind != Kind::kString) Fail(at, fmt::format("arguments of `{}` must be strings",
-                                                             name));
+          if (a->kind != Kind::kString)
+            Fail(at, fmt::format("arguments of `{}` must be strings", name));
         }
         if (args.empty()) Fail(at, fmt::format("`{}` needs an attribute name", name));
         const std::string attr = args[0].Str();
@@ -3242,8 +3548,8 @@ class Interpreter {
           const Value* a = item.object->Find(attr);
           bool result = false;
           if (a != nullptr) {
-            result = test ? RunTest(*test, *a, test_arg ? test_arg : &Undefined_(), at)
-                          : Truthy(*a);
+            result =
+                test ? RunTest(*test, *a, test_arg ? test_arg : &Undefined_(), at) : Truthy(*a);
           }
           if (result == select) out.push_back(item);
         }
@@ -3277,7 +3583,8 @@ class Interpreter {
         for (const Value& item : items) {
           bool result = Truthy(item);
           if (!args.empty()) {
-            if (args[0].type != Type::kString) Fail(at, fmt::format("{}() takes a test name", name));
+            if (args[0].type != Type::kString)
+              Fail(at, fmt::format("{}() takes a test name", name));
             result = RunTest(args[0].Str(), item, args.size() > 1 ? &args[1] : nullptr, at);
           }
           if (result == (name == "select")) out.push_back(item);
@@ -3313,7 +3620,8 @@ class Interpreter {
       if (precision != nullptr && precision->type != Type::kInteger) {
         Fail(at, "round precision must be an integer");
       }
-      if (method != nullptr && method->type != Type::kString) Fail(at, "round method must be a string");
+      if (method != nullptr && method->type != Type::kString)
+        Fail(at, "round method must be a string");
       return Float(Round(operand.number, precision != nullptr ? precision->number : 0,
                          method != nullptr ? method->Str() : "common"));
     }
@@ -3333,17 +3641,19 @@ class Interpreter {
 };
 
 // The reference declares these before the context, and a context key may not reuse them.
-const char* const kGlobalNames[] = {"namespace", "false", "true", "none", "raise_exception",
-                                    "range", "strftime_now", "True", "False", "None"};
+const char* const kGlobalNames[] = {"namespace", "false",        "true", "none",  "raise_exception",
+                                    "range",     "strftime_now", "True", "False", "None"};
 
 EnvPtr Globals() {
   auto env = std::make_shared<Env>();
-  env->Set("namespace", MakeFunction(Function{FnKind::kNamespace, "namespace", {}, nullptr, nullptr}));
+  env->Set("namespace",
+           MakeFunction(Function{FnKind::kNamespace, "namespace", {}, nullptr, nullptr}));
   env->Set("false", Bool(false));
   env->Set("true", Bool(true));
   env->Set("none", Null());
-  env->Set("raise_exception",
-           MakeFunction(Function{FnKind::kRaiseException, "raise_exception", {}, nullptr, nullptr}));
+  env->Set(
+      "raise_exception",
+      MakeFunction(Function{FnKind::kRaiseException, "raise_exception", {}, nullptr, nullptr}));
   env->Set("range", MakeFunction(Function{FnKind::kRange, "range", {}, nullptr, nullptr}));
   env->Set("strftime_now",
            MakeFunction(Function{FnKind::kStrftimeNow, "strftime_now", {}, nullptr, nullptr}));
@@ -3356,18 +3666,18 @@ EnvPtr Globals() {
 template <typename Json>
 std::string RenderJson(const Program& program, const Json& context, const RenderOptions& options) {
   if (!context.is_object()) {
-    throw ConfigError(fmt::format("chat template context must be a JSON object, got {}",
-                                  context.type_name()),
-                      "pass {\"messages\": [...], ...}");
+    throw ConfigError(
+        fmt::format("chat template context must be a JSON object, got {}", context.type_name()),
+        "pass {\"messages\": [...], ...}");
   }
   Interpreter interpreter(program, options);
   EnvPtr global = Globals();
   for (auto it = context.begin(); it != context.end(); ++it) {
     if (global->vars.count(it.key()) != 0) {
-      throw ConfigError(fmt::format("chat template context key '{}' reuses a global name",
-                                    it.key()),
-                        "rename the key; namespace, range, raise_exception, strftime_now, "
-                        "true/false/none and True/False/None are reserved");
+      throw ConfigError(
+          fmt::format("chat template context key '{}' reuses a global name", it.key()),
+          "rename the key; namespace, range, raise_exception, strftime_now, "
+          "true/false/none and True/False/None are reserved");
     }
     global->Set(it.key(), interpreter.FromJson(it.value(), 1));
   }

@@ -71,10 +71,11 @@ std::string Difference(const std::string& expected, const std::string& actual) {
   size_t i = 0;
   while (i < expected.size() && i < actual.size() && expected[i] == actual[i]) ++i;
   const size_t from = i > 40 ? i - 40 : 0;
-  return fmt::format("first difference at byte {} (expected {} bytes, got {})\n  expected: {}\n"
-                     "  actual:   {}",
-                     i, expected.size(), actual.size(), Escaped(expected.substr(from, 80)),
-                     Escaped(actual.substr(from, 80)));
+  return fmt::format(
+      "first difference at byte {} (expected {} bytes, got {})\n  expected: {}\n"
+      "  actual:   {}",
+      i, expected.size(), actual.size(), Escaped(expected.substr(from, 80)),
+      Escaped(actual.substr(from, 80)));
 }
 
 // ---- (a) golden outputs of the JavaScript reference ----------------------------------------
@@ -128,7 +129,6 @@ TEST(JinjaGolden, EveryCaseMatchesTheReference) {
   }
 }
 
-
 // ---- (b) features, with the reference's output written out ---------------------------------
 
 TEST(JinjaWhitespace, DashesStripAndBlocksTrimLikeTheReference) {
@@ -161,7 +161,8 @@ TEST(JinjaValues, PrintLikeJavaScript) {
   EXPECT_EQ(Render("{{ [1, 'a', none, true, 1.5, 2.0] }}|{{ {'a': 1, 'b': [1,2]} }}"),
             R"([1, "a", null, true, 1.5, 2]|{"a": 1, "b": [1, 2]})");
   EXPECT_EQ(Render("{{ 'a\\tb\\u00e9\\x41' }}|{{ \"q'\" }}|{{ 'it\\'s' }}|{{ 'ab' 'cd' }}"),
-            "a\tb\xC3\xA9" "A|q'|it's|abcd");
+            "a\tb\xC3\xA9"
+            "A|q'|it's|abcd");
 }
 
 TEST(JinjaOperators, ArithmeticComparisonAndMembership) {
@@ -187,9 +188,10 @@ TEST(JinjaOperators, ArithmeticComparisonAndMembership) {
 
 TEST(JinjaStrings, MethodsFollowTheReference) {
   // strip/lstrip/rstrip ignore their argument in the reference and trim all whitespace.
-  EXPECT_EQ(Render("{{ 'Hello World'.upper() }}|{{ 'ABC'.lower() }}|{{ '  pad  '.strip() }}|"
-                   "{{ 'xxhixx'.strip('x') }}|{{ '\\n\\nhi\\n'.lstrip('\\n') }}|{{ 'hi  '.rstrip() }}"),
-            "HELLO WORLD|abc|pad|xxhixx|hi\n|hi");
+  EXPECT_EQ(
+      Render("{{ 'Hello World'.upper() }}|{{ 'ABC'.lower() }}|{{ '  pad  '.strip() }}|"
+             "{{ 'xxhixx'.strip('x') }}|{{ '\\n\\nhi\\n'.lstrip('\\n') }}|{{ 'hi  '.rstrip() }}"),
+      "HELLO WORLD|abc|pad|xxhixx|hi\n|hi");
   EXPECT_EQ(Render("{{ 'hello world foo'.title() }}|{{ 'hELLO'.capitalize() }}|"
                    "{{ 'a-b c_d'.title() }}"),
             "Hello World Foo|HELLO|A-B C_d");
@@ -248,9 +250,10 @@ TEST(JinjaFilters, ListFilters) {
                    R"({"ms": [{"role": "user", "c": "a"}, {"role": "x", "c": ""}]})"),
             R"(["a"]|1|1)");
   // Jinja filters the reference lacks.
-  EXPECT_EQ(Render("{{ [1,2,3,4] | select('odd') | list }}|{{ [1,2,3] | reject('equalto', 2) | list }}|"
-                   "{{ ['a','b'] | map('upper') | list }}|{{ [1,2] | count }}|{{ 'abc' | first }}"),
-            R"([1, 3]|[1, 3]|["A", "B"]|2|a)");
+  EXPECT_EQ(
+      Render("{{ [1,2,3,4] | select('odd') | list }}|{{ [1,2,3] | reject('equalto', 2) | list }}|"
+             "{{ ['a','b'] | map('upper') | list }}|{{ [1,2] | count }}|{{ 'abc' | first }}"),
+      R"([1, 3]|[1, 3]|["A", "B"]|2|a)");
 }
 
 TEST(JinjaFilters, ScalarAndMappingFilters) {
@@ -258,10 +261,11 @@ TEST(JinjaFilters, ScalarAndMappingFilters) {
                    "{{ '3' | int + 1 }}|{{ '3.5' | float }}|{{ 'x' | int }}|{{ 3.7 | int }}|"
                    "{{ -3.7 | int }}|{{ -3 | abs }}|{{ -2.5 | abs }}"),
             "[1, 2]|5|2.0|true|4|3.5|0|3|-4|3|2.5");
-  EXPECT_EQ(Render("{{ ' x ' | trim }}|{{ 'a\\nb\\n\\nc' | indent }}|{{ 'a\\nb' | indent(2, true) }}|"
-                   "{{ 'a\\n\\nb' | indent(width=1, blank=true) }}|{{ '<a>' | safe }}|"
-                   "{{ '<&>' | e }}|{{ 2.5 | round }}|{{ 2.567 | round(2) }}"),
-            "x|a\n    b\n\n    c|  a\n  b|a\n \n b|<a>|&lt;&amp;&gt;|2.0|2.57");
+  EXPECT_EQ(
+      Render("{{ ' x ' | trim }}|{{ 'a\\nb\\n\\nc' | indent }}|{{ 'a\\nb' | indent(2, true) }}|"
+             "{{ 'a\\n\\nb' | indent(width=1, blank=true) }}|{{ '<a>' | safe }}|"
+             "{{ '<&>' | e }}|{{ 2.5 | round }}|{{ 2.567 | round(2) }}"),
+      "x|a\n    b\n\n    c|  a\n  b|a\n \n b|<a>|&lt;&amp;&gt;|2.0|2.57");
   EXPECT_EQ(Render("{{ d | items }}|{{ d.keys() }}|{{ d.values() }}|{{ d.get('a') }}|"
                    "{{ d.get('z', 'dflt') }}|{{ d | length }}|{{ d | dictsort }}|"
                    "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}",
@@ -337,13 +341,14 @@ TEST(JinjaScopes, SetNamespaceMacroCall) {
 }
 
 TEST(JinjaTests, IsTests) {
-  EXPECT_EQ(Render("{{ 1 is odd }}{{ 2 is even }}{{ x is defined }}{{ y is undefined }}"
-                   "{{ none is none }}{{ 's' is string }}{{ 1 is number }}{{ 1.5 is integer }}"
-                   "{{ 1.5 is float }}{{ {} is mapping }}{{ [] is iterable }}{{ 's' is iterable }}"
-                   "{{ {} is iterable }}{{ [] is sequence }}{{ true is boolean }}{{ false is false }}"
-                   "{{ 1 is true }}{{ 'ab' is lower }}{{ x is not none }}{{ range is callable }}",
-                   R"({"x": 1})"),
-            "truetruetruetruetruetruetruefalsetruetruetruetruefalsetruetruetruefalsetruetruetrue");
+  EXPECT_EQ(
+      Render("{{ 1 is odd }}{{ 2 is even }}{{ x is defined }}{{ y is undefined }}"
+             "{{ none is none }}{{ 's' is string }}{{ 1 is number }}{{ 1.5 is integer }}"
+             "{{ 1.5 is float }}{{ {} is mapping }}{{ [] is iterable }}{{ 's' is iterable }}"
+             "{{ {} is iterable }}{{ [] is sequence }}{{ true is boolean }}{{ false is false }}"
+             "{{ 1 is true }}{{ 'ab' is lower }}{{ x is not none }}{{ range is callable }}",
+             R"({"x": 1})"),
+      "truetruetruetruetruetruetruefalsetruetruetruetruefalsetruetruetruefalsetruetruetrue");
 }
 
 TEST(JinjaGlobals, StrftimeNowReadsTheGivenTime) {
@@ -420,8 +425,7 @@ TEST(JinjaLimits, RunawayLoopIsStopped) {
 }
 
 TEST(JinjaLimits, DeepRecursionIsStopped) {
-  const std::string error =
-      ErrorOf("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  const std::string error = ErrorOf("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   EXPECT_NE(error.find("max_depth=400"), std::string::npos) << error;
   // A namespace that holds itself cannot be printed, only reported.
   EXPECT_NE(ErrorOf("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}").find("max_depth"),
@@ -430,11 +434,19 @@ TEST(JinjaLimits, DeepRecursionIsStopped) {
   EXPECT_NE(ErrorOf("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}")
                 .find("nests deeper"),
             std::string::npos);
-  EXPECT_NE(ErrorOf("{{ 1" + std::string(20000, '+') + " }}").find("template"),
-            std::string::npos);
+  EXPECT_NE(ErrorOf("{{ 1" + std::string(20000, '+') + " }}").find("template"), std::string::npos);
   std::string chain = "{{ x";
   for (int i = 0; i < 5000; ++i) chain += ".a";
   EXPECT_NE(ErrorOf(chain + " }}").find("chained member"), std::string::npos);
+  // Deep and wide: each of 90 parenthesized levels carries a 150-link chain, a tree ~13k
+  // nodes deep that parses, fails at render on max_depth, and is freed without recursion.
+  std::string nested = "1";
+  for (int level = 0; level < 90; ++level) {
+    std::string next = "(" + nested;
+    for (int i = 0; i < 150; ++i) next += "+1";
+    nested = next + ")";
+  }
+  EXPECT_NE(ErrorOf("{{ " + nested + " }}").find("max_depth"), std::string::npos);
   std::string ifs;
   for (int i = 0; i < 3000; ++i) ifs += "{% if true %}";
   EXPECT_NE(ErrorOf(ifs).find("nests deeper"), std::string::npos);
@@ -451,9 +463,8 @@ TEST(JinjaLimits, HugeOutputIsStopped) {
   EXPECT_NE(ErrorOf("{% for i in range(100000) %}0123456789{% endfor %}", "{}", options)
                 .find("max_output_bytes"),
             std::string::npos);
-  const std::string replaced = ErrorOf(
-      "{{ s | replace('', s) | replace('', s) | replace('', s) }}", R"({"s": "0123456789abcdef0123456789"})",
-      options);
+  const std::string replaced = ErrorOf("{{ s | replace('', s) | replace('', s) | replace('', s) }}",
+                                       R"({"s": "0123456789abcdef0123456789"})", options);
   EXPECT_NE(replaced.find("max_output_bytes"), std::string::npos) << replaced;
 }
 
