@@ -2616,7 +2616,7 @@ class Interpreter {
         std::string rep;
         switch (c) {
           case 'Y':
-            rep = std::to_string(tm.tm_year + 1900);
+            rep = std::to_string(static_cast<long long>(tm.tm_year) + 1900);
             break;
           case 'm':
             rep = pad2(month + 1);
@@ -2956,8 +2956,11 @@ class Interpreter {
     if (name == "upper") return v.type == Type::kString && v.Str() == ChangeCase(v.Str(), true);
     if (name == "defined") return v.type != Type::kUndefined;
     if (name == "undefined") return v.type == Type::kUndefined;
-    if (name == "equalto" || name == "eq")
-      return arg != nullptr ? StrictEquals(v, *arg) : v.type == Type::kUndefined;
+    if (name == "equalto" || name == "eq") {
+      if (arg == nullptr)
+        Fail(at, fmt::format("the '{}' test needs a value to compare with", name));
+      return StrictEquals(v, *arg);
+    }
     Fail(at, fmt::format("unknown test '{}'", name));
   }
 
@@ -3441,7 +3444,7 @@ class Interpreter {
       }
       if (indent != nullptr && indent->type == Type::kInteger) {
         if (indent->number < 0) Fail(at, "tojson indent must not be negative");
-        CheckSize(static_cast<size_t>(std::min(indent->number, 1e15)), at.pos);
+        CheckIndent(indent->number, at);
         style.indent = static_cast<int>(indent->number);
       }
       if (const Value* v = kwargs->Find("ensure_ascii")) {
@@ -3548,8 +3551,7 @@ class Interpreter {
           const Value* a = item.object->Find(attr);
           bool result = false;
           if (a != nullptr) {
-            result =
-                test ? RunTest(*test, *a, test_arg ? test_arg : &Undefined_(), at) : Truthy(*a);
+            result = test ? RunTest(*test, *a, test_arg, at) : Truthy(*a);
           }
           if (result == select) out.push_back(item);
         }
@@ -3597,7 +3599,7 @@ class Interpreter {
         if (width != nullptr && width->type != Type::kInteger) Fail(at, "width must be a number");
         const double w = width != nullptr ? width->number : 4;
         if (w < 0) Fail(at, "indent width must not be negative");
-        CheckSize(static_cast<size_t>(std::min(w, 1e15)), at.pos);
+        CheckIndent(w, at);
         const Value* first = option(1, "first");
         const Value* blank = option(2, "blank");
         return String(Indent(operand.Str(), std::string(static_cast<size_t>(w), ' '),
@@ -3628,9 +3630,12 @@ class Interpreter {
     UnknownFilter(at, name, operand);
   }
 
-  static const Value& Undefined_() {
-    static const Value kUndefined;
-    return kUndefined;
+  // An indent wider than the output bound (or than 1 MiB) can only be a runaway.
+  void CheckIndent(double width, const Node& at) const {
+    const double limit = static_cast<double>(std::min<size_t>(options_.max_output_bytes, 1 << 20));
+    if (!(width <= limit)) {
+      Fail(at, fmt::format("indent width {} exceeds {}", JsNumber(width), JsNumber(limit)));
+    }
   }
 
   const Program& program_;
