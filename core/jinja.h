@@ -42,7 +42,9 @@ class Template {
   // reproduces; plain nlohmann::json sorts keys. A variable the context lacks is Undefined:
   // falsy, renders as "", `is defined` is false, and its attributes are Undefined too.
   // Throws ConfigError with line:column on a render error, a raise_exception() call
-  // (carrying the template's own message) or an exceeded RenderOptions bound.
+  // (carrying the template's own message) or an exceeded RenderOptions bound. Semantics are
+  // those of @huggingface/jinja 0.5.11 (JavaScript numbers, loose ==, UTF-16 lengths);
+  // Render is const and safe to call from several threads on one Template.
   std::string Render(const nlohmann::ordered_json& context,
                      const RenderOptions& options = {}) const;
   std::string Render(const nlohmann::json& context, const RenderOptions& options = {}) const;
