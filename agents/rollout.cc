@@ -419,14 +419,13 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
              "incomplete agent context (token plane needs a sampler)");
   torch::NoGradGuard no_grad;
   const auto& tok = ctx.renderer->tokenizer();
-  const policy::TokenId eos = tok.eos_id();
   const bool reasoning = ctx.renderer->config().reasoning;
   const std::string prefix = ctx.renderer->config().answer_prefix;
 
   // Stop at end-of-text, or at the end of the answer line.
   policy::StopFn stop = [&](const std::vector<policy::TokenId>& gen) {
     if (gen.empty()) return false;
-    if (gen.back() == eos) return true;
+    if (tok.IsStop(gen.back())) return true;
     if (!reasoning) return tok.DecodeToken(gen.back()).find('\n') != std::string::npos;
     std::string text = tok.Decode(gen, /*skip_special=*/true);
     size_t at = text.rfind(prefix);

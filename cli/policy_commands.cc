@@ -1,10 +1,12 @@
-// `rlid policy init|readout|sample`: create a model checkpoint, read out
-// p(a|s) for a state of any env (single pass, with realisations, candidate
-// mass and value), or sample token-plane answers with their log-probs and the
-// action they compile to.
+// `rlid policy init|readout|sample|logits`: create a model checkpoint, read
+// out p(a|s) for a state of any env (single pass, with realisations, candidate
+// mass and value), sample token-plane answers with their log-probs and the
+// action they compile to, or print a model's logits for given token ids (the
+// parity check against Hugging Face transformers).
 #include <fmt/format.h>
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -68,6 +70,73 @@ Loaded Load(const PolicyOptions& o, policy::Plane plane, policy::PromptConfig pc
   return l;
 }
 
+// `rlid policy logits` input: {"input_ids": [[...]], "attention_mask": [[...]],
+// "position_ids": [[...]]}; mask and positions optional (absent or null: all
+// ones, 0..T-1).
+struct LogitsInput {
+  torch::Tensor ids, mask, positions;  // [B, T] int64
+};
+
+torch::Tensor ReadIdMatrix(const nlohmann::json& doc, const std::string& key, const std::string& path,
+                           int64_t rows, int64_t cols) {
+  const auto& m = doc.at(key);
+  auto bad = [&](const std::string& what) {
+    return ConfigError(fmt::format("{}: \"{}\" {}", path, key, what),
+                       "expected a list of equally long lists of integers, one per batch row");
+  };
+  if (!m.is_array() || m.empty()) throw bad("is not a non-empty list of rows");
+  if (rows >= 0 && static_cast<int64_t>(m.size()) != rows)
+    throw bad(fmt::format("has {} rows, input_ids has {}", m.size(), rows));
+  const int64_t T = m[0].is_array() ? static_cast<int64_t>(m[0].size()) : -1;
+  if (T < 1) throw bad("has an empty or non-list first row");
+  if (cols >= 0 && T != cols) throw bad(fmt::format("rows have {} columns, input_ids has {}", T, cols));
+  auto out = torch::empty({static_cast<int64_t>(m.size()), T}, torch::kInt64);
+  auto acc = out.accessor<int64_t, 2>();
+  for (size_t b = 0; b < m.size(); ++b) {
+    if (!m[b].is_array() || static_cast<int64_t>(m[b].size()) != T)
+      throw bad(fmt::format("row {} does not have {} entries", b, T));
+    for (int64_t t = 0; t < T; ++t) {
+      if (!m[b][t].is_number_integer()) throw bad(fmt::format("[{}][{}] is not an integer", b, t));
+      acc[b][t] = m[b][t].get<int64_t>();
+    }
+  }
+  return out;
+}
+
+LogitsInput ReadLogitsInput(const std::string& path, const policy::ModelConfig& mc) {
+  std::ifstream in(path);
+  if (!in) throw IoError(fmt::format("cannot open '{}'", path));
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(fmt::format("'{}' is not valid JSON: {}", path, e.what()));
+  }
+  if (!doc.is_object() || !doc.contains("input_ids"))
+    throw ConfigError(fmt::format("'{}' has no \"input_ids\"", path),
+                      R"(expected {"input_ids": [[...]], "attention_mask": [[...]], "position_ids": [[...]]})");
+  for (auto it = doc.begin(); it != doc.end(); ++it)
+    if (it.key() != "input_ids" && it.key() != "attention_mask" && it.key() != "position_ids")
+      throw ConfigError(fmt::format("'{}': unknown key \"{}\"", path, it.key()),
+                        "known keys: input_ids, attention_mask, position_ids");
+  LogitsInput x;
+  x.ids = ReadIdMatrix(doc, "input_ids", path, -1, -1);
+  const int64_t B = x.ids.size(0), T = x.ids.size(1);
+  if (x.ids.min().item<int64_t>() < 0 || x.ids.max().item<int64_t>() >= mc.vocab_size)
+    throw ConfigError(fmt::format("'{}': token ids must lie in [0, {}) (the model's vocab_size)",
+                                  path, mc.vocab_size));
+  auto given = [&](const char* k) { return doc.contains(k) && !doc[k].is_null(); };
+  x.mask = given("attention_mask") ? ReadIdMatrix(doc, "attention_mask", path, B, T)
+                                          : torch::ones({B, T}, torch::kInt64);
+  if (((x.mask != 0) & (x.mask != 1)).any().item<bool>())
+    throw ConfigError(fmt::format("'{}': attention_mask entries must be 0 or 1", path));
+  x.positions = given("position_ids") ? ReadIdMatrix(doc, "position_ids", path, B, T)
+                                             : torch::arange(T, torch::kInt64).expand({B, T}).clone();
+  if (x.positions.min().item<int64_t>() < 0)
+    throw ConfigError(fmt::format("'{}': position_ids must be >= 0", path));
+  return x;
+}
+
 class PolicyCommand : public Command {
  public:
   void Setup(CLI::App& app) override {
@@ -106,6 +175,20 @@ class PolicyCommand : public Command {
         ->capture_default_str();
     sample->add_option("--sample-seed", sample_seed_, "sampling seed")->capture_default_str();
     sample->callback([this] { Sample(); });
+
+    auto* logits = app.add_subcommand("logits", "a model's logits for token ids (parity with transformers)");
+    logits->footer(
+        "FILE is JSON {\"input_ids\": [[...]], \"attention_mask\": [[...]], \"position_ids\": "
+        "[[...]]}; mask and positions are optional (all ones; 0..T-1, as in transformers). "
+        "--json prints {\"logits\": [B][T][V]} (float32 values) for every position, padding "
+        "included; otherwise the top tokens at each row's last position. The directory needs "
+        "config.json and safetensors weights, not a tokenizer.");
+    logits->add_option("--checkpoint", lg_checkpoint_, "model directory (Hugging Face or rlid)")
+        ->required();
+    logits->add_option("--input", lg_input_, "JSON file with input_ids (see below)")->required();
+    logits->add_option("--dtype", lg_dtype_, "weights: float32 | bfloat16")->capture_default_str();
+    logits->add_flag("--json", lg_json_, "print the full logits as JSON");
+    logits->callback([this] { Logits(); });
   }
 
  private:
@@ -113,7 +196,7 @@ class PolicyCommand : public Command {
     auto env = envs::MakeEnv(init_env_);
     policy::Tokenizer tok;
     if (!init_tokenizer_.empty()) {
-      tok = policy::Tokenizer::FromFile(init_tokenizer_);
+      tok = policy::Tokenizer::FromPath(init_tokenizer_);
     } else {
       auto cfg = trainers::ExperimentConfig::Load("", {"env.name=" + init_env_});
       tok = trainers::MakeTokenizer(*cfg, *env);
@@ -188,11 +271,10 @@ class PolicyCommand : public Command {
     policy::TextSampler sampler(l.ck.model->config(), sopts_, torch::kCPU);
     sampler.SyncWeights(l.ck.model);
     const auto& tok = l.ck.tokenizer;
-    const auto eos = tok.eos_id();
     auto res = sampler.Sample(
         {l.prompt.tokens}, num_,
         [&](const std::vector<policy::TokenId>& g) {
-          return g.back() == eos || tok.DecodeToken(g.back()).find('\n') != std::string::npos;
+          return tok.IsStop(g.back()) || tok.DecodeToken(g.back()).find('\n') != std::string::npos;
         },
         sample_seed_);
     nlohmann::json out = nlohmann::json::array();
@@ -231,6 +313,62 @@ class PolicyCommand : public Command {
     }
   }
 
+  void Logits() {
+    if (lg_dtype_ != "float32" && lg_dtype_ != "bfloat16")
+      throw ConfigError(fmt::format("--dtype '{}' is not float32 or bfloat16", lg_dtype_));
+    policy::LoadOptions lo;
+    lo.dtype = lg_dtype_ == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    lo.require_tokenizer = false;
+    auto ck = policy::LoadCheckpoint(lg_checkpoint_, torch::kCPU, lo);
+    const auto x = ReadLogitsInput(lg_input_, ck.model->config());
+    torch::NoGradGuard ng;
+    ck.model->eval();
+    auto hidden = ck.model->forward(x.ids, x.positions,
+                                    policy::TransformerLMImpl::CausalMaskFromAttention(x.mask))
+                      .hidden;
+    auto logits = ck.model->Logits(hidden).to(torch::kFloat32).contiguous();  // [B, T, V]
+    const int64_t B = logits.size(0), T = logits.size(1), V = logits.size(2);
+    if (lg_json_) {
+      // Streamed: a [B][T][V] array can be large.
+      auto acc = logits.accessor<float, 3>();
+      std::string out = "{\"logits\": [";
+      for (int64_t b = 0; b < B; ++b) {
+        out += b ? ",[" : "[";
+        for (int64_t t = 0; t < T; ++t) {
+          out += t ? ",[" : "[";
+          for (int64_t v = 0; v < V; ++v) {
+            if (v) out += ',';
+            out += nlohmann::json(acc[b][t][v]).dump();
+          }
+          out += ']';
+        }
+        out += ']';
+        std::cout << out;
+        out.clear();
+      }
+      std::cout << "]}\n";
+      return;
+    }
+    std::cout << fmt::format("{}: {} parameters ({}), logits [{}, {}, {}]\n", lg_checkpoint_,
+                             ck.model->config().NumParameters(), lg_dtype_, B, T, V);
+    auto mask = x.mask.accessor<int64_t, 2>();
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t last = -1;
+      for (int64_t t = 0; t < T; ++t)
+        if (mask[b][t]) last = t;
+      if (last < 0) continue;
+      auto lp = torch::log_softmax(logits[b][last], -1);
+      auto top = lp.topk(std::min<int64_t>(5, V));
+      std::string row;
+      for (int64_t k = 0; k < std::get<0>(top).size(0); ++k)
+        row += fmt::format("  {}:{:.4f}", std::get<1>(top)[k].item<int64_t>(),
+                           std::get<0>(top)[k].item<float>());
+      std::cout << fmt::format("row {} position {}: top log-probs{}\n", b, last, row);
+    }
+  }
+
+  std::string lg_checkpoint_, lg_input_, lg_dtype_ = "float32";
+  bool lg_json_ = false;
   std::string init_out_, init_tokenizer_, init_env_ = "maze", init_preset_ = "tiny";
   uint64_t init_seed_ = 0;
   PolicyOptions ro_, sa_;
@@ -241,7 +379,7 @@ class PolicyCommand : public Command {
 };
 
 const Registrar<CommandRegistry> kRegister("policy",
-                                           "initialise a model, read out p(a|s), sample answers",
+                                           "initialise a model, read out p(a|s), sample answers, print logits",
                                            [] { return std::make_unique<PolicyCommand>(); });
 
 }  // namespace

@@ -64,25 +64,25 @@ class TokenizerCommand : public Command {
     app.require_subcommand(1);
 
     auto* encode = app.add_subcommand("encode", "text -> token ids (JSON array)");
-    encode->add_option("--tokenizer", encode_path_, "tokenizer.json (Hugging Face format)")
+    encode->add_option("--tokenizer", encode_path_, "tokenizer.json, or a model directory (adds its tokenizer_config.json)")
         ->required();
     encode->add_option("text", text_, "text to encode; '-' or nothing reads stdin");
     encode->add_flag("--no-special", no_special_,
                      "encode special tokens such as <|im_start|> as plain text");
     encode->callback([this, encode] {
-      const Tokenizer tok = Tokenizer::FromFile(encode_path_);
+      const Tokenizer tok = Tokenizer::FromPath(encode_path_);
       const std::string text = ArgOrStdin(text_, encode->count("text") > 0);
       std::cout << DumpJson(nlohmann::json(tok.Encode(text, !no_special_))) << "\n";
     });
 
     auto* decode =
         app.add_subcommand("decode", "token ids (JSON array) -> text, printed as exact bytes");
-    decode->add_option("--tokenizer", decode_path_, "tokenizer.json (Hugging Face format)")
+    decode->add_option("--tokenizer", decode_path_, "tokenizer.json, or a model directory (adds its tokenizer_config.json)")
         ->required();
     decode->add_option("ids", ids_, "JSON array of ids; '-' or nothing reads stdin");
     decode->add_flag("--skip-special", skip_special_, "drop special tokens");
     decode->callback([this, decode] {
-      const Tokenizer tok = Tokenizer::FromFile(decode_path_);
+      const Tokenizer tok = Tokenizer::FromPath(decode_path_);
       const auto ids = ParseIds(ArgOrStdin(ids_, decode->count("ids") > 0));
       std::cout << tok.Decode(ids, skip_special_) << std::flush;
     });

@@ -4,6 +4,8 @@
 // (numbers are doubles, `==` is loose equality, strings measure length in UTF-16 units), so a
 // chat template renders byte-for-byte as in transformers.js. Extensions only fill in where the
 // reference throws (a few standard Jinja filters and tests); every runaway is a ConfigError.
+// @huggingface/jinja is Copyright (c) 2023 Hugging Face, MIT License: see
+// third_party/huggingface-jinja.LICENSE.
 #include "core/jinja.h"
 
 #include <fmt/format.h>

@@ -9,6 +9,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "policy/model.h"
 #include "policy/tokenizer.h"
@@ -19,9 +20,17 @@ constexpr int kCheckpointFormatVersion = 1;
 
 struct LoadedCheckpoint {
   TransformerLM model{nullptr};
-  Tokenizer tokenizer;
-  nlohmann::json meta;  // rlid.json ("extra" holds the caller's metadata)
+  Tokenizer tokenizer;          // the byte-level placeholder when has_tokenizer is false
+  bool has_tokenizer = false;
+  nlohmann::json meta;          // rlid.json ("extra" holds the caller's metadata)
+  nlohmann::json hf_config;     // config.json as found
   std::string dir;
+  std::vector<std::string> weight_files;  // safetensors files read
+};
+
+struct LoadOptions {
+  torch::Dtype dtype = torch::kFloat32;  // parameters (the value head stays float32)
+  bool require_tokenizer = true;         // IoError when tokenizer.json is missing
 };
 
 // `extra` is stored under rlid.json's "extra". `write_more(tmp_dir)` may add
@@ -30,9 +39,14 @@ void SaveCheckpoint(const std::string& dir, TransformerLM& model, const Tokenize
                     const nlohmann::json& extra = nlohmann::json::object(),
                     const std::function<void(const std::string& tmp_dir)>& write_more = {});
 
-// Loads onto `device`. IoError for missing/corrupt files, ConfigError for a
-// newer format version or mismatched shapes.
-LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device = torch::kCPU);
+// Loads onto `device`: model.safetensors, or the shards named by
+// model.safetensors.index.json (F32/BF16/F16 on disk, converted to
+// opt.dtype while read, straight into the parameters: no random
+// initialisation, no second copy of the weights). IoError for missing/corrupt
+// files; ConfigError for a newer format version, an unsupported config, a
+// missing, unexpected or mis-shaped tensor (named).
+LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device = torch::kCPU,
+                                const LoadOptions& opt = {});
 
 // Copies weights from `src` into `dst` (same config); used for reference and
 // rollout-engine copies.

@@ -3,7 +3,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
+#include <set>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -78,57 +82,223 @@ void ModelConfig::Validate() const {
                       "grouped-query attention shares each key/value head among whole groups");
   if (head_dim % 2 != 0)
     throw ConfigError(fmt::format("policy.head_dim = {} must be even (RoPE rotates pairs)", head_dim));
+  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" && rope.type != "yarn")
+    throw ConfigError(fmt::format("unknown rope type '{}'", rope.type), "use default, linear, llama3 or yarn");
+  if (rope.type != "default") positive_finite("rope.factor", rope.factor);
+  if (rope.type == "llama3") {
+    positive("rope.original_max_position_embeddings", rope.original_max_position);
+    positive_finite("rope.low_freq_factor", rope.low_freq_factor);
+    if (!(rope.high_freq_factor > rope.low_freq_factor))
+      throw ConfigError(fmt::format("rope high_freq_factor = {} must exceed low_freq_factor = {}",
+                                    rope.high_freq_factor, rope.low_freq_factor));
+  }
+  if (rope.type == "yarn") {
+    positive_finite("rope.beta_fast", rope.beta_fast);
+    positive_finite("rope.beta_slow", rope.beta_slow);
+  }
+}
+
+std::string ModelConfig::ModelType() const {
+  if (qk_norm) return "qwen3";
+  if (attention_bias && !output_bias) return "qwen2";
+  return "llama";
+}
+
+nlohmann::json RopeScaling::ToJson(double theta) const {
+  nlohmann::json j = {{"rope_type", type}, {"rope_theta", theta}};
+  if (type == "default") return j;
+  j["factor"] = factor;
+  if (type == "llama3") {
+    j["original_max_position_embeddings"] = original_max_position;
+    j["low_freq_factor"] = low_freq_factor;
+    j["high_freq_factor"] = high_freq_factor;
+  } else if (type == "yarn") {
+    if (original_max_position > 0) j["original_max_position_embeddings"] = original_max_position;
+    j["beta_fast"] = beta_fast;
+    j["beta_slow"] = beta_slow;
+    if (attention_factor > 0) j["attention_factor"] = attention_factor;
+    if (mscale > 0) j["mscale"] = mscale;
+    if (mscale_all_dim > 0) j["mscale_all_dim"] = mscale_all_dim;
+    j["truncate"] = truncate;
+  }
+  return j;
 }
 
 nlohmann::json ModelConfig::ToJson() const {
-  return {{"architectures", {qk_norm ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"}},
-          {"model_type", qk_norm ? "qwen3" : "qwen2"},
-          {"vocab_size", vocab_size},
-          {"hidden_size", hidden_size},
-          {"intermediate_size", intermediate_size},
-          {"num_hidden_layers", num_layers},
-          {"num_attention_heads", num_heads},
-          {"num_key_value_heads", num_kv_heads},
-          {"head_dim", head_dim},
-          {"rope_theta", rope_theta},
-          {"rms_norm_eps", rms_norm_eps},
-          {"tie_word_embeddings", tie_embeddings},
-          {"attention_bias", attention_bias},
-          {"max_position_embeddings", max_position},
-          {"hidden_act", "silu"},
-          {"torch_dtype", "float32"},
-          {"rlid_preset", preset},
-          {"rlid_qk_norm", qk_norm}};
+  static const std::map<std::string, std::string> kArch = {
+      {"qwen3", "Qwen3ForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"llama", "LlamaForCausalLM"}};
+  const std::string type = ModelType();
+  nlohmann::json rope_scaling = nullptr;
+  if (rope.type != "default") {
+    rope_scaling = rope.ToJson(rope_theta);
+    rope_scaling.erase("rope_theta");
+  }
+  nlohmann::json j = {{"architectures", {kArch.at(type)}},
+                      {"model_type", type},
+                      {"vocab_size", vocab_size},
+                      {"hidden_size", hidden_size},
+                      {"intermediate_size", intermediate_size},
+                      {"num_hidden_layers", num_layers},
+                      {"num_attention_heads", num_heads},
+                      {"num_key_value_heads", num_kv_heads},
+                      {"head_dim", head_dim},
+                      {"rope_theta", rope_theta},
+                      {"rope_scaling", rope_scaling},
+                      {"rms_norm_eps", rms_norm_eps},
+                      {"tie_word_embeddings", tie_embeddings},
+                      {"max_position_embeddings", max_position},
+                      {"hidden_act", "silu"},
+                      {"torch_dtype", "float32"},
+                      {"rlid_preset", preset}};
+  // Qwen2 always has q/k/v biases; Llama/Qwen3 put attention_bias on q/k/v/o.
+  if (type != "qwen2") j["attention_bias"] = attention_bias;
+  if (type == "llama") j["mlp_bias"] = false;
+  if (type != "llama") j["use_sliding_window"] = false;
+  return j;
 }
 
-ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
-  ModelConfig c;
-  try {
-    std::string type = j.value("model_type", std::string("qwen3"));
-    if (type != "qwen3" && type != "qwen2" && type != "llama")
-      throw ConfigError(fmt::format("unsupported model_type '{}'", type), "supported: qwen3, qwen2, llama");
-    c.preset = j.value("rlid_preset", std::string("custom"));
-    c.vocab_size = j.at("vocab_size").get<int64_t>();
-    c.hidden_size = j.at("hidden_size").get<int64_t>();
-    c.intermediate_size = j.at("intermediate_size").get<int64_t>();
-    c.num_layers = j.at("num_hidden_layers").get<int64_t>();
-    c.num_heads = j.at("num_attention_heads").get<int64_t>();
-    c.num_kv_heads = j.value("num_key_value_heads", c.num_heads);
-    // Without head_dim it is D / heads; with no heads Validate() reports num_heads.
-    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int64_t>()
-                 : c.num_heads > 0                                  ? c.hidden_size / c.num_heads
-                                                                    : 0;
-    if (j.contains("rope_theta")) c.rope_theta = j["rope_theta"].get<double>();
-    else if (j.contains("rope_parameters")) c.rope_theta = j["rope_parameters"].value("rope_theta", 10000.0);
-    c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
-    c.tie_embeddings = j.value("tie_word_embeddings", false);
-    c.qk_norm = j.value("rlid_qk_norm", type == "qwen3");
-    c.attention_bias = j.value("attention_bias", type == "qwen2");
-    c.max_position = j.value("max_position_embeddings", int64_t{4096});
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(fmt::format("bad model config.json: {}", e.what()),
-                      "expected Hugging Face Qwen3/Qwen2/Llama config keys");
+namespace {
+
+// Reads an HF config.json, naming the field of any value rlid cannot run exactly.
+class HfConfigReader {
+ public:
+  explicit HfConfigReader(const nlohmann::json& j) : j_(j) {}
+
+  template <typename T>
+  T Get(const std::string& key, const nlohmann::json& obj, const std::string& prefix,
+        std::optional<T> fallback) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) {
+      if (fallback) return *fallback;
+      throw ConfigError(fmt::format("model config.json lacks '{}{}'", prefix, key));
+    }
+    try {
+      if constexpr (std::is_same_v<T, bool>) {
+        if (!it->is_boolean()) throw nlohmann::json::type_error::create(302, "not a boolean", nullptr);
+      } else if constexpr (std::is_arithmetic_v<T>) {
+        if (!it->is_number()) throw nlohmann::json::type_error::create(302, "not a number", nullptr);
+        if constexpr (std::is_integral_v<T>)
+          if (!it->is_number_integer())
+            throw nlohmann::json::type_error::create(302, "not an integer", nullptr);
+      }
+      return it->get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw ConfigError(fmt::format("model config.json: '{}{}' has the wrong type ({})", prefix,
+                                    key, it->dump()));
+    }
   }
+  template <typename T>
+  T Get(const std::string& key, std::optional<T> fallback = std::nullopt) const {
+    return Get<T>(key, j_, "", fallback);
+  }
+
+ private:
+  const nlohmann::json& j_;
+};
+
+void Unsupported(const std::string& field, const std::string& found, const std::string& hint) {
+  throw ConfigError(fmt::format("model config.json: {} = {} is not supported", field, found), hint);
+}
+
+RopeScaling ReadRope(const nlohmann::json& r, const std::string& where, const HfConfigReader& rd) {
+  RopeScaling rope;
+  static const std::set<std::string> kKnown = {
+      "rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
+      "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor",
+      "mscale", "mscale_all_dim", "truncate", "partial_rotary_factor"};
+  const std::string pre = where + ".";
+  for (auto it = r.begin(); it != r.end(); ++it)
+    if (!kKnown.count(it.key()))
+      Unsupported(pre + it.key(), it->dump(), "rlid implements rope types default, linear, llama3 and yarn");
+  if (r.contains("rope_type") && !r["rope_type"].is_null())
+    rope.type = rd.Get<std::string>("rope_type", r, pre, std::nullopt);
+  else if (r.contains("type") && !r["type"].is_null())
+    rope.type = rd.Get<std::string>("type", r, pre, std::nullopt);
+  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" && rope.type != "yarn")
+    Unsupported(pre + "rope_type", "\"" + rope.type + "\"",
+                "rlid implements rope types default, linear, llama3 and yarn");
+  const double prf = rd.Get<double>("partial_rotary_factor", r, pre, 1.0);
+  if (prf != 1.0)
+    Unsupported(pre + "partial_rotary_factor", fmt::format("{}", prf), "rlid rotates the whole head");
+  if (rope.type == "default") return rope;
+  rope.factor = rd.Get<double>("factor", r, pre, std::nullopt);
+  if (rope.type == "llama3") {
+    rope.original_max_position = rd.Get<int64_t>("original_max_position_embeddings", r, pre, std::nullopt);
+    rope.low_freq_factor = rd.Get<double>("low_freq_factor", r, pre, std::nullopt);
+    rope.high_freq_factor = rd.Get<double>("high_freq_factor", r, pre, std::nullopt);
+  } else if (rope.type == "yarn") {
+    rope.original_max_position = rd.Get<int64_t>("original_max_position_embeddings", r, pre, 0);
+    rope.beta_fast = rd.Get<double>("beta_fast", r, pre, 32.0);
+    rope.beta_slow = rd.Get<double>("beta_slow", r, pre, 1.0);
+    rope.attention_factor = rd.Get<double>("attention_factor", r, pre, 0.0);
+    rope.mscale = rd.Get<double>("mscale", r, pre, 0.0);
+    rope.mscale_all_dim = rd.Get<double>("mscale_all_dim", r, pre, 0.0);
+    rope.truncate = rd.Get<bool>("truncate", r, pre, true);
+  }
+  return rope;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
+  if (!j.is_object()) throw ConfigError("model config.json is not a JSON object");
+  ModelConfig c;
+  HfConfigReader rd(j);
+  const std::string type = rd.Get<std::string>("model_type", std::string("qwen3"));
+  if (type != "qwen3" && type != "qwen2" && type != "llama")
+    Unsupported("model_type", "\"" + type + "\"",
+                "rlid runs qwen3, qwen2 and llama decoders (MoE variants are not supported)");
+  for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size"})
+    if (j.contains(moe) && !j[moe].is_null() && !(j[moe].is_number() && j[moe].get<double>() == 0))
+      Unsupported(moe, j[moe].dump(), "mixture-of-experts models are not supported");
+  if (rd.Get<bool>("use_sliding_window", false))
+    Unsupported("use_sliding_window", "true", "rlid attends over the full context; set it to false");
+  if (j.contains("layer_types") && j["layer_types"].is_array())
+    for (const auto& t : j["layer_types"])
+      if (t != "full_attention")
+        Unsupported("layer_types", t.dump(), "only full_attention layers are supported");
+  const std::string act = rd.Get<std::string>("hidden_act", std::string("silu"));
+  if (act != "silu") Unsupported("hidden_act", "\"" + act + "\"", "rlid's MLP is SwiGLU (silu)");
+  if (rd.Get<bool>("mlp_bias", false)) Unsupported("mlp_bias", "true", "rlid's MLP has no biases");
+  if (rd.Get<int64_t>("pretraining_tp", int64_t{1}) != 1)
+    Unsupported("pretraining_tp", j["pretraining_tp"].dump(), "set it to 1 (it only changes rounding)");
+  c.preset = rd.Get<std::string>("rlid_preset", std::string("custom"));
+  c.vocab_size = rd.Get<int64_t>("vocab_size");
+  c.hidden_size = rd.Get<int64_t>("hidden_size");
+  c.intermediate_size = rd.Get<int64_t>("intermediate_size");
+  c.num_layers = rd.Get<int64_t>("num_hidden_layers");
+  c.num_heads = rd.Get<int64_t>("num_attention_heads");
+  c.num_kv_heads = rd.Get<int64_t>("num_key_value_heads", c.num_heads);
+  // Without head_dim it is D / heads; with no heads Validate() reports num_heads.
+  c.head_dim = rd.Get<int64_t>("head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
+  // Current layout: rope_parameters {rope_theta, rope_type, ...}; older: top-level
+  // rope_theta and rope_scaling (null or {rope_type | type, ...}).
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const auto& r = j["rope_parameters"];
+    if (!r.is_object()) Unsupported("rope_parameters", r.dump(), "expected an object");
+    c.rope = ReadRope(r, "rope_parameters", rd);
+    c.rope_theta = rd.Get<double>("rope_theta", r, "rope_parameters.",
+                                  rd.Get<double>("rope_theta", 10000.0));
+  } else {
+    c.rope_theta = rd.Get<double>("rope_theta", 10000.0);
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+      if (!j["rope_scaling"].is_object()) Unsupported("rope_scaling", j["rope_scaling"].dump(), "expected an object");
+      c.rope = ReadRope(j["rope_scaling"], "rope_scaling", rd);
+    }
+  }
+  c.rms_norm_eps = rd.Get<double>("rms_norm_eps", 1e-6);
+  c.tie_embeddings = rd.Get<bool>("tie_word_embeddings", false);
+  c.qk_norm = type == "qwen3";
+  if (j.contains("rlid_qk_norm")) {  // written by rlid before 0.2: flags stated explicitly
+    c.qk_norm = rd.Get<bool>("rlid_qk_norm");
+    c.attention_bias = rd.Get<bool>("attention_bias", false);
+  } else if (type == "qwen2") {
+    c.attention_bias = true;  // Qwen2's q/k/v always carry biases, o_proj never
+  } else {
+    c.attention_bias = c.output_bias = rd.Get<bool>("attention_bias", false);
+  }
+  c.max_position = rd.Get<int64_t>("max_position_embeddings", int64_t{4096});
+  c.source_dtype = rd.Get<std::string>("dtype", rd.Get<std::string>("torch_dtype", std::string("float32")));
   try {
     c.Validate();
   } catch (const ConfigError& e) {
@@ -140,9 +310,60 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
   return c;
 }
 
+std::vector<double> ModelConfig::RopeInvFreq() const {
+  const int64_t half = head_dim / 2;
+  const double dim = static_cast<double>(head_dim);
+  std::vector<double> inv(half);
+  for (int64_t i = 0; i < half; ++i) inv[i] = std::pow(rope_theta, -2.0 * i / dim);
+  if (rope.type == "linear") {
+    for (auto& f : inv) f /= rope.factor;
+  } else if (rope.type == "llama3") {
+    // Wavelengths longer than the original context are interpolated, shorter
+    // ones kept, and the band between blended smoothly.
+    const double old_len = static_cast<double>(rope.original_max_position);
+    const double low_wavelen = old_len / rope.low_freq_factor;
+    const double high_wavelen = old_len / rope.high_freq_factor;
+    for (auto& f : inv) {
+      const double wavelen = 2.0 * M_PI / f;
+      if (wavelen > low_wavelen) {
+        f /= rope.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth =
+            (old_len / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+        f = (1.0 - smooth) * f / rope.factor + smooth * f;
+      }
+    }
+  } else if (rope.type == "yarn") {
+    const double orig = static_cast<double>(rope.original_max_position > 0 ? rope.original_max_position
+                                                                           : max_position);
+    auto correction_dim = [&](double rotations) {
+      return dim * std::log(orig / (rotations * 2.0 * M_PI)) / (2.0 * std::log(rope_theta));
+    };
+    double low = correction_dim(rope.beta_fast), high = correction_dim(rope.beta_slow);
+    if (rope.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0), high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;
+    for (int64_t i = 0; i < half; ++i) {
+      const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+      const double extrapolation = 1.0 - ramp;  // weight of the unscaled frequency
+      inv[i] = inv[i] / rope.factor * (1.0 - extrapolation) + inv[i] * extrapolation;
+    }
+  }
+  return inv;
+}
+
+double ModelConfig::RopeAttentionScale() const {
+  if (rope.type != "yarn") return 1.0;
+  if (rope.attention_factor > 0) return rope.attention_factor;
+  auto mscale = [&](double m) { return rope.factor <= 1 ? 1.0 : 0.1 * m * std::log(rope.factor) + 1.0; };
+  if (rope.mscale > 0 && rope.mscale_all_dim > 0) return mscale(rope.mscale) / mscale(rope.mscale_all_dim);
+  return mscale(1.0);
+}
+
 int64_t ModelConfig::NumParameters() const {
   int64_t attn = hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads);
   if (attention_bias) attn += head_dim * (num_heads + 2 * num_kv_heads);
+  if (output_bias) attn += hidden_size;
   int64_t mlp = 3 * hidden_size * intermediate_size;
   int64_t norms = 2 * hidden_size + (qk_norm ? 2 * head_dim : 0);
   int64_t total = num_layers * (attn + mlp + norms) + vocab_size * hidden_size + hidden_size;
@@ -191,15 +412,31 @@ torch::Tensor ApplyRmsNorm(const torch::Tensor& x, const torch::Tensor& w, doubl
   return (y * w.to(ct)).to(x.scalar_type());
 }
 
-RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps, torch::Dtype dtype) : eps_(eps) {
+  weight = register_parameter("weight", torch::empty({dim}, torch::TensorOptions().dtype(dtype)));
 }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) { return ApplyRmsNorm(x, weight, eps_); }
 
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool bias, torch::Dtype dtype) {
+  auto opts = torch::TensorOptions().dtype(dtype);
+  weight = register_parameter("weight", torch::empty({out, in}, opts));
+  if (bias) this->bias = register_parameter("bias", torch::empty({out}, opts));
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  return torch::nn::functional::linear(x, weight, bias);
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t count, int64_t dim, torch::Dtype dtype) {
+  weight = register_parameter("weight", torch::empty({count, dim}, torch::TensorOptions().dtype(dtype)));
+}
+
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
+
 namespace {
-torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+Linear MakeLinear(int64_t in, int64_t out, bool bias, torch::Dtype dtype) {
+  return Linear(in, out, bias, dtype);
 }
 
 torch::Tensor RotateHalf(const torch::Tensor& x) {
@@ -208,15 +445,15 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
 }
 }  // namespace
 
-AttentionImpl::AttentionImpl(const ModelConfig& cfg)
+AttentionImpl::AttentionImpl(const ModelConfig& cfg, torch::Dtype dt)
     : heads_(cfg.num_heads), kv_heads_(cfg.num_kv_heads), head_dim_(cfg.head_dim) {
-  q_proj = register_module("q_proj", MakeLinear(cfg.hidden_size, heads_ * head_dim_, cfg.attention_bias));
-  k_proj = register_module("k_proj", MakeLinear(cfg.hidden_size, kv_heads_ * head_dim_, cfg.attention_bias));
-  v_proj = register_module("v_proj", MakeLinear(cfg.hidden_size, kv_heads_ * head_dim_, cfg.attention_bias));
-  o_proj = register_module("o_proj", MakeLinear(heads_ * head_dim_, cfg.hidden_size, false));
+  q_proj = register_module("q_proj", MakeLinear(cfg.hidden_size, heads_ * head_dim_, cfg.attention_bias, dt));
+  k_proj = register_module("k_proj", MakeLinear(cfg.hidden_size, kv_heads_ * head_dim_, cfg.attention_bias, dt));
+  v_proj = register_module("v_proj", MakeLinear(cfg.hidden_size, kv_heads_ * head_dim_, cfg.attention_bias, dt));
+  o_proj = register_module("o_proj", MakeLinear(heads_ * head_dim_, cfg.hidden_size, cfg.output_bias, dt));
   if (cfg.qk_norm) {
-    q_norm = register_module("q_norm", RmsNorm(head_dim_, cfg.rms_norm_eps));
-    k_norm = register_module("k_norm", RmsNorm(head_dim_, cfg.rms_norm_eps));
+    q_norm = register_module("q_norm", RmsNorm(head_dim_, cfg.rms_norm_eps, dt));
+    k_norm = register_module("k_norm", RmsNorm(head_dim_, cfg.rms_norm_eps, dt));
   }
 }
 
@@ -262,22 +499,22 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   return o_proj(out);
 }
 
-MlpImpl::MlpImpl(const ModelConfig& cfg) {
-  gate_proj = register_module("gate_proj", MakeLinear(cfg.hidden_size, cfg.intermediate_size, false));
-  up_proj = register_module("up_proj", MakeLinear(cfg.hidden_size, cfg.intermediate_size, false));
-  down_proj = register_module("down_proj", MakeLinear(cfg.intermediate_size, cfg.hidden_size, false));
+MlpImpl::MlpImpl(const ModelConfig& cfg, torch::Dtype dt) {
+  gate_proj = register_module("gate_proj", MakeLinear(cfg.hidden_size, cfg.intermediate_size, false, dt));
+  up_proj = register_module("up_proj", MakeLinear(cfg.hidden_size, cfg.intermediate_size, false, dt));
+  down_proj = register_module("down_proj", MakeLinear(cfg.intermediate_size, cfg.hidden_size, false, dt));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg) {
-  self_attn = register_module("self_attn", Attention(cfg));
-  mlp = register_module("mlp", Mlp(cfg));
-  input_layernorm = register_module("input_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, torch::Dtype dt) {
+  self_attn = register_module("self_attn", Attention(cfg, dt));
+  mlp = register_module("mlp", Mlp(cfg, dt));
+  input_layernorm = register_module("input_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt));
   post_attention_layernorm =
-      register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+      register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt));
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
@@ -287,22 +524,25 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
   return h + mlp(post_attention_layernorm(h));
 }
 
-DecoderImpl::DecoderImpl(const ModelConfig& cfg) {
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
+DecoderImpl::DecoderImpl(const ModelConfig& cfg, torch::Dtype dt) {
+  embed_tokens = register_module("embed_tokens", Embedding(cfg.vocab_size, cfg.hidden_size, dt));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
-    layer_list.push_back(DecoderLayer(cfg));
+    layer_list.push_back(DecoderLayer(cfg, dt));
     layers->push_back(layer_list.back());
   }
-  norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt));
 }
 
-TransformerLMImpl::TransformerLMImpl(const ModelConfig& cfg) : cfg_(cfg) {
+TransformerLMImpl::TransformerLMImpl(const ModelConfig& cfg, torch::Dtype dtype, bool initialise)
+    : cfg_(cfg) {
   cfg_.Validate();
-  model = register_module("model", Decoder(cfg_));
-  if (!cfg_.tie_embeddings) lm_head = register_module("lm_head", MakeLinear(cfg_.hidden_size, cfg_.vocab_size, false));
-  value_head = register_module("value_head", MakeLinear(cfg_.hidden_size, 1, true));
-  InitWeights(0);
+  inv_freq_ = cfg_.RopeInvFreq();
+  rope_scale_ = cfg_.RopeAttentionScale();
+  model = register_module("model", Decoder(cfg_, dtype));
+  if (!cfg_.tie_embeddings) lm_head = register_module("lm_head", MakeLinear(cfg_.hidden_size, cfg_.vocab_size, false, dtype));
+  value_head = register_module("value_head", MakeLinear(cfg_.hidden_size, 1, true, torch::kFloat32));
+  if (initialise) InitWeights(0);
 }
 
 void TransformerLMImpl::InitWeights(uint64_t seed) {
@@ -335,6 +575,14 @@ torch::Tensor TransformerLMImpl::CausalMask(const torch::Tensor& lengths, int64_
   return (causal.unsqueeze(0) & valid.unsqueeze(1)).unsqueeze(1);  // [B, 1, T, T]
 }
 
+torch::Tensor TransformerLMImpl::CausalMaskFromAttention(const torch::Tensor& attention_mask) {
+  const int64_t T = attention_mask.size(1);
+  auto ar = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(attention_mask.device()));
+  auto causal = ar.unsqueeze(0) <= ar.unsqueeze(1);  // [T(query), T(key)]
+  auto valid = attention_mask.to(torch::kBool);      // [B, T(key)]
+  return (causal.unsqueeze(0) & valid.unsqueeze(1)).unsqueeze(1);
+}
+
 ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Tensor& positions,
                                       const torch::Tensor& mask, const PastKV* past,
                                       bool return_present) {
@@ -354,11 +602,12 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
   auto x = model->embed_tokens(ids);
   // RoPE tables in float32 (float64 for a float64 model), never in bf16.
   const auto ft = ComputeType(x.scalar_type());
-  auto idx = torch::arange(0, cfg_.head_dim, 2, torch::TensorOptions().dtype(torch::kFloat64).device(ids.device()));
-  auto inv_freq = torch::pow(cfg_.rope_theta, -idx / static_cast<double>(cfg_.head_dim)).to(ft);
+  auto inv_freq = torch::tensor(inv_freq_, torch::TensorOptions().dtype(torch::kFloat64)).to(ids.device(), ft);
   auto freqs = positions.to(ft).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
-  auto emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);             // [B, 1, T, hd]
-  auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
+  auto emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);   // [B, 1, T, hd]
+  auto cos = emb.cos(), sin = emb.sin();
+  if (rope_scale_ != 1.0) cos = cos * rope_scale_, sin = sin * rope_scale_;
+  cos = cos.to(x.scalar_type()), sin = sin.to(x.scalar_type());
   // Additive mask; a finite negative keeps fully masked (padding) rows NaN-free.
   auto mask_add = torch::zeros(mask.sizes(), x.options().dtype(ComputeType(x.scalar_type())))
                       .masked_fill(mask.logical_not(), -1e9);
@@ -379,7 +628,7 @@ torch::Tensor TransformerLMImpl::Logits(const torch::Tensor& hidden) {
 }
 
 torch::Tensor TransformerLMImpl::Value(const torch::Tensor& hidden) {
-  return value_head(hidden).squeeze(-1).to(ComputeType(hidden.scalar_type()));
+  return value_head(hidden.to(value_head->weight.scalar_type())).squeeze(-1).to(ComputeType(hidden.scalar_type()));
 }
 
 }  // namespace rlid::policy

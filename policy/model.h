@@ -33,6 +33,22 @@ ForwardCost Difference(const ForwardCost& a, const ForwardCost& b);
 // Pairs of a causal self-attention over n tokens: n (n + 1) / 2.
 inline int64_t CausalPairs(int64_t n) { return n * (n + 1) / 2; }
 
+// Rotary position embedding scaling, as Hugging Face's rope_parameters /
+// rope_scaling: "default" (none), "linear" (positions / factor), "llama3"
+// (Llama-3.1 wavelength bands) or "yarn" (NTK-by-parts + attention scale).
+struct RopeScaling {
+  std::string type = "default";
+  double factor = 1.0;                 // linear, llama3, yarn
+  int64_t original_max_position = 0;   // llama3 (required), yarn (0: max_position)
+  double low_freq_factor = 1.0;        // llama3
+  double high_freq_factor = 4.0;       // llama3
+  double beta_fast = 32.0, beta_slow = 1.0;  // yarn
+  double attention_factor = 0.0;       // yarn; 0: derived from factor (and mscale)
+  double mscale = 0.0, mscale_all_dim = 0.0;  // yarn (DeepSeek style), 0: unset
+  bool truncate = true;                // yarn: integer correction range
+  nlohmann::json ToJson(double theta) const;  // HF rope dict (rope_type, rope_theta, ...)
+};
+
 struct ModelConfig {
   std::string preset = "tiny";       // tiny | small | base | custom (fields below override)
   int64_t vocab_size = 1024;         // set from the tokenizer when a model is created
@@ -43,19 +59,32 @@ struct ModelConfig {
   int64_t num_kv_heads = 1;          // key/value heads (GQA); divides num_heads
   int64_t head_dim = 64;             // explicit, may differ from D / num_heads
   double rope_theta = 10000.0;
+  RopeScaling rope;                  // frequency scaling (HF rope_type)
   double rms_norm_eps = 1e-6;
   bool qk_norm = true;               // Qwen3 q/k RMSNorm
   bool attention_bias = false;       // Qwen2 q/k/v biases
+  bool output_bias = false;          // o_proj bias (Llama/Qwen3 with attention_bias = true)
   bool tie_embeddings = true;        // lm_head shares embed_tokens.weight
   int64_t max_position = 4096;       // longest sequence the model accepts
+  std::string source_dtype = "float32";  // dtype of the weights on disk (informational)
 
   // Reads [policy] (preset first, then explicit fields).
   void Load(ConfigNode n);
   void ApplyPreset(const std::string& name);
   void Validate() const;  // ConfigError on inconsistent sizes
-  // HF-style config.json (model_type qwen3/qwen2) and back.
+  // HF family with these flags: qwen3 (q/k norm), qwen2 (q/k/v biases only), else llama.
+  std::string ModelType() const;
+  // HF config.json in the layout every transformers version reads (top-level
+  // rope_theta / rope_scaling / torch_dtype) and back. FromJson accepts
+  // Qwen3, Qwen2 and Llama in both the current (rope_parameters, dtype) and the
+  // older layout; anything it cannot run exactly (MoE, sliding windows, other
+  // rope types, other activations, MLP biases) is a ConfigError naming the field.
   nlohmann::json ToJson() const;
   static ModelConfig FromJson(const nlohmann::json& j);
+  // RoPE inverse frequencies [head_dim / 2] after scaling, and the factor cos/sin
+  // are multiplied by (yarn's attention scale; 1 otherwise).
+  std::vector<double> RopeInvFreq() const;
+  double RopeAttentionScale() const;
   int64_t NumParameters() const;
   // Weights of one decoder layer's matmuls: q, k, v, o projections and the SwiGLU MLP.
   int64_t LayerMatmulParameters() const;
@@ -81,10 +110,30 @@ struct ForwardOut {
   PastKV present;        // past ++ this call's keys/values (only if requested)
 };
 
+// y = x W^T + b with parameters "weight" [out, in] and "bias" [out]. Unlike
+// torch::nn::Linear it allocates without initialising (a loaded checkpoint
+// overwrites every value; TransformerLMImpl::InitWeights fills fresh models).
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in, int64_t out, bool bias, torch::Dtype dtype);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;  // bias undefined when absent
+};
+TORCH_MODULE(Linear);
+
+// Token embedding table "weight" [count, dim], allocated uninitialised.
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t count, int64_t dim, torch::Dtype dtype);
+  torch::Tensor forward(const torch::Tensor& ids);  // [B, T] -> [B, T, dim]
+  torch::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
 // RMSNorm with a learned scale named "weight".
 class RmsNormImpl : public torch::nn::Module {
  public:
-  RmsNormImpl(int64_t dim, double eps);
+  RmsNormImpl(int64_t dim, double eps, torch::Dtype dtype);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
@@ -96,12 +145,12 @@ TORCH_MODULE(RmsNorm);
 // Grouped-query self-attention: q_proj, k_proj, v_proj, o_proj (+ q_norm, k_norm).
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const ModelConfig& cfg);
+  AttentionImpl(const ModelConfig& cfg, torch::Dtype dtype);
   // x [B,T,D], cos/sin [B,T,hd], additive mask [B|1,1,T,P+T] -> [B,T,D]; `kv_out`
   // receives past ++ new keys/values.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask_add, const LayerKV* past, LayerKV* kv_out);
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RmsNorm q_norm{nullptr}, k_norm{nullptr};
 
  private:
@@ -112,15 +161,15 @@ TORCH_MODULE(Attention);
 // SwiGLU: down(silu(gate(x)) * up(x)).
 class MlpImpl : public torch::nn::Module {
  public:
-  explicit MlpImpl(const ModelConfig& cfg);
+  MlpImpl(const ModelConfig& cfg, torch::Dtype dtype);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(Mlp);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit DecoderLayerImpl(const ModelConfig& cfg);
+  DecoderLayerImpl(const ModelConfig& cfg, torch::Dtype dtype);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask_add, const LayerKV* past, LayerKV* kv_out);
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -132,8 +181,8 @@ TORCH_MODULE(DecoderLayer);
 // "model": embed_tokens, layers, norm.
 class DecoderImpl : public torch::nn::Module {
  public:
-  explicit DecoderImpl(const ModelConfig& cfg);
-  torch::nn::Embedding embed_tokens{nullptr};
+  DecoderImpl(const ModelConfig& cfg, torch::Dtype dtype);
+  Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   RmsNorm norm{nullptr};
   std::vector<DecoderLayer> layer_list;
@@ -142,7 +191,12 @@ TORCH_MODULE(Decoder);
 
 class TransformerLMImpl : public torch::nn::Module {
  public:
-  explicit TransformerLMImpl(const ModelConfig& cfg);
+  // Parameters in `dtype` (the value head is always float32). With initialise
+  // = false they are left uninitialised: the caller must overwrite every one
+  // (checkpoint loading, weight copies), which avoids a random initialisation
+  // that is thrown away and never touches pages the loader does not fill.
+  explicit TransformerLMImpl(const ModelConfig& cfg, torch::Dtype dtype = torch::kFloat32,
+                             bool initialise = true);
 
   // ids, positions: [B, T] int64. mask: [B or 1, 1, T, P + T] bool (true =
   // may attend), where P is the past length (0 without past). Returns the
@@ -164,13 +218,19 @@ class TransformerLMImpl : public torch::nn::Module {
   // Standard causal mask for right-padded batches: [B, 1, T, T], key j visible
   // to query i iff j <= i and j < length[b].
   static torch::Tensor CausalMask(const torch::Tensor& lengths, int64_t T);
+  // Causal mask from a Hugging Face attention_mask [B, T] (1 = token, 0 =
+  // padding, anywhere, e.g. on the left): [B, 1, T, T], key j visible to query
+  // i iff j <= i and attention_mask[b][j] = 1.
+  static torch::Tensor CausalMaskFromAttention(const torch::Tensor& attention_mask);
 
   Decoder model{nullptr};
-  torch::nn::Linear lm_head{nullptr};     // null when tied
-  torch::nn::Linear value_head{nullptr};  // rlid's value head (not in HF files)
+  Linear lm_head{nullptr};     // null when tied
+  Linear value_head{nullptr};  // rlid's value head (not in HF files), float32
 
  private:
   ModelConfig cfg_;
+  std::vector<double> inv_freq_;  // RoPE inverse frequencies after scaling
+  double rope_scale_ = 1.0;       // cos/sin scale (yarn)
 };
 TORCH_MODULE(TransformerLM);
 

@@ -1,9 +1,13 @@
 #include "policy/prompt.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/jinja.h"
 
 namespace rlid::policy {
 
@@ -17,6 +21,10 @@ void PromptConfig::Load(ConfigNode n) {
   n.GetEnum("label_order", label_order, {"shuffle", "fixed"},
             "menu order per step: seeded permutation or the env's order");
   n.Get("reasoning", reasoning, "token plane: ask for brief reasoning before the action");
+  n.GetEnum("chat_template", chat_template, {"auto", "none"},
+            "wrap prompts in the model's chat template when it has one (auto) or not (none)");
+  n.Get("enable_thinking", enable_thinking, "chat templates that read it (Qwen3): allow <think>");
+  n.Get("date_string", date_string, "the date templates that print one (Llama 3.x) see");
   if (answer_prefix.empty() || answer_prefix.back() == ' ')
     throw ConfigError(fmt::format("{}: 'prompt.answer_prefix' must be non-empty and not end with "
                                   "a space, found '{}'",
@@ -31,21 +39,45 @@ PromptRenderer::PromptRenderer(PromptConfig cfg, Tokenizer tokenizer)
         fmt::format("prompt.answer_prefix '{}' must be non-empty and not end with a space",
                     cfg_.answer_prefix),
         "the label token carries its own leading space (' B')");
-  const auto prefix = tok_.Encode(cfg_.answer_prefix);
-  for (int i = 0; i < envs::kMaxMenuSize; ++i) {
-    std::string label = envs::LabelFor(i);
-    TokenId id = tok_.RequireLabelToken(label);
-    auto joined = tok_.Encode(cfg_.answer_prefix + " " + label);
-    auto expect = prefix;
-    expect.push_back(id);
-    if (joined != expect)
-      throw ConfigError(
-          fmt::format("label '{}' is not one token after the answer prefix '{}'", label,
-                      cfg_.answer_prefix),
-          "use a tokenizer trained by `rlid tokenizer train` or an answer prefix ending in ':'");
-    label_tokens_.push_back(id);
+  // The labels that are not one token right after `prefix` (with the token ids).
+  auto failing = [&](const std::string& prefix) {
+    std::vector<std::string> bad;
+    const auto prefix_ids = tok_.Encode(prefix);
+    for (int i = 0; i < envs::kMaxMenuSize; ++i) {
+      const std::string label = envs::LabelFor(i);
+      auto id = tok_.SingleTokenId(" " + label);
+      auto expect = prefix_ids;
+      if (id) expect.push_back(*id);
+      if (!id || tok_.Encode(prefix + " " + label) != expect) bad.push_back(label);
+    }
+    return bad;
+  };
+  if (auto bad = failing(cfg_.answer_prefix); !bad.empty()) {
+    std::vector<std::string> work;
+    for (const char* p : {"Action:", "Answer:", "Choice:", "Option:", "Move:", "A:"})
+      if (p != cfg_.answer_prefix && failing(p).empty()) work.push_back(fmt::format("'{}'", p));
+    throw ConfigError(
+        fmt::format("with tokenizer '{}', label(s) {} are not one token after the answer prefix "
+                    "'{}' (the readout needs \"<prefix> <label>\" to end in the label's own token)",
+                    tok_.source(), fmt::join(bad, ", "), cfg_.answer_prefix),
+        work.empty() ? std::string("use a tokenizer trained by `rlid tokenizer train`")
+                     : fmt::format("set prompt.answer_prefix to one of {} (all 26 labels are single "
+                                   "tokens after it with this tokenizer)",
+                                   fmt::join(work, ", ")));
+  }
+  for (int i = 0; i < envs::kMaxMenuSize; ++i) label_tokens_.push_back(tok_.RequireLabelToken(envs::LabelFor(i)));
+  if (cfg_.chat_template == "auto" && !tok_.config().chat_template.empty()) {
+    try {
+      chat_ = std::make_unique<const jinja::Template>(jinja::Template::Parse(tok_.config().chat_template));
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("the chat template of tokenizer '{}' cannot be used: {}",
+                                    tok_.source(), e.what()),
+                        "set prompt.chat_template = \"none\" to use plain prompts");
+    }
   }
 }
+
+PromptRenderer::~PromptRenderer() = default;
 
 TokenId PromptRenderer::LabelToken(const std::string& label) const {
   if (label.size() != 1 || label[0] < 'A' || label[0] > 'Z')
@@ -66,11 +98,12 @@ std::vector<TokenId> PromptRenderer::EncodeCached(const std::string& text) const
   return ids;
 }
 
-std::string RenderPromptText(const PromptConfig& cfg, const std::string& instructions,
-                             const std::string& observation, const std::vector<std::string>& memory,
-                             const envs::Menu& menu, Plane plane) {
-  std::string text;
-  if (cfg.show_instructions && !instructions.empty()) text += instructions + "\n";
+PromptParts RenderPromptParts(const PromptConfig& cfg, const std::string& instructions,
+                              const std::string& observation, const std::vector<std::string>& memory,
+                              const envs::Menu& menu, Plane plane) {
+  PromptParts p;
+  if (cfg.show_instructions) p.system = instructions;
+  std::string& text = p.user;
   if (cfg.show_memory && !memory.empty()) {
     text += "Memory:\n";
     for (const auto& m : memory) text += "- " + m + "\n";
@@ -81,11 +114,20 @@ std::string RenderPromptText(const PromptConfig& cfg, const std::string& instruc
     if (cfg.show_afterstates && !it.afterstate.empty()) text += " -> " + it.afterstate;
     text += "\n";
   }
-  if (plane == Plane::kToken && cfg.reasoning)
-    text += "Think briefly, then end with '" + cfg.answer_prefix + " <letter>'.\nReasoning:";
-  else
-    text += cfg.answer_prefix;
-  return text;
+  if (plane == Plane::kToken && cfg.reasoning) {
+    text += "Think briefly, then end with '" + cfg.answer_prefix + " <letter>'.\n";
+    p.answer_start = "Reasoning:";
+  } else {
+    p.answer_start = cfg.answer_prefix;
+  }
+  return p;
+}
+
+std::string RenderPromptText(const PromptConfig& cfg, const std::string& instructions,
+                             const std::string& observation, const std::vector<std::string>& memory,
+                             const envs::Menu& menu, Plane plane) {
+  const PromptParts p = RenderPromptParts(cfg, instructions, observation, memory, menu, plane);
+  return (p.system.empty() ? "" : p.system + "\n") + p.user + p.answer_start;
 }
 
 RenderedPrompt PromptRenderer::Render(const std::string& instructions,
@@ -93,8 +135,28 @@ RenderedPrompt PromptRenderer::Render(const std::string& instructions,
                                       const std::vector<std::string>& memory,
                                       const envs::Menu& menu, Plane plane) const {
   RenderedPrompt out;
-  out.text = RenderPromptText(cfg_, instructions, observation, memory, menu, plane);
-  out.tokens = tok_.Encode(out.text, /*allow_special=*/false);
+  if (chat_) {
+    const PromptParts p = RenderPromptParts(cfg_, instructions, observation, memory, menu, plane);
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!p.system.empty()) messages.push_back({{"role", "system"}, {"content", p.system}});
+    std::string user = p.user;
+    if (!user.empty() && user.back() == '\n') user.pop_back();
+    messages.push_back({{"role", "user"}, {"content", user}});
+    nlohmann::ordered_json ctx = {{"messages", messages},
+                                  {"add_generation_prompt", true},
+                                  {"enable_thinking", cfg_.enable_thinking},
+                                  {"date_string", cfg_.date_string},
+                                  {"bos_token", tok_.config().bos_token},
+                                  {"eos_token", tok_.config().eos_token}};
+    out.text = chat_->Render(ctx) + p.answer_start;
+    // As transformers' apply_chat_template: the template writes the special
+    // tokens (BOS included) as text, and they encode as their ids.
+    out.tokens = tok_.Encode(out.text, /*allow_special=*/true);
+  } else {
+    out.text = RenderPromptText(cfg_, instructions, observation, memory, menu, plane);
+    out.tokens = tok_.Encode(out.text, /*allow_special=*/false);
+    if (tok_.config().add_bos) out.tokens.insert(out.tokens.begin(), *tok_.bos_id());
+  }
   out.hash = HashBytes(out.text);
   return out;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -15,6 +16,10 @@
 #include "core/config.h"
 #include "envs/menu.h"
 #include "policy/tokenizer.h"
+
+namespace rlid::jinja {
+class Template;
+}
 
 namespace rlid::policy {
 
@@ -28,8 +33,26 @@ struct PromptConfig {
   std::string answer_prefix = "Action:";  // the label is the next token
   std::string label_order = "shuffle";    // shuffle: seeded per-step menu permutation | fixed
   bool reasoning = false;  // token plane: ask for brief reasoning before "Action: <label>"
+  // "auto": wrap the prompt in the model's own chat template when its tokenizer
+  // has one (instructions as the system turn, the rest as the user turn, the
+  // assistant turn opened and started with the answer prefix); "none": plain text.
+  std::string chat_template = "auto";
+  bool enable_thinking = false;  // chat templates that read it (Qwen3): allow a <think> block
+  // Templates that print a date (Llama 3.x) get this one, so prompts do not change by day.
+  std::string date_string = "26 Jul 2024";
   void Load(ConfigNode n);
 };
+
+// The prompt in its parts: the system turn (instructions), the user turn
+// (memory, observation, menu and any request), and how the answer starts.
+struct PromptParts {
+  std::string system;        // "" when instructions are hidden or empty
+  std::string user;
+  std::string answer_start;  // the answer prefix ("Action:") or "Reasoning:"
+};
+PromptParts RenderPromptParts(const PromptConfig& cfg, const std::string& instructions,
+                              const std::string& observation, const std::vector<std::string>& memory,
+                              const envs::Menu& menu, Plane plane);
 
 // The prompt text alone (no tokenizer): also used to build tokenizer corpora
 // that contain exactly what the model will read.
@@ -46,8 +69,11 @@ struct RenderedPrompt {
 class PromptRenderer {
  public:
   // Checks that every label A..Z is one token after the answer prefix
-  // (ConfigError otherwise).
+  // (ConfigError otherwise, listing prefixes that would work), and parses the
+  // tokenizer's chat template when cfg.chat_template = "auto" and it has one.
   PromptRenderer(PromptConfig cfg, Tokenizer tokenizer);
+  ~PromptRenderer();
+  bool uses_chat_template() const { return chat_ != nullptr; }
 
   RenderedPrompt Render(const std::string& instructions, const std::string& observation,
                         const std::vector<std::string>& memory, const envs::Menu& menu,
@@ -71,6 +97,7 @@ class PromptRenderer {
  private:
   PromptConfig cfg_;
   Tokenizer tok_;
+  std::unique_ptr<const jinja::Template> chat_;  // null: plain prompts
   std::vector<TokenId> label_tokens_;  // A..Z
   mutable std::mutex mu_;
   mutable std::unordered_map<std::string, std::vector<TokenId>> cache_;

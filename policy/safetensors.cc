@@ -2,12 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
 #include "core/error.h"
 
 namespace rlid::policy {
@@ -73,55 +81,155 @@ void SaveSafetensors(const std::string& path, const TensorMap& tensors,
 }
 
 TensorMap LoadSafetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(fmt::format("cannot open '{}'", path));
-  in.seekg(0, std::ios::end);
-  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
-  unsigned char le[8];
-  if (file_size < 8 || !in.read(reinterpret_cast<char*>(le), 8))
-    throw IoError(fmt::format("'{}' is not a safetensors file (too short)", path));
-  uint64_t len = 0;
-  for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(le[i]) << (8 * i);
-  if (len > file_size - 8 || len > (1u << 30))
-    throw IoError(fmt::format("'{}' is not a safetensors file (header length {})", path, len));
-  std::string h(len, '\0');
-  in.read(h.data(), static_cast<std::streamsize>(len));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(h);
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError(fmt::format("'{}': corrupt safetensors header: {}", path, e.what()));
-  }
-  const uint64_t data_start = 8 + len;
+  SafetensorsReader reader(path);
+  if (metadata) *metadata = reader.metadata();
   TensorMap out;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      if (metadata)
-        for (auto m = it->begin(); m != it->end(); ++m) (*metadata)[m.key()] = m->get<std::string>();
-      continue;
-    }
-    try {
-      const DtypeInfo* info = ByName(it->at("dtype").get<std::string>());
-      if (!info) throw IoError(fmt::format("'{}': tensor '{}' has unsupported dtype {}", path, it.key(),
-                                           it->at("dtype").dump()));
-      std::vector<int64_t> shape = it->at("shape").get<std::vector<int64_t>>();
-      auto offs = it->at("data_offsets").get<std::vector<uint64_t>>();
-      int64_t numel = 1;
-      for (auto d : shape) numel *= d;
-      if (offs.size() != 2 || offs[1] < offs[0] || offs[1] - offs[0] != numel * info->bytes ||
-          data_start + offs[1] > file_size)
-        throw IoError(fmt::format("'{}': tensor '{}' has inconsistent offsets", path, it.key()));
-      auto t = torch::empty(shape, torch::TensorOptions().dtype(info->dtype));
-      in.seekg(static_cast<std::streamoff>(data_start + offs[0]));
-      in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(offs[1] - offs[0]));
-      if (!in) throw IoError(fmt::format("'{}': truncated data for '{}'", path, it.key()));
-      out[it.key()] = t;
-    } catch (const nlohmann::json::exception& e) {
-      throw IoError(fmt::format("'{}': bad header entry '{}': {}", path, it.key(), e.what()));
-    }
-  }
+  for (const auto& [name, e] : reader.entries()) out[name] = reader.Read(name);
   return out;
+}
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+constexpr uint64_t kChunkBytes = 64ull << 20;
+
+// a * b, or nullopt on uint64 overflow.
+std::optional<uint64_t> MulChecked(uint64_t a, uint64_t b) {
+  uint64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+// pread until `n` bytes are read; false on error or end of file.
+bool PreadAll(int fd, void* buf, uint64_t n, uint64_t offset) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t got = ::pread(fd, p, std::min<uint64_t>(n, 1ull << 30), static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got, n -= static_cast<uint64_t>(got), offset += static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
+}  // namespace
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    throw IoError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw IoError(fmt::format("'{}' is not a regular file", path));
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw IoError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  try {
+    const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+    unsigned char le[8];
+    if (file_size < 8 || !PreadAll(fd_, le, 8, 0))
+      throw IoError(fmt::format("'{}' is not a safetensors file (too short)", path));
+    uint64_t len = 0;
+    for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(le[i]) << (8 * i);
+    if (len > kMaxHeaderBytes || len > file_size - 8)
+      throw IoError(fmt::format("'{}' is not a safetensors file (header length {} of a {}-byte "
+                                "file; at most 100 MB)",
+                                path, len, file_size));
+    std::string h(len, '\0');
+    if (!PreadAll(fd_, h.data(), len, 8)) throw IoError(fmt::format("'{}': truncated header", path));
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(h);
+    } catch (const nlohmann::json::exception& e) {
+      throw IoError(fmt::format("'{}': corrupt safetensors header: {}", path, e.what()));
+    }
+    if (!header.is_object()) throw IoError(fmt::format("'{}': header is not a JSON object", path));
+    const uint64_t data_start = 8 + len, data_size = file_size - data_start;
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      try {
+        if (it.key() == "__metadata__") {
+          for (auto m = it->begin(); m != it->end(); ++m) metadata_[m.key()] = m->get<std::string>();
+          continue;
+        }
+        const std::string dtype = it->at("dtype").get<std::string>();
+        const DtypeInfo* info = ByName(dtype);
+        if (!info)
+          throw IoError(fmt::format("'{}': tensor '{}' has unsupported dtype '{}'", path, it.key(), dtype),
+                        "supported: F32, F64, F16, BF16, I64, I32, U8, BOOL");
+        Entry e{dtype, info->dtype, it->at("shape").get<std::vector<int64_t>>(), 0, 0};
+        std::optional<uint64_t> bytes = info->bytes;
+        for (int64_t d : e.shape) {
+          if (d < 0) throw IoError(fmt::format("'{}': tensor '{}' has a negative dimension", path, it.key()));
+          if (bytes) bytes = MulChecked(*bytes, static_cast<uint64_t>(d));
+        }
+        auto offs = it->at("data_offsets").get<std::vector<uint64_t>>();
+        if (!bytes || offs.size() != 2 || offs[1] < offs[0] || offs[1] > data_size ||
+            offs[1] - offs[0] != *bytes)
+          throw IoError(fmt::format("'{}': tensor '{}' has data_offsets {} that disagree with its "
+                                    "shape x dtype or leave the {}-byte data section",
+                                    path, it.key(), it->at("data_offsets").dump(), data_size),
+                        "the file is damaged or truncated");
+        e.begin = data_start + offs[0], e.end = data_start + offs[1];
+        ranges.emplace_back(offs[0], offs[1]);
+        entries_.emplace(it.key(), std::move(e));
+      } catch (const nlohmann::json::exception& ex) {
+        throw IoError(fmt::format("'{}': bad header entry '{}': {}", path, it.key(), ex.what()));
+      }
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i)
+      if (ranges[i].first < ranges[i - 1].second)
+        throw IoError(fmt::format("'{}': two tensors' data ranges overlap", path),
+                      "the file is damaged");
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const SafetensorsReader::Entry* SafetensorsReader::Find(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+torch::Tensor SafetensorsReader::Read(const std::string& name) const {
+  const Entry* e = Find(name);
+  if (!e) throw IoError(fmt::format("'{}' has no tensor '{}'", path_, name));
+  auto t = torch::empty(e->shape, torch::TensorOptions().dtype(e->dtype));
+  ReadInto(name, t);
+  return t;
+}
+
+void SafetensorsReader::ReadInto(const std::string& name, torch::Tensor dst) const {
+  const Entry* e = Find(name);
+  if (!e) throw IoError(fmt::format("'{}' has no tensor '{}'", path_, name));
+  if (dst.sizes().vec() != e->shape)
+    throw IoError(fmt::format("'{}': tensor '{}' has shape {} but {} was expected", path_, name,
+                              c10::str(c10::IntArrayRef(e->shape)), c10::str(dst.sizes())));
+  RLID_CHECK(dst.device().is_cpu() && dst.is_contiguous(), "ReadInto needs a contiguous CPU tensor");
+  if (c10::isFloatingType(e->dtype) != c10::isFloatingType(dst.scalar_type()))
+    throw ConfigError(fmt::format("'{}': tensor '{}' is {} but a {} tensor was expected", path_,
+                                  name, e->dtype_name, c10::toString(dst.scalar_type())));
+  const uint64_t elem = ByDtype(e->dtype).bytes, numel = static_cast<uint64_t>(dst.numel());
+  auto short_read = [&] {
+    return IoError(fmt::format("'{}': short read of tensor '{}'", path_, name), "the file is truncated");
+  };
+  if (dst.scalar_type() == e->dtype) {
+    if (!PreadAll(fd_, dst.data_ptr(), e->end - e->begin, e->begin)) throw short_read();
+    return;
+  }
+  auto flat = dst.view({-1});
+  const uint64_t per_chunk = std::max<uint64_t>(1, kChunkBytes / elem);
+  auto buf = torch::empty({static_cast<int64_t>(std::min(per_chunk, numel))},
+                          torch::TensorOptions().dtype(e->dtype));
+  for (uint64_t i = 0; i < numel; i += per_chunk) {
+    const uint64_t n = std::min(per_chunk, numel - i);
+    if (!PreadAll(fd_, buf.data_ptr(), n * elem, e->begin + i * elem)) throw short_read();
+    flat.slice(0, static_cast<int64_t>(i), static_cast<int64_t>(i + n))
+        .copy_(buf.slice(0, 0, static_cast<int64_t>(n)));
+  }
 }
 
 }  // namespace rlid::policy

@@ -55,15 +55,17 @@ void ValidateOptions(const SamplerOptions& o) {
 TextSampler::TextSampler(const ModelConfig& config, SamplerOptions options, torch::Device device)
     : options_(std::move(options)), device_(device) {
   ValidateOptions(options_);
-  engine_ = TransformerLM(config);
+  // Weights arrive with SyncWeights(); until then the engine holds zeros (no
+  // random initialisation that would be overwritten). RoPE stays float32.
+  const auto dtype = options_.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  engine_ = TransformerLM(config, dtype, /*initialise=*/false);
+  torch::NoGradGuard no_grad;
+  for (auto& p : engine_->parameters()) {
+    p.set_requires_grad(false);
+    p.zero_();
+  }
   engine_->to(device_);
   engine_->eval();
-  const auto dtype = options_.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
-  // Cast parameters only: the RoPE frequencies stay float32 as in training.
-  for (auto& p : engine_->parameters()) {
-    p.set_data(p.detach().to(dtype));
-    p.set_requires_grad(false);
-  }
 }
 
 void TextSampler::SetOptions(const SamplerOptions& options) {

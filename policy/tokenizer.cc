@@ -592,6 +592,7 @@ Tokenizer::Tokenizer() {
     return Train({}, opt).data_;
   }();
   data_ = kBytes;
+  format_ = WithConfig({}).format_;
 }
 
 Tokenizer Tokenizer::FromFile(const std::string& path) {
@@ -781,17 +782,6 @@ TokenId Tokenizer::RequireLabelToken(std::string_view label) const {
           label, text, fmt::join(ids, ", "), data_->source),
       "use a tokenizer trained by rlid or letter labels");
 }
-
-TokenId Tokenizer::eos_id() const {
-  if (!data_->eos)
-    throw ConfigError(fmt::format("tokenizer '{}' has no end-of-text token", data_->source),
-                      "add <|endoftext|> to added_tokens (rlid-trained tokenizers have it)");
-  return *data_->eos;
-}
-
-TokenId Tokenizer::pad_id() const { return eos_id(); }
-
-uint64_t Tokenizer::Fingerprint() const { return data_->fingerprint; }
 
 const std::string& Tokenizer::source() const { return data_->source; }
 

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "policy/types.h"
 
 namespace rlid::policy {
@@ -32,6 +34,19 @@ namespace internal {
 struct TokenizerData;
 }
 
+// What a model directory adds to tokenizer.json (Hugging Face's tokenizer_config.json
+// and generation_config.json): the bos/eos/pad tokens, whether plain prompts start with
+// BOS, the chat template, and the ids generation stops on. Absent files leave the
+// defaults (eos = the tokenizer's end-of-text token, no BOS, no template).
+struct TokenizerConfig {
+  std::string bos_token, eos_token, pad_token;  // token text; "" when unset
+  bool add_bos = false;       // plain (non-chat) prompts start with bos_token
+  std::string chat_template;  // Jinja source; "" when the model has none
+  std::vector<TokenId> generation_eos;  // generation_config.json eos_token_id(s)
+  nlohmann::json tokenizer_config_json;   // files as read (written back by SaveDirectory); null if absent
+  nlohmann::json generation_config_json;
+};
+
 // An immutable, cheap-to-copy handle: copies share the vocabulary and the
 // per-pre-token BPE cache. All const methods are safe to call concurrently.
 class Tokenizer {
@@ -42,6 +57,18 @@ class Tokenizer {
   // Reads a HF tokenizer.json. IoError if unreadable; ConfigError if the JSON is
   // malformed or uses a component rlid does not implement (named in the message).
   static Tokenizer FromFile(const std::string& path);
+  // tokenizer.json of `dir` plus its tokenizer_config.json, chat_template.jinja and
+  // generation_config.json when present. ConfigError when a named token (bos_token,
+  // eos_token, pad_token, an eos id) is not in the vocabulary, naming the field.
+  static Tokenizer FromDirectory(const std::string& dir);
+  // A directory (FromDirectory) or a tokenizer.json file (FromFile).
+  static Tokenizer FromPath(const std::string& path);
+  // The same vocabulary with `config` applied (validated as in FromDirectory).
+  Tokenizer WithConfig(TokenizerConfig config) const;
+  const TokenizerConfig& config() const;
+  // tokenizer.json, and tokenizer_config.json / generation_config.json when the
+  // tokenizer was read with them. Atomic per file.
+  void SaveDirectory(const std::string& dir) const;
   static Tokenizer FromJsonString(std::string_view json, std::string source = "<json>");
   // Learns merges from `corpus` (see docs/tokenizer.md): Qwen3 pre-tokeniser
   // regex + ByteLevel, no normaliser, all 256 byte tokens, " A".." Z" forced to
@@ -72,18 +99,24 @@ class Tokenizer {
   // is not exactly one token.
   TokenId RequireLabelToken(std::string_view label) const;
 
-  // <|endoftext|> (else <|end_of_text|>, </s>, <eos>); ConfigError if none.
+  // The end of an answer: tokenizer_config's eos_token (<|im_end|> for Qwen chat
+  // models), else <|endoftext|> (else <|end_of_text|>, </s>, <eos>); ConfigError if none.
   TokenId eos_id() const;
-  TokenId pad_id() const;  // = eos_id()
+  TokenId pad_id() const;  // pad_token, else eos_id()
+  std::optional<TokenId> bos_id() const;  // bos_token, if any
+  // Generation stops on any of these: eos_id() and generation_config's eos ids.
+  const std::vector<TokenId>& stop_ids() const;
+  bool IsStop(TokenId id) const;
   // Stable hash of vocab, merges, added tokens, normaliser and pre-tokeniser.
   uint64_t Fingerprint() const;
   // Where the tokenizer came from (file path, "<json>", "<trained>").
   const std::string& source() const;
 
  private:
-  explicit Tokenizer(std::shared_ptr<const internal::TokenizerData> data)
-      : data_(std::move(data)) {}
+  struct Format;  // TokenizerConfig resolved to ids
+  explicit Tokenizer(std::shared_ptr<const internal::TokenizerData> data);
   std::shared_ptr<const internal::TokenizerData> data_;
+  std::shared_ptr<const Format> format_;
 };
 
 }  // namespace rlid::policy

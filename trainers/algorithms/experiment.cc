@@ -257,7 +257,7 @@ std::unique_ptr<ExperimentConfig> ExperimentConfig::Load(const std::string& path
 }
 
 policy::Tokenizer MakeTokenizer(const ExperimentConfig& cfg, const envs::Env& env) {
-  if (!cfg.tokenizer.path.empty()) return policy::Tokenizer::FromFile(cfg.tokenizer.path);
+  if (!cfg.tokenizer.path.empty()) return policy::Tokenizer::FromPath(cfg.tokenizer.path);
   policy::EnvCorpusOptions opt;
   opt.episodes = static_cast<int>(cfg.tokenizer.corpus_episodes);
   opt.seed = cfg.run.seed;

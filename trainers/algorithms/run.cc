@@ -77,7 +77,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
     model = ck.model;
   } else {
     fs::path saved = fs::path(dir) / "tokenizer.json";
-    tokenizer = resume && fs::exists(saved) ? policy::Tokenizer::FromFile(saved.string())
+    tokenizer = resume && fs::exists(saved) ? policy::Tokenizer::FromDirectory(dir)
                                             : MakeTokenizer(cfg, *env);
     policy::ModelConfig mc = cfg.model;
     mc.vocab_size = tokenizer.VocabSize();
@@ -85,7 +85,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
     model->InitWeights(Rng::DeriveSeed(cfg.run.seed, "init"));
     model->to(device);
   }
-  tokenizer.Save((fs::path(dir) / "tokenizer.json").string());
+  tokenizer.SaveDirectory(dir);
   renderer = std::make_unique<policy::PromptRenderer>(cfg.prompt, tokenizer);
   if (cfg.trainer.kl.coef > 0) ref_model = policy::CloneModel(model);
   // Store.

@@ -1,0 +1,274 @@
+// `rlid bench model --checkpoint DIR`: what a user's own pretrained model
+// costs here. Loads DIR (timed, with peak RSS against the weights' bytes in
+// the compute dtype), then measures in the same run: torch::mm FLOP/s, prefill
+// FLOP/s of the model (as a ratio to mm), and menu-readout throughput at batch
+// 1 and batch B (as a ratio). --generate first writes a random BF16 checkpoint
+// shaped exactly like Qwen3-0.6B (HF names and config) when DIR does not exist,
+// in a child process so that its memory does not count. Not part of CI.
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "bench/bench.h"
+#include "core/error.h"
+#include "envs/env.h"
+#include "policy/checkpoint.h"
+#include "policy/model.h"
+#include "policy/prompt.h"
+#include "policy/readout.h"
+#include "policy/runtime.h"
+#include "policy/safetensors.h"
+#include "policy/tokenizer.h"
+#include "policy/tokenizer_corpus.h"
+
+namespace rlid::bench {
+namespace {
+namespace fs = std::filesystem;
+
+double PeakRssBytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;  // KiB on Linux
+}
+
+// Qwen3-0.6B's config.json (layers may be reduced for a quick run).
+nlohmann::json Qwen3SmallConfig(int64_t layers) {
+  return {{"architectures", {"Qwen3ForCausalLM"}},
+          {"model_type", "qwen3"},
+          {"vocab_size", 151936},
+          {"hidden_size", 1024},
+          {"intermediate_size", 3072},
+          {"num_hidden_layers", layers},
+          {"num_attention_heads", 16},
+          {"num_key_value_heads", 8},
+          {"head_dim", 128},
+          {"hidden_act", "silu"},
+          {"max_position_embeddings", 40960},
+          {"rms_norm_eps", 1e-6},
+          {"rope_theta", 1000000.0},
+          {"rope_scaling", nullptr},
+          {"tie_word_embeddings", true},
+          {"attention_bias", false},
+          {"use_sliding_window", false},
+          {"sliding_window", nullptr},
+          {"max_window_layers", layers},
+          {"torch_dtype", "bfloat16"},
+          {"bos_token_id", 151643},
+          {"eos_token_id", 151645}};
+}
+
+// Random BF16 weights under HF names, one tensor at a time from a seeded stream.
+void GenerateCheckpoint(const fs::path& dir, int64_t layers) {
+  fs::create_directories(dir);
+  const nlohmann::json cfg_json = Qwen3SmallConfig(layers);
+  std::ofstream(dir / "config.json") << cfg_json.dump(2);
+  const auto cfg = policy::ModelConfig::FromJson(cfg_json);
+  policy::TransformerLM shape(cfg, torch::kBFloat16, /*initialise=*/false);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(12345);
+  policy::TensorMap tensors;
+  torch::NoGradGuard ng;
+  for (const auto& p : shape->named_parameters()) {
+    if (p.key().rfind("value_head.", 0) == 0) continue;  // not part of HF files
+    auto t = torch::empty(p.value().sizes(), torch::kFloat32);
+    if (p.key().find("norm") != std::string::npos) t.normal_(1.0, 0.05, gen);
+    else t.normal_(0.0, 0.02, gen);
+    tensors[p.key()] = t.to(torch::kBFloat16);
+  }
+  policy::SaveSafetensors((dir / "model.safetensors").string(), tensors, {{"format", "pt"}});
+}
+
+class ModelBench : public Benchmark {
+ public:
+  void AddOptions(CLI::App& app) override {
+    app.add_option("--checkpoint", dir_, "Hugging Face model directory (config.json + safetensors)")
+        ->required();
+    app.add_flag("--generate", generate_,
+                 "if the directory does not exist, first write a random Qwen3-0.6B-shaped BF16 "
+                 "checkpoint there");
+    app.add_option("--layers", layers_, "decoder layers of a generated checkpoint (28 = Qwen3-0.6B)")
+        ->capture_default_str();
+    app.add_option("--dtype", dtype_, "compute dtype of the loaded weights: float32 | bfloat16")
+        ->capture_default_str();
+    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")->capture_default_str();
+    app.add_option("--prefill-tokens", prefill_tokens_, "tokens of the timed prefill forward")
+        ->capture_default_str();
+    app.add_option("--batch", batch_, "states per batched readout")->capture_default_str();
+    app.add_option("--repeats", repeats_, "timed repetitions (the fastest counts)")->capture_default_str();
+  }
+
+  nlohmann::json Run() override {
+    if (dtype_ != "float32" && dtype_ != "bfloat16")
+      throw ConfigError(fmt::format("--dtype '{}' is not float32 or bfloat16", dtype_));
+    if (!fs::exists(dir_)) {
+      if (!generate_)
+        throw IoError(fmt::format("'{}' does not exist", dir_),
+                      "pass a Hugging Face model directory, or --generate to write a random "
+                      "Qwen3-0.6B-shaped one there first");
+      GenerateInChild();
+    }
+    policy::SetNumThreads(threads_);
+    const double rss_before = PeakRssBytes();
+    policy::LoadOptions lo;
+    lo.dtype = dtype_ == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    lo.require_tokenizer = false;
+    const double t0 = Now();
+    auto ck = policy::LoadCheckpoint(dir_, torch::kCPU, lo);
+    const double load_s = Now() - t0, rss_load = PeakRssBytes();
+    auto& model = ck.model;
+    model->eval();
+    double weight_bytes = 0;
+    int64_t params = 0;
+    for (const auto& p : model->parameters()) {
+      weight_bytes += static_cast<double>(p.numel() * p.element_size());
+      params += p.numel();
+    }
+    const auto& mc = model->config();
+    std::cout << fmt::format("{}\n{}: {:.1f}M parameters, {} on disk, {:.2f} GB in {}\n",
+                             policy::TorchSummary(), dir_, params / 1e6, mc.source_dtype,
+                             weight_bytes / 1e9, dtype_);
+    std::cout << fmt::format(
+        "load: {:.2f} s; peak RSS {:.2f} GB = {:.2f} x the weights (target <= 3 s, <= 1.3 x)\n",
+        load_s, rss_load / 1e9, rss_load / weight_bytes);
+
+    torch::NoGradGuard ng;
+    // torch::mm reference: a square float32 matmul.
+    const int64_t n = 2048;
+    auto a = torch::randn({n, n}), b = torch::randn({n, n});
+    torch::mm(a, b);  // warm-up
+    double mm_s = 1e30;
+    for (int r = 0; r < repeats_; ++r) {
+      const double s = Now();
+      auto c = torch::mm(a, b);
+      mm_s = std::min(mm_s, Now() - s);
+    }
+    const double mm_flops = 2.0 * n * n * n / mm_s;
+
+    // Prefill: one sequence, logits at the last position only (what a readout needs).
+    const int64_t T = prefill_tokens_;
+    auto ids = torch::randint(0, std::min<int64_t>(mc.vocab_size, 30000), {1, T}, torch::kInt64);
+    auto pos = torch::arange(T, torch::kInt64).unsqueeze(0);
+    auto mask = policy::TransformerLMImpl::CausalMask(torch::full({1}, T, torch::kInt64), T);
+    auto prefill = [&] {
+      auto h = model->forward(ids, pos, mask).hidden;
+      return model->Logits(h.select(1, T - 1));
+    };
+    prefill();
+    double prefill_s = 1e30;
+    for (int r = 0; r < repeats_; ++r) {
+      const double s = Now();
+      prefill();
+      prefill_s = std::min(prefill_s, Now() - s);
+    }
+    policy::ForwardCost cost;
+    cost.calls = 1, cost.tokens = T, cost.attention_pairs = policy::CausalPairs(T), cost.logit_rows = 1;
+    const double prefill_flops = mc.ForwardFlops(cost) / prefill_s;
+
+    // Readout of bandit menus (its small trained tokenizer's ids lie far below
+    // the model's vocabulary): B states in one call vs one state per call.
+    auto env = envs::MakeEnv("bandit");
+    policy::EnvCorpusOptions co;
+    co.episodes = 100;
+    policy::TokenizerTrainOptions to;
+    to.vocab_size = 512;
+    auto tok = policy::Tokenizer::Train(policy::EnvTextCorpus(*env, co), to);
+    policy::PromptRenderer renderer(policy::PromptConfig{}, tok);
+    std::vector<policy::ReadoutRequest> reqs;
+    int64_t prompt_tokens = 0;
+    for (int64_t i = 0; i < batch_; ++i) {
+      auto st = env->NewState(static_cast<uint64_t>(i));
+      auto menu = st->CompileMenu();
+      policy::ReadoutRequest rq;
+      rq.prompt = renderer.Render(env->Instructions(), st->Observation(), {}, menu, policy::Plane::kDecision).tokens;
+      rq.realisations = renderer.Realisations(menu, true);
+      rq.end_token = tok.eos_id();
+      prompt_tokens += static_cast<int64_t>(rq.prompt.size());
+      reqs.push_back(std::move(rq));
+    }
+    policy::Readout(model, {reqs[0]});  // warm-up
+    double one_s = 1e30, batched_s = 1e30;
+    for (int r = 0; r < repeats_; ++r) {
+      double s = Now();
+      for (const auto& rq : reqs) policy::Readout(model, {rq});
+      one_s = std::min(one_s, Now() - s);
+      s = Now();
+      policy::Readout(model, reqs);
+      batched_s = std::min(batched_s, Now() - s);
+    }
+    const double rss_end = PeakRssBytes();
+
+    std::cout << fmt::format("torch::mm {}x{} float32: {:.1f} GFLOP/s\n", n, n, mm_flops / 1e9);
+    std::cout << fmt::format("prefill {} tokens ({}): {:.2f} s, {:.1f} GFLOP/s = {:.2f} x torch::mm (target >= 0.5)\n",
+                             T, dtype_, prefill_s, prefill_flops / 1e9, prefill_flops / mm_flops);
+    std::cout << fmt::format(
+        "readout, {} bandit states ({:.0f} prompt tokens each): {:.2f} decisions/s one per call, "
+        "{:.2f} batched = {:.2f} x (target >= 1.5)\n",
+        batch_, static_cast<double>(prompt_tokens) / batch_, batch_ / one_s, batch_ / batched_s,
+        one_s / batched_s);
+    std::cout << fmt::format("peak RSS at the end {:.2f} GB\n", rss_end / 1e9);
+    return {{"runtime", policy::TorchSummary()},
+            {"blas_warning", policy::BlasWarning()},
+            {"checkpoint", dir_},
+            {"dtype", dtype_},
+            {"parameters", params},
+            {"weights_bytes", weight_bytes},
+            {"load_s", load_s},
+            {"peak_rss_bytes_before_load", rss_before},
+            {"peak_rss_bytes_after_load", rss_load},
+            {"load_rss_over_weights", rss_load / weight_bytes},
+            {"mm_flops", mm_flops},
+            {"prefill_tokens", T},
+            {"prefill_s", prefill_s},
+            {"prefill_flops", prefill_flops},
+            {"prefill_over_mm", prefill_flops / mm_flops},
+            {"readout_batch", batch_},
+            {"readout_decisions_per_s_batch1", batch_ / one_s},
+            {"readout_decisions_per_s_batched", batch_ / batched_s},
+            {"readout_batch_speedup", one_s / batched_s},
+            {"peak_rss_bytes", rss_end}};
+  }
+
+ private:
+  void GenerateInChild() {
+    std::cout << fmt::format("writing a random Qwen3-0.6B-shaped BF16 checkpoint ({} layers) to {}\n",
+                             layers_, dir_)
+              << std::flush;
+    const pid_t pid = fork();
+    if (pid < 0) throw IoError("fork failed");
+    if (pid == 0) {
+      int code = 0;
+      try {
+        GenerateCheckpoint(dir_, layers_);
+      } catch (const std::exception& e) {
+        std::cerr << e.what() << "\n";
+        code = 1;
+      }
+      _exit(code);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      throw IoError(fmt::format("writing the checkpoint to '{}' failed", dir_));
+  }
+
+  std::string dir_, dtype_ = "float32";
+  bool generate_ = false;
+  int64_t layers_ = 28;
+  int threads_ = 0;
+  int64_t prefill_tokens_ = 256;
+  int64_t batch_ = 8;
+  int repeats_ = 3;
+};
+
+const Registrar<BenchRegistry> kRegister(
+    "model", "load time, memory, prefill FLOP/s and readout batching of a pretrained model",
+    [] { return std::make_unique<ModelBench>(); });
+
+}  // namespace
+}  // namespace rlid::bench
