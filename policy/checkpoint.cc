@@ -227,8 +227,8 @@ void CopyWeights(TransformerLM& src, TransformerLM& dst) {
   for (auto& p : dst->named_parameters()) p.value().copy_(s[p.key()]);
 }
 
-TransformerLM CloneModel(TransformerLM& src) {
-  TransformerLM dst(src->config(), src->dtype(), /*initialise=*/false);
+TransformerLM CloneModel(TransformerLM& src, std::optional<torch::Dtype> dtype) {
+  TransformerLM dst(src->config(), dtype.value_or(src->dtype()), /*initialise=*/false);
   dst->value_head->to(src->value_head->weight.scalar_type());
   dst->to(src->device());
   CopyWeights(src, dst);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -51,7 +52,8 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device = t
 // Copies weights from `src` into `dst` (same config); used for reference and
 // rollout-engine copies.
 void CopyWeights(TransformerLM& src, TransformerLM& dst);
-// A deep copy of a model (same device/dtype), detached from autograd.
-TransformerLM CloneModel(TransformerLM& src);
+// A deep copy of a model (same device; parameters in `dtype`, default the
+// source's; the value head keeps its dtype), detached from autograd.
+TransformerLM CloneModel(TransformerLM& src, std::optional<torch::Dtype> dtype = std::nullopt);
 
 }  // namespace rlid::policy

@@ -24,6 +24,8 @@ void RunConfig::Load(ConfigNode n) {
   n.GetEnum("device", device, {"cpu", "cuda"}, "where tensors live");
   n.Get("threads", threads, "LibTorch intra-op threads (0 = one per core)",
         IntRange::NonNegative());
+  n.Get("keep_checkpoints", keep_checkpoints,
+        "keep only the newest N iteration checkpoints (0 = keep all)", IntRange::NonNegative());
 }
 
 void TokenizerConfig::Load(ConfigNode n) {
@@ -205,7 +207,10 @@ std::unique_ptr<ExperimentConfig> ExperimentConfig::FromConfig(Config cfg) {
   ConfigNode pol = root.Section("policy");
   e->model.Load(pol);
   pol.Get("init", e->init_checkpoint,
-          "start from this checkpoint (rlid sft output); empty = fresh model");
+          "start from this checkpoint: rlid sft/train output or a Hugging Face model directory; "
+          "empty = fresh model");
+  pol.GetEnum("dtype", e->policy_dtype, {"float32", "bfloat16"},
+              "frozen weight copies (the KL reference model): float32 or bfloat16");
   e->prompt.Load(root.Section("prompt"));
   e->readout.Load(root.Section("readout"));
   LoadSampler(root.Section("sampler"), e->sampler);

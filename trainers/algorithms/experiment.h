@@ -31,6 +31,7 @@ struct RunConfig {
   uint64_t seed = 1;           // every random stream derives from it
   std::string device = "cpu";  // cpu | cuda
   int threads = 0;             // LibTorch intra-op threads (0 = one per core)
+  int64_t keep_checkpoints = 0;  // keep the newest N iteration checkpoints (0 = all)
   void Load(ConfigNode n);
 };
 
@@ -132,6 +133,9 @@ struct ExperimentConfig {
   TokenizerConfig tokenizer;
   policy::ModelConfig model;
   std::string init_checkpoint;  // [policy] init: start from this checkpoint
+  // Frozen copies of the weights (the KL reference model) in float32 or
+  // bfloat16 (half the memory; their log-probs still come out in float32).
+  std::string policy_dtype = "float32";
   policy::PromptConfig prompt;
   agents::ReadoutConfig readout;
   policy::SamplerOptions sampler;

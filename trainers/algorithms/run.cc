@@ -75,6 +75,20 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
     auto ck = policy::LoadCheckpoint(cfg.init_checkpoint, device);
     tokenizer = ck.tokenizer;
     model = ck.model;
+    // The [policy] size keys describe a fresh model; record what was loaded instead.
+    const nlohmann::json loaded = {{"path", fs::absolute(cfg.init_checkpoint).string()},
+                                   {"weight_files", ck.weight_files},
+                                   {"parameters", model->config().NumParameters()},
+                                   {"dtype", c10::toString(model->dtype())},
+                                   {"config", ck.hf_config}};
+    std::ofstream(fs::path(dir) / "model.json") << loaded.dump(2) << "\n";
+    std::string note = fmt::format(
+        "\n# policy.init loaded {} ({} parameters, model_type {}, {} layers, hidden {}); the\n"
+        "# [policy] size keys above do not apply to it. Its config.json is in model.json.\n",
+        loaded["path"].get<std::string>(), model->config().NumParameters(),
+        model->config().ModelType(), model->config().num_layers, model->config().hidden_size);
+    resolved += note;
+    if (!options.config_file.empty()) std::ofstream(fs::path(dir) / options.config_file, std::ios::app) << note;
   } else {
     fs::path saved = fs::path(dir) / "tokenizer.json";
     tokenizer = resume && fs::exists(saved) ? policy::Tokenizer::FromDirectory(dir)
@@ -87,7 +101,9 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
   }
   tokenizer.SaveDirectory(dir);
   renderer = std::make_unique<policy::PromptRenderer>(cfg.prompt, tokenizer);
-  if (cfg.trainer.kl.coef > 0) ref_model = policy::CloneModel(model);
+  if (cfg.trainer.kl.coef > 0)
+    ref_model = policy::CloneModel(
+        model, cfg.policy_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
   // Store.
   store = memory::Store::Open((fs::path(dir) / memory::kDatabaseFileName).string(),
                               memory::Store::Mode::kReadWrite);

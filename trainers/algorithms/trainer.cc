@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -42,6 +43,24 @@ agents::Budget BudgetFromJson(const nlohmann::json& j) {
   return agents::Budget::FromMetrics(m);
 }
 
+// Removes all but the newest `keep` iter_N directories (names sort by iteration).
+// The newest is the one "latest" points to, so resume is never affected.
+void PruneCheckpoints(const std::string& checkpoints_dir, int64_t keep) {
+  std::vector<fs::path> iters;
+  for (const auto& e : fs::directory_iterator(checkpoints_dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && !e.is_symlink() && name.rfind("iter_", 0) == 0 &&
+        name.find('.') == std::string::npos)
+      iters.push_back(e.path());
+  }
+  std::sort(iters.begin(), iters.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep) < iters.size(); ++i) {
+    std::error_code ec;
+    fs::remove_all(iters[i], ec);
+    if (ec) spdlog::warn("could not remove old checkpoint {}: {}", iters[i].string(), ec.message());
+  }
+}
+
 std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
   // Only called from Train after CheckParametersFinite passed on these weights.
   // Everything recorded so far is committed first, so a checkpoint never
@@ -66,6 +85,7 @@ std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
   fs::create_directory_symlink(dir.filename(), tmp);
   fs::rename(tmp, latest);
   run.recorder().Checkpoint(iteration, dir.string());
+  if (run.cfg.run.keep_checkpoints > 0) PruneCheckpoints(run.checkpoints_dir, run.cfg.run.keep_checkpoints);
   return dir.string();
 }
 

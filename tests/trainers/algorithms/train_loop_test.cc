@@ -23,6 +23,7 @@
 #include "memory/store.h"
 #include "policy/checkpoint.h"
 #include "policy/runtime.h"
+#include "policy/tokenizer_corpus.h"
 #include "tests/agents/fixtures.h"
 #include "trainers/algorithms/trainer.h"
 
@@ -431,6 +432,68 @@ TEST(TrainLoop, RecordingOffKeepsMetricsAndDropsProvenance) {
   }
   EXPECT_EQ(AsDouble(Query(dir.str(), "SELECT count(*) FROM episodes").rows[0][0]), 0);
   EXPECT_GT(AsDouble(Query(dir.str(), "SELECT count(*) FROM metrics").rows[0][0]), 20);
+}
+
+// run.keep_checkpoints keeps the newest N; a run started from policy.init
+// records the model it loaded (model.json, a note in config.toml), and
+// policy.dtype = bfloat16 gives a bfloat16 KL reference model.
+TEST(TrainLoop, KeepsTheNewestCheckpointsAndRecordsTheLoadedModel) {
+  auto cfg = Experiment(LoopToml(), {"trainer.checkpoint_every=1", "run.keep_checkpoints=2"});
+  TempDir dir("keep_ckpt");
+  RunTraining(*cfg, dir.str());
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir.path() / "checkpoints"))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"iter_000002", "iter_000003", "latest"}));  // 0-based
+  EXPECT_TRUE(fs::exists(dir.path() / "checkpoints" / "latest" / "model.safetensors"));
+
+  const std::string init = (dir.path() / "checkpoints" / "latest").string();
+  auto from = Experiment(LoopToml(), {"trainer.iterations=1", "policy.init=" + init,
+                                      "policy.dtype=bfloat16", "trainer.kl.coef=0.05"});
+  TempDir dir2("init_record");
+  auto trainer = MakeTrainer(*from);
+  trainers::Run s(*from, {.out_dir = dir2.str(), .quiet = true});
+  ASSERT_TRUE(s.ref_model);
+  EXPECT_EQ(s.ref_model->dtype(), torch::kBFloat16);
+  EXPECT_EQ(s.model->dtype(), torch::kFloat32);  // the trained weights stay float32
+  Train(s, *trainer, {.quiet = true});
+  s.End("completed");
+  std::ifstream mj(dir2.path() / "model.json");
+  const auto model = nlohmann::json::parse(mj);
+  EXPECT_EQ(model.at("parameters").get<int64_t>(), s.model->config().NumParameters());
+  EXPECT_EQ(model.at("config").at("num_hidden_layers"), 1);
+  std::ifstream ct(dir2.path() / "config.toml");
+  const std::string toml((std::istreambuf_iterator<char>(ct)), std::istreambuf_iterator<char>());
+  EXPECT_NE(toml.find("# policy.init loaded"), std::string::npos) << toml;
+}
+
+// Bring your own model: a Hugging Face directory (the sharded BF16 Qwen3
+// fixture, with a tokenizer that fits its 300 ids) trains with policy.init.
+TEST(TrainLoop, TrainsAHuggingFaceModelDirectory) {
+  TempDir dir("hf_init");
+  const fs::path model = dir.path() / "model";
+  fs::create_directories(model);
+  for (const auto& e : fs::directory_iterator(fs::path(RLID_SOURCE_DIR) / "tests/data/hf/qwen3_tiny_bf16_sharded"))
+    if (e.path().filename() != "reference.json") fs::copy_file(e.path(), model / e.path().filename());
+  auto env = envs::MakeEnv("bandit");
+  policy::EnvCorpusOptions co;
+  co.episodes = 60;
+  policy::TokenizerTrainOptions to;
+  to.vocab_size = 300;
+  policy::Tokenizer::Train(policy::EnvTextCorpus(*env, co), to).SaveDirectory(model.string());
+  auto cfg = Experiment(LoopToml(), {"trainer.iterations=1", "policy.init=" + model.string()});
+  auto before = policy::LoadCheckpoint(model.string());
+  EXPECT_EQ(before.weight_files.size(), 2u);
+  const std::string out = (dir.path() / "run").string();
+  RunTraining(*cfg, out);
+  auto after = policy::LoadCheckpoint(out + "/checkpoints/latest");
+  EXPECT_EQ(after.model->config().ModelType(), "qwen3");
+  EXPECT_EQ(after.model->config().NumParameters(), before.model->config().NumParameters());
+  const auto& w0 = before.model->model->layer_list[0]->self_attn->q_proj->weight;
+  const auto& w1 = after.model->model->layer_list[0]->self_attn->q_proj->weight;
+  EXPECT_FALSE(torch::equal(w0, w1));  // it trained
+  EXPECT_LT((w0 - w1).abs().max().item<double>(), 0.1);
 }
 
 TEST(PpoDecision, AllActionEstimatorTrainsAndLogsTheGradientSnr) {
