@@ -20,6 +20,8 @@ void ReadoutConfig::Load(ConfigNode n) {
             "wordings marginalised into p(a|s): label + every realisation, or the label only");
   n.GetEnum("normalisation", normalisation, {"menu", "other"},
             "renormalise over the menu, or keep the off-menu mass as an explicit outcome");
+  n.Get("share_prefix", share_prefix,
+        "compute a readout batch's common prompt prefix once (same numbers, fewer FLOPs)");
 }
 
 void InvalidConfig::Load(ConfigNode n) {
@@ -258,6 +260,7 @@ policy::ReadoutOptions ReadoutOptionsFor(const ReadoutConfig& readout, bool afte
   policy::ReadoutOptions o;
   o.normalisation = readout.normalisation;
   o.afterstate_values = afterstates;
+  o.share_prefix = readout.share_prefix;
   return o;
 }
 

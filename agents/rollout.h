@@ -33,6 +33,9 @@ struct ReadoutConfig {
   // invalid answer ([trainer.invalid]). Sampling, the PPO ratio, KL and entropy
   // all use this one distribution (policy::DecisionDistribution).
   std::string normalisation = "menu";
+  // Compute the common prompt prefix of a readout batch once (the same numbers
+  // up to float rounding; fewer FLOPs in budget/*).
+  bool share_prefix = true;
   void Load(ConfigNode n);
   bool off_menu_outcome() const { return normalisation == "other"; }
 };

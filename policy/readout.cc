@@ -20,6 +20,7 @@ namespace rlid::policy {
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+constexpr int64_t kMinSharedPrefix = 8;  // shorter common prefixes are not worth a second call
 
 std::string Repr(const std::vector<TokenId>& w) { return fmt::format("[{}]", fmt::join(w, ", ")); }
 
@@ -246,7 +247,33 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
     }
   }
   const torch::Device device = model->device();
-  auto hidden = model->forward(ids.to(device), pos.to(device), mask.to(device)).hidden;  // [B, L, D]
+  // The batch's common prompt prefix C, leaving every row >= 1 prompt token of
+  // its own (the root logits come from the last one).
+  int64_t C = 0;
+  if (options.share_prefix && B > 1) {
+    C = rows[0].prompt_len - 1;
+    for (int64_t b = 1; b < B && C > 0; ++b) {
+      C = std::min(C, rows[b].prompt_len - 1);
+      int64_t same = 0;
+      while (same < C && rows[b].ids[same] == rows[0].ids[same]) ++same;
+      C = same;
+    }
+    if (C < kMinSharedPrefix) C = 0;
+  }
+  torch::Tensor hidden;  // [B, L, D]
+  ids = ids.to(device), pos = pos.to(device), mask = mask.to(device);
+  if (C > 0) {
+    auto pre = model->forward(ids.slice(0, 0, 1).slice(1, 0, C), pos.slice(0, 0, 1).slice(1, 0, C),
+                              mask.slice(0, 0, 1).slice(2, 0, C).slice(3, 0, C), nullptr,
+                              /*return_present=*/true);
+    auto rest = model->forward(ids.slice(1, C), pos.slice(1, C), mask.slice(2, C), &pre.present);
+    hidden = torch::cat({pre.hidden.expand({B, -1, -1}), rest.hidden}, 1);
+    // Still one readout pass (calls); tokens and pairs count the work saved.
+    cost.tokens -= (B - 1) * C;
+    cost.attention_pairs -= (B - 1) * CausalPairs(C);
+  } else {
+    hidden = model->forward(ids, pos, mask).hidden;
+  }
   auto flat_hidden = hidden.reshape({B * L, hidden.size(-1)});
 
   // Hidden rows needing logits: per row the root, then every node with children.

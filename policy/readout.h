@@ -37,6 +37,10 @@ struct ReadoutOptions {
   // "other": unnormalised Σ_r π(r|s); Σ_a p + p_other = 1.
   std::string normalisation = "menu";
   bool afterstate_values = false;
+  // Compute the prompts' common prefix (e.g. the shared instructions or system
+  // turn) once for the batch and let every row attend to its keys/values: the
+  // same numbers, less work (counted in cost). Used when >= 8 tokens are shared.
+  bool share_prefix = true;
 };
 
 // B states, K = max items, R = max wordings per item.

@@ -523,7 +523,10 @@ TEST(PpoDecision, AllActionEstimatorTrainsAndLogsTheGradientSnr) {
 // forward and backward: its FLOPs are exactly 3 x epochs x the rollout's
 // (bandit: no step-limit cuts, no reference), and every minibatch is one backward.
 TEST(PpoDecision, CountsEveryForwardAndBackward) {
-  auto cfg = Experiment(LoopToml(), {"trainer.iterations=2", "trainer.target_kl=0"});
+  // Without prefix sharing, the update's rows are the rollout's rows exactly
+  // (sharing saves different amounts in differently composed batches).
+  auto cfg = Experiment(LoopToml(), {"trainer.iterations=2", "trainer.target_kl=0",
+                                     "readout.share_prefix=false"});
   TempDir dir("ppo_flops");
   RunTraining(*cfg, dir.str());
   auto at = [&](int64_t it, const std::string& key) {
