@@ -21,7 +21,8 @@ void ReadoutConfig::Load(ConfigNode n) {
   n.GetEnum("normalisation", normalisation, {"menu", "other"},
             "renormalise over the menu, or keep the off-menu mass as an explicit outcome");
   n.Get("share_prefix", share_prefix,
-        "compute a readout batch's common prompt prefix once (same numbers, fewer FLOPs)");
+        "compute a readout batch's common prompt prefix once (same numbers up to float "
+        "rounding, fewer FLOPs)");
 }
 
 void InvalidConfig::Load(ConfigNode n) {

@@ -34,8 +34,9 @@ struct ReadoutConfig {
   // all use this one distribution (policy::DecisionDistribution).
   std::string normalisation = "menu";
   // Compute the common prompt prefix of a readout batch once (the same numbers
-  // up to float rounding; fewer FLOPs in budget/*).
-  bool share_prefix = true;
+  // up to float rounding; fewer FLOPs in budget/*). Opt-in, so that runs
+  // reproduce earlier ones bit for bit unless asked.
+  bool share_prefix = false;
   void Load(ConfigNode n);
   bool off_menu_outcome() const { return normalisation == "other"; }
 };

@@ -39,8 +39,10 @@ struct ReadoutOptions {
   bool afterstate_values = false;
   // Compute the prompts' common prefix (e.g. the shared instructions or system
   // turn) once for the batch and let every row attend to its keys/values: the
-  // same numbers, less work (counted in cost). Used when >= 8 tokens are shared.
-  bool share_prefix = true;
+  // same numbers up to float rounding, less work (counted in cost). Used when
+  // >= 8 tokens are shared. Off by default: the rounding differs from the
+  // unshared pass, so runs would not reproduce earlier ones bit for bit.
+  bool share_prefix = false;
 };
 
 // B states, K = max items, R = max wordings per item.

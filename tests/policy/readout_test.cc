@@ -264,7 +264,8 @@ TEST(Readout, SharedPromptPrefixChangesNothingButTheCost) {
   }
   ReadoutOptions shared, plain;
   shared.afterstate_values = plain.afterstate_values = true;
-  plain.share_prefix = false;
+  shared.share_prefix = true;
+  EXPECT_FALSE(plain.share_prefix);  // opt-in
   auto grads = [&](const ReadoutOptions& o, ReadoutBatch* out) {
     m->zero_grad();
     *out = Readout(m, batch, o);
