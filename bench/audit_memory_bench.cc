@@ -8,7 +8,6 @@
 // printed next to the float32 weights' bytes and the 8 GB target. Minutes of
 // CPU time; not part of CI.
 #include <fmt/format.h>
-#include <sys/resource.h>
 
 #include <iostream>
 
@@ -19,19 +18,12 @@
 #include "policy/prompt.h"
 #include "policy/runtime.h"
 #include "policy/tokenizer.h"
-#include "policy/tokenizer_corpus.h"
 #include "trainers/analysis/audit.h"
 
 namespace rlid::bench {
 namespace {
 
 constexpr double kTargetBytes = 8e9;  // 8 GB
-
-double PeakRssBytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) * 1024.0;  // ru_maxrss is in KiB on Linux
-}
 
 double Gb(double bytes) { return bytes / 1e9; }
 
@@ -52,11 +44,7 @@ class AuditMemoryBench : public Benchmark {
   nlohmann::json Run() override {
     policy::SetNumThreads(threads_);
     auto env = envs::MakeEnv("bandit");
-    policy::EnvCorpusOptions co;
-    co.episodes = 100;
-    policy::TokenizerTrainOptions to;
-    to.vocab_size = 512;
-    auto tok = policy::Tokenizer::Train(policy::EnvTextCorpus(*env, co), to);
+    auto tok = SmallEnvTokenizer(*env);
     policy::PromptRenderer renderer(policy::PromptConfig{}, tok);
 
     policy::ModelConfig c;

@@ -11,6 +11,11 @@
 #include <string>
 
 #include "core/registry.h"
+#include "policy/tokenizer.h"
+
+namespace rlid::envs {
+class Env;
+}
 
 namespace rlid::bench {
 
@@ -30,5 +35,13 @@ using BenchRegistry = Registry<Benchmark>;
 inline double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// Peak resident set size of this process so far (getrusage's ru_maxrss), in bytes.
+double PeakRssBytes();
+
+// A small tokenizer (512 ids) trained on 100 random-play episodes of `env`:
+// its ids lie far below a pretrained model's vocabulary, so env prompts can be
+// fed to a model of any size.
+policy::Tokenizer SmallEnvTokenizer(const envs::Env& env);
 
 }  // namespace rlid::bench

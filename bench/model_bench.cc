@@ -6,7 +6,6 @@
 // shaped exactly like Qwen3-0.6B (HF names and config) when DIR does not exist,
 // in a child process so that its memory does not count. Not part of CI.
 #include <fmt/format.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,17 +25,10 @@
 #include "policy/runtime.h"
 #include "policy/safetensors.h"
 #include "policy/tokenizer.h"
-#include "policy/tokenizer_corpus.h"
 
 namespace rlid::bench {
 namespace {
 namespace fs = std::filesystem;
-
-double PeakRssBytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) * 1024.0;  // KiB on Linux
-}
 
 // Qwen3-0.6B's config.json (layers may be reduced for a quick run).
 nlohmann::json Qwen3SmallConfig(int64_t layers) {
@@ -173,11 +165,7 @@ class ModelBench : public Benchmark {
     // Readout of bandit menus (its small trained tokenizer's ids lie far below
     // the model's vocabulary): B states in one call vs one state per call.
     auto env = envs::MakeEnv("bandit");
-    policy::EnvCorpusOptions co;
-    co.episodes = 100;
-    policy::TokenizerTrainOptions to;
-    to.vocab_size = 512;
-    auto tok = policy::Tokenizer::Train(policy::EnvTextCorpus(*env, co), to);
+    auto tok = SmallEnvTokenizer(*env);
     policy::PromptRenderer renderer(policy::PromptConfig{}, tok);
     std::vector<policy::ReadoutRequest> reqs;
     int64_t prompt_tokens = 0;
