@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "policy/lora.h"
 #include "policy/safetensors.h"
 
 namespace rlid::policy {
@@ -56,17 +57,28 @@ void SaveCheckpoint(const std::string& dir, TransformerLM& model, const Tokenize
   fs::remove_all(tmp, ec);
   if (!fs::create_directories(tmp, ec) && ec)
     throw IoError(fmt::format("cannot create '{}': {}", tmp.string(), ec.message()));
-  TensorMap tensors;
-  for (const auto& p : model->named_parameters()) tensors[p.key()] = p.value().to(torch::kFloat32);
-  SaveSafetensors((tmp / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  WriteText(tmp / "config.json", model->config().ToJson().dump(2));
-  tokenizer.SaveDirectory(tmp.string());
   nlohmann::json meta = {{"format", "rlid-checkpoint"},
                          {"format_version", kCheckpointFormatVersion},
                          {"code_version", VersionString()},
                          {"created", NowIso()},
                          {"tokenizer_fingerprint", fmt::format("{:016x}", tokenizer.Fingerprint())},
                          {"extra", extra}};
+  if (model->lora()) {
+    // Adapters only (PEFT layout) + the value head; the frozen base stays where it is.
+    SaveAdapter(tmp.string(), model);
+    TensorMap head;
+    for (const auto& p : model->value_head->named_parameters())
+      head["value_head." + p.key()] = p.value().detach().to(torch::kFloat32);
+    SaveSafetensors((tmp / kValueHeadFile).string(), head, {{"format", "pt"}});
+    meta["base_model"] = model->lora()->base_model;
+    meta["base_dtype"] = c10::toString(model->dtype());
+  } else {
+    TensorMap tensors;
+    for (const auto& p : model->named_parameters()) tensors[p.key()] = p.value().to(torch::kFloat32);
+    SaveSafetensors((tmp / "model.safetensors").string(), tensors, {{"format", "pt"}});
+    WriteText(tmp / "config.json", model->config().ToJson().dump(2));
+  }
+  tokenizer.SaveDirectory(tmp.string());
   if (write_more) write_more(tmp.string());
   WriteText(tmp / "rlid.json", meta.dump(2));
   // Publish: move any old checkpoint aside, rename, then delete the old one.
@@ -139,6 +151,71 @@ bool IgnorableTensor(const std::string& name, const ModelConfig& cfg) {
   return name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0;
 }
 
+
+// rlid.json of `root` (empty when absent), with its format version checked.
+nlohmann::json ReadMeta(const fs::path& root, const std::string& dir) {
+  if (!fs::exists(root / "rlid.json")) return nullptr;
+  nlohmann::json meta = ReadJson(root / "rlid.json");
+  int version = meta.value("format_version", -1);
+  if (version > kCheckpointFormatVersion)
+    throw ConfigError(fmt::format("checkpoint '{}' has format version {}, newer than this rlid ({})",
+                                  dir, version, kCheckpointFormatVersion),
+                      "upgrade rlid to load it");
+  if (version < 1) throw IoError(fmt::format("checkpoint '{}': rlid.json has no valid format_version", dir));
+  return meta;
+}
+
+void ReadValueHead(const fs::path& file, TransformerLM& model) {
+  SafetensorsReader r(file.string());
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->value_head->named_parameters()) {
+    const std::string name = "value_head." + p.key();
+    const auto* e = r.Find(name);
+    if (e == nullptr || e->shape != p.value().sizes().vec())
+      throw ConfigError(fmt::format("'{}' has no tensor '{}' of shape {}", file.string(), name,
+                                    c10::str(p.value().sizes())),
+                        "the value head file does not belong to this model");
+    r.ReadInto(name, p.value());
+  }
+}
+
+// An adapter directory: the base model its adapter_config.json names, the
+// adapters attached and read, the value head (zero when the directory has none,
+// as PEFT adapters trained elsewhere).
+LoadedCheckpoint LoadAdapterCheckpoint(const fs::path& root, const std::string& dir,
+                                       torch::Device device, const LoadOptions& opt) {
+  nlohmann::json meta = ReadMeta(root, dir);
+  LoraConfig lc = ReadAdapterConfig(dir);
+  const std::string& base = lc.base_model;
+  if (base.empty() || !fs::is_directory(base))
+    throw ConfigError(
+        fmt::format("adapter '{}': base_model_name_or_path = \"{}\" is not a directory here", dir, base),
+        "rlid cannot download models: set base_model_name_or_path in adapter_config.json to the "
+        "local directory of the base model");
+  if (IsAdapterDirectory(base))
+    throw ConfigError(fmt::format("adapter '{}': its base '{}' is itself an adapter", dir, base),
+                      "point base_model_name_or_path at a full model directory");
+  const bool own_tokenizer = fs::exists(root / "tokenizer.json");
+  LoadOptions base_opt = opt;
+  base_opt.require_tokenizer = opt.require_tokenizer && !own_tokenizer;
+  LoadedCheckpoint out = LoadCheckpoint(base, device, base_opt);
+  if (own_tokenizer) {
+    out.tokenizer = Tokenizer::FromDirectory(root.string());
+    out.has_tokenizer = true;
+  }
+  AttachLora(out.model, lc, 0);
+  LoadAdapterWeights(dir, out.model);
+  if (fs::exists(root / kValueHeadFile)) {
+    ReadValueHead(root / kValueHeadFile, out.model);
+    out.weight_files.push_back((root / kValueHeadFile).string());
+  }
+  out.weight_files.push_back((root / "adapter_model.safetensors").string());
+  out.base_dir = base;
+  out.meta = std::move(meta);
+  out.dir = dir;
+  return out;
+}
+
 }  // namespace
 
 LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, const LoadOptions& opt) {
@@ -146,21 +223,12 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
   if (!fs::is_directory(root))
     throw IoError(
         fmt::format("checkpoint '{}' is not a directory", dir),
-        "pass a directory written by `rlid sft`/`rlid train` (runs/<run>/checkpoints/...) or a "
-        "Hugging Face model directory");
+        "pass a directory written by `rlid sft`/`rlid train` (runs/<run>/checkpoints/...), a "
+        "Hugging Face model directory or a PEFT LoRA adapter directory");
+  if (IsAdapterDirectory(dir)) return LoadAdapterCheckpoint(root, dir, device, opt);
   LoadedCheckpoint out;
   out.dir = dir;
-  if (fs::exists(root / "rlid.json")) {
-    out.meta = ReadJson(root / "rlid.json");
-    int version = out.meta.value("format_version", -1);
-    if (version > kCheckpointFormatVersion)
-      throw ConfigError(
-          fmt::format("checkpoint '{}' has format version {}, newer than this rlid ({})", dir,
-                      version, kCheckpointFormatVersion),
-          "upgrade rlid to load it");
-    if (version < 1)
-      throw IoError(fmt::format("checkpoint '{}': rlid.json has no valid format_version", dir));
-  }
+  out.meta = ReadMeta(root, dir);
   ModelConfig cfg;
   try {
     out.hf_config = ReadJson(root / "config.json");
@@ -221,10 +289,87 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
   return out;
 }
 
+void ExportModel(LoadedCheckpoint& ck, const std::string& out_dir, const ExportOptions& opt) {
+  const fs::path target(out_dir);
+  std::error_code ec;
+  if (fs::exists(target) && !(fs::is_directory(target) && fs::is_empty(target)))
+    throw IoError(fmt::format("'{}' already exists and is not an empty directory", out_dir),
+                  "export writes a new directory: choose another --out or remove it");
+  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  const fs::path tmp = target.string() + fmt::format(".tmp-{}", getpid());
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directories(tmp, ec) && ec)
+    throw IoError(fmt::format("cannot create '{}': {}", tmp.string(), ec.message()));
+  if (ck.model->lora() && !opt.merge) {
+    SaveAdapter(tmp.string(), ck.model);
+  } else {
+    TensorMap tensors;
+    ForEachMergedParameter(ck.model, [&](const std::string& name, const torch::Tensor& t) {
+      tensors[name] = t.to(opt.dtype).contiguous();
+    });
+    SaveSafetensors((tmp / "model.safetensors").string(), tensors, {{"format", "pt"}});
+    tensors.clear();
+    nlohmann::json cfg = ck.hf_config.is_object() ? ck.hf_config : ck.model->config().ToJson();
+    const std::string dtype_name = opt.dtype == torch::kBFloat16 ? "bfloat16" : "float32";
+    cfg["torch_dtype"] = dtype_name;
+    if (cfg.contains("dtype")) cfg["dtype"] = dtype_name;
+    WriteText(tmp / "config.json", cfg.dump(2));
+  }
+  if (ck.has_tokenizer) ck.tokenizer.SaveDirectory(tmp.string());
+  if (fs::exists(target)) fs::remove(target, ec);  // the empty directory
+  fs::rename(tmp, target, ec);
+  if (ec) throw IoError(fmt::format("cannot publish '{}': {}", out_dir, ec.message()));
+}
+
+nlohmann::json ReadCheckpointMeta(const std::string& dir) {
+  nlohmann::json meta = ReadMeta(fs::path(dir), dir);
+  if (meta.is_null())
+    throw IoError(fmt::format("checkpoint '{}' has no rlid.json", dir),
+                  "it is not a checkpoint written by `rlid train`/`rlid sft`");
+  return meta;
+}
+
 void CopyWeights(TransformerLM& src, TransformerLM& dst) {
   torch::NoGradGuard no_grad;
+  auto d = dst->named_parameters();
+  if (src->lora() && !dst->lora()) {  // dst computes what src computes: adapters folded in
+    ForEachMergedParameter(src, [&](const std::string& name, const torch::Tensor& t) { d[name].copy_(t); },
+                           /*include_value_head=*/true);
+    return;
+  }
   auto s = src->named_parameters();
-  for (auto& p : dst->named_parameters()) p.value().copy_(s[p.key()]);
+  for (auto& p : d) {
+    const torch::Tensor* t = s.find(p.key());
+    if (t == nullptr)
+      throw ConfigError(fmt::format("CopyWeights: the source model has no parameter '{}'", p.key()),
+                        "copy between models of one config (and the same LoRA adapters)");
+    p.value().copy_(*t);
+  }
+}
+
+void RestoreWeights(const std::string& dir, TransformerLM& model) {
+  const fs::path root(dir);
+  if (IsAdapterDirectory(dir)) {
+    if (!model->lora())
+      throw ConfigError(fmt::format("checkpoint '{}' holds LoRA adapters but the model has none", dir));
+    LoadAdapterWeights(dir, model);
+    ReadValueHead(root / kValueHeadFile, model);
+    return;
+  }
+  if (model->lora())
+    throw ConfigError(fmt::format("checkpoint '{}' holds full weights but the model trains LoRA adapters", dir),
+                      "resume with the [policy.lora] settings the run was started with");
+  WeightFiles weights = OpenWeights(root);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) {
+    auto it = weights.owner.find(p.key());
+    const auto* e = it == weights.owner.end() ? nullptr : it->second->Find(p.key());
+    if (e == nullptr || e->shape != p.value().sizes().vec())
+      throw ConfigError(fmt::format("checkpoint '{}' has no tensor '{}' of shape {}", dir, p.key(),
+                                    c10::str(p.value().sizes())),
+                        "resume a run with the config it was started with");
+    it->second->ReadInto(p.key(), p.value());
+  }
 }
 
 TransformerLM CloneModel(TransformerLM& src, std::optional<torch::Dtype> dtype) {

@@ -425,7 +425,30 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool bias, torch::Dtype dtype) {
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  return torch::nn::functional::linear(x, weight, bias);
+  auto y = torch::nn::functional::linear(x, weight, bias);
+  if (!lora_A) return y;
+  auto h = x.to(lora_A->weight.scalar_type());
+  if (lora_dropout > 0 && is_training() && torch::GradMode::is_enabled())
+    h = torch::dropout(h, lora_dropout, /*train=*/true);
+  return y + (lora_B->forward(lora_A->forward(h)) * lora_scale).to(y.scalar_type());
+}
+
+void LinearImpl::AddAdapter(int64_t rank, double scale, double dropout, torch::Dtype dtype) {
+  RLID_CHECK(!lora_A, "LinearImpl::AddAdapter: an adapter is already attached");
+  lora_A = register_module("lora_A", std::make_shared<LinearImpl>(weight.size(1), rank, false, dtype));
+  lora_B = register_module("lora_B", std::make_shared<LinearImpl>(rank, weight.size(0), false, dtype));
+  lora_A->to(weight.device());
+  lora_B->to(weight.device());
+  lora_scale = scale;
+  lora_dropout = dropout;
+}
+
+torch::Tensor LinearImpl::MergedWeight() const {
+  torch::NoGradGuard no_grad;
+  if (!lora_A) return weight.detach();
+  const auto ct = lora_A->weight.scalar_type();
+  auto delta = torch::matmul(lora_B->weight, lora_A->weight) * lora_scale;  // [out, in]
+  return (weight.to(ct) + delta).to(weight.scalar_type());
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t count, int64_t dim, torch::Dtype dtype) {

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,14 +111,40 @@ struct ForwardOut {
   PastKV present;        // past ++ this call's keys/values (only if requested)
 };
 
+// LoRA adapters (Hu et al. 2021) in PEFT's layout, read from [policy.lora]:
+// each targeted projection gets lora_A [rank, in] and lora_B [out, rank] and
+// computes x W^T + b + (alpha / rank) * B A dropout(x). See policy/lora.h.
+struct LoraConfig {
+  int64_t rank = 0;     // 0 = no adapters (every weight trains)
+  double alpha = 32.0;  // scale = alpha / rank
+  double dropout = 0.0; // on the adapter input, only in gradient forwards in train mode
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                             "gate_proj", "up_proj", "down_proj"};
+  std::string base_model;  // directory of the frozen base weights (PEFT's base_model_name_or_path)
+  bool enabled() const { return rank > 0; }
+  double scale() const { return alpha / static_cast<double>(rank); }
+  void Load(ConfigNode n);  // [policy.lora]
+  void Validate() const;    // ConfigError naming the field
+};
+
 // y = x W^T + b with parameters "weight" [out, in] and "bias" [out]. Unlike
 // torch::nn::Linear it allocates without initialising (a loaded checkpoint
 // overwrites every value; TransformerLMImpl::InitWeights fills fresh models).
+// With a LoRA adapter attached (AttachLora, policy/lora.h) it adds
+// lora_scale * lora_B(lora_A(dropout(x))), computed in the adapters' dtype and
+// cast to the output's.
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in, int64_t out, bool bias, torch::Dtype dtype);
   torch::Tensor forward(const torch::Tensor& x);
+  // Registers lora_A [rank, in] and lora_B [out, rank] in `dtype`, uninitialised.
+  void AddAdapter(int64_t rank, double scale, double dropout, torch::Dtype dtype);
+  bool has_adapter() const { return lora_A != nullptr; }
+  // W + scale * B A in W's dtype (W itself without an adapter), detached.
+  torch::Tensor MergedWeight() const;
   torch::Tensor weight, bias;  // bias undefined when absent
+  std::shared_ptr<LinearImpl> lora_A, lora_B;  // null without an adapter
+  double lora_scale = 0.0, lora_dropout = 0.0;
 };
 TORCH_MODULE(Linear);
 
@@ -223,6 +250,10 @@ class TransformerLMImpl : public torch::nn::Module {
   // i iff j <= i and attention_mask[b][j] = 1.
   static torch::Tensor CausalMaskFromAttention(const torch::Tensor& attention_mask);
 
+  // The LoRA adapters attached (policy::AttachLora), or nullopt.
+  const std::optional<LoraConfig>& lora() const { return lora_; }
+  void set_lora(std::optional<LoraConfig> c) { lora_ = std::move(c); }
+
   Decoder model{nullptr};
   Linear lm_head{nullptr};     // null when tied
   Linear value_head{nullptr};  // rlid's value head (not in HF files), float32
@@ -231,6 +262,7 @@ class TransformerLMImpl : public torch::nn::Module {
   ModelConfig cfg_;
   std::vector<double> inv_freq_;  // RoPE inverse frequencies after scaling
   double rope_scale_ = 1.0;       // cos/sin scale (yarn)
+  std::optional<LoraConfig> lora_;
 };
 TORCH_MODULE(TransformerLM);
 

@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "policy/lora.h"
 
 namespace rlid::policy {
 namespace {
@@ -78,20 +79,26 @@ void TextSampler::SetOptions(const SamplerOptions& options) {
 
 void TextSampler::SyncWeights(TransformerLM& train_model) {
   torch::NoGradGuard no_grad;
-  auto src = train_model->named_parameters();
   auto dst = engine_->named_parameters();
-  if (src.size() != dst.size())
+  size_t copied = 0;
+  // LoRA adapters are folded into the engine's weights (one merged tensor at a time).
+  ForEachMergedParameter(
+      train_model,
+      [&](const std::string& name, const torch::Tensor& src) {
+        torch::Tensor* d = dst.find(name);
+        if (d == nullptr || d->sizes() != src.sizes())
+          throw ConfigError(fmt::format("training-model parameter '{}' has no same-shaped counterpart "
+                                        "in the sampler engine",
+                                        name),
+                            "build the sampler from the training model's ModelConfig");
+        d->copy_(src);
+        ++copied;
+      },
+      /*include_value_head=*/true);
+  if (copied != dst.size())
     throw ConfigError(fmt::format("sampler engine has {} parameter tensors, the training model {}", dst.size(),
-                                  src.size()),
+                                  copied),
                       "build the sampler from the training model's ModelConfig");
-  for (auto& p : dst) {
-    const torch::Tensor* s = src.find(p.key());
-    if (s == nullptr || s->sizes() != p.value().sizes())
-      throw ConfigError(fmt::format("sampler parameter '{}' has no same-shaped counterpart in the training model",
-                                    p.key()),
-                        "build the sampler from the training model's ModelConfig");
-    p.value().copy_(*s);
-  }
 }
 
 void TextSampler::Draw(const torch::Tensor& logits, const torch::Tensor& u, std::vector<int64_t>& tokens,

@@ -47,7 +47,8 @@ class TextSampler {
  public:
   TextSampler(const ModelConfig& config, SamplerOptions options, torch::Device device);
 
-  // Copies (and casts) the training model's weights; call after every update.
+  // Copies (and casts) the training model's weights, LoRA adapters merged into
+  // them; call after every update.
   void SyncWeights(TransformerLM& train_model);
 
   // For each prompt, n samples. A group shares its prompt's KV cache (the prompt

@@ -5,26 +5,15 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cli/command.h"
 #include "memory/store.h"
+#include "tests/cli/run_cli.h"
 #include "tests/memory/fixtures.h"
 
 namespace rlid::cli {
 namespace {
 
-struct Output {
-  int code;
-  std::string out, err;
-};
-
-Output RunSql(const std::vector<std::string>& args) {
-  ::testing::internal::CaptureStdout();
-  ::testing::internal::CaptureStderr();
-  const int code = RunCli(args);
-  Output o{code, ::testing::internal::GetCapturedStdout(),
-           ::testing::internal::GetCapturedStderr()};
-  return o;
-}
+using Output = testing::CliOutput;
+Output RunSql(const std::vector<std::string>& args) { return testing::RunRlid(args); }
 
 std::string MakeRun() {
   const std::string dir = memory::testing::ScratchDir("sqlcli");

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "cli/command.h"
 #include "policy/tokenizer.h"
+#include "tests/cli/run_cli.h"
 
 namespace rlid::cli {
 namespace {
@@ -22,9 +22,8 @@ std::string HandMadePath() {
 
 // Runs the CLI and returns (exit code, stdout).
 std::pair<int, std::string> RunCapture(const std::vector<std::string>& args) {
-  ::testing::internal::CaptureStdout();
-  const int rc = RunCli(args);
-  return {rc, ::testing::internal::GetCapturedStdout()};
+  auto o = testing::RunRlid(args);
+  return {o.code, o.out};
 }
 
 TEST(TokenizerCommand, EncodeAndDecode) {

@@ -10,12 +10,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cli/command.h"
 #include "core/error.h"
 #include "policy/checkpoint.h"
 #include "policy/model.h"
 #include "policy/safetensors.h"
 #include "tests/agents/fixtures.h"
+#include "tests/cli/run_cli.h"
 
 namespace rlid::policy {
 namespace {
@@ -35,18 +35,7 @@ json ReadJsonFile(const fs::path& p) {
 
 void WriteJsonFile(const fs::path& p, const json& j) { std::ofstream(p) << j.dump(2); }
 
-struct CliOut {
-  int code;
-  std::string out, err;
-};
-
-CliOut RunRlid(const std::vector<std::string>& args) {
-  ::testing::internal::CaptureStdout();
-  ::testing::internal::CaptureStderr();
-  const int code = cli::RunCli(args);
-  CliOut o{code, ::testing::internal::GetCapturedStdout(), ::testing::internal::GetCapturedStderr()};
-  return o;
-}
+using testing::RunRlid;
 
 // A writable copy of a fixture directory.
 fs::path CopyFixture(const std::string& name, const testing::TempDir& tmp) {

@@ -210,7 +210,9 @@ std::unique_ptr<ExperimentConfig> ExperimentConfig::FromConfig(Config cfg) {
           "start from this checkpoint: rlid sft/train output or a Hugging Face model directory; "
           "empty = fresh model");
   pol.GetEnum("dtype", e->policy_dtype, {"float32", "bfloat16"},
-              "frozen weight copies (the KL reference model): float32 or bfloat16");
+              "frozen weights: the base under LoRA adapters (which is also the KL reference), "
+              "else the KL reference copy; float32 or bfloat16");
+  e->lora.Load(pol.Section("lora"));
   e->prompt.Load(root.Section("prompt"));
   e->readout.Load(root.Section("readout"));
   LoadSampler(root.Section("sampler"), e->sampler);

@@ -23,6 +23,16 @@ void OptimConfig::Load(ConfigNode n) {
         Range::NonNegative());
 }
 
+NamedTensors TrainableParameters(policy::TransformerLM& model) {
+  NamedTensors out;
+  for (auto& p : model->named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    out.names.push_back(p.key());
+    out.tensors.push_back(p.value());
+  }
+  return out;
+}
+
 double LearningRate(const OptimConfig& cfg, int64_t step, int64_t total_steps) {
   if (cfg.warmup_steps > 0 && step < cfg.warmup_steps)
     return cfg.lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);

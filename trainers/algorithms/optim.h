@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "policy/model.h"
 
 namespace rlid::trainers {
 
@@ -23,6 +24,15 @@ struct OptimConfig {
   double max_grad_norm = 1.0;  // global-norm clipping (0 = off)
   void Load(ConfigNode n);
 };
+
+// The parameters training changes: those with requires_grad, in model order
+// (every weight for full fine-tuning; the LoRA adapters and the value head
+// when adapters are attached).
+struct NamedTensors {
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> tensors;
+};
+NamedTensors TrainableParameters(policy::TransformerLM& model);
 
 // LR at schedule step `step` of `total_steps` (trainers schedule by iteration).
 double LearningRate(const OptimConfig& cfg, int64_t step, int64_t total_steps);

@@ -153,13 +153,8 @@ class PpoDecisionTrainer final : public Trainer {
   policy::Plane plane() const override { return policy::Plane::kDecision; }
 
   void Setup(const TrainerConfig& cfg, policy::TransformerLM model) override {
-    std::vector<std::string> names;
-    std::vector<torch::Tensor> params;
-    for (auto& p : model->named_parameters()) {
-      names.push_back(p.key());
-      params.push_back(p.value());
-    }
-    opt_ = std::make_unique<Optimizer>(params, cfg.optim, cfg.iterations, names);
+    auto trainable = TrainableParameters(model);
+    opt_ = std::make_unique<Optimizer>(trainable.tensors, cfg.optim, cfg.iterations, trainable.names);
   }
   void SaveState(const std::string& dir) const override { opt_->Save(dir + "/optimizer.pt"); }
   void LoadState(const std::string& dir) override { opt_->Load(dir + "/optimizer.pt"); }

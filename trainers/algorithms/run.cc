@@ -11,10 +11,38 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "policy/checkpoint.h"
+#include "policy/lora.h"
 #include "policy/runtime.h"
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json LoraJson(const policy::LoraConfig& c) {
+  return {{"rank", c.rank},
+          {"alpha", c.alpha},
+          {"dropout", c.dropout},
+          {"target_modules", c.target_modules},
+          {"base_model", c.base_model}};
+}
+
+// policy.init already holds adapters and [policy.lora] is set: they must agree.
+void CheckSameAdapters(const policy::LoraConfig& loaded, const policy::LoraConfig& wanted,
+                       const std::string& init) {
+  if (loaded.rank == wanted.rank && loaded.alpha == wanted.alpha &&
+      loaded.target_modules == wanted.target_modules)
+    return;
+  throw ConfigError(
+      fmt::format("policy.init '{}' holds LoRA adapters (rank {}, alpha {}, {}) that differ from "
+                  "[policy.lora] (rank {}, alpha {}, {})",
+                  init, loaded.rank, loaded.alpha, fmt::join(loaded.target_modules, " "), wanted.rank,
+                  wanted.alpha, fmt::join(wanted.target_modules, " ")),
+      "leave [policy.lora] unset (or equal to the adapters) to keep training them, or start from "
+      "their base model");
+}
+
+}  // namespace
 
 void Recorder::Episodes(const std::vector<agents::EpisodeData>& episodes,
                         const agents::AgentContext& ctx) {
@@ -71,16 +99,31 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
   }
   env = envs::MakeEnv(cfg.env_section);
   // Model + tokenizer.
+  const bool bf16_base = cfg.policy_dtype == "bfloat16";
   if (!cfg.init_checkpoint.empty()) {
-    auto ck = policy::LoadCheckpoint(cfg.init_checkpoint, device);
+    // policy.dtype applies to a frozen base: that of LoRA adapters, new or loaded.
+    const bool adapters = cfg.lora.enabled() || policy::IsAdapterDirectory(cfg.init_checkpoint);
+    policy::LoadOptions lo;
+    lo.dtype = adapters && bf16_base ? torch::kBFloat16 : torch::kFloat32;
+    auto ck = policy::LoadCheckpoint(cfg.init_checkpoint, device, lo);
     tokenizer = ck.tokenizer;
     model = ck.model;
+    if (cfg.lora.enabled()) {
+      if (model->lora()) {
+        CheckSameAdapters(*model->lora(), cfg.lora, cfg.init_checkpoint);  // continue training them
+      } else {
+        policy::LoraConfig lc = cfg.lora;
+        lc.base_model = fs::absolute(cfg.init_checkpoint).lexically_normal().string();
+        policy::AttachLora(model, lc, Rng::DeriveSeed(cfg.run.seed, "lora"));
+      }
+    }
     // The [policy] size keys describe a fresh model; record what was loaded instead.
-    const nlohmann::json loaded = {{"path", fs::absolute(cfg.init_checkpoint).string()},
-                                   {"weight_files", ck.weight_files},
-                                   {"parameters", model->config().NumParameters()},
-                                   {"dtype", c10::toString(model->dtype())},
-                                   {"config", ck.hf_config}};
+    nlohmann::json loaded = {{"path", fs::absolute(cfg.init_checkpoint).string()},
+                             {"weight_files", ck.weight_files},
+                             {"parameters", model->config().NumParameters()},
+                             {"dtype", c10::toString(model->dtype())},
+                             {"config", ck.hf_config}};
+    if (model->lora()) loaded["lora"] = LoraJson(*model->lora());
     std::ofstream(fs::path(dir) / "model.json") << loaded.dump(2) << "\n";
     std::string note = fmt::format(
         "\n# policy.init loaded {} ({} parameters, model_type {}, {} layers, hidden {}); the\n"
@@ -98,12 +141,25 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
     model = policy::TransformerLM(mc);
     model->InitWeights(Rng::DeriveSeed(cfg.run.seed, "init"));
     model->to(device);
+    if (cfg.lora.enabled()) {
+      // Adapter checkpoints name their base: the fresh model is saved once as the
+      // run's base (resume rebuilds the same weights from the seed).
+      const fs::path base = fs::absolute(fs::path(dir) / "base").lexically_normal();
+      if (!fs::exists(base / "rlid.json")) policy::SaveCheckpoint(base.string(), model, tokenizer, {{"kind", "lora_base"}});
+      if (bf16_base) {
+        model->to(torch::kBFloat16);
+        model->value_head->to(torch::kFloat32);
+      }
+      policy::LoraConfig lc = cfg.lora;
+      lc.base_model = base.string();
+      policy::AttachLora(model, lc, Rng::DeriveSeed(cfg.run.seed, "lora"));
+    }
   }
   tokenizer.SaveDirectory(dir);
   renderer = std::make_unique<policy::PromptRenderer>(cfg.prompt, tokenizer);
   if (cfg.trainer.kl.coef > 0)
-    ref_model = policy::CloneModel(
-        model, cfg.policy_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
+    ref_model = model->lora() ? policy::ShareBaseWeights(model)  // adapters off, no copy
+                              : policy::CloneModel(model, bf16_base ? torch::kBFloat16 : torch::kFloat32);
   // Store.
   store = memory::Store::Open((fs::path(dir) / memory::kDatabaseFileName).string(),
                               memory::Store::Mode::kReadWrite);
@@ -150,16 +206,7 @@ void Run::ResumeStore() {
     throw IoError(fmt::format("--resume: no checkpoint in '{}'", checkpoints_dir),
                   "resume needs a run directory with checkpoints/latest (checkpoint_every > 0)");
   resume_checkpoint = (fs::path(checkpoints_dir) / name).string();
-  nlohmann::json meta;
-  {
-    std::ifstream in(fs::path(resume_checkpoint) / "rlid.json");
-    try {
-      in >> meta;
-    } catch (const nlohmann::json::exception& e) {
-      throw IoError(
-          fmt::format("--resume: cannot read '{}/rlid.json': {}", resume_checkpoint, e.what()));
-    }
-  }
+  const nlohmann::json meta = policy::ReadCheckpointMeta(resume_checkpoint);
   const auto& extra = meta.at("extra");
   if (!extra.contains("run_id") || !extra.contains("last_episode_id"))
     throw IoError(fmt::format("--resume: checkpoint '{}' does not say which run it belongs to",

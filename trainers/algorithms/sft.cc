@@ -61,13 +61,8 @@ SftResult RunSft(Run& s, bool quiet) {
   oc.lr = c.lr;
   oc.schedule = "cosine";
   oc.warmup_steps = std::min<int64_t>(20, steps_per_epoch);
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> params;
-  for (auto& p : s.model->named_parameters()) {
-    names.push_back(p.key());
-    params.push_back(p.value());
-  }
-  Optimizer opt(params, oc, c.epochs * steps_per_epoch, names);
+  auto trainable = TrainableParameters(s.model);
+  Optimizer opt(trainable.tensors, oc, c.epochs * steps_per_epoch, trainable.names);
   const auto ropts = agents::ReadoutOptionsFor(s.cfg.readout, false);
   Rng shuffle = Rng::Stream(s.cfg.run.seed, "sft_batches");
   s.model->train();

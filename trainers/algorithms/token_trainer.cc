@@ -127,13 +127,8 @@ std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<TokenSample
 }
 
 void TokenTrainer::Setup(const TrainerConfig& cfg, policy::TransformerLM model) {
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> params;
-  for (auto& p : model->named_parameters()) {
-    names.push_back(p.key());
-    params.push_back(p.value());
-  }
-  opt_ = std::make_unique<Optimizer>(params, cfg.optim, cfg.iterations, names);
+  auto trainable = TrainableParameters(model);
+  opt_ = std::make_unique<Optimizer>(trainable.tensors, cfg.optim, cfg.iterations, trainable.names);
 }
 
 void TokenTrainer::SaveState(const std::string& dir) const { opt_->Save(dir + "/optimizer.pt"); }

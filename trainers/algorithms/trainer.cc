@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "policy/checkpoint.h"
+#include "trainers/algorithms/optim.h"
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;
@@ -205,9 +206,7 @@ GradientSnr MeasureGradientSnr(
     const std::function<std::pair<torch::Tensor, policy::ForwardCost>(int64_t)>& episode_loss,
     agents::StageCompute& compute) {
   if (n < 2) throw InternalError(fmt::format("gradient SNR needs >= 2 episodes, got {}", n));
-  std::vector<torch::Tensor> params;
-  for (auto& p : model->parameters())
-    if (p.requires_grad()) params.push_back(p);
+  std::vector<torch::Tensor> params = TrainableParameters(model).tensors;
   // Running sum of g_i, in float64 unless the model is too big for a second copy at that width.
   int64_t numel = 0;
   for (const auto& p : params) numel += p.numel();
@@ -293,12 +292,12 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
       throw IoError(fmt::format("--resume: the run in '{}' was not opened to resume", run.dir),
                     "open it with RunOptions::resume (rlid train --resume --out DIR)");
     fs::path dir = run.resume_checkpoint;
-    auto ck = policy::LoadCheckpoint(dir.string(), run.device);
-    policy::CopyWeights(ck.model, run.model);
+    policy::RestoreWeights(dir.string(), run.model);
     if (plane == policy::Plane::kToken) run.Sampler().SyncWeights(run.model);
     trainer.LoadState(dir.string());
-    start = ck.meta.at("extra").at("iteration").get<int64_t>() + 1;
-    run.budget = BudgetFromJson(ck.meta.at("extra").at("budget"));
+    const nlohmann::json meta = policy::ReadCheckpointMeta(dir.string());
+    start = meta.at("extra").at("iteration").get<int64_t>() + 1;
+    run.budget = BudgetFromJson(meta.at("extra").at("budget"));
     spdlog::info("resumed from {} at iteration {}", dir.string(), start);
   } else if (t.eval_at_start) {
     // The starting point of the learning curve: 0 env steps, the initial weights.
@@ -314,6 +313,9 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
     double t0 = Now();
     IterationContext ctx{it, t, run.cfg.run.seed, run.Agent(plane, it), run.budget,
                          run.recorder()};
+    // LibTorch's global generator (LoRA dropout) is re-seeded every iteration,
+    // so a resumed run draws what an uninterrupted one does.
+    torch::manual_seed(Rng::DeriveSeed(run.cfg.run.seed, "torch_global", static_cast<uint64_t>(it)));
     Metrics m = trainer.Iterate(ctx);
     CheckParametersFinite(run.model, it);
     const double iteration_s = Now() - t0;

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "policy/readout.h"
+#include "trainers/algorithms/optim.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/decision_losses.h"
 #include "trainers/losses/losses.h"
@@ -191,10 +192,7 @@ double SumProducts(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 std::vector<torch::Tensor> TrainableParams(policy::TransformerLM& m) {
-  std::vector<torch::Tensor> p;
-  for (auto& t : m->parameters())
-    if (t.requires_grad()) p.push_back(t);
-  return p;
+  return TrainableParameters(m).tensors;
 }
 
 // The gradient vector X = sum over the given models of their parameters' .grad

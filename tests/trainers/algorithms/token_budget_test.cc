@@ -109,6 +109,28 @@ TEST(TokenBudget, GrpoKeepsEverythingItGenerates) {
   EXPECT_GT(b.update.forwards, b.update.backwards);                // + the old-log-prob pass
 }
 
+// The token plane with LoRA adapters on the warm start: the update trains the
+// adapters only, and the rollout engine then holds the merged weights (it
+// computes what the adapted policy computes).
+TEST(TokenBudget, GrpoTrainsLoraAdaptersAndTheEngineGetsThemMerged) {
+  const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
+  TokenRun run("grpo_lora", kBanditSftToml,
+               {"policy.init=" + ckpt, "trainer.algorithm=grpo", "trainer.episodes_per_iteration=16",
+                "trainer.group_size=4", "trainer.epochs=1", "sampler.max_new_tokens=8",
+                "policy.lora.rank=4", "policy.lora.alpha=64", "trainer.lr=1e-2"});
+  auto& model = run.session().model;
+  const auto q0 = model->model->layer_list[0]->self_attn->q_proj->weight.clone();
+  double kept = 0;
+  for (int64_t it = 0; it < 3 && kept == 0; ++it) kept = MetricValue(run.Iterate(it), "sampling/kept_groups");
+  ASSERT_GT(kept, 0) << "no group with reward variance: nothing trained";
+  const auto& q = model->model->layer_list[0]->self_attn->q_proj;
+  EXPECT_TRUE(torch::equal(q->weight, q0));  // the base is frozen
+  EXPECT_GT(q->lora_B->weight.abs().sum().item<double>(), 0);
+  auto& engine = run.session().Sampler().engine();
+  EXPECT_TRUE(torch::allclose(engine->model->layer_list[0]->self_attn->q_proj->weight, q->MergedWeight()));
+  EXPECT_FALSE(torch::equal(engine->model->layer_list[0]->self_attn->q_proj->weight, q0));
+}
+
 TEST(TokenBudget, PartialBatchFollowsTheConfiguredRule) {
   // Every outcome pays 1 (right, wrong or invalid answer), so every group has
   // zero variance and no batch can be filled.

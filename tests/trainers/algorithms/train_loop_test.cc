@@ -157,7 +157,7 @@ void ExpectResumeEqualsUninterrupted(
   }
   // checkpoints/latest is a symlink to the newest complete checkpoint.
   EXPECT_EQ(fs::read_symlink(crashed.path() / "checkpoints" / "latest"), fs::path("iter_000001"));
-  EXPECT_TRUE(fs::exists(crashed.path() / "checkpoints" / "latest" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(crashed.path() / "checkpoints" / "latest" / "rlid.json"));
   // Before resuming, the crashed directory holds episodes written after the checkpoint.
   const std::string after_ckpt = "SELECT count(*) FROM episodes WHERE iteration > 1";
   EXPECT_GT(AsDouble(Query(crashed.str(), after_ckpt).rows[0][0]), 0);
@@ -494,6 +494,70 @@ TEST(TrainLoop, TrainsAHuggingFaceModelDirectory) {
   const auto& w1 = after.model->model->layer_list[0]->self_attn->q_proj->weight;
   EXPECT_FALSE(torch::equal(w0, w1));  // it trained
   EXPECT_LT((w0 - w1).abs().max().item<double>(), 0.1);
+}
+
+// LoRA on a Hugging Face base (sharded BF16 on disk, bfloat16 in memory via
+// policy.dtype): the base never changes, the adapters and the value head do,
+// checkpoints hold adapters only and load back through their base, and the KL
+// reference is the base itself.
+TEST(TrainLoop, TrainsLoraAdaptersOnAFrozenHuggingFaceBase) {
+  TempDir dir("hf_lora");
+  const fs::path model = dir.path() / "model";
+  fs::create_directories(model);
+  for (const auto& e : fs::directory_iterator(fs::path(RLID_SOURCE_DIR) / "tests/data/hf/qwen3_tiny_bf16_sharded"))
+    if (e.path().filename() != "reference.json") fs::copy_file(e.path(), model / e.path().filename());
+  auto env = envs::MakeEnv("bandit");
+  policy::EnvCorpusOptions co;
+  co.episodes = 60;
+  policy::TokenizerTrainOptions to;
+  to.vocab_size = 300;
+  policy::Tokenizer::Train(policy::EnvTextCorpus(*env, co), to).SaveDirectory(model.string());
+  auto cfg = Experiment(LoopToml(), {"trainer.iterations=2", "policy.init=" + model.string(),
+                                     "policy.lora.rank=4", "policy.lora.alpha=16",
+                                     "policy.dtype=bfloat16", "trainer.kl.coef=0.05"});
+  const std::string out = (dir.path() / "run").string();
+  RunTraining(*cfg, out);
+  const fs::path latest = fs::path(out) / "checkpoints" / "latest";
+  EXPECT_TRUE(fs::exists(latest / "adapter_model.safetensors"));
+  EXPECT_FALSE(fs::exists(latest / "model.safetensors"));
+  auto before = policy::LoadCheckpoint(model.string());
+  auto after = policy::LoadCheckpoint(latest.string());
+  ASSERT_TRUE(after.model->lora().has_value());
+  EXPECT_EQ(after.base_dir, fs::absolute(model).lexically_normal().string());
+  auto pb = before.model->named_parameters();
+  double adapter_norm = 0;
+  for (const auto& p : after.model->named_parameters()) {
+    if (p.key().find(".lora_") != std::string::npos) {
+      if (p.key().find(".lora_B.") != std::string::npos) adapter_norm += p.value().norm().item<double>();
+      continue;
+    }
+    if (p.key().rfind("value_head.", 0) == 0) continue;
+    EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key() << " changed";
+  }
+  EXPECT_GT(adapter_norm, 0) << "the adapters trained";
+  EXPECT_GT(after.model->value_head->weight.abs().sum().item<double>(), 0);
+  const auto j = nlohmann::json::parse(std::ifstream(fs::path(out) / "model.json"));
+  EXPECT_EQ(j["lora"]["rank"], 4);
+  EXPECT_EQ(j["dtype"], "BFloat16");
+  // The KL term was computed (against the adapter-free base) and logged.
+  EXPECT_GT(AsDouble(Query(out, "SELECT max(value) FROM metrics WHERE key = 'losses/kl_ref'").rows[0][0]), 0);
+}
+
+// A fresh model with adapters: its base is saved once in the run directory, the
+// adapter checkpoints name it, and a crashed run resumes to the same adapters
+// and metrics as an uninterrupted one (LoRA dropout included: LibTorch's
+// generator is re-seeded per iteration).
+TEST(TrainLoop, LoraResumeEqualsAnUninterruptedRun) {
+  auto cfg = Experiment(LoopToml(), {"policy.lora.rank=2", "policy.lora.dropout=0.1",
+                                     "policy.lora.target_modules=[\"q_proj\", \"v_proj\", \"down_proj\"]"});
+  ExpectResumeEqualsUninterrupted(*cfg, /*crash_at=*/3, [](const std::string& whole) {
+    EXPECT_TRUE(fs::exists(fs::path(whole) / "base" / "model.safetensors"));
+    const auto ac = nlohmann::json::parse(
+        std::ifstream(fs::path(whole) / "checkpoints" / "latest" / "adapter_config.json"));
+    EXPECT_EQ(ac["base_model_name_or_path"],
+              fs::absolute(fs::path(whole) / "base").lexically_normal().string());
+    EXPECT_EQ(ac["lora_dropout"], 0.1);
+  });
 }
 
 TEST(PpoDecision, AllActionEstimatorTrainsAndLogsTheGradientSnr) {
