@@ -2,9 +2,13 @@
 // costs here. Loads DIR (timed, with peak RSS against the weights' bytes in
 // the compute dtype), then measures in the same run: torch::mm FLOP/s, prefill
 // FLOP/s of the model (as a ratio to mm), and menu-readout throughput at batch
-// 1 and batch B (as a ratio). --generate first writes a random BF16 checkpoint
-// shaped exactly like Qwen3-0.6B (HF names and config) when DIR does not exist,
-// in a child process so that its memory does not count. Not part of CI.
+// 1 and batch B (as a ratio). With --lora-rank R > 0 it first trains
+// decision PPO with LoRA adapters of rank R on the bandit menu env for a few
+// iterations, in a child process whose peak RSS is the training's alone, and
+// reports decisions/s of the readout (rollout) and of the update. --generate
+// first writes a random BF16 checkpoint shaped exactly like Qwen3-0.6B (HF
+// names and config, plus a small bandit tokenizer) when DIR does not exist,
+// also in a child process. Not part of CI.
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,10 +16,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 
 #include "bench/bench.h"
+#include "bench/training_arm.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "envs/env.h"
 #include "policy/checkpoint.h"
@@ -74,6 +81,9 @@ void GenerateCheckpoint(const fs::path& dir, int64_t layers) {
     tensors[p.key()] = t.to(torch::kBFloat16);
   }
   policy::SaveSafetensors((dir / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  // A small tokenizer for the menu env the training part runs on (its ids lie
+  // far below the vocabulary).
+  SmallEnvTokenizer(*envs::MakeEnv("bandit")).SaveDirectory(dir.string());
 }
 
 class ModelBench : public Benchmark {
@@ -93,6 +103,17 @@ class ModelBench : public Benchmark {
         ->capture_default_str();
     app.add_option("--batch", batch_, "states per batched readout")->capture_default_str();
     app.add_option("--repeats", repeats_, "timed repetitions (the fastest counts)")->capture_default_str();
+    app.add_option("--lora-rank", lora_rank_,
+                   "rank of the LoRA adapters of the decision-PPO training part (0 = skip it)")
+        ->capture_default_str();
+    app.add_option("--train-iterations", train_iterations_,
+                   "measured PPO iterations (after one warm-up iteration)")
+        ->capture_default_str();
+    app.add_option("--train-episodes", train_episodes_, "bandit episodes (decisions) per PPO iteration")
+        ->capture_default_str();
+    app.add_option("--checkpointing", checkpointing_,
+                   "policy.gradient_checkpointing of the training part (true | false)")
+        ->capture_default_str();
   }
 
   nlohmann::json Run() override {
@@ -105,6 +126,8 @@ class ModelBench : public Benchmark {
                       "Qwen3-0.6B-shaped one there first");
       GenerateInChild();
     }
+    // Before this process starts LibTorch's thread pool (fork() and OpenMP do not mix).
+    nlohmann::json train = lora_rank_ > 0 ? TrainInChild() : nlohmann::json();
     policy::SetNumThreads(threads_);
     const double rss_before = PeakRssBytes();
     policy::LoadOptions lo;
@@ -208,7 +231,9 @@ class ModelBench : public Benchmark {
         "once); prefill at batch 1 already runs at {:.2f} x torch::mm\n",
         one_tokens, batched_tokens, prefill_flops / mm_flops);
     std::cout << fmt::format("peak RSS at the end {:.2f} GB\n", rss_end / 1e9);
+    if (!train.is_null()) PrintTraining(train);
     return {{"runtime", policy::TorchSummary()},
+            {"lora_training", train},
             {"blas_warning", policy::BlasWarning()},
             {"checkpoint", dir_},
             {"dtype", dtype_},
@@ -233,26 +258,134 @@ class ModelBench : public Benchmark {
   }
 
  private:
-  void GenerateInChild() {
-    std::cout << fmt::format("writing a random Qwen3-0.6B-shaped BF16 checkpoint ({} layers) to {}\n",
-                             layers_, dir_)
-              << std::flush;
+  // Runs `fn` in a child process and returns the JSON it returned; the
+  // child's peak RSS is added as "peak_rss_bytes".
+  nlohmann::json InChild(const std::function<nlohmann::json()>& fn, const std::string& what) {
+    const fs::path result = fs::temp_directory_path() / fmt::format("rlid_model_bench_{}.json", ::getpid());
     const pid_t pid = fork();
     if (pid < 0) throw IoError("fork failed");
     if (pid == 0) {
       int code = 0;
       try {
-        GenerateCheckpoint(dir_, layers_);
+        nlohmann::json j = fn();
+        j["peak_rss_bytes"] = PeakRssBytes();
+        std::ofstream(result) << j.dump();
       } catch (const std::exception& e) {
-        std::cerr << e.what() << "\n";
+        std::cerr << what << ": " << e.what() << "\n";
         code = 1;
       }
+      std::cout << std::flush;
       _exit(code);
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      throw IoError(fmt::format("writing the checkpoint to '{}' failed", dir_));
+    nlohmann::json j;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      std::ifstream in(result);
+      j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    }
+    fs::remove(result);
+    if (j.is_discarded() || j.is_null()) throw IoError(fmt::format("{} failed (see above)", what));
+    return j;
+  }
+
+  // Decision PPO with LoRA adapters on the bandit menus: one warm-up iteration,
+  // then --train-iterations measured ones, like `rlid bench train`.
+  nlohmann::json TrainInChild() {
+    if (!fs::exists(fs::path(dir_) / "tokenizer.json"))
+      throw IoError(fmt::format("the training part needs '{}/tokenizer.json'", dir_),
+                    "copy the model's tokenizer there, or --lora-rank 0 to skip training");
+    std::cout << fmt::format("training: decision PPO, LoRA rank {}, bandit, {} episodes per iteration, "
+                             "1 warm-up + {} iterations (child process)\n",
+                             lora_rank_, train_episodes_, train_iterations_)
+              << std::flush;
+    return InChild(
+        [&] {
+          const std::string toml = fmt::format(R"(
+[run]
+name = "bench_model_lora"
+seed = 1
+threads = {}
+[env]
+name = "bandit"
+[policy]
+init = "{}"
+dtype = "{}"
+gradient_checkpointing = {}
+[policy.lora]
+rank = {}
+alpha = {}
+[trainer]
+algorithm = "ppo_decision"
+iterations = {}
+episodes_per_iteration = {}
+num_envs = {}
+minibatch_size = {}
+epochs = 1
+)",
+                                               threads_, fs::absolute(dir_).string(), dtype_, checkpointing_, lora_rank_,
+                                               2 * lora_rank_, train_iterations_ + 1, train_episodes_,
+                                               train_episodes_, train_episodes_);
+          auto cfg = trainers::ExperimentConfig::FromConfig(Config::FromString(toml, "bench model"));
+          const fs::path root = fs::temp_directory_path() / fmt::format("rlid_model_bench_run_{}", ::getpid());
+          fs::remove_all(root);
+          nlohmann::json out;
+          {
+            TrainingArm arm(*cfg, root.string(), /*record=*/false);
+            int64_t trainable = 0;
+            for (const auto& p : arm.session->model->parameters())
+              if (p.requires_grad()) trainable += p.numel();
+            const double t0 = Now();
+            arm.Iteration(0);
+            const double warmup_s = Now() - t0;
+            arm.Reset();
+            for (int64_t it = 1; it <= train_iterations_; ++it) arm.Iteration(it);
+            out = {{"lora_rank", lora_rank_},
+                   {"base_dtype", dtype_},
+                   {"gradient_checkpointing", checkpointing_},
+                   {"trainable_parameters", trainable},
+                   {"episodes_per_iteration", train_episodes_},
+                   {"epochs", cfg->trainer.epochs},
+                   {"iterations", train_iterations_},
+                   {"warmup_iteration_s", warmup_s},
+                   {"decisions", arm.decisions},
+                   {"readout_s", arm.times.readout},
+                   {"update_s", arm.times.update},
+                   {"seconds", arm.seconds},
+                   {"readout_decisions_per_s", arm.decisions / arm.times.readout},
+                   {"update_decisions_per_s", arm.decisions * cfg->trainer.epochs / arm.times.update},
+                   {"decisions_per_s", arm.decisions / arm.seconds}};
+          }
+          fs::remove_all(root);
+          return out;
+        },
+        "the LoRA training part");
+  }
+
+  static void PrintTraining(const nlohmann::json& t) {
+    std::cout << fmt::format(
+        "decision PPO, LoRA rank {} ({:.2f}M trainable, base {}, gradient checkpointing {}): readout "
+        "{:.2f} decisions/s, "
+        "update {:.2f} decisions/s (forward + backward per decision and epoch), overall {:.2f} "
+        "decisions/s\n",
+        t["lora_rank"].get<int64_t>(), t["trainable_parameters"].get<double>() / 1e6,
+        t["base_dtype"].get<std::string>(), t["gradient_checkpointing"].get<bool>() ? "on" : "off",
+        t["readout_decisions_per_s"].get<double>(),
+        t["update_decisions_per_s"].get<double>(), t["decisions_per_s"].get<double>());
+    std::cout << fmt::format("  peak RSS of the training process {:.2f} GB (target <= 6 GB)\n",
+                             t["peak_rss_bytes"].get<double>() / 1e9);
+  }
+
+  void GenerateInChild() {
+    std::cout << fmt::format("writing a random Qwen3-0.6B-shaped BF16 checkpoint ({} layers) to {}\n",
+                             layers_, dir_)
+              << std::flush;
+    InChild(
+        [&] {
+          GenerateCheckpoint(dir_, layers_);
+          return nlohmann::json::object();
+        },
+        fmt::format("writing the checkpoint to '{}'", dir_));
   }
 
   std::string dir_, dtype_ = "float32";
@@ -262,6 +395,10 @@ class ModelBench : public Benchmark {
   int64_t prefill_tokens_ = 256;
   int64_t batch_ = 8;
   int repeats_ = 3;
+  int64_t lora_rank_ = 16;
+  int64_t train_iterations_ = 2;
+  int64_t train_episodes_ = 8;
+  bool checkpointing_ = true;
 };
 
 const Registrar<BenchRegistry> kRegister(

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "bench/bench.h"
+#include "bench/training_arm.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "trainers/algorithms/trainer.h"
@@ -74,7 +75,7 @@ minibatch_size = 64
     fs::remove_all(root / "off");
     nlohmann::json out;
     {
-      Arm on(*cfg, (root / "on").string(), true), off(*cfg, (root / "off").string(), false);
+      TrainingArm on(*cfg, (root / "on").string(), true), off(*cfg, (root / "off").string(), false);
       // Warm-up (allocations, first-touch), then alternate which arm goes first.
       on.Iteration(0);
       off.Iteration(0);
@@ -130,59 +131,6 @@ minibatch_size = 64
   }
 
  private:
-  // One session and its trainer; Iteration() mirrors trainers::Train without
-  // evaluation and checkpoints.
-  struct Arm {
-    Arm(const trainers::ExperimentConfig& cfg, const std::string& dir, bool record)
-        : trainer(trainers::TrainerRegistry::Global().Make(cfg.trainer.algorithm)),
-          session(std::make_unique<trainers::Run>(
-              cfg, trainers::RunOptions{
-                       .out_dir = dir, .kind = "bench", .quiet = true, .record = record})) {
-      trainer->Setup(cfg.trainer, session->model);
-    }
-    ~Arm() {
-      try {
-        session->End("completed");
-      } catch (...) {
-      }
-    }
-    // Returns the iteration's mean train return (equal across arms when the
-    // trajectories are).
-    double Iteration(int64_t it) {
-      auto& s = *session;
-      const agents::StageTimes before = s.times;
-      const double t0 = Now();
-      trainers::IterationContext ctx{it, s.cfg.trainer, s.cfg.run.seed,
-                                     s.Agent(trainer->plane(), it), s.budget, s.recorder()};
-      trainers::Metrics m = trainer->Iterate(ctx);
-      const double iterate_s = Now() - t0;
-      // Booked before the metrics / the flush add to logging, as in Train.
-      s.times.AddUnclaimedToUpdate(before, iterate_s);
-      s.recorder().Metrics(it, m);
-      if (s.recorder().records_episodes()) s.recorder().Flush();
-      seconds += Now() - t0;
-      times.readout += s.times.readout - before.readout;
-      times.env += s.times.env - before.env;
-      times.update += s.times.update - before.update;
-      times.logging += s.times.logging - before.logging;
-      double ret = 0;
-      for (const auto& [k, v] : m) {
-        if (k == "rollout/return") ret = v;
-        if (k == "charts/decisions") decisions += v;
-      }
-      return ret;
-    }
-    void Reset() {
-      seconds = 0, decisions = 0;
-      times = {};
-      writer_busy0 = session->writer->stats().busy_seconds;
-    }
-    std::unique_ptr<trainers::Trainer> trainer;
-    std::unique_ptr<trainers::Run> session;
-    agents::StageTimes times;  // measured iterations only
-    double seconds = 0, decisions = 0, writer_busy0 = 0;
-  };
-
   std::string env_ = "bandit", algorithm_ = "ppo_decision", dir_;
   int64_t iterations_ = 6, episodes_ = 32;
   int threads_ = 0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 
@@ -424,11 +425,17 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool bias, torch::Dtype dtype) {
   if (bias) this->bias = register_parameter("bias", torch::empty({out}, opts));
 }
 
+namespace {
+// True while a checkpointed layer runs its no-grad forward: it is a gradient
+// forward whose graph is rebuilt in backward, so dropout acts as in one.
+thread_local bool t_checkpointed_forward = false;
+}  // namespace
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   auto y = torch::nn::functional::linear(x, weight, bias);
   if (!lora_A) return y;
   auto h = x.to(lora_A->weight.scalar_type());
-  if (lora_dropout > 0 && is_training() && torch::GradMode::is_enabled())
+  if (lora_dropout > 0 && is_training() && (torch::GradMode::is_enabled() || t_checkpointed_forward))
     h = torch::dropout(h, lora_dropout, /*train=*/true);
   return y + (lora_B->forward(lora_A->forward(h)) * lora_scale).to(y.scalar_type());
 }
@@ -557,6 +564,62 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, torch::Dtype dt) {
   norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt));
 }
 
+namespace {
+
+// LibTorch's default CPU generator state (LoRA dropout draws from it).
+torch::Tensor CpuRngState() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+void SetCpuRngState(const torch::Tensor& state) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+// Activation checkpointing of one decoder layer: the forward keeps only the
+// layer's input; the backward recomputes the layer with gradients on (with the
+// generator state the forward saw, so dropout draws the same mask) and
+// backpropagates through the recomputation, which accumulates the layer's
+// parameter gradients and returns the input's. Peak activation memory is then
+// one layer's plus every layer's input, for one extra forward.
+struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor cos,
+                               torch::Tensor sin, torch::Tensor mask_add, int64_t layer, bool save_rng) {
+    ctx->save_for_backward({x, cos, sin, mask_add});
+    ctx->saved_data["layer"] = layer;
+    if (save_rng) ctx->saved_data["rng"] = CpuRngState();
+    t_checkpointed_forward = true;
+    struct Reset {
+      ~Reset() { t_checkpointed_forward = false; }
+    } reset;
+    return reinterpret_cast<DecoderLayerImpl*>(layer)->forward(x, cos, sin, mask_add, nullptr, nullptr);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    auto x = saved[0].detach().requires_grad_(true);
+    torch::Tensor y;
+    {
+      torch::AutoGradMode grad_on(true);
+      const bool rng = ctx->saved_data.count("rng") > 0;
+      torch::Tensor now;
+      if (rng) {
+        now = CpuRngState();
+        SetCpuRngState(ctx->saved_data["rng"].toTensor());
+      }
+      y = layer->forward(x, saved[1], saved[2], saved[3], nullptr, nullptr);
+      if (rng) SetCpuRngState(now);
+    }
+    torch::autograd::backward({y}, {grad[0]});
+    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
 TransformerLMImpl::TransformerLMImpl(const ModelConfig& cfg, torch::Dtype dtype, bool initialise)
     : cfg_(cfg) {
   cfg_.Validate();
@@ -636,10 +699,22 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
                       .masked_fill(mask.logical_not(), -1e9);
   ForwardOut out;
   if (return_present) out.present.resize(cfg_.num_layers);
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-    const LayerKV* lp = P > 0 ? &(*past)[l] : nullptr;
-    x = model->layer_list[l]->forward(x, cos, sin, mask_add, lp,
-                                      return_present ? &out.present[l] : nullptr);
+  const bool checkpoint = checkpointing_ && is_training() && torch::GradMode::is_enabled() && P == 0 &&
+                          !return_present;
+  if (checkpoint) {
+    // The first layer's input must require grad for the layers' backward to run
+    // at all (the frozen embedding gives it none).
+    if (!x.requires_grad()) x = x.detach().requires_grad_(true);
+    const bool save_rng = lora_ && lora_->dropout > 0;
+    for (int64_t l = 0; l < cfg_.num_layers; ++l)
+      x = CheckpointedLayer::apply(x, cos, sin, mask_add,
+                                   reinterpret_cast<int64_t>(model->layer_list[l].get()), save_rng);
+  } else {
+    for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+      const LayerKV* lp = P > 0 ? &(*past)[l] : nullptr;
+      x = model->layer_list[l]->forward(x, cos, sin, mask_add, lp,
+                                        return_present ? &out.present[l] : nullptr);
+    }
   }
   out.hidden = model->norm(x);
   return out;

@@ -250,6 +250,13 @@ class TransformerLMImpl : public torch::nn::Module {
   // i iff j <= i and attention_mask[b][j] = 1.
   static torch::Tensor CausalMaskFromAttention(const torch::Tensor& attention_mask);
 
+  // Activation checkpointing (policy.gradient_checkpointing): forwards that
+  // build a gradient in train mode keep only each decoder layer's input and
+  // recompute the layer during backward. Same gradients (dropout masks
+  // included, on CPU), less memory, one more forward per backward.
+  void set_checkpointing(bool on) { checkpointing_ = on; }
+  bool checkpointing() const { return checkpointing_; }
+
   // The LoRA adapters attached (policy::AttachLora), or nullopt.
   const std::optional<LoraConfig>& lora() const { return lora_; }
   void set_lora(std::optional<LoraConfig> c) { lora_ = std::move(c); }
@@ -263,6 +270,7 @@ class TransformerLMImpl : public torch::nn::Module {
   std::vector<double> inv_freq_;  // RoPE inverse frequencies after scaling
   double rope_scale_ = 1.0;       // cos/sin scale (yarn)
   std::optional<LoraConfig> lora_;
+  bool checkpointing_ = false;
 };
 TORCH_MODULE(TransformerLM);
 

@@ -10,11 +10,13 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
+#include "envs/env.h"
 #include "policy/checkpoint.h"
 #include "policy/lora.h"
 #include "policy/safetensors.h"
@@ -163,6 +165,51 @@ TEST(Lora, Bfloat16BaseTrainsFloat32Adapters) {
   PerturbAdapters(f32.model);
   const auto lf = Logits(f32.model), lb = Logits(ck.model);
   EXPECT_LT((lf - lb).norm().item<double>() / lf.norm().item<double>(), 0.05);
+}
+
+// Gradients of a loss over logits and values, by parameter name.
+std::map<std::string, torch::Tensor> Gradients(TransformerLM& m, uint64_t seed) {
+  for (auto& p : m->parameters()) p.mutable_grad() = torch::Tensor();
+  torch::manual_seed(seed);
+  auto pos = torch::arange(4).unsqueeze(0).expand({2, 4}).contiguous();
+  auto h = m->forward(Ids(), pos, TransformerLMImpl::CausalMaskFromAttention(torch::ones_like(Ids()))).hidden;
+  (torch::log_softmax(m->Logits(h), -1).select(-1, 9).sum() + m->Value(h).pow(2).sum()).backward();
+  std::map<std::string, torch::Tensor> g;
+  for (const auto& p : m->named_parameters())
+    if (p.value().grad().defined()) g[p.key()] = p.value().grad().clone();
+  return g;
+}
+
+// Activation checkpointing recomputes each layer in backward: the same
+// gradients for adapters (dropout masks included) and for full fine-tuning.
+TEST(Checkpointing, GivesTheGradientsOfAPlainBackward) {
+  for (int variant : {0, 1, 2}) {
+    const bool lora = variant < 2;
+    SCOPED_TRACE(variant == 0 ? "LoRA with dropout" : variant == 1 ? "LoRA" : "every weight");
+    auto ck = LoadBase();
+    if (lora) {
+      LoraConfig c = Lora();
+      c.dropout = variant == 0 ? 0.3 : 0.0;
+      AttachLora(ck.model, c, 1);
+      PerturbAdapters(ck.model);
+    }
+    ck.model->train();
+    const auto plain = Gradients(ck.model, 5);
+    ck.model->set_checkpointing(true);
+    const auto recomputed = Gradients(ck.model, 5);
+    ASSERT_EQ(plain.size(), recomputed.size());
+    EXPECT_EQ(plain.size(), lora ? static_cast<size_t>(2 * 7 * 3 + 2) : ck.model->parameters().size());
+    for (const auto& [name, g] : plain) {
+      ASSERT_TRUE(recomputed.count(name)) << name;
+      EXPECT_LE(MaxDiff(g, recomputed.at(name)), 1e-6 * (1 + g.abs().max().item<double>())) << name;
+    }
+    if (variant == 0) {  // dropout really acts: another seed gives other gradients
+      const auto other = Gradients(ck.model, 6);
+      EXPECT_GT(MaxDiff(other.at("model.layers.0.self_attn.q_proj.lora_B.weight"),
+                        plain.at("model.layers.0.self_attn.q_proj.lora_B.weight")),
+                1e-6);
+    }
+  }
 }
 
 // A checkpoint of an adapted model, written the way training writes them.
@@ -321,6 +368,29 @@ TEST(Lora, AdapterConfigsRlidCannotRunAreConfigErrorsNamingTheField) {
   j["target_modules"] = "all-linear";
   std::ofstream(all / "adapter_config.json", std::ios::trunc) << j.dump(2);
   EXPECT_EQ(LoadCheckpoint(all.string()).model->lora()->target_modules.size(), 7u);
+}
+
+// The README's command: configs/maze_lora.toml on a Hugging Face directory
+// (the Qwen3 fixture with a tokenizer trained on maze text), then the export.
+TEST(Lora, ReadmeCommandTrainsMazeLoraOnAHuggingFaceDirectory) {
+  TempDir tmp("lora_readme");
+  const fs::path model = tmp.path() / "model", run = tmp.path() / "run";
+  fs::create_directories(model);
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(Fixture() / f, model / f);
+  testing::EnvTokenizer(*envs::MakeEnv("maze"), 300).SaveDirectory(model.string());
+  const std::string config = std::string(RLID_SOURCE_DIR) + "/configs/maze_lora.toml";
+  auto t = RunRlid({"train", config, "--set", "policy.init=" + model.string(), "--set", "trainer.iterations=1",
+                    "--set", "trainer.episodes_per_iteration=4", "--set", "trainer.num_envs=4", "--set",
+                    "trainer.eval_episodes=2", "--threads", "1", "--log-level", "warn", "--out", run.string()});
+  ASSERT_EQ(t.code, 0) << t.err;
+  const fs::path latest = run / "checkpoints" / "latest";
+  EXPECT_TRUE(fs::exists(latest / "adapter_model.safetensors"));
+  EXPECT_EQ(ReadJson(latest / "adapter_config.json")["r"], 16);
+  EXPECT_EQ(ReadJson(run / "model.json")["lora"]["rank"], 16);
+  auto e = RunRlid({"export", "--checkpoint", latest.string(), "--out", (tmp.path() / "merged").string(), "--merge"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_TRUE(fs::exists(tmp.path() / "merged" / "tokenizer.json"));
+  EXPECT_EQ(LoadCheckpoint((tmp.path() / "merged").string()).model->config().ModelType(), "qwen3");
 }
 
 TEST(LoraConfig, KeysAreCheckedWhereTheyAreRead) {

@@ -213,6 +213,9 @@ std::unique_ptr<ExperimentConfig> ExperimentConfig::FromConfig(Config cfg) {
               "frozen weights: the base under LoRA adapters (which is also the KL reference), "
               "else the KL reference copy; float32 or bfloat16");
   e->lora.Load(pol.Section("lora"));
+  pol.Get("gradient_checkpointing", e->gradient_checkpointing,
+          "activation checkpointing: gradient forwards keep only each layer's input and recompute "
+          "the layer in backward (same gradients, less memory, one more forward)");
   e->prompt.Load(root.Section("prompt"));
   e->readout.Load(root.Section("readout"));
   LoadSampler(root.Section("sampler"), e->sampler);

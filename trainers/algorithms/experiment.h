@@ -134,6 +134,7 @@ struct ExperimentConfig {
   policy::ModelConfig model;
   std::string init_checkpoint;  // [policy] init: start from this checkpoint
   policy::LoraConfig lora;      // [policy.lora]: adapters on a frozen base (rank 0 = off)
+  bool gradient_checkpointing = false;  // [policy]: recompute layers in backward (less memory)
   // Frozen copies of the weights (the KL reference model) in float32 or
   // bfloat16 (half the memory; their log-probs still come out in float32).
   std::string policy_dtype = "float32";

@@ -155,6 +155,11 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
       policy::AttachLora(model, lc, Rng::DeriveSeed(cfg.run.seed, "lora"));
     }
   }
+  if (cfg.gradient_checkpointing && device.type() != torch::kCPU && model->lora() && model->lora()->dropout > 0)
+    throw ConfigError("policy.gradient_checkpointing with LoRA dropout is exact on the CPU only (the "
+                      "recomputation restores the CPU generator's state)",
+                      "set policy.lora.dropout = 0 or policy.gradient_checkpointing = false");
+  model->set_checkpointing(cfg.gradient_checkpointing);
   tokenizer.SaveDirectory(dir);
   renderer = std::make_unique<policy::PromptRenderer>(cfg.prompt, tokenizer);
   if (cfg.trainer.kl.coef > 0)

@@ -546,9 +546,9 @@ TEST(TrainLoop, TrainsLoraAdaptersOnAFrozenHuggingFaceBase) {
 // A fresh model with adapters: its base is saved once in the run directory, the
 // adapter checkpoints name it, and a crashed run resumes to the same adapters
 // and metrics as an uninterrupted one (LoRA dropout included: LibTorch's
-// generator is re-seeded per iteration).
+// generator is re-seeded per iteration), with activation checkpointing on.
 TEST(TrainLoop, LoraResumeEqualsAnUninterruptedRun) {
-  auto cfg = Experiment(LoopToml(), {"policy.lora.rank=2", "policy.lora.dropout=0.1",
+  auto cfg = Experiment(LoopToml(), {"policy.lora.rank=2", "policy.lora.dropout=0.1", "policy.gradient_checkpointing=true",
                                      "policy.lora.target_modules=[\"q_proj\", \"v_proj\", \"down_proj\"]"});
   ExpectResumeEqualsUninterrupted(*cfg, /*crash_at=*/3, [](const std::string& whole) {
     EXPECT_TRUE(fs::exists(fs::path(whole) / "base" / "model.safetensors"));

@@ -1,0 +1,52 @@
+#include "bench/training_arm.h"
+
+#include "bench/bench.h"
+
+namespace rlid::bench {
+
+TrainingArm::TrainingArm(const trainers::ExperimentConfig& cfg, const std::string& dir, bool record)
+    : trainer(trainers::TrainerRegistry::Global().Make(cfg.trainer.algorithm)),
+      session(std::make_unique<trainers::Run>(
+          cfg, trainers::RunOptions{.out_dir = dir, .kind = "bench", .quiet = true, .record = record})) {
+  trainer->Setup(cfg.trainer, session->model);
+}
+
+TrainingArm::~TrainingArm() {
+  try {
+    session->End("completed");
+  } catch (...) {
+  }
+}
+
+double TrainingArm::Iteration(int64_t it) {
+  auto& s = *session;
+  const agents::StageTimes before = s.times;
+  const double t0 = Now();
+  trainers::IterationContext ctx{it, s.cfg.trainer, s.cfg.run.seed, s.Agent(trainer->plane(), it),
+                                 s.budget, s.recorder()};
+  trainers::Metrics m = trainer->Iterate(ctx);
+  const double iterate_s = Now() - t0;
+  // Booked before the metrics / the flush add to logging, as in Train.
+  s.times.AddUnclaimedToUpdate(before, iterate_s);
+  s.recorder().Metrics(it, m);
+  if (s.recorder().records_episodes()) s.recorder().Flush();
+  seconds += Now() - t0;
+  times.readout += s.times.readout - before.readout;
+  times.env += s.times.env - before.env;
+  times.update += s.times.update - before.update;
+  times.logging += s.times.logging - before.logging;
+  double ret = 0;
+  for (const auto& [k, v] : m) {
+    if (k == "rollout/return") ret = v;
+    if (k == "charts/decisions") decisions += v;
+  }
+  return ret;
+}
+
+void TrainingArm::Reset() {
+  seconds = 0, decisions = 0;
+  times = {};
+  writer_busy0 = session->writer->stats().busy_seconds;
+}
+
+}  // namespace rlid::bench
