@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 #include "core/rng.h"
 
@@ -278,6 +279,7 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
 
   Lockstep lockstep(ctx, specs, split, policy::Plane::kDecision);
   while (lockstep.Running()) {
+    ThrowIfInterrupted();  // between steps: every finished episode is whole
     // One readout forward for every active episode.
     std::vector<StepData> steps;
     std::vector<policy::ReadoutRequest> reqs;
@@ -398,6 +400,7 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
     Rng rng = Rng::Stream(ctx.seed, "scripted", spec.stream);
     WriteFacts(ctx, s, 0);
     while (!s.state->IsTerminal()) {
+      ThrowIfInterrupted();
       StepData step = PrepareStep(ctx, s, policy::Plane::kDecision);
       step.item = choose(*s.state, step, rng);
       RLID_CHECK(step.item >= 0 && step.item < static_cast<int>(step.menu.size()),
@@ -453,6 +456,7 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
   double* readout_seconds = ctx.times ? &ctx.times->readout : nullptr;
   double* env_seconds = ctx.times ? &ctx.times->env : nullptr;
   while (lockstep.Running()) {
+    ThrowIfInterrupted();  // between steps: every finished episode is whole
     std::vector<StepData> steps;
     std::vector<std::pair<size_t, Slot>>* slots = nullptr;
     {

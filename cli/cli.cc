@@ -4,10 +4,12 @@
 #include <fmt/ranges.h>
 
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 #include "core/strings.h"
 #include "envs/env.h"
@@ -20,6 +22,19 @@ void EnvOptions::Add(CLI::App& app, bool with_seed) {
   if (with_seed) app.add_option("--seed", seed, "instance seed (even = train, odd = test)")->capture_default_str();
   app.add_option("--set", sets, "override, e.g. --set env.size=9 (repeatable)");
   app.add_option("--config", config, "take [env] from this TOML config");
+}
+
+namespace {
+// --threads as given on the command line (nullopt when absent).
+std::optional<int>& ThreadsFlag() {
+  static std::optional<int> threads;
+  return threads;
+}
+}  // namespace
+
+std::vector<std::string> WithGlobalOverrides(std::vector<std::string> sets) {
+  if (ThreadsFlag()) sets.push_back(fmt::format("run.threads={}", *ThreadsFlag()));
+  return sets;
 }
 
 Config LoadConfig(const std::string& path, const std::vector<std::string>& sets) {
@@ -57,6 +72,7 @@ int Run(CLI::App& app, std::vector<std::unique_ptr<Command>>& keep, int argc, ch
 }  // namespace
 
 int RunCli(int argc, char** argv) {
+  InstallInterruptHandlers();
   CLI::App app{"rlid: reinforcement learning for language agents in the decision plane"};
   app.require_subcommand(1);
   app.fallthrough();  // global flags (--threads, --log-level) also work after the subcommand
@@ -70,11 +86,15 @@ int RunCli(int argc, char** argv) {
     commands.back()->Setup(*sub);
   }
   int threads = 0;
-  app.add_option("--threads", threads, "LibTorch intra-op threads (0 = one per core)")
-      ->capture_default_str();
+  CLI::Option* threads_opt =
+      app.add_option("--threads", threads,
+                     "LibTorch intra-op threads (0 = one per core); overrides a config's run.threads")
+          ->capture_default_str();
+  ThreadsFlag().reset();
   app.parse_complete_callback([&] {
     SetupLogging(log_level);
     policy::SetNumThreads(threads);
+    if (threads_opt->count() > 0) ThreadsFlag() = threads;
   });
   try {
     return Run(app, commands, argc, argv);

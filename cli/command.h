@@ -47,4 +47,9 @@ struct EnvOptions {
 // Reads a config file (or an empty one), applies --set overrides.
 Config LoadConfig(const std::string& path, const std::vector<std::string>& sets);
 
+// `sets` followed by the config overrides that global flags given on the
+// command line imply: `rlid --threads N ...` appends "run.threads=N", so the
+// flag beats the config's run.threads (and the resolved config records it).
+std::vector<std::string> WithGlobalOverrides(std::vector<std::string> sets);
+
 }  // namespace rlid::cli

@@ -24,7 +24,7 @@ class CompareCommand : public Command {
     app.add_option("--out", out_, "run directory (default: runs/<name>-compare-<timestamp>)");
     app.add_flag("--quiet", quiet_, "no progress lines");
     app.callback([this] {
-      auto r = trainers::RunCompare(config_, sets_, out_, quiet_);
+      auto r = trainers::RunCompare(config_, WithGlobalOverrides(sets_), out_, quiet_);
       std::cout << "\n" << r.table << "\n" << r.verdict << "\n\n";
       std::cout << fmt::format(
           "budget: {} = {:g} per arm and seed; seeds: {}; all arms started from {}\n",

@@ -52,7 +52,7 @@ class TrainCommand : public Command {
   void Run() {
     if (resume_ && opts_.out.empty())
       throw ConfigError("--resume needs --out DIR (the run directory to continue)");
-    auto cfg = ExperimentConfig::Load(opts_.config, opts_.sets);
+    auto cfg = ExperimentConfig::Load(opts_.config, WithGlobalOverrides(opts_.sets));
     auto trainer = trainers::TrainerRegistry::Global().Make(cfg->trainer.algorithm);
     trainers::Run s(*cfg, {.out_dir = opts_.out,
                            .kind = "train",
@@ -76,7 +76,7 @@ class SftCommand : public Command {
   void Setup(CLI::App& app) override {
     opts_.Add(app);
     app.callback([this] {
-      auto cfg = ExperimentConfig::Load(opts_.config, opts_.sets);
+      auto cfg = ExperimentConfig::Load(opts_.config, WithGlobalOverrides(opts_.sets));
       trainers::Run s(*cfg, {.out_dir = opts_.out, .kind = "sft", .arm = "sft"});
       auto r = trainers::RunSft(s);
       s.End("completed");
@@ -115,7 +115,7 @@ class EvalCommand : public Command {
     std::vector<std::string> sets = sets_;
     sets.push_back("policy.init=" + checkpoint_);
     if (!env_.empty()) sets.push_back("env.name=" + env_);
-    auto cfg = ExperimentConfig::Load(config_, sets);
+    auto cfg = ExperimentConfig::Load(config_, WithGlobalOverrides(sets));
     trainers::Run s(*cfg, {.out_dir = out_, .kind = "eval", .arm = plane_});
     const auto plane = plane_ == "decision" ? policy::Plane::kDecision : policy::Plane::kToken;
     auto r = trainers::Evaluate(s.Agent(plane, 0), plane, episodes_, !sampled_, s.budget,

@@ -1,5 +1,10 @@
 #include "core/config.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
@@ -118,13 +123,30 @@ Config Config::FromConverted(std::string_view toml_text, std::string source_name
 }
 
 Config Config::FromFile(const std::string& path) {
+  // stat before opening: a FIFO would block the open, a device never ends.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw IoError(fmt::format("cannot open config file '{}': {}", path, std::strerror(errno)),
+                  "check the path; example configs live in configs/");
+  if (!S_ISREG(st.st_mode))
+    throw IoError(fmt::format("config file '{}' is not a regular file", path),
+                  "pass a TOML file (not a directory, FIFO or device)");
+  if (static_cast<uint64_t>(st.st_size) > kMaxConfigBytes)
+    throw IoError(fmt::format("config file '{}' is {} bytes; configs are limited to {} bytes", path,
+                              st.st_size, kMaxConfigBytes),
+                  "is this really a TOML config?");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw IoError(fmt::format("cannot open config file '{}'", path),
                   "check the path; example configs live in configs/");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return FromString(ss.str(), path);
+  // Read at most one byte past the limit (files that grow, /proc entries of size 0).
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes)
+    throw IoError(fmt::format("config file '{}' is larger than the {} bytes configs are limited to",
+                              path, kMaxConfigBytes));
+  return FromString(text, path);
 }
 
 const std::string& Config::source_name() const { return impl_->source; }

@@ -98,7 +98,10 @@ class Config {
   Config(Config&&) noexcept;
   Config& operator=(Config&&) noexcept;
 
+  // A regular file of at most kMaxConfigBytes (IoError otherwise, before any
+  // read: a FIFO or /dev/zero never blocks or exhausts memory).
   static Config FromFile(const std::string& path);
+  static constexpr uint64_t kMaxConfigBytes = uint64_t{4} << 20;
   static Config FromString(std::string_view text, std::string source_name = "<string>");
   // A document converted to TOML from another format (e.g. the JSON object of
   // `rlid loss`): like FromString, but errors cite `source_name` without TOML

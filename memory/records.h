@@ -27,7 +27,10 @@ struct RunRecord {
 };
 
 // Run status values accepted by EndRun.
-inline constexpr const char* kRunStatuses[] = {"completed", "failed", "interrupted"};
+// How a run ended. "crashed" is set by the store, not by a run: a writer that
+// opens the database marks every run still "running" as crashed, because the
+// one-writer lock proves their processes are gone.
+inline constexpr const char* kRunStatuses[] = {"completed", "failed", "interrupted", "crashed"};
 
 enum class MemoryKind { kObservation, kNote, kSummary, kOracleHint };
 // "observation" | "note" | "summary" | "oracle_hint" (the stored spelling).

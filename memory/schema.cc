@@ -348,6 +348,29 @@ FROM steps s JOIN episodes e ON e.id = s.episode_id
 GROUP BY e.run_id, e.split, e.plane, e.iteration;
 )sql";
 
+// runs.status also admits 'crashed' (a run whose process died while it was
+// 'running'). SQLite cannot alter a CHECK constraint; widening the allowed set
+// by editing the stored CREATE TABLE text is the procedure SQLite documents
+// for constraint changes that existing rows already satisfy ("Making Other
+// Kinds Of Table Schema Changes"): writable_schema, then a schema_version bump
+// so every connection re-reads the schema, then an integrity check.
+void AllowCrashedStatus(Db& db) {
+  const int64_t version = db.QueryInt("PRAGMA schema_version");
+  db.Exec("PRAGMA writable_schema = ON");
+  db.Exec(
+      "UPDATE sqlite_master SET sql = replace(sql, "
+      "'CHECK (status IN (''running'', ''completed'', ''failed'', ''interrupted''))', "
+      "'CHECK (status IN (''running'', ''completed'', ''failed'', ''interrupted'', ''crashed''))') "
+      "WHERE type = 'table' AND name = 'runs'");
+  db.Exec("PRAGMA writable_schema = OFF");
+  db.Exec(fmt::format("PRAGMA schema_version = {}", version + 1));
+  if (db.QueryText("PRAGMA integrity_check") != "ok")
+    throw IoError(fmt::format("'{}': the schema change of migration 4 failed its integrity check", db.path()),
+                  "the file was not changed (the migration was rolled back)");
+  if (db.QueryInt("SELECT COUNT(*) FROM sqlite_master WHERE name = 'runs' AND sql LIKE '%''crashed''%'") != 1)
+    throw IoError(fmt::format("'{}': migration 4 found an unexpected runs table definition", db.path()));
+}
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -362,6 +385,8 @@ const std::vector<Migration>& Migrations() {
        "memory_items.instance and .pass; steps.realisation, .state_hash, .afterstate_hash, "
        ".optimal; views v_step_realisations, v_transitions, v_step_optimality",
        kProvenanceSql},
+      {4, "runs.status 'crashed': a run left 'running' by a process that no longer exists", "",
+       AllowCrashedStatus},
   };
   return kMigrations;
 }
@@ -402,7 +427,8 @@ void Migrate(Db& db, int target) {
         db.Exec("COMMIT");
         continue;
       }
-      db.Exec(m.sql, fmt::format("applying schema migration {} ({})", m.version, m.description));
+      if (*m.sql) db.Exec(m.sql, fmt::format("applying schema migration {} ({})", m.version, m.description));
+      if (m.after) m.after(db);
       Statement ins = db.Prepare(
           "INSERT INTO rlid_schema(version, description, applied_at, rlid_version) "
           "VALUES (?, ?, ?, ?)");

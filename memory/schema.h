@@ -16,6 +16,8 @@ struct Migration {
   int version;
   const char* description;
   const char* sql;
+  // Runs after `sql` inside the migration's transaction (schema edits SQL alone cannot do).
+  void (*after)(Db& db) = nullptr;
 };
 
 // 'rlid' in ASCII: PRAGMA application_id of every rlid database.

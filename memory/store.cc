@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -31,35 +32,47 @@ constexpr size_t kMaxKnownPrompts = size_t{1} << 20;
 
 std::string HashHex(uint64_t h) { return fmt::format("{:016x}", h); }
 
-// Takes the one-writer lock "<db>-writer.lock" (flock: released by the kernel
-// when the process dies, so a killed run never leaves a stale lock).
+// Takes the one-writer lock: flock on the database file itself (created empty
+// if absent; SQLite takes an empty file as a new database). The lock belongs
+// to the inode, so a symlinked or hard-linked path to the same database is
+// refused too, and the kernel releases it when the process dies, so a killed
+// run never leaves a stale lock. flock and SQLite's POSIX record locks do not
+// interact on Linux; the descriptor must stay open until SQLite has closed the
+// file (closing any descriptor of the file drops the process's POSIX locks).
+// "<db>-writer.lock" only records the holder's pid for the error message.
 int AcquireWriterLock(const std::string& db_path) {
-  const std::string lock_path = db_path + "-writer.lock";
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = ::open(db_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
   if (fd < 0) {
     const int err = errno;
-    throw IoError(
-        fmt::format("cannot create '{}' next to the database ({})", lock_path, std::strerror(err)),
-        err == EACCES || err == EROFS || err == EPERM
-            ? "the directory is not writable; pick a writable run directory"
-            : "check that the directory exists and is writable");
+    throw IoError(fmt::format("cannot open '{}' for writing ({})", db_path, std::strerror(err)),
+                  err == EACCES || err == EROFS || err == EPERM
+                      ? "the directory is not writable (or the file is read-only); pick a writable "
+                        "run directory"
+                      : "check that the directory exists and is writable");
   }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError(fmt::format("database path '{}' is not a regular file", db_path),
+                  "rlid.db must be a plain file (not a FIFO, device or socket)");
+  }
+  std::error_code ec;
+  const fs::path canonical = fs::weakly_canonical(db_path, ec);
+  const std::string info_path = (ec ? fs::path(db_path) : canonical).string() + "-writer.lock";
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     std::string holder;
-    std::ifstream(lock_path) >> holder;
+    std::ifstream(info_path) >> holder;
     ::close(fd);
     if (err == EWOULDBLOCK)
       throw IoError(fmt::format("database '{}' is locked: another rlid process{} is writing it",
                                 db_path, holder.empty() ? "" : " (pid " + holder + ")"),
-                    "one writer per run directory: wait for that run to finish, use another "
-                    "run directory, or read it meanwhile with `rlid sql`");
-    throw IoError(fmt::format("cannot lock '{}' ({})", lock_path, std::strerror(err)));
+                    "one writer per database (whatever path, symlink or hard link leads to it): "
+                    "wait for that run to finish, use another run directory, or read it "
+                    "meanwhile with `rlid sql`");
+    throw IoError(fmt::format("cannot lock '{}' ({})", db_path, std::strerror(err)));
   }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) == 0) {
-    [[maybe_unused]] auto n = ::write(fd, pid.data(), pid.size());
-  }
+  std::ofstream(info_path, std::ios::trunc) << ::getpid() << "\n";
   return fd;
 }
 
@@ -146,23 +159,19 @@ std::unique_ptr<Store> Store::Open(const std::string& path, Mode mode, StoreOpti
                     "use ResolveDatabasePath / pass the run directory to `rlid sql`");
     immutable_uri = ReadOnlyUriFor(path);
   }
-  try {
-    return std::unique_ptr<Store>(new Store(path, mode, options, lock_fd, immutable_uri));
-  } catch (...) {
-    if (lock_fd >= 0) ::close(lock_fd);
-    throw;
-  }
+  // The Store owns lock_fd from its first member on (closed if construction fails).
+  return std::unique_ptr<Store>(new Store(path, mode, options, lock_fd, immutable_uri));
 }
 
 Store::Store(const std::string& path, Mode mode, StoreOptions options, int lock_fd,
              const std::string& immutable_uri)
-    : db_(path,
+    : lock_(lock_fd),
+      db_(path,
           mode == Mode::kReadWrite ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
                                    : SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
           immutable_uri),
       mode_(mode),
-      options_(options),
-      lock_fd_(lock_fd) {
+      options_(options) {
   db_.SetBusyTimeout(options_.busy_timeout_ms);
   if (mode_ == Mode::kReadWrite)
     OpenReadWrite();
@@ -170,9 +179,13 @@ Store::Store(const std::string& path, Mode mode, StoreOptions options, int lock_
     OpenReadOnly();
 }
 
+Store::LockFd::~LockFd() {
+  if (fd >= 0) ::close(fd);
+}
+
 Store::~Store() {
   st_.reset();  // finalise statements before the connection closes
-  if (lock_fd_ >= 0) ::close(lock_fd_);
+  // lock_ closes after db_ (declared before it): see AcquireWriterLock.
 }
 
 void Store::CheckVersion(int version) const {
@@ -213,6 +226,21 @@ void Store::OpenReadWrite() {
     Migrate(db_, LatestSchemaVersion());
   }
   schema_version_ = LatestSchemaVersion();
+  // This process holds the one-writer lock, so no run can still be running:
+  // rows left "running" belong to processes that died (SIGKILL, power loss).
+  // Best effort: a foreign connection holding a write transaction (sqlite3, a
+  // browser) makes it wait for the next writer instead of failing the open.
+  try {
+    Statement crashed = db_.Prepare(
+        "UPDATE runs SET status = 'crashed', ended_at = COALESCE(ended_at, ?) WHERE status = 'running'");
+    crashed.Bind(1, NowIso8601());
+    crashed.Run();
+    if (const int64_t n = sqlite3_changes(db_.handle()); n > 0)
+      spdlog::info("{}: {} run(s) left 'running' by a process that no longer exists are marked 'crashed'",
+                   path(), n);
+  } catch (const IoError& e) {
+    spdlog::warn("{}: could not mark runs of dead processes as crashed: {}", path(), e.what());
+  }
   ResetIdAllocators();
   Prepare();
 }
@@ -299,7 +327,7 @@ void Store::EndRun(int64_t run_id, std::string_view status) {
   RequireWritable(mode_, path());
   bool known = false;
   for (const char* s : kRunStatuses) known = known || status == s;
-  RLID_CHECK(known, "run status '{}' (expected completed, failed or interrupted)", status);
+  RLID_CHECK(known, "run status '{}' (expected completed, failed, interrupted or crashed)", status);
   st_->end_run.Bind(1, status).Bind(2, NowIso8601()).Bind(3, run_id);
   st_->end_run.Run();
   RLID_CHECK_EQ(db_.Changes(), 1, "EndRun: no run with id {}", run_id);

@@ -133,10 +133,19 @@ class Store {
   void WriteMetricRow(const MetricRecord& m);
   void WriteCheckpointRow(const CheckpointRecord& c);
 
+  // The flock()ed descriptor of the database file while open for writing.
+  // Declared before db_, so it closes after the connection (see AcquireWriterLock).
+  struct LockFd {
+    explicit LockFd(int f) : fd(f) {}
+    ~LockFd();
+    LockFd(const LockFd&) = delete;
+    LockFd& operator=(const LockFd&) = delete;
+    int fd = -1;
+  };
+  LockFd lock_;
   Db db_;
   Mode mode_;
   StoreOptions options_;
-  int lock_fd_ = -1;  // flock()ed "<db>-writer.lock" while open for writing
   int schema_version_ = 0;
   IdAllocator episode_ids_, item_ids_;
 

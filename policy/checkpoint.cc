@@ -1,7 +1,13 @@
 #include "policy/checkpoint.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <climits>
 
 #include <chrono>
 #include <filesystem>
@@ -225,6 +231,10 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
         fmt::format("checkpoint '{}' is not a directory", dir),
         "pass a directory written by `rlid sft`/`rlid train` (runs/<run>/checkpoints/...), a "
         "Hugging Face model directory or a PEFT LoRA adapter directory");
+  const std::string name = fs::path(dir).lexically_normal().filename().string();
+  if (IsUnpublishedCheckpointName(name.empty() ? fs::path(dir).parent_path().filename().string() : name))
+    throw IoError(fmt::format("'{}' is an unfinished checkpoint: a process stopped while writing it", dir),
+                  "load the checkpoint it was to become only if that exists (e.g. checkpoints/latest)");
   if (IsAdapterDirectory(dir)) return LoadAdapterCheckpoint(root, dir, device, opt);
   LoadedCheckpoint out;
   out.dir = dir;
@@ -319,6 +329,41 @@ void ExportModel(LoadedCheckpoint& ck, const std::string& out_dir, const ExportO
   if (fs::exists(target)) fs::remove(target, ec);  // the empty directory
   fs::rename(tmp, target, ec);
   if (ec) throw IoError(fmt::format("cannot publish '{}': {}", out_dir, ec.message()));
+}
+
+bool IsUnpublishedCheckpointName(const std::string& name) {
+  for (const char* mark : {".tmp-", ".old-"}) {
+    const auto at = name.rfind(mark);
+    if (at == std::string::npos) continue;
+    const std::string pid = name.substr(at + 5);
+    if (!pid.empty() && std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return true;
+  }
+  return false;
+}
+
+int RemoveOrphanCheckpoints(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!IsUnpublishedCheckpointName(name)) continue;
+    const std::string digits = name.substr(name.rfind('-') + 1);
+    long long pid = 0;
+    const auto parsed = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    const bool alive = parsed.ec == std::errc() && pid > 0 && pid <= INT_MAX &&
+                       (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+    if (alive) continue;  // still being written
+    fs::remove_all(e.path(), ec);
+    if (ec) {
+      spdlog::warn("could not remove the unfinished checkpoint {}: {}", e.path().string(), ec.message());
+      continue;
+    }
+    spdlog::info("removed {}, an unfinished checkpoint of a process that no longer runs", e.path().string());
+    ++removed;
+  }
+  return removed;
 }
 
 nlohmann::json ReadCheckpointMeta(const std::string& dir) {

@@ -69,6 +69,14 @@ struct ExportOptions {
 // empty (IoError otherwise); it is published atomically.
 void ExportModel(LoadedCheckpoint& ck, const std::string& out_dir, const ExportOptions& opt = {});
 
+// True for the names SaveCheckpoint/ExportModel give a directory before it is
+// published ("iter_000003.tmp-4242", "...old-4242"): a crash can leave one
+// behind, and it is never a checkpoint (LoadCheckpoint refuses it).
+bool IsUnpublishedCheckpointName(const std::string& name);
+// Removes the unpublished directories in `dir` whose writing process no longer
+// exists (those of a live process are left alone); returns how many.
+int RemoveOrphanCheckpoints(const std::string& dir);
+
 // rlid.json of a checkpoint written by rlid (format version checked); IoError
 // when it is missing or unreadable.
 nlohmann::json ReadCheckpointMeta(const std::string& dir);

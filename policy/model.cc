@@ -270,8 +270,21 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
   c.num_layers = rd.Get<int64_t>("num_hidden_layers");
   c.num_heads = rd.Get<int64_t>("num_attention_heads");
   c.num_kv_heads = rd.Get<int64_t>("num_key_value_heads", c.num_heads);
-  // Without head_dim it is D / heads; with no heads Validate() reports num_heads.
-  c.head_dim = rd.Get<int64_t>("head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
+  // Sizes and divisors by their config.json names, before anything divides by them.
+  for (const auto& [field, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
+                                 {"hidden_size", c.hidden_size},
+                                 {"intermediate_size", c.intermediate_size},
+                                 {"num_hidden_layers", c.num_layers},
+                                 {"num_attention_heads", c.num_heads},
+                                 {"num_key_value_heads", c.num_kv_heads}})
+    if (v < 1) throw ConfigError(fmt::format("config.json: {} = {} must be >= 1", field, v));
+  if (c.num_heads % c.num_kv_heads != 0)
+    throw ConfigError(fmt::format("config.json: num_attention_heads = {} is not a multiple of "
+                                  "num_key_value_heads = {}",
+                                  c.num_heads, c.num_kv_heads));
+  // Without head_dim it is D / heads.
+  c.head_dim = rd.Get<int64_t>("head_dim", c.hidden_size / c.num_heads);
+  if (c.head_dim < 1) throw ConfigError(fmt::format("config.json: head_dim = {} must be >= 1", c.head_dim));
   // Current layout: rope_parameters {rope_theta, rope_type, ...}; older: top-level
   // rope_theta and rope_scaling (null or {rope_type | type, ...}).
   if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {

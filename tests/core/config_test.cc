@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <cmath>
 #include <limits>
@@ -74,6 +79,37 @@ TEST(Config, UnknownSectionAndTypeErrors) {
   EXPECT_THROW(Config::FromFile("/nonexistent/x.toml"), IoError);
   Config cfg2;
   EXPECT_THROW(cfg2.ApplyOverride("novalue"), ConfigError);
+}
+
+// Only regular files of bounded size are read: /dev/zero, a FIFO (whose open
+// would block) and a directory are refused before reading, an oversized file
+// too, and a good file still loads.
+TEST(Config, FilesMustBeRegularAndBounded) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("rlid_config_files_{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto error_of = [](const std::string& path) {
+    try {
+      Config::FromFile(path);
+    } catch (const IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  EXPECT_NE(error_of("/dev/zero").find("not a regular file"), std::string::npos);
+  EXPECT_NE(error_of(dir.string()).find("not a regular file"), std::string::npos);
+  ASSERT_EQ(::mkfifo((dir / "fifo.toml").c_str(), 0644), 0);
+  EXPECT_NE(error_of((dir / "fifo.toml").string()).find("not a regular file"), std::string::npos);
+  {
+    std::ofstream big(dir / "big.toml");
+    big << "[run]\nname = \"x\"\n";
+  }
+  std::filesystem::resize_file(dir / "big.toml", Config::kMaxConfigBytes + 1);
+  EXPECT_NE(error_of((dir / "big.toml").string()).find("limited to"), std::string::npos);
+  std::ofstream(dir / "ok.toml") << "[run]\nname = \"x\"\n";
+  EXPECT_EQ(error_of((dir / "ok.toml").string()), "loaded");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Config, OverrideStringsAndNumbers) {

@@ -5,6 +5,7 @@
 #include "memory/store.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -212,6 +213,44 @@ TEST(Store, MigratesAnOlderDatabaseForward) {
   EXPECT_EQ(std::get<int64_t>(budget.rows[0][1]), 0);
 }
 
+// A run whose process died while it was "running" shows as "crashed" once a
+// writer opens the store (the one-writer lock proves that process is gone);
+// readers change nothing. A schema-3 file gains the status by migration 4.
+TEST(Store, RunsLeftRunningByADeadProcessAreMarkedCrashed) {
+  const std::string path = DbPath(ScratchDir("crashed"));
+  {
+    Db db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    Migrate(db, 3);
+    db.Exec(
+        "INSERT INTO runs(name, kind, config_toml, seed, code_version, started_at) "
+        "VALUES ('old', 'train', '', 3, 'v0', '2024-01-01T00:00:00.000Z')");
+    EXPECT_THROW(db.Exec("UPDATE runs SET status = 'crashed'"), IoError);  // schema 3 refuses it
+  }
+  int64_t done = 0, live = 0;
+  {
+    auto store = Store::Open(path, Store::Mode::kReadWrite);
+    EXPECT_EQ(store->schema_version(), LatestSchemaVersion());
+    EXPECT_EQ(store->db().QueryText("SELECT status FROM runs WHERE name = 'old'"), "crashed");
+    done = store->BeginRun(TestRun());
+    store->EndRun(done, "completed");
+    live = store->BeginRun(TestRun());  // the process "dies" with this run running
+    std::string report;
+    EXPECT_TRUE(store->CheckIntegrity(&report)) << report;
+  }
+  auto status = [&](Store& s, int64_t id) {
+    return s.db().QueryText(fmt::format("SELECT status FROM runs WHERE id = {}", id));
+  };
+  {
+    auto ro = Store::Open(path, Store::Mode::kReadOnly);
+    EXPECT_EQ(status(*ro, live), "running");
+  }
+  auto store = Store::Open(path, Store::Mode::kReadWrite);
+  EXPECT_EQ(status(*store, live), "crashed");
+  EXPECT_EQ(status(*store, done), "completed");
+  EXPECT_EQ(store->db().QueryText(fmt::format("SELECT ended_at IS NOT NULL FROM runs WHERE id = {}", live)), "1");
+  EXPECT_THROW(store->db().Exec("UPDATE runs SET status = 'exploded'"), IoError);  // still checked
+}
+
 TEST(Store, ItemsOfASchema2FileReadAsInstanceZeroPassZero) {
   const std::string path = DbPath(ScratchDir("migrate_items"));
   {
@@ -356,6 +395,29 @@ TEST(Store, SecondWriterIsRefused) {
   EXPECT_NO_THROW(Store::Open(path, Store::Mode::kReadOnly));  // readers are welcome
   first.reset();
   EXPECT_NO_THROW(Store::Open(path, Store::Mode::kReadWrite));  // the lock went with it
+}
+
+// The lock belongs to the database file, not to a path: a symlinked or
+// hard-linked rlid.db in another run directory meets the same lock (two WALs
+// on one file corrupt it), and a FIFO is refused without blocking.
+TEST(Store, SecondWriterThroughALinkIsRefused) {
+  const std::string dir = ScratchDir("linkedwriters");
+  const std::string path = DbPath(dir);
+  fs::create_directories(dir + "/a");
+  fs::create_directories(dir + "/b");
+  auto first = Store::Open(path, Store::Mode::kReadWrite);
+  fs::create_hard_link(path, dir + "/a/rlid.db");
+  fs::create_symlink(path, dir + "/b/rlid.db");
+  for (const char* other : {"/a/rlid.db", "/b/rlid.db"}) {
+    const std::string err = ErrorOf([&] { Store::Open(dir + other, Store::Mode::kReadWrite); });
+    EXPECT_NE(err.find("is locked: another rlid process"), std::string::npos) << other << ": " << err;
+  }
+  EXPECT_FALSE(fs::exists(dir + "/a/rlid.db-wal"));  // the refused writer opened nothing
+  first.reset();
+  EXPECT_NO_THROW(Store::Open(dir + "/a/rlid.db", Store::Mode::kReadWrite));
+  ASSERT_EQ(::mkfifo((dir + "/fifo.db").c_str(), 0644), 0);
+  const std::string err = ErrorOf([&] { Store::Open(dir + "/fifo.db", Store::Mode::kReadWrite); });
+  EXPECT_NE(err.find("not a regular file"), std::string::npos) << err;
 }
 
 TEST(Store, LockHeldByAnotherConnectionIsClear) {

@@ -189,6 +189,16 @@ TEST(HfConfig, UnsupportedSettingsNameTheField) {
       {"mlp_bias", [](json& j) { j["mlp_bias"] = true; }},
       {"num_hidden_layers", [](json& j) { j.erase("num_hidden_layers"); }},
       {"hidden_size", [](json& j) { j["hidden_size"] = "64"; }},
+      // Sizes that would divide by zero (SIGFPE) or allocate nonsense.
+      {"num_attention_heads = 0", [](json& j) { j["num_attention_heads"] = 0; }},
+      {"num_key_value_heads = 0", [](json& j) { j["num_key_value_heads"] = 0; }},
+      {"num_attention_heads = 0", [](json& j) {
+         j["num_attention_heads"] = 0;
+         j.erase("head_dim");
+       }},
+      {"not a multiple of num_key_value_heads", [](json& j) { j["num_key_value_heads"] = 3; }},
+      {"hidden_size = -64", [](json& j) { j["hidden_size"] = -64; }},
+      {"head_dim = 0", [](json& j) { j["head_dim"] = 0; }},
   };
   for (const auto& c : cases) {
     json j = base;

@@ -69,6 +69,10 @@ void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
         "also evaluate the initial weights (logged at iteration -1, 0 env steps)");
   n.Get("checkpoint_every", checkpoint_every, "checkpoint every k iterations (0 = only at the end)",
         IntRange::NonNegative());
+  n.Get("max_weight_growth", max_weight_growth,
+        "stop (NumericError, nothing checkpointed) when one iteration multiplies the norm of the "
+        "trainable weights by more than this: exploding updates that stay finite (0 = off)",
+        Range::GreaterThan(1).Or(0));
   n.GetEnum("budget", budget, {"iterations", "env_steps", "wall_seconds", "flops"},
             "what stops the run: env steps (every decision attempt), training wall-clock "
             "seconds, or rollout + update FLOPs");

@@ -73,6 +73,7 @@ struct TrainerConfig {
   bool eval_sampled = true;       // also evaluate the sampled (not only greedy) policy
   bool eval_at_start = false;     // also evaluate the initial weights (iteration -1, 0 env steps)
   int64_t checkpoint_every = 10;  // write a checkpoint every k iterations (0 = only at the end)
+  double max_weight_growth = 10.0;  // stop when an iteration multiplies the trainable weights' norm by more (0 = off)
   // What stops the run: iterations | env_steps (decision attempts) | wall_seconds
   // (training wall-clock) | flops (rollout + update FLOPs).
   std::string budget = "iterations";

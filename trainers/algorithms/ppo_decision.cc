@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/rng.h"
 #include "trainers/algorithms/trainer.h"
 #include "trainers/losses/advantages.h"
@@ -195,6 +196,7 @@ class PpoDecisionTrainer final : public Trainer {
       double epoch_kl = 0;
       int64_t epoch_updates = 0;
       for (int64_t b0 = 0; b0 < N; b0 += t.minibatch_size) {
+        ThrowIfInterrupted();  // between optimiser steps (a checkpoint holds whole iterations)
         const int64_t b1 = std::min(N, b0 + t.minibatch_size);
         std::vector<int64_t> idx(perm.begin() + b0, perm.begin() + b1);
         auto ix = torch::tensor(idx, torch::kInt64);

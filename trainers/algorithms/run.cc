@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "policy/checkpoint.h"
@@ -89,6 +90,10 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError(fmt::format("cannot create run directory '{}': {}", dir, ec.message()));
+  // The store's one-writer lock comes first: a second process pointed at a live
+  // run directory is refused before it writes any file there.
+  store = memory::Store::Open((fs::path(dir) / memory::kDatabaseFileName).string(),
+                              memory::Store::Mode::kReadWrite);
   std::string resolved = cfg.raw.ResolvedToml();
   if (!options.config_file.empty()) {
     std::ofstream f(fs::path(dir) / options.config_file);
@@ -98,6 +103,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
     f << "# resolved config of this run (rlid " << VersionString() << ")\n" << resolved;
   }
   env = envs::MakeEnv(cfg.env_section);
+  policy::RemoveOrphanCheckpoints(checkpoints_dir);  // left by a killed run
   // Model + tokenizer.
   const bool bf16_base = cfg.policy_dtype == "bfloat16";
   if (!cfg.init_checkpoint.empty()) {
@@ -165,9 +171,6 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
   if (cfg.trainer.kl.coef > 0)
     ref_model = model->lora() ? policy::ShareBaseWeights(model)  // adapters off, no copy
                               : policy::CloneModel(model, bf16_base ? torch::kBFloat16 : torch::kFloat32);
-  // Store.
-  store = memory::Store::Open((fs::path(dir) / memory::kDatabaseFileName).string(),
-                              memory::Store::Mode::kReadWrite);
   writer = std::make_unique<memory::Writer>(*store);
   const policy::Tokenizer* tok = &tokenizer;
   auto make_bank = [&] {
@@ -237,7 +240,7 @@ void Run::ResumeStore() {
 Run::~Run() {
   if (!ended_) {
     try {
-      End("failed");
+      End(PendingSignal() != 0 ? "interrupted" : "failed");
     } catch (const std::exception& e) {
       spdlog::error("could not close the run cleanly: {}", e.what());
     }

@@ -78,7 +78,7 @@ class Run {
   // everything recorded after the checkpoint (one transaction) and restores
   // the memory bank, so the resumed run continues exactly where it stood.
   Run(const ExperimentConfig& cfg, RunOptions options);
-  ~Run();  // ends the run row as "failed" unless End() was called
+  ~Run();  // ends the run row as "interrupted" (a stop signal arrived) or "failed" unless End() was called
 
   // The parts a rollout of `plane` at `iteration` uses (the token plane's
   // rollout engine is created on first use and synced with the policy).

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "policy/checkpoint.h"
@@ -72,6 +73,7 @@ SftResult RunSft(Run& s, bool quiet) {
     double epoch_loss = 0;
     int64_t batches = 0;
     for (int64_t b0 = 0; b0 < N; b0 += c.batch_size) {
+      ThrowIfInterrupted();
       int64_t b1 = std::min(N, b0 + c.batch_size);
       std::vector<policy::ReadoutRequest> reqs;
       // One LM pass covers the prompt text (lm_weight) and the answer (answer_weight).

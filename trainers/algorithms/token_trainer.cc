@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 #include "policy/scoring.h"
 #include "trainers/losses/advantages.h"
@@ -408,6 +409,7 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
     double epoch_kl = 0;
     int64_t epoch_updates = 0;
     for (const auto& mb : PromptMinibatches(samples, t.minibatch_size, &shuffle)) {
+      ThrowIfInterrupted();  // between optimiser steps
       auto lb = BuildLossInputs(c, samples, mb, sopts, kl_cfg);
       auto res = PolicyLoss(loss_cfg, kl_cfg, lb.in);
       CheckFinite(res.loss, "loss", it);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "policy/checkpoint.h"
@@ -156,6 +157,24 @@ void CheckParametersFinite(policy::TransformerLM& model, int64_t iteration) {
         "no checkpoint was written from these weights; lower trainer.lr (or raise "
         "max_grad_norm's strictness), check rewards, or resume from the last checkpoint");
   }
+}
+
+double TrainableNorm(policy::TransformerLM& model) {
+  torch::NoGradGuard no_grad;
+  double sq = 0;
+  for (const auto& p : TrainableParameters(model).tensors) sq += p.to(torch::kFloat64).pow(2).sum().item<double>();
+  return std::sqrt(sq);
+}
+
+void CheckWeightGrowth(double before, double after, double limit, double lr, int64_t iteration) {
+  if (limit <= 0 || before <= 0 || after <= limit * before) return;
+  throw NumericError(
+      fmt::format("exploding weights at iteration {}: the norm of the trainable weights grew from "
+                  "{:.4g} to {:.4g} in one iteration (x{:.3g} > trainer.max_weight_growth = {:g})",
+                  iteration, before, after, after / before, limit),
+      fmt::format("no checkpoint was written from these weights; lower trainer.lr (now {:g}), keep "
+                  "trainer.max_grad_norm on, or raise max_weight_growth if such growth is intended",
+                  lr));
 }
 
 EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t episodes,
@@ -309,6 +328,7 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
   double t_start = Now();
   agents::StageTimes logged = run.times;  // time/* metrics are the stage times since the last metrics
   for (int64_t it = start; it < t.iterations; ++it) {
+    ThrowIfInterrupted();
     const agents::StageTimes before = run.times;
     double t0 = Now();
     IterationContext ctx{it, t, run.cfg.run.seed, run.Agent(plane, it), run.budget,
@@ -316,8 +336,11 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
     // LibTorch's global generator (LoRA dropout) is re-seeded every iteration,
     // so a resumed run draws what an uninterrupted one does.
     torch::manual_seed(Rng::DeriveSeed(run.cfg.run.seed, "torch_global", static_cast<uint64_t>(it)));
+    const double norm_before = t.max_weight_growth > 0 ? TrainableNorm(run.model) : 0.0;
     Metrics m = trainer.Iterate(ctx);
     CheckParametersFinite(run.model, it);
+    if (t.max_weight_growth > 0)
+      CheckWeightGrowth(norm_before, TrainableNorm(run.model), t.max_weight_growth, t.optim.lr, it);
     const double iteration_s = Now() - t0;
     run.budget.wall_seconds += iteration_s;
     run.times.AddUnclaimedToUpdate(before, iteration_s);
@@ -330,22 +353,26 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
     logged = run.times;
     run.recorder().Metrics(it, m);
     result.iterations = it + 1;
-    if (last || (t.checkpoint_every > 0 && (it + 1) % t.checkpoint_every == 0))
+    std::string written;
+    if (last || (t.checkpoint_every > 0 && (it + 1) % t.checkpoint_every == 0)) {
       result.final_checkpoint = WriteCheckpoint(run, trainer, it);
+      written = fs::path(result.final_checkpoint).filename().string();
+    }
     if (!opt.quiet) {
       double elapsed = Now() - t_start;
       // Progress by iterations, or by the budget when a budget stops the run.
       double frac = static_cast<double>(it + 1 - start) / static_cast<double>(t.iterations - start);
-      std::string where = fmt::format("{}/{}", it + 1, t.iterations);
+      // The iteration number is the one metrics and checkpoints (iter_N) carry.
+      std::string where = fmt::format("iteration {} ({}/{})", it, it + 1, t.iterations);
       if (t.budget == "env_steps") {
         frac = static_cast<double>(run.budget.env_steps) / t.budget_value;
-        where = fmt::format("it {} env steps {}/{:g}", it + 1, run.budget.env_steps, t.budget_value);
+        where = fmt::format("iteration {}, env steps {}/{:g}", it, run.budget.env_steps, t.budget_value);
       } else if (t.budget == "wall_seconds") {
         frac = run.budget.wall_seconds / t.budget_value;
-        where = fmt::format("it {} {:.0f}/{:g}s", it + 1, run.budget.wall_seconds, t.budget_value);
+        where = fmt::format("iteration {}, {:.0f}/{:g}s", it, run.budget.wall_seconds, t.budget_value);
       } else if (t.budget == "flops") {
         frac = run.budget.TrainingFlops() / t.budget_value;
-        where = fmt::format("it {} {:.0f}% of FLOPs", it + 1, 100 * frac);
+        where = fmt::format("iteration {}, {:.0f}% of FLOPs", it, 100 * frac);
       }
       frac = std::clamp(frac, 1e-9, 1.0);
       std::string eval;
@@ -353,9 +380,10 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
         eval = fmt::format(" | test greedy {:.2f}", Find(m, "eval/success"));
       if (!std::isnan(Find(m, "eval/success_sampled")))
         eval += fmt::format(" sampled {:.2f}", Find(m, "eval/success_sampled"));
-      spdlog::info("{}[{}] train success {:.2f} return {:+.3f}{} | ETA {}",
+      spdlog::info("{}[{}] train success {:.2f} return {:+.3f}{}{} | ETA {}",
                    opt.label.empty() ? "" : opt.label + " ", where, Find(m, "rollout/success"),
-                   Find(m, "rollout/return"), eval, Duration(elapsed * (1 - frac) / frac));
+                   Find(m, "rollout/return"), eval, written.empty() ? "" : " | saved " + written,
+                   Duration(elapsed * (1 - frac) / frac));
     }
     if (BudgetReached(t, run.budget)) {
       result.budget_reached = true;

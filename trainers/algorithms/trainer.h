@@ -60,6 +60,11 @@ EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t epi
 // Throws NumericError naming the first parameter with a NaN/Inf entry and the
 // iteration (the non-finite guard: such weights are never checkpointed).
 void CheckParametersFinite(policy::TransformerLM& model, int64_t iteration);
+// L2 norm of the trainable parameters (TrainableParameters), in float64.
+double TrainableNorm(policy::TransformerLM& model);
+// NumericError naming the iteration when after > limit * before (limit 0 = off):
+// updates that explode without turning non-finite (lr = 1e30 gives finite ±1e30 weights).
+void CheckWeightGrowth(double before, double after, double limit, double lr, int64_t iteration);
 
 // Train-seed episodes of one iteration: episodes_per_iteration / group_size
 // env seeds, each played group_size times; streams unique per episode.

@@ -6,8 +6,12 @@
 // estimator logs both gradient variances, and `rlid train` / `rlid eval` run
 // from the command line.
 #include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -328,8 +332,10 @@ TEST(TrainLoop, NonFiniteRewardStopsWithTheTensorAndIteration) {
 TEST(TrainLoop, AbsurdLearningRateStopsBeforeWritingBrokenWeights) {
   // lr = 1e12 with clipping off: the first Adam steps move weights by ~1e12,
   // the forward overflows, and a non-finite tensor appears within a few steps.
+  // (The growth guard is off: this test is about the non-finite guard.)
   auto cfg = Experiment(LoopToml(), {"trainer.lr=1e12", "trainer.max_grad_norm=0",
-                                     "trainer.lr_schedule=constant", "trainer.checkpoint_every=1"});
+                                     "trainer.lr_schedule=constant", "trainer.checkpoint_every=1",
+                                     "trainer.max_weight_growth=0"});
   TempDir dir("absurd_lr");
   std::string message;
   try {
@@ -342,6 +348,29 @@ TEST(TrainLoop, AbsurdLearningRateStopsBeforeWritingBrokenWeights) {
   EXPECT_NE(message.find("iteration"), std::string::npos) << message;
   std::cout << "  guard: " << message << "\n";
   ExpectFiniteCheckpoints(dir.str());
+}
+
+// lr = 1e30 gives finite weights of ~1e30 that pass the non-finite guard; the
+// growth guard stops the run at that iteration, before any checkpoint.
+TEST(TrainLoop, ExplodingButFiniteWeightsStopTheRun) {
+  // One optimiser step per iteration (1 epoch, 1 minibatch): the step moves
+  // weights by ~1e30 and the iteration ends with them finite.
+  auto cfg = Experiment(LoopToml(), {"trainer.lr=1e30", "trainer.lr_schedule=constant",
+                                     "trainer.checkpoint_every=1", "trainer.epochs=1",
+                                     "trainer.minibatch_size=16"});
+  TempDir dir("exploding");
+  try {
+    RunTraining(*cfg, dir.str());
+    FAIL() << "lr = 1e30 finished without a NumericError";
+  } catch (const NumericError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("exploding weights at iteration 0"), std::string::npos) << what;
+    EXPECT_NE(what.find("trainer.max_weight_growth = 10"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "checkpoints" / "latest"));
+  EXPECT_NO_THROW(CheckWeightGrowth(1.0, 9.0, 10, 1e-3, 4));
+  EXPECT_NO_THROW(CheckWeightGrowth(1.0, 1e9, 0, 1e-3, 4));  // off
+  EXPECT_THROW(CheckWeightGrowth(1.0, 11.0, 10, 1e-3, 4), NumericError);
 }
 
 TEST(TrainLoop, RerunningAConfigRecordsTheSameTrajectories) {
@@ -639,6 +668,32 @@ TEST(PpoDecision, BootstrapTruncatedDecidesTheExtraValueReadout) {
   EXPECT_GT(m[true]["budget/rollout_tokens"], m[false]["budget/rollout_tokens"]);
 }
 
+// A second process pointed at a live run directory is refused by the store's
+// lock before it writes anything: the live run's config and tokenizer (which
+// --resume needs) stay as they were.
+TEST(TrainLoop, ASecondRunOnALiveDirectoryChangesNothingThere) {
+  auto cfg = Experiment(LoopToml());
+  TempDir dir("live_dir");
+  trainers::Run live(*cfg, {.out_dir = dir.str(), .quiet = true});
+  auto read = [&](const char* name) {
+    std::ifstream in(dir.path() / name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string config = read("config.toml"), tokenizer = read("tokenizer.json");
+  ASSERT_FALSE(config.empty());
+  ASSERT_FALSE(tokenizer.empty());
+  auto other = Experiment(LoopToml(), {"run.seed=9", "tokenizer.vocab_size=300"});
+  try {
+    trainers::Run second(*other, {.out_dir = dir.str(), .quiet = true});
+    ADD_FAILURE() << "a second writer opened the run";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("is locked"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read("config.toml"), config);
+  EXPECT_EQ(read("tokenizer.json"), tokenizer);
+  live.End("completed");
+}
+
 // ---- command line ------------------------------------------------------------
 
 struct Cli {
@@ -660,16 +715,95 @@ Cli RunRlid(const std::string& args) {
   return r;
 }
 
+// Runs `rlid ARGS`, sends `sig` once its output contains `after`, and returns
+// its exit code and output.
+Cli RunRlidAndSignal(const std::vector<std::string>& args, const std::string& after, int sig) {
+  const char* bin = std::getenv("RLID_BIN");
+  const std::string exe = bin ? bin : (fs::path(RLID_BINARY_DIR) / "rlid").string();
+  int out[2];
+  if (::pipe(out) != 0) return {-1, "pipe failed"};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    ::close(out[0]);
+    std::vector<std::string> all = {exe};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  ::close(out[1]);
+  Cli r{-1, ""};
+  bool sent = false;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) {
+    r.out.append(buf, static_cast<size_t>(n));
+    if (!sent && r.out.find(after) != std::string::npos) {
+      ::kill(pid, sig);
+      sent = true;
+    }
+  }
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+  if (!sent) r.out += "\n[the test never sent the signal]";
+  return r;
+}
+
+// SIGTERM, SIGINT or SIGHUP mid-run: the process commits what it recorded,
+// marks the run "interrupted" and exits 128 + the signal; --resume finishes it.
+TEST(TrainCli, StopSignalsMarkTheRunInterruptedAndResumeFinishesIt) {
+  TempDir dir("signals");
+  fs::path config = dir.path() / "bandit.toml";
+  std::ofstream(config) << LoopToml();
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    SCOPED_TRACE(sig);
+    const fs::path run = dir.path() / fmt::format("run_{}", sig);
+    Cli stopped = RunRlidAndSignal({"train", config.string(), "--out", run.string(), "--set",
+                                    "trainer.iterations=40", "--set", "trainer.checkpoint_every=1"},
+                                   "[iteration 0 (1/40)]", sig);
+    EXPECT_EQ(stopped.code, 128 + sig) << stopped.out;
+    EXPECT_NE(stopped.out.find("stopped by SIG"), std::string::npos) << stopped.out;
+    {
+      auto store = memory::Store::Open((run / memory::kDatabaseFileName).string(),
+                                       memory::Store::Mode::kReadOnly);
+      EXPECT_EQ(store->db().QueryText("SELECT status FROM runs"), "interrupted");
+      std::string report;
+      EXPECT_TRUE(store->CheckIntegrity(&report)) << report;
+      EXPECT_LT(store->db().QueryInt("SELECT MAX(iteration) FROM episodes"), 39);
+    }
+    if (sig != SIGTERM) continue;  // one resume is enough
+    Cli resumed = RunRlid("train " + config.string() + " --out " + run.string() +
+                          " --resume --set trainer.iterations=3 --set trainer.checkpoint_every=1");
+    ASSERT_EQ(resumed.code, 0) << resumed.out;
+    EXPECT_EQ(AsDouble(Query(run.string(), "SELECT count(*) FROM runs WHERE status = 'completed'").rows[0][0]), 1);
+  }
+}
+
 TEST(TrainCli, TrainThenEvalACheckpoint) {
   TempDir dir("cli");
   fs::path config = dir.path() / "bandit.toml";
   std::ofstream(config) << LoopToml();
   fs::path run = dir.path() / "run";
-  Cli train = RunRlid("train " + config.string() + " --out " + run.string() +
+  // --threads beats the config's run.threads = 1, and the resolved config says so.
+  Cli train = RunRlid("--threads 2 train " + config.string() + " --out " + run.string() +
                       " --set trainer.iterations=2");
   ASSERT_EQ(train.code, 0) << train.out;
+  {
+    std::ifstream in(run / "config.toml");
+    const std::string resolved((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(resolved.find("threads = 2"), std::string::npos) << resolved;
+    EXPECT_EQ(resolved.find("threads = 1"), std::string::npos) << resolved;
+  }
   EXPECT_NE(train.out.find("ppo_decision finished 2 iterations"), std::string::npos) << train.out;
   EXPECT_NE(train.out.find("test (greedy)"), std::string::npos) << train.out;
+  // The progress line numbers iterations as the checkpoints do.
+  EXPECT_NE(train.out.find("[iteration 1 (2/2)]"), std::string::npos) << train.out;
+  EXPECT_NE(train.out.find("saved iter_000001"), std::string::npos) << train.out;
   fs::path ckpt = run / "checkpoints" / "iter_000001";
   ASSERT_TRUE(fs::exists(ckpt / "rlid.json")) << train.out;
 
