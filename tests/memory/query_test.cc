@@ -2,17 +2,26 @@
 // time, row and memory limits; the authorizer that keeps a query read-only.
 #include "memory/query.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "memory/sqlite.h"
+#include "memory/store.h"
 #include "tests/memory/fixtures.h"
 
 namespace rlid::memory {
@@ -246,6 +255,109 @@ TEST(ReadOnlyQuery, AuthorizerAllowsReads) {
         "SELECT abs(-1), lower('A'), printf('%d', 3), json_object('a', 1)"}) {
     EXPECT_NO_THROW(RunReadOnlyQuery(db, sql)) << sql;
   }
+}
+
+// A run database as a finished writer leaves it: WAL mode, no -wal, no -shm.
+std::string MakeStore(const std::string& name) {
+  const std::string path = testing::ScratchDir(name) + "/rlid.db";
+  auto store = Store::Open(path, Store::Mode::kReadWrite);
+  RunRecord run;
+  run.name = "demo";
+  run.kind = "train";
+  const int64_t id = store->BeginRun(run);
+  store->WriteEpisode(testing::CanonicalEpisode(store->NewEpisodeId(), id));
+  return path;
+}
+
+std::string OpenError(const std::string& path) {
+  try {
+    Store::Open(path, Store::Mode::kReadOnly);
+    return "no error";
+  } catch (const Error& e) {
+    return FormatError(e);
+  }
+}
+
+TEST(ReadOnlyStore, LeavesNoWalOrShmBehind) {
+  const std::string path = MakeStore("ro_nowal");
+  char header[20] = {};
+  std::ifstream(path, std::ios::binary).read(header, sizeof header);
+  ASSERT_EQ(header[18], 2);  // WAL mode
+  ASSERT_FALSE(std::filesystem::exists(path + "-wal"));
+  ASSERT_FALSE(std::filesystem::exists(path + "-shm"));
+  {
+    auto ro = Store::Open(path, Store::Mode::kReadOnly);
+    EXPECT_EQ(std::get<int64_t>(ro->Query("SELECT COUNT(*) FROM episodes").rows.at(0).at(0)), 1);
+  }
+  EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(path + "-shm"));
+  // While a writer has the file open, readers see its commits (not a stale
+  // immutable snapshot).
+  auto writer = Store::Open(path, Store::Mode::kReadWrite);
+  writer->WriteEpisode(testing::CanonicalEpisode(
+      writer->NewEpisodeId(), writer->db().QueryInt("SELECT MAX(id) FROM runs")));
+  auto ro = Store::Open(path, Store::Mode::kReadOnly);
+  EXPECT_EQ(std::get<int64_t>(ro->Query("SELECT COUNT(*) FROM episodes").rows.at(0).at(0)), 2);
+}
+
+TEST(ReadOnlyStore, RefusesFifosSocketsAndDevicesWithoutBlocking) {
+  const std::string dir = testing::ScratchDir("ro_special");
+  const std::string fifo = dir + "/rlid.db";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  // Opening a FIFO for reading blocks until a writer comes; this one comes
+  // after 3 s (and ends the wait of a broken check) unless the test is done.
+  std::atomic<bool> done{false};
+  std::thread unblock([&] {
+    for (int i = 0; i < 300 && !done; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const std::string err = OpenError(ResolveDatabasePath(dir));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  done = true;
+  unblock.join();
+  EXPECT_NE(err.find("is a FIFO (named pipe), not a database file"), std::string::npos) << err;
+  EXPECT_NE(err.find("hint: pass a run directory"), std::string::npos) << err;
+  EXPECT_LT(seconds, 1.0);
+  EXPECT_NE(OpenError("/dev/null").find("'/dev/null' is a character device"), std::string::npos)
+      << OpenError("/dev/null");
+  const std::string sock = dir + "/s.db";
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(sock.size(), sizeof addr.sun_path);
+  std::strcpy(addr.sun_path, sock.c_str());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_NE(OpenError(sock).find("is a socket"), std::string::npos) << OpenError(sock);
+  ::close(fd);
+}
+
+TEST(ReadOnlyStore, ConnectionIsHardened) {
+  const std::string path = MakeStore("ro_config");
+  Db(path, SQLITE_OPEN_READWRITE).Exec("CREATE VIEW evil AS SELECT fts3_tokenizer('simple') AS p");
+  auto ro = Store::Open(path, Store::Mode::kReadOnly);
+  auto config = [&](int op) {
+    int value = -1;
+    sqlite3_db_config(ro->db().handle(), op, -1, &value);
+    return value;
+  };
+  EXPECT_EQ(config(SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER), 0);
+  EXPECT_EQ(config(SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION), 0);
+  EXPECT_EQ(config(SQLITE_DBCONFIG_DEFENSIVE), 1);
+  EXPECT_EQ(ro->db().QueryInt("PRAGMA query_only"), 1);
+  // Even below the authorizer, the two-argument fts3_tokenizer is off.
+  char* msg = nullptr;
+  EXPECT_NE(
+      sqlite3_exec(ro->db().handle(), "SELECT fts3_tokenizer('evil', fts3_tokenizer('simple'))",
+                   nullptr, nullptr, &msg),
+      SQLITE_OK);
+  sqlite3_free(msg);
+  // A view is no way around it (SQLite refuses the direct-only function there).
+  EXPECT_THROW(ro->Query("SELECT * FROM evil"), ConfigError);
+  EXPECT_NO_THROW(ro->Query("SELECT * FROM v_run_budget"));
 }
 
 }  // namespace
