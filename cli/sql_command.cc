@@ -1,10 +1,16 @@
-// `rlid sql RUN_DIR|DB_FILE "SQL" [--csv|--json] [--max-width N]`: runs one
-// read-only SQL statement on a run's database and prints the result. The
-// database is opened with SQLITE_OPEN_READONLY and PRAGMA query_only, so a
-// statement that would write is refused with a clear error (exit code 2).
+// `rlid sql RUN_DIR|DB_FILE "SQL" [--csv|--json] [--max-width N] [--timeout-s S]
+// [--max-rows N] [--max-memory-mb MB]`: runs one read-only SQL statement on a
+// run's database and prints the rows as they are stepped. The database is
+// opened with SQLITE_OPEN_READONLY and PRAGMA query_only, and an authorizer
+// refuses every statement that would write or change a setting (exit code 2).
+// A query that hits a limit prints what it has, well-formed, then fails
+// naming the limit and its flag (exit code 2).
+#include <fmt/format.h>
+
 #include <iostream>
 
 #include "cli/command.h"
+#include "core/error.h"
 #include "memory/query.h"
 #include "memory/store.h"
 
@@ -29,6 +35,17 @@ class SqlCommand : public Command {
     app.add_option("--busy-timeout-ms", busy_timeout_ms_,
                    "wait this long for a writer's exclusive lock")
         ->capture_default_str();
+    app.add_option("--timeout-s", timeout_s_, "stop the query after this many seconds (0 = never)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--max-rows", max_rows_, "stop after printing this many rows (0 = no limit)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--max-memory-mb", max_memory_mb_,
+                   "stop the query when SQLite needs more memory than this, sorts and "
+                   "temporary tables included (0 = no limit; temporary files then)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     app.callback([this] { Run(); });
   }
 
@@ -37,24 +54,61 @@ class SqlCommand : public Command {
     const std::string path = memory::ResolveDatabasePath(target_);
     auto store = memory::Store::Open(path, memory::Store::Mode::kReadOnly,
                                      memory::StoreOptions{.busy_timeout_ms = busy_timeout_ms_});
-    const memory::QueryResult result = store->Query(sql_);
-    if (csv_)
-      std::cout << memory::FormatCsv(result);
-    else if (json_)
-      std::cout << memory::FormatJson(result);
-    else
-      std::cout << memory::FormatTable(result, max_width_);
+    std::unique_ptr<memory::RowSink> sink = csv_ ? memory::MakeCsvWriter(std::cout)
+                                            : json_
+                                                ? memory::MakeJsonWriter(std::cout)
+                                                : memory::MakeTableWriter(std::cout, max_width_);
+    const memory::QueryOutcome outcome = memory::StreamReadOnlyQuery(
+        store->db(), sql_, *sink,
+        {.timeout_s = timeout_s_, .max_rows = max_rows_, .max_memory_bytes = max_memory_mb_ << 20});
     std::cout << std::flush;
+    if (outcome.stop != memory::QueryStop::kDone) throw StopError(outcome);
+  }
+
+  // The message for a query a limit stopped: which limit, what was printed.
+  ConfigError StopError(const memory::QueryOutcome& o) const {
+    const std::string printed =
+        fmt::format("{} row{} printed before it {}", o.rows, o.rows == 1 ? " was" : "s were",
+                    json_  ? "(the JSON array is closed, so the output parses)"
+                    : csv_ ? "(every printed line is a complete row)"
+                           : "(the table's last line says it was cut)");
+    const std::string narrow = "or narrow the query (WHERE, LIMIT, aggregates)";
+    switch (o.stop) {
+      case memory::QueryStop::kTimeout:
+        return ConfigError(fmt::format("query stopped at its time limit of {} s (--timeout-s); {}",
+                                       timeout_s_, printed),
+                           "raise --timeout-s (0 = no limit), " + narrow);
+      case memory::QueryStop::kMaxRows:
+        return ConfigError(
+            fmt::format("query stopped at its row limit of {} (--max-rows) with more rows to "
+                        "come; {}",
+                        max_rows_, printed),
+            "raise --max-rows (0 = no limit), " + narrow);
+      case memory::QueryStop::kMemory:
+        return ConfigError(
+            fmt::format("query stopped: SQLite needed more than its memory limit of {} MB "
+                        "(--max-memory-mb); {}",
+                        max_memory_mb_, printed),
+            "raise --max-memory-mb (0 = no limit; sorts and temporary tables then spill to "
+            "temporary files), " +
+                narrow);
+      case memory::QueryStop::kDone:
+        break;
+    }
+    return ConfigError("query stopped");
   }
 
   std::string target_, sql_;
   bool csv_ = false, json_ = false;
   size_t max_width_ = 60;
   int busy_timeout_ms_ = 2000;
+  double timeout_s_ = 30;
+  int64_t max_rows_ = 0;
+  int64_t max_memory_mb_ = 512;
 };
 
 const Registrar<CommandRegistry> kRegister(
-    "sql", "query a run's database read-only (table, --csv or --json)",
+    "sql", "query a run's database read-only (table, --csv or --json), stopped at limits",
     [] { return std::make_unique<SqlCommand>(); });
 
 }  // namespace

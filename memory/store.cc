@@ -88,22 +88,54 @@ std::string ImmutableUri(const std::string& path) {
   return out + "?immutable=1";
 }
 
-// A WAL database needs "<db>-shm" next to it even for reading. When that file
-// is absent and the directory is not writable (an archived or foreign run
-// directory), the file can only be read as immutable, which is exact as long
-// as no write-ahead log holds commits that are not in the main file yet.
+// True when the file's header says WAL mode (bytes 18 and 19 are 2).
+bool IsWalFile(const std::string& path) {
+  char header[20] = {};
+  std::ifstream in(path, std::ios::binary);
+  return in.read(header, sizeof header) && header[18] == 2 && header[19] == 2;
+}
+
+// A WAL database needs "<db>-shm" next to it even for reading, and a read-only
+// connection cannot checkpoint at close, so a plain read-only open creates
+// "<db>-wal" and "<db>-shm" and leaves them behind. Without "<db>-shm" no
+// connection has the file open in WAL mode; with the log absent or empty the
+// main file then holds every commit, and it is read as immutable: exact, and
+// nothing is created (a writer that starts during such a read is not seen by
+// it). Otherwise the file is opened normally, which needs "<db>-shm": in a
+// directory that is not writable a log that holds commits cannot be read.
 std::string ReadOnlyUriFor(const std::string& path) {
   std::error_code ec;
   const fs::path p(path);
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  if (::access(dir.c_str(), W_OK) == 0 || fs::exists(path + "-shm", ec)) return "";
+  if (fs::exists(path + "-shm", ec)) return "";
   const bool wal_empty = !fs::exists(path + "-wal", ec) || fs::file_size(path + "-wal", ec) == 0;
-  if (!wal_empty)
-    throw IoError(fmt::format("cannot read '{}': its write-ahead log holds commits, and the "
-                              "directory '{}' is not writable (SQLite must create '{}-shm')",
-                              path, dir.string(), path),
-                  "copy the run directory somewhere writable and query the copy");
-  return ImmutableUri(path);
+  const bool dir_writable = ::access(dir.c_str(), W_OK) == 0;
+  if (wal_empty && (IsWalFile(path) || !dir_writable)) return ImmutableUri(path);
+  if (dir_writable) return "";
+  throw IoError(fmt::format("cannot read '{}': its write-ahead log holds commits, and the "
+                            "directory '{}' is not writable (SQLite must create '{}-shm')",
+                            path, dir.string(), path),
+                "copy the run directory somewhere writable and query the copy");
+}
+
+// Only a regular file is opened: reading a FIFO blocks until someone writes
+// it, and a device or socket is no database.
+void RequireRegularFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    throw IoError(fmt::format("cannot stat database '{}' ({})", path, std::strerror(err)),
+                  "pass a run directory (containing rlid.db) or a database file");
+  }
+  if (S_ISREG(st.st_mode)) return;
+  const char* kind = S_ISFIFO(st.st_mode)   ? "a FIFO (named pipe)"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                                            : "not a regular file";
+  throw IoError(fmt::format("database path '{}' is {}, not a database file", path, kind),
+                "pass a run directory (containing rlid.db) or a regular database file; to query "
+                "a database from a pipe, save it to a file first");
 }
 
 void CheckParentDirectory(const std::string& path) {
@@ -157,6 +189,7 @@ std::unique_ptr<Store> Store::Open(const std::string& path, Mode mode, StoreOpti
     if (fs::is_directory(path, ec))
       throw IoError(fmt::format("database path '{}' is a directory", path),
                     "use ResolveDatabasePath / pass the run directory to `rlid sql`");
+    RequireRegularFile(path);
     immutable_uri = ReadOnlyUriFor(path);
   }
   // The Store owns lock_fd from its first member on (closed if construction fails).
@@ -252,8 +285,16 @@ void Store::ResetIdAllocators() {
 
 void Store::OpenReadOnly() {
   db_.Exec("PRAGMA query_only = 1");
-  sqlite3_db_config(db_.handle(), SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
-  sqlite3_limit(db_.handle(), SQLITE_LIMIT_ATTACHED, 0);
+  // Below the statement checks of RunReadOnlyQuery: no schema tricks, no
+  // extensions, no fts3_tokenizer (its two-argument form installs a C
+  // pointer), no ATTACH. trusted_schema stays on: rlid's views call
+  // json_group_object, which SQLite does not mark innocuous; the functions a
+  // view calls pass RunReadOnlyQuery's authorizer like the query's own.
+  sqlite3* h = db_.handle();
+  sqlite3_db_config(h, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
+  sqlite3_db_config(h, SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER, 0, nullptr);
+  sqlite3_db_config(h, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, nullptr);
+  sqlite3_limit(h, SQLITE_LIMIT_ATTACHED, 0);
   const int version = SchemaVersionOf(db_);
   CheckVersion(version);
   if (version == 0)
