@@ -104,7 +104,7 @@ class SqlCommand : public Command {
   int busy_timeout_ms_ = 2000;
   double timeout_s_ = 30;
   int64_t max_rows_ = 0;
-  int64_t max_memory_mb_ = 512;
+  int64_t max_memory_mb_ = 256;
 };
 
 const Registrar<CommandRegistry> kRegister(
