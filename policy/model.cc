@@ -277,7 +277,9 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
                                  {"num_hidden_layers", c.num_layers},
                                  {"num_attention_heads", c.num_heads},
                                  {"num_key_value_heads", c.num_kv_heads}})
-    if (v < 1) throw ConfigError(fmt::format("config.json: {} = {} must be >= 1", field, v));
+    if (v < 1)
+      throw ConfigError(fmt::format("config.json: {} = {} must be >= 1", field, v),
+                        "config.json is damaged or does not describe a decoder language model");
   if (c.num_heads % c.num_kv_heads != 0)
     throw ConfigError(fmt::format("config.json: num_attention_heads = {} is not a multiple of "
                                   "num_key_value_heads = {}",

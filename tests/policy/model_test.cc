@@ -190,9 +190,11 @@ TEST(Model, ConfigJsonWithoutHeadsIsAConfigError) {
       ModelConfig::FromJson(j);
       FAIL() << "num_attention_heads = " << heads << " was accepted";
     } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("'policy.num_heads' must be >= 1"), std::string::npos)
+      // Named by its config.json field, before head_dim = hidden / heads is computed.
+      EXPECT_NE(std::string(e.what()).find(fmt::format("config.json: num_attention_heads = {} must be >= 1", heads)),
+                std::string::npos)
           << e.what();
-      EXPECT_NE(e.hint().find("num_attention_heads"), std::string::npos) << e.hint();
+      EXPECT_NE(e.hint().find("config.json"), std::string::npos) << e.hint();
     }
   }
   j["num_attention_heads"] = 2;
