@@ -34,15 +34,6 @@ void WriteText(const fs::path& p, const std::string& text) {
   if (!out) throw IoError(fmt::format("write failed for '{}' (disk full?)", p.string()));
 }
 
-nlohmann::json ReadJson(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw IoError(fmt::format("cannot open '{}'", p.string()));
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError(fmt::format("'{}' is not valid JSON: {}", p.string(), e.what()));
-  }
-}
 
 std::string NowIso() {
   auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -52,6 +43,16 @@ std::string NowIso() {
 }
 
 }  // namespace
+
+nlohmann::json ReadJsonFile(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  if (!in) throw IoError(fmt::format("cannot open '{}'", p.string()));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(fmt::format("'{}' is not valid JSON: {}", p.string(), e.what()));
+  }
+}
 
 void SaveCheckpoint(const std::string& dir, TransformerLM& model, const Tokenizer& tokenizer,
                     const nlohmann::json& extra,
@@ -127,7 +128,7 @@ WeightFiles OpenWeights(const fs::path& root) {
                               root.string()),
                   "rlid reads Hugging Face safetensors checkpoints (convert .bin files with "
                   "transformers' save_pretrained(safe_serialization=True))");
-  const nlohmann::json j = ReadJson(index);
+  const nlohmann::json j = ReadJsonFile(index);
   if (!j.contains("weight_map") || !j["weight_map"].is_object())
     throw IoError(fmt::format("'{}' has no \"weight_map\" object", index.string()));
   std::set<std::string> files;
@@ -161,7 +162,7 @@ bool IgnorableTensor(const std::string& name, const ModelConfig& cfg) {
 // rlid.json of `root` (empty when absent), with its format version checked.
 nlohmann::json ReadMeta(const fs::path& root, const std::string& dir) {
   if (!fs::exists(root / "rlid.json")) return nullptr;
-  nlohmann::json meta = ReadJson(root / "rlid.json");
+  nlohmann::json meta = ReadJsonFile(root / "rlid.json");
   int version = meta.value("format_version", -1);
   if (version > kCheckpointFormatVersion)
     throw ConfigError(fmt::format("checkpoint '{}' has format version {}, newer than this rlid ({})",
@@ -241,7 +242,7 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
   out.meta = ReadMeta(root, dir);
   ModelConfig cfg;
   try {
-    out.hf_config = ReadJson(root / "config.json");
+    out.hf_config = ReadJsonFile(root / "config.json");
     cfg = ModelConfig::FromJson(out.hf_config);
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("checkpoint '{}': {}", dir, e.what()), e.hint());

@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "policy/checkpoint.h"
 #include "policy/safetensors.h"
 
 namespace rlid::policy {
@@ -39,16 +40,6 @@ std::vector<std::pair<std::string, LinearImpl*>> Projections(TransformerLM& mode
     if (lin != nullptr) out.emplace_back(name, lin);
   }
   return out;
-}
-
-nlohmann::json ReadJsonFile(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw IoError(fmt::format("cannot open '{}'", p.string()));
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError(fmt::format("'{}' is not valid JSON: {}", p.string(), e.what()));
-  }
 }
 
 }  // namespace
