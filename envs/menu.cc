@@ -81,70 +81,90 @@ void ValidateMenu(const Menu& menu) {
 }
 
 // ---- free-text compiler ---------------------------------------------------------
+// The grammar is documented in docs/free_text.md; keep the
+// two in step. Everything here is ASCII byte logic: a byte >= 0x80 is never
+// whitespace, decoration or a letter, so it only ever matches itself.
 namespace {
 
 constexpr size_t kMaxAnswerBytes = 512;
 
-// Lowercase ASCII letters/digits kept, everything else becomes a single space.
-std::string Normalise(std::string_view s) {
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+bool IsLetter(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
+bool IsAlnum(char c) { return IsLetter(c) || (c >= '0' && c <= '9'); }
+char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// ASCII letters lowercased, each run of ASCII whitespace one space, no space at
+// either end; every other byte kept as it is ("Go  NORTH\t" -> "go north").
+std::string Fold(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  bool space = true;
-  for (unsigned char c : s) {
-    char lc = 0;
-    if (c >= 'A' && c <= 'Z') lc = static_cast<char>(c - 'A' + 'a');
-    else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) lc = static_cast<char>(c);
-    if (lc) {
-      out.push_back(lc);
-      space = false;
-    } else if (!space) {
-      out.push_back(' ');
-      space = true;
+  for (char c : s) {
+    if (IsSpace(c)) {
+      if (!out.empty() && out.back() != ' ') out.push_back(' ');
+    } else {
+      out.push_back(Lower(c));
     }
   }
-  while (!out.empty() && out.back() == ' ') out.pop_back();
+  if (!out.empty() && out.back() == ' ') out.pop_back();
   return out;
 }
 
-// Lead-in phrases models and people put before the answer.
+// Characters that may surround an answer: brackets, quotes, markdown emphasis,
+// and closing punctuation. '?' is deliberately absent: a question is not a choice.
+bool IsDecoration(char c) {
+  return IsSpace(c) || c == '(' || c == ')' || c == '[' || c == ']' || c == '{' || c == '}' ||
+         c == '<' || c == '>' || c == '*' || c == '_' || c == '`' || c == '\'' || c == '"' ||
+         c == '.' || c == ',' || c == ':' || c == '!';
+}
+
+std::string_view StripDecoration(std::string_view s) {
+  while (!s.empty() && IsDecoration(s.front())) s.remove_prefix(1);
+  while (!s.empty() && IsDecoration(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Lead-in phrases that may precede the choice (folded), longest first so that
+// "i want to" is tried before "i".
 const std::vector<std::string>& LeadIns() {
-  static const std::vector<std::string> k = {
-      "final answer", "the answer is", "answer", "action", "my choice is", "my choice",
-      "i choose",     "i pick",        "i select", "i will", "i ll",      "i would",
-      "i d",          "choose",        "pick",     "select", "option",    "let s",
-      "lets",         "i want to",     "i",        "to",     "is",        "choice",
-      "my answer is", "my answer",     "so",       "ok",     "okay",      "then"};
+  static const std::vector<std::string> k = [] {
+    std::vector<std::string> v = {
+        "final answer", "the answer is", "my answer is", "my answer", "answer",  "action",
+        "my choice is", "my choice",     "choice",       "option",    "i choose", "i pick",
+        "i select",     "i will",        "i'll",         "i would",   "i'd",      "i want to",
+        "let's",        "lets",          "choose",       "pick",      "select",   "so",
+        "ok",           "okay",          "then",         "to",        "i"};
+    std::stable_sort(v.begin(), v.end(),
+                     [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+    return v;
+  }();
   return k;
 }
 
-std::string StripLeadIns(std::string norm) {
-  bool changed = true;
-  while (changed && !norm.empty()) {
+// Removes lead-ins from the front of folded text, each followed by a space or a
+// colon ("i choose: b" -> "b"), together with the decoration after them.
+std::string_view StripLeadIns(std::string_view s) {
+  for (bool changed = true; changed && !s.empty();) {
     changed = false;
     for (const auto& p : LeadIns()) {
-      if (norm.size() > p.size() && StartsWith(norm, p) && norm[p.size()] == ' ') {
-        norm = norm.substr(p.size() + 1);
+      if (s.size() > p.size() && StartsWith(s, p) && (s[p.size()] == ' ' || s[p.size()] == ':')) {
+        s = StripDecoration(s.substr(p.size()));
         changed = true;
         break;
       }
     }
   }
-  return norm;
+  return s;
 }
 
-// Text after the last "action:"/"answer:" marker, up to the end of its line;
-// otherwise the first non-empty line.
+// The answer's line: after the last "action:"/"answer:" marker (any case, at
+// the start of a word), the rest of that line, or the next non-empty line if
+// the marker ends its line; without a marker, the first non-empty line.
 std::string_view AnswerSegment(std::string_view text) {
   size_t best = std::string_view::npos;
   for (std::string_view marker : {"action:", "answer:"}) {
-    // Case-insensitive search from the end.
     for (size_t i = text.size() >= marker.size() ? text.size() - marker.size() + 1 : 0; i-- > 0;) {
-      bool match = true;
-      for (size_t j = 0; j < marker.size() && match; ++j) {
-        char c = text[i + j];
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-        match = c == marker[j];
-      }
+      bool match = i == 0 || !IsAlnum(text[i - 1]);
+      for (size_t j = 0; j < marker.size() && match; ++j) match = Lower(text[i + j]) == marker[j];
       if (match) {
         if (best == std::string_view::npos || i + marker.size() > best) best = i + marker.size();
         break;
@@ -152,7 +172,6 @@ std::string_view AnswerSegment(std::string_view text) {
     }
   }
   std::string_view seg = best == std::string_view::npos ? text : text.substr(best);
-  // First non-empty line.
   while (!seg.empty()) {
     size_t nl = seg.find('\n');
     std::string_view line = Trim(seg.substr(0, nl));
@@ -160,18 +179,6 @@ std::string_view AnswerSegment(std::string_view text) {
     seg = seg.substr(nl + 1);
   }
   return seg;
-}
-
-// "(B)", "B.", "**B**", "[B]", "B)", "'B'" -> "B"; otherwise the trimmed text.
-std::string_view StripDecoration(std::string_view s) {
-  auto is_deco = [](char c) {
-    return c == '(' || c == ')' || c == '[' || c == ']' || c == '*' || c == '.' || c == '\'' ||
-           c == '"' || c == '`' || c == ':' || c == ',' || c == '!' || c == ' ' || c == '<' ||
-           c == '>' || c == '{' || c == '}' || c == '_';
-  };
-  while (!s.empty() && is_deco(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_deco(s.back())) s.remove_suffix(1);
-  return s;
 }
 
 std::string Preview(std::string_view s) {
@@ -198,144 +205,121 @@ CompileResult Invalid(std::string reason) {
   return r;
 }
 
+// For the reason of an invalid answer only: the items the text mentions, by a
+// wording of >= 3 characters as whole words (letters and digits compared, the
+// rest as word breaks) or by an uppercase one-letter word that is a label
+// ("I" never; a sentence-initial "A " before a lowercase word is an article).
+std::set<int> MentionedItems(const Menu& menu, std::string_view seg) {
+  auto words = [](std::string_view s) {
+    std::string out = " ";
+    for (char c : s) {
+      if (IsAlnum(c)) out.push_back(Lower(c));
+      else if (out.back() != ' ') out.push_back(' ');
+    }
+    if (out.back() != ' ') out.push_back(' ');
+    return out;
+  };
+  std::set<int> out;
+  const std::string body = words(seg);
+  for (size_t i = 0; i < menu.items.size(); ++i)
+    for (const auto& r : menu.items[i].realisations) {
+      std::string w = words(r);  // " go north "
+      if (w.size() >= 5 && body.find(w) != std::string::npos) out.insert(static_cast<int>(i));
+    }
+  std::vector<std::string> tokens;
+  std::string cur;
+  for (char c : std::string(seg) + " ") {
+    if (IsAlnum(c)) {
+      cur.push_back(c);
+    } else if (!cur.empty()) {
+      tokens.push_back(cur);
+      cur.clear();
+    }
+  }
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    const std::string& w = tokens[k];
+    if (w.size() != 1 || w[0] < 'A' || w[0] > 'Z' || w == "I") continue;
+    if (k == 0 && w == "A" && tokens.size() > 1 && tokens[1][0] >= 'a' && tokens[1][0] <= 'z')
+      continue;
+    if (int i = menu.IndexOfLabel(w); i >= 0) out.insert(i);
+  }
+  return out;
+}
+
 }  // namespace
 
 CompileResult Menu::Compile(std::string_view text) const {
   if (items.empty()) return Invalid("the menu is empty (terminal state)");
-  std::string_view seg = AnswerSegment(text);
+  const std::string_view seg = AnswerSegment(text);
   if (seg.empty()) return Invalid("empty answer");
   if (seg.size() > kMaxAnswerBytes)
     return Invalid(fmt::format("answer too long ({} bytes) to be a menu choice", seg.size()));
 
-  // 1. A bare label, exact case, possibly decorated: "B", "(B)", "**B**".
-  std::string_view core = StripDecoration(seg);
-  if (int i = IndexOfLabel(core); i >= 0) return Valid(*this, i, 0);
-
-  // 2. Normalised exact match against realisations, then lowercase labels.
-  std::string norm = Normalise(seg);
-  if (norm.empty()) return Invalid(fmt::format("no menu action in '{}'", Preview(seg)));
+  // Every wording folded, as the answer is.
   std::vector<std::vector<std::string>> wordings(items.size());
   for (size_t i = 0; i < items.size(); ++i)
-    for (const auto& r : items[i].realisations) wordings[i].push_back(Normalise(r));
+    for (const auto& r : items[i].realisations) wordings[i].push_back(Fold(r));
   // Item and realisation number (k >= 1) of the first wording equal to s; {-1, -1} if none.
-  auto exact_wording = [&](const std::string& s) -> std::pair<int, int> {
+  auto wording = [&](std::string_view s) -> std::pair<int, int> {
     for (size_t i = 0; i < items.size(); ++i)
       for (size_t k = 0; k < wordings[i].size(); ++k)
         if (wordings[i][k] == s) return {static_cast<int>(i), static_cast<int>(k) + 1};
     return {-1, -1};
   };
-  auto exact = [&](const std::string& s) -> int { return exact_wording(s).first; };
-  auto label_ci = [&](const std::string& s) -> int {
-    if (s.size() != 1) return -1;
-    for (size_t i = 0; i < items.size(); ++i)
-      if (ToLower(items[i].label) == s) return static_cast<int>(i);
-    return -1;
+  // A one-letter label in either case; -1 if s is not one.
+  auto label = [&](std::string_view s) -> int {
+    if (s.size() != 1 || !IsLetter(s[0])) return -1;
+    const char upper = static_cast<char>(s[0] >= 'a' ? s[0] - 'a' + 'A' : s[0]);
+    return IndexOfLabel(std::string_view(&upper, 1));
   };
-  for (const std::string& cand : {norm, StripLeadIns(norm)}) {
-    if (auto [i, k] = exact_wording(cand); i >= 0) return Valid(*this, i, k);
-    if (int i = label_ci(cand); i >= 0) return Valid(*this, i, 0);
-  }
-  std::string body = StripLeadIns(norm);
 
-  // Uppercase single-letter words that are labels. "I" never counts; a
-  // sentence-initial "A" followed by a space and a lowercase word ("A good
-  // choice is B") is an article, unless that word joins labels ("A or B").
-  std::set<int> named_labels;
-  {
-    struct Word {
-      std::string text;
-      char after;
-    };
-    std::vector<Word> words;
-    std::string word;
-    for (char c : std::string(seg) + " ") {
-      bool alnum = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-      if (alnum) {
-        word.push_back(c);
-      } else if (!word.empty()) {
-        words.push_back({word, c});
-        word.clear();
-      }
-    }
-    for (size_t k = 0; k < words.size(); ++k) {
-      const std::string& w = words[k].text;
-      if (w.size() != 1 || w[0] < 'A' || w[0] > 'Z' || w == "I") continue;
-      if (k == 0 && w == "A" && words[0].after == ' ' && words.size() > 1) {
-        const std::string& next = words[1].text;
-        bool joins = next == "and" || next == "or" || next == "nor" || next == "vs" || next == "then";
-        if (next[0] >= 'a' && next[0] <= 'z' && !joins) continue;
-      }
-      if (int i = IndexOfLabel(w); i >= 0) named_labels.insert(i);
-    }
-  }
+  // 1. The bare label in the menu's own case: "B", "(B)", "**B**".
+  const std::string_view raw = StripDecoration(seg);
+  if (int i = IndexOfLabel(raw); i >= 0) return Valid(*this, i, 0);
 
-  // 3. "<LABEL> <anything>": the first word after lead-ins is the only label
-  //    named ("B) go south", "I choose B because ...").
-  {
-    size_t first_space = body.find(' ');
-    std::string first = body.substr(0, first_space);
-    std::string rest = first_space == std::string::npos ? "" : body.substr(first_space + 1);
-    if (first.size() == 1 && first[0] >= 'a' && first[0] <= 'z') {
-      std::string upper(1, static_cast<char>(first[0] - 'a' + 'A'));
-      int li = IndexOfLabel(upper);
-      if (li >= 0 && named_labels == std::set<int>{li}) {
-        int ri = rest.empty() ? -1 : exact(rest);
-        if (ri >= 0 && ri != li)
-          return Invalid(fmt::format("label {} does not match '{}' (that is {})", upper, rest,
-                                     items[ri].label));
-        return Valid(*this, li, 0);
-      }
-    }
-  }
-
-  // 4. Realisations (>= 3 characters) mentioned as whole words. A mention
-  //    inside a longer mention ("key" inside "red key") does not count; two
-  //    different actions mentioned is ambiguous.
-  {
-    struct Span {
-      size_t begin, end;
-      int item;
-      int realisation;  // k >= 1: realisations[k - 1]
-    };
-    std::vector<Span> spans;
-    for (size_t i = 0; i < items.size(); ++i) {
-      for (size_t k = 0; k < wordings[i].size(); ++k) {
-        const std::string& w = wordings[i][k];
-        if (w.size() < 3) continue;
-        for (size_t pos = body.find(w); pos != std::string::npos; pos = body.find(w, pos + 1)) {
-          size_t end = pos + w.size();
-          if ((pos == 0 || body[pos - 1] == ' ') && (end == body.size() || body[end] == ' '))
-            spans.push_back({pos, end, static_cast<int>(i), static_cast<int>(k) + 1});
+  // 2.-4. As it stands, then without lead-ins: a wording, a label in either
+  // case, or a label followed by a separator and its own item's wording.
+  // A label before another item's wording is invalid unless the text without
+  // lead-ins compiles ("I take the red key" on a menu with a label I).
+  const std::string folded = Fold(raw);
+  std::string mismatch;
+  for (std::string_view cand : {std::string_view(folded), StripLeadIns(folded)}) {
+    if (cand.empty()) continue;
+    if (auto [i, k] = wording(cand); i >= 0) return Valid(*this, i, k);
+    if (int i = label(cand); i >= 0) return Valid(*this, i, 0);
+    if (cand.size() >= 3 && IsLetter(cand[0])) {
+      size_t sep = 1;
+      auto is_sep = [](char c) {
+        return c == ' ' || c == ')' || c == ']' || c == '.' || c == ':' || c == '-' || c == ',' ||
+               c == '*';
+      };
+      while (sep < cand.size() && is_sep(cand[sep])) ++sep;
+      const int li = label(cand.substr(0, 1));
+      if (li >= 0 && sep > 1 && sep < cand.size()) {
+        const std::string_view rest = StripDecoration(cand.substr(sep));
+        if (auto [ri, rk] = wording(rest); ri >= 0) {
+          if (ri == li) return Valid(*this, li, 0);
+          if (mismatch.empty())
+            mismatch = fmt::format("label {} does not match '{}' (that is {})", items[li].label,
+                                   rest, items[ri].label);
         }
       }
     }
-    std::set<int> mentioned;
-    const Span* first = nullptr;  // the leftmost (then longest) mention not inside another
-    for (const auto& a : spans) {
-      bool inside = false;
-      for (const auto& b : spans)
-        inside |= b.begin <= a.begin && a.end <= b.end && (b.end - b.begin) > (a.end - a.begin);
-      if (inside) continue;
-      mentioned.insert(a.item);
-      if (!first || a.begin < first->begin ||
-          (a.begin == first->begin && a.end - a.begin > first->end - first->begin))
-        first = &a;
-    }
-    if (mentioned.size() == 1) return Valid(*this, first->item, first->realisation);
-    if (mentioned.size() > 1) {
-      std::vector<std::string> names;
-      for (int i : mentioned) names.push_back(items[i].label + " (" + items[i].command + ")");
-      return Invalid(fmt::format("ambiguous: '{}' matches {}", Preview(seg), Join(names, " and ")));
-    }
   }
 
-  // 5. Exactly one uppercase single-letter label among the words ("I think C").
-  if (named_labels.size() == 1) return Valid(*this, *named_labels.begin(), 0);
-  if (named_labels.size() > 1) {
-    std::vector<std::string> names;
-    for (int i : named_labels) names.push_back(items[i].label);
-    return Invalid(fmt::format("ambiguous: '{}' names labels {}", Preview(seg), Join(names, ", ")));
-  }
+  if (!mismatch.empty()) return Invalid(mismatch);
+
+  // Invalid: say what the text seems to name, so a reader sees why.
+  const std::set<int> named = MentionedItems(*this, seg);
+  std::vector<std::string> names;
+  for (int i : named) names.push_back(items[i].label + " (" + items[i].command + ")");
+  if (named.size() > 1)
+    return Invalid(fmt::format("ambiguous: '{}' names {}; answer with one label or one command",
+                               Preview(seg), Join(names, " and ")));
+  if (named.size() == 1)
+    return Invalid(fmt::format("'{}' mentions {} but is not an answer: give the label or a wording "
+                               "alone, optionally after a lead-in such as 'I choose'",
+                               Preview(seg), names[0]));
   return Invalid(fmt::format("no menu action matches '{}'", Preview(seg)));
 }
 

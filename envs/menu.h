@@ -48,9 +48,12 @@ struct Menu {
   size_t size() const { return items.size(); }
   int IndexOfAction(ActionId a) const;              // -1 if absent
   int IndexOfLabel(std::string_view label) const;   // exact label, -1 if absent
-  // Free text -> item. Accepts the label ("B"), any realisation, case and
-  // whitespace variants, and common surrounding text ("I choose B.",
-  // "Action: go north", "B) go north"). Never throws on any input.
+  // Free text -> item, by the exact grammar of docs/free_text.md: the label
+  // ("B", "b", "(B)"), a realisation up to ASCII case and whitespace, or the
+  // label then its own realisation ("B) go south"), optionally after a lead-in
+  // ("I choose B.") or an "Action:" marker. Anything else (negations,
+  // questions, two actions, a mere mention) is invalid with a reason. Never
+  // throws on any input.
   CompileResult Compile(std::string_view text) const;
 };
 

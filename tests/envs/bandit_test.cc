@@ -68,7 +68,12 @@ TEST(Bandit, ParamsAreValidated) {
 TEST(Bandit, CompileUnderstandsItems) {
   auto s = MakeEnv("bandit", {"shuffle=false"})->NewState(2);
   Menu m = s->CompileMenu();
-  EXPECT_EQ(s->Compile("I would recommend the umbrella.").action, 1);
+  EXPECT_EQ(s->Compile("I would recommend umbrella.").action, 1);
+  EXPECT_EQ(s->Compile("the umbrella").action, 1);
+  // Not a listed wording: invalid, and the reason says which item it mentions.
+  auto r = s->Compile("I would recommend the umbrella.");
+  EXPECT_FALSE(r.valid());
+  EXPECT_NE(r.reason.find("mentions B (recommend umbrella)"), std::string::npos) << r.reason;
   EXPECT_EQ(s->Compile("B").action, 1);
   EXPECT_EQ(s->Compile("water").action, 0);
   EXPECT_FALSE(s->Compile("water or umbrella").valid());

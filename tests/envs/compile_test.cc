@@ -21,36 +21,29 @@ Menu Compass() {
   return m;
 }
 
-TEST(Compile, LabelsWordingsAndSurroundingText) {
-  Menu m = Compass();
-  struct Case {
-    const char* text;
-    ActionId want;
-  } cases[] = {{"B", 1},
-               {"b", 1},
-               {"  C \n", 2},
-               {"(D)", 3},
-               {"**A**", 0},
-               {"I choose B.", 1},
-               {"Action: go north", 0},
-               {"ACTION: GO  SOUTH", 1},
-               {"B) go south", 1},
-               {"B go south", 1},
-               {"n", 0},
-               {"west", 3},
-               {"I think we should go east now", 2},
-               {"Let me think. The exit is left.\nAction: D", 3},
-               {"My answer is C", 2}};
-  for (const auto& c : cases) {
-    auto r = m.Compile(c.text);
-    EXPECT_TRUE(r.valid()) << c.text << " -> " << r.reason;
-    EXPECT_EQ(r.action, c.want) << c.text;
+// Two menus: directions with one-word and one-letter aliases, and household
+// commands of several words that share words ("take the red key" / "... blue key").
+Menu Household() {
+  Menu m;
+  const std::vector<std::vector<std::string>> wordings = {
+      {"take the red key", "take red key", "pick up the red key"},
+      {"take the blue key", "take blue key"},
+      {"open the door", "open door"},
+      {"go to the kitchen", "go to kitchen", "enter the kitchen"}};
+  for (size_t i = 0; i < wordings.size(); ++i) {
+    MenuItem it;
+    it.action = static_cast<ActionId>(i);
+    it.command = wordings[i][0];
+    it.realisations = wordings[i];
+    m.items.push_back(it);
   }
+  AssignDefaultLabels(m);
+  return m;
 }
 
-TEST(Compile, ReportsTheWordingThatMatchedAsTheMenuListsIt) {
+// The accepted forms of docs/free_text.md, one row each.
+TEST(Compile, AcceptsExactlyTheDocumentedForms) {
   Menu m = Compass();
-  // Mixed case: `matched` is the menu's own text, never the answer's.
   m.items[3].realisations.push_back("Head West");
   struct Case {
     const char* text;
@@ -58,52 +51,151 @@ TEST(Compile, ReportsTheWordingThatMatchedAsTheMenuListsIt) {
     const char* matched;
     int realisation;  // 0 = label, k = realisations[k - 1]
   } cases[] = {
-      {"B", 1, "B", 0},                                    // bare label
-      {"(D)", 3, "D", 0},                                  // decorated label
-      {"b", 1, "B", 0},                                    // lowercase label
-      {"I choose C.", 2, "C", 0},                          // label after a lead-in
-      {"B) go south", 1, "B", 0},                          // label then its command
-      {"I think C", 2, "C", 0},                            // the one label among the words
-      {"go north", 0, "go north", 1},                      // the command
-      {"ACTION: GO  SOUTH", 1, "go south", 1},             // command, other case and spacing
-      {"I choose go east", 2, "go east", 1},               // command after a lead-in
-      {"west", 3, "west", 2},                              // alias
-      {"n", 0, "n", 3},                                    // one-letter alias
-      {"head west", 3, "Head West", 4},                    // alias listed in mixed case
-      {"I think we should go east now", 2, "go east", 1},  // mentioned in a sentence
-      {"we head west today", 3, "Head West", 4},           // alias mentioned in a sentence
-      {"south is best, surely south", 1, "south", 2},      // mentioned twice
+      {"B", 1, "B", 0},                                          // the label
+      {"b", 1, "B", 0},                                          // ... in lower case
+      {"  C \n", 2, "C", 0},                                     // surrounding whitespace
+      {"(D)", 3, "D", 0},                                        // brackets
+      {"**A**", 0, "A", 0},                                      // markdown emphasis
+      {"'B'.", 1, "B", 0},                                       // quotes, a full stop
+      {"B!", 1, "B", 0},                                         // an exclamation mark
+      {"I choose B.", 1, "B", 0},                                // a lead-in
+      {"My answer is: C", 2, "C", 0},                            // a lead-in and a colon
+      {"The answer is (C)", 2, "C", 0},                          // a lead-in and brackets
+      {"Option b", 1, "B", 0},                                   // a lead-in, lower case
+      {"B) go south", 1, "B", 0},                                // label, separator, its command
+      {"B go south", 1, "B", 0},                                 // ... with a space
+      {"(B) South.", 1, "B", 0},                                 // ... with its alias
+      {"B: go south", 1, "B", 0},                                // ... with a colon
+      {"go north", 0, "go north", 1},                            // the command
+      {"GO  NORTH", 0, "go north", 1},                           // other case and spacing
+      {"go\tnorth", 0, "go north", 1},                           // a tab is whitespace
+      {"go north.", 0, "go north", 1},                           // a full stop
+      {"`go north`", 0, "go north", 1},                          // code quotes
+      {"I will go east", 2, "go east", 1},                       // a lead-in, the command
+      {"Let's go east!", 2, "go east", 1},                       // a lead-in with an apostrophe
+      {"west", 3, "west", 2},                                    // an alias
+      {"n", 0, "n", 3},                                          // a one-letter alias
+      {"head west", 3, "Head West", 4},                          // an alias listed in mixed case
+      {"Action: go south", 1, "go south", 1},                    // after the marker
+      {"ACTION: GO  SOUTH", 1, "go south", 1},                   // the marker in any case
+      {"Let me think. The exit is left.\nAction: D", 3, "D", 0},  // reasoning, then the marker
+      {"Answer:\n\n  C\n", 2, "C", 0},                           // the marker ends its line
+      {"north is blocked.\nFinal answer: B", 1, "B", 0},         // the last marker counts
+      {"B\nBecause south leads to the exit.", 1, "B", 0},        // the first line counts
+      {"\n\nB\n", 1, "B", 0},                                    // ... the first non-empty one
   };
   for (const auto& c : cases) {
     auto r = m.Compile(c.text);
-    ASSERT_TRUE(r.valid()) << c.text << " -> " << r.reason;
+    ASSERT_TRUE(r.valid()) << "'" << c.text << "' -> " << r.reason;
     EXPECT_EQ(r.action, c.action) << c.text;
     EXPECT_EQ(r.matched, c.matched) << c.text;
     EXPECT_EQ(r.realisation, c.realisation) << c.text;
-    const auto& item = m.items[r.item];
-    EXPECT_EQ(r.matched, r.realisation == 0 ? item.label : item.realisations[r.realisation - 1])
-        << c.text;
+    EXPECT_TRUE(r.reason.empty()) << c.text;
   }
-  // "go east" contains the alias "east": the longer mention is the one reported.
-  auto r = m.Compile("we go east");
-  EXPECT_EQ(r.matched, "go east");
-  EXPECT_EQ(r.realisation, 1);
+  Menu h = Household();
+  EXPECT_EQ(h.Compile("Pick up the red key.").action, 0);
+  EXPECT_EQ(h.Compile("I choose take blue key").action, 1);
+  EXPECT_EQ(h.Compile("C) open the door").action, 2);
+  EXPECT_EQ(h.Compile("enter  the KITCHEN").action, 3);
+  // With nine items "I" is also a label: "I take ..." is still a lead-in.
+  Menu big = Household();
+  for (int i = 4; i < 9; ++i) {
+    MenuItem it;
+    it.action = i;
+    it.command = "wait " + std::to_string(i);
+    it.realisations = {it.command};
+    big.items.push_back(it);
+  }
+  AssignDefaultLabels(big);
+  EXPECT_EQ(big.Compile("I take the blue key").action, 1);
+  EXPECT_EQ(big.Compile("I").action, 8);
+  EXPECT_EQ(big.Compile("I) wait 8").action, 8);
 }
 
-TEST(Compile, InvalidWithReasons) {
-  Menu m = Compass();
-  for (const char* t :
-       {"", "   ", "fly up", "go north or go south", "A and B", "B go north", "Z"}) {
+// Texts that look like a choice but are not one: negations, questions,
+// hedges, several actions, misspellings, look-alike characters, control bytes,
+// markers inside words. Every one must be invalid with a reason. (Before the
+// grammar was made exact, 63 of these 121 compiled to an action.)
+TEST(Compile, RejectsHostileNearMisses) {
+  const std::vector<std::string> compass = {
+      // negation
+      "don't go north", "do not go north", "not B", "not go north", "never go north",
+      "B is wrong", "B is a trap", "avoid B", "anything but B", "no, not B",
+      "go north is a bad idea", "I would not go north", "not A but B", "I won't go north",
+      "Action: not B",
+      // questions and hedges
+      "go north?", "B?", "should I go north?", "Action: B?", "maybe B", "maybe go north",
+      "perhaps B", "probably B", "the answer is probably B", "I think B",
+      "I think we should go north", "B because it is closer", "B is best", "B is my choice",
+      // several actions
+      "B or C", "either A or B", "B/C", "B, C", "B and C", "B, or maybe C",
+      "go north or go south", "go north, then go south", "go north and go south", "B then C",
+      "first B, then C", "north-south", "Answer: B or C", "A) go north B) go south",
+      // conditions and wrappers
+      "if the door is open, go north", "go north if possible", "go north unless it is locked",
+      "go north, please", "please go north", "go north now", "let me go north and see",
+      "ignore the menu and go north", "system: go north", "Options: A, B, C, D",
+      // misspellings and partial words
+      "go nort", "go northh", "go northward", "go northern", "gonorth", "go_north", "go-north",
+      "go.north", "go/north", "g north", "go", "north east", "go northeast", "ggo north",
+      "go north2",
+      // look-alike labels
+      "BB", "AB", "B2", "B1", "Option B2", "B.C", "B-C", "B's", "Bee", "bravo", "label B", "Z",
+      "AA", "A1", "B) go north", "(B) north",
+      // Unicode look-alikes and invisible characters
+      "\xEF\xBC\xA2",                 // fullwidth B
+      "\xD0\x92",                     // Cyrillic Ve
+      "\xCE\x92",                     // Greek Beta
+      "B\xE2\x80\x8B",                // B + zero-width space
+      "\xE2\x80\x8B" "B",             // zero-width space + B
+      "go\xC2\xA0north",              // no-break space
+      "go north\xC2\xAD",             // soft hyphen
+      "\xEF\xBD\x87\xEF\xBD\x8F \xEF\xBD\x8E\xEF\xBD\x8F\xEF\xBD\x92\xEF\xBD\x94\xEF\xBD\x88",
+      "B\xCC\x81",                    // B + combining acute
+      "\xF0\x9F\x85\xB1",             // negative squared B
+      // control bytes
+      std::string("B\0", 2), "\x1b[1mB\x1b[0m", "B\x07", std::string("go\0north", 8), "B\b",
+      "go north\x7f",
+      // markers and placeholders
+      "reaction: B", "transaction: go north", "Interaction: B", "Action: <letter>",
+      "Action: [label]", "Action:", "Answer: none"};
+  const std::vector<std::string> household = {
+      "take the key", "take the red", "take the red key and open the door", "take the red keys",
+      "take the red key?", "do not take the red key", "take the green key", "red key",
+      "take the red key twice", "open the door or go to the kitchen", "take the red key, B",
+      "A) take the blue key", "open the doors", "go to the kitchen sink"};
+  int accepted = 0;
+  auto expect_invalid = [&](const Menu& m, const std::string& t) {
     auto r = m.Compile(t);
-    EXPECT_FALSE(r.valid()) << t << " matched " << r.matched;
+    if (r.valid()) ++accepted;
+    EXPECT_FALSE(r.valid()) << "'" << t << "' compiled to " << r.matched;
     EXPECT_FALSE(r.reason.empty()) << t;
+    EXPECT_EQ(r.item, -1) << t;
     EXPECT_TRUE(r.matched.empty()) << t;
     EXPECT_EQ(r.realisation, -1) << t;
-  }
-  EXPECT_NE(m.Compile("go north or go south").reason.find("ambiguous"), std::string::npos);
+  };
+  for (const auto& t : compass) expect_invalid(Compass(), t);
+  for (const auto& t : household) expect_invalid(Household(), t);
+  EXPECT_EQ(compass.size() + household.size(), 121u);
+  EXPECT_EQ(accepted, 0);
+}
+
+// An invalid answer's reason names what it mentions, so a reader of the
+// episode sees why it failed.
+TEST(Compile, ReasonsSayWhatTheTextMentions) {
+  Menu m = Compass();
   EXPECT_NE(m.Compile("").reason.find("empty"), std::string::npos);
+  EXPECT_NE(m.Compile("go north or go south").reason.find("ambiguous"), std::string::npos);
+  EXPECT_NE(m.Compile("B or C").reason.find("B (go south) and C (go east)"), std::string::npos);
+  const std::string neg = m.Compile("don't go north").reason;
+  EXPECT_NE(neg.find("mentions A (go north)"), std::string::npos) << neg;
+  EXPECT_NE(m.Compile("B go north").reason.find("label B does not match 'go north' (that is A)"),
+            std::string::npos);
+  EXPECT_NE(m.Compile("fly up").reason.find("no menu action matches 'fly up'"), std::string::npos);
+  EXPECT_NE(m.Compile(std::string(600, 'x')).reason.find("too long"), std::string::npos);
   Menu empty;
   EXPECT_FALSE(empty.Compile("A").valid());
+  EXPECT_NE(empty.Compile("A").reason.find("empty"), std::string::npos);
 }
 
 TEST(Compile, PermuteMenuRelabels) {
