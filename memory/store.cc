@@ -22,6 +22,7 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "memory/schema.h"
+#include "memory/writer_lock.h"
 
 namespace rlid::memory {
 namespace fs = std::filesystem;
@@ -31,50 +32,6 @@ namespace {
 constexpr size_t kMaxKnownPrompts = size_t{1} << 20;
 
 std::string HashHex(uint64_t h) { return fmt::format("{:016x}", h); }
-
-// Takes the one-writer lock: flock on the database file itself (created empty
-// if absent; SQLite takes an empty file as a new database). The lock belongs
-// to the inode, so a symlinked or hard-linked path to the same database is
-// refused too, and the kernel releases it when the process dies, so a killed
-// run never leaves a stale lock. flock and SQLite's POSIX record locks do not
-// interact on Linux; the descriptor must stay open until SQLite has closed the
-// file (closing any descriptor of the file drops the process's POSIX locks).
-// "<db>-writer.lock" only records the holder's pid for the error message.
-int AcquireWriterLock(const std::string& db_path) {
-  const int fd = ::open(db_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
-  if (fd < 0) {
-    const int err = errno;
-    throw IoError(fmt::format("cannot open '{}' for writing ({})", db_path, std::strerror(err)),
-                  err == EACCES || err == EROFS || err == EPERM
-                      ? "the directory is not writable (or the file is read-only); pick a writable "
-                        "run directory"
-                      : "check that the directory exists and is writable");
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw IoError(fmt::format("database path '{}' is not a regular file", db_path),
-                  "rlid.db must be a plain file (not a FIFO, device or socket)");
-  }
-  std::error_code ec;
-  const fs::path canonical = fs::weakly_canonical(db_path, ec);
-  const std::string info_path = (ec ? fs::path(db_path) : canonical).string() + "-writer.lock";
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    std::string holder;
-    std::ifstream(info_path) >> holder;
-    ::close(fd);
-    if (err == EWOULDBLOCK)
-      throw IoError(fmt::format("database '{}' is locked: another rlid process{} is writing it",
-                                db_path, holder.empty() ? "" : " (pid " + holder + ")"),
-                    "one writer per database (whatever path, symlink or hard link leads to it): "
-                    "wait for that run to finish, use another run directory, or read it "
-                    "meanwhile with `rlid sql`");
-    throw IoError(fmt::format("cannot lock '{}' ({})", db_path, std::strerror(err)));
-  }
-  std::ofstream(info_path, std::ios::trunc) << ::getpid() << "\n";
-  return fd;
-}
 
 // "file:/a/b.db?immutable=1" with the path percent-encoded for SQLite's URI parser.
 std::string ImmutableUri(const std::string& path) {
@@ -213,7 +170,7 @@ Store::Store(const std::string& path, Mode mode, StoreOptions options, int lock_
 }
 
 Store::LockFd::~LockFd() {
-  if (fd >= 0) ::close(fd);
+  if (fd >= 0) ReleaseWriterLock(fd);
 }
 
 Store::~Store() {
@@ -261,9 +218,11 @@ void Store::OpenReadWrite() {
   schema_version_ = LatestSchemaVersion();
   // This process holds the one-writer lock, so no run can still be running:
   // rows left "running" belong to processes that died (SIGKILL, power loss).
+  // Only the first store under one acquisition looks (the others joined a
+  // WriterLock, and the earlier store's run may still be running).
   // Best effort: a foreign connection holding a write transaction (sqlite3, a
   // browser) makes it wait for the next writer instead of failing the open.
-  try {
+  if (ClaimCrashSweep(lock_.fd)) try {
     Statement crashed = db_.Prepare(
         "UPDATE runs SET status = 'crashed', ended_at = COALESCE(ended_at, ?) WHERE status = 'running'");
     crashed.Bind(1, NowIso8601());

@@ -5,6 +5,8 @@
 #include "memory/store.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
@@ -18,6 +20,7 @@
 
 #include "core/error.h"
 #include "memory/schema.h"
+#include "memory/writer_lock.h"
 #include "tests/memory/fixtures.h"
 
 namespace rlid::memory {
@@ -395,6 +398,44 @@ TEST(Store, SecondWriterIsRefused) {
   EXPECT_NO_THROW(Store::Open(path, Store::Mode::kReadOnly));  // readers are welcome
   first.reset();
   EXPECT_NO_THROW(Store::Open(path, Store::Mode::kReadWrite));  // the lock went with it
+}
+
+// rlid compare writes files into its run directory before its arms' stores
+// open: it holds a WriterLock that those stores join, while another process
+// is refused for the whole time.
+TEST(Store, StoresJoinThisProcesssWriterLock) {
+  const std::string path = DbPath(ScratchDir("joinlock"));
+  auto refused_in_child = [&] {
+    // A forked child shares this process's lock table, so it asks the kernel
+    // itself, with a descriptor of its own, as another rlid process would.
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int fd = ::open(path.c_str(), O_RDWR);
+      if (fd < 0) ::_exit(4);
+      ::_exit(::flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno == EWOULDBLOCK ? 3 : 5);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  {
+    WriterLock lock(path);
+    EXPECT_EQ(refused_in_child(), 3);
+    for (int arm = 0; arm < 2; ++arm) {
+      auto store = Store::Open(path, Store::Mode::kReadWrite);  // joins
+      store->BeginRun(TestRun());
+      EXPECT_EQ(refused_in_child(), 3);
+    }
+    // The arms' runs were left running by this live process: a joining store
+    // must not mark them crashed.
+    EXPECT_EQ(Count(*Store::Open(path, Store::Mode::kReadWrite), "runs WHERE status = 'crashed'"), 0);
+    EXPECT_EQ(refused_in_child(), 3);  // still held after the stores closed
+    auto store = Store::Open(path, Store::Mode::kReadWrite);
+    // Under the WriterLock a second store at the same time joins too.
+    EXPECT_NO_THROW(Store::Open(path, Store::Mode::kReadWrite));
+  }
+  EXPECT_EQ(refused_in_child(), 0);  // released with the last reference
+  EXPECT_EQ(Count(*Store::Open(path, Store::Mode::kReadOnly), "runs"), 2);
 }
 
 // The lock belongs to the database file, not to a path: a symlinked or
