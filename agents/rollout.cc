@@ -214,6 +214,8 @@ class Lockstep {
         budget.episodes += 1;
         finished_[it->first] = std::move(it->second.data);
         it = active_.erase(it);
+        ++retired_;
+        if (ctx_.on_episode_end) ctx_.on_episode_end(retired_, static_cast<int64_t>(specs_.size()));
       } else {
         ++it;
       }
@@ -230,6 +232,7 @@ class Lockstep {
   std::deque<size_t> queue_;
   std::vector<std::pair<size_t, Slot>> active_;
   int64_t local_ids_ = 0;
+  int64_t retired_ = 0;
 };
 
 constexpr const char* kOffMenuReason =

@@ -136,6 +136,9 @@ struct AgentContext {
   // are not shown), read V(s_T) in the next lockstep readout for bootstrapping.
   bool bootstrap_truncated = false;
   StageTimes* times = nullptr;  // adds readout / env seconds here (optional)
+  // Called after each episode ends with (episodes ended, episodes in the call)
+  // (optional; progress lines of long evaluations).
+  std::function<void(int64_t, int64_t)> on_episode_end;
 };
 
 // The observation of `state` as the agent reads it after `turns` decisions.

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "bench/bench.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "policy/model.h"
 #include "policy/readout.h"
@@ -214,6 +215,8 @@ class SampleBench : public Benchmark {
     nlohmann::json out = {{"preset", preset_}, {"runtime", policy::TorchSummary()}};
     std::cout << fmt::format("{:<10} {:>6} {:>12} {:>12} {:>16}\n", "dtype", "cache", "tokens/s", "vs no-cache",
                              "mean |gap| (nats)");
+    Progress progress("bench sample: engine measurements", 4, true, /*every_s=*/0);
+    int measured = 0;
     for (std::string dtype : {"float32", "bfloat16"}) {
       double tps[2] = {0, 0};
       double gap = 0;
@@ -228,6 +231,7 @@ class SampleBench : public Benchmark {
         double t = TimePerCall(seconds_, [&] { res = sampler.Sample(prompts, group_, nullptr, 11); });
         tps[cache ? 0 : 1] = static_cast<double>(prompts_) * group_ * new_tokens_ / t;
         if (cache) gap = MeanGap(model, prompts, res);
+        progress.Update(++measured, fmt::format("({} kv_cache {})", dtype, cache ? "on" : "off"));
       }
       std::cout << fmt::format("{:<10} {:>6} {:>12.0f} {:>12.2f} {:>16.3g}\n", dtype, "on", tps[0], tps[0] / tps[1],
                                gap);

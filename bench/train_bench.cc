@@ -16,6 +16,7 @@
 #include "bench/training_arm.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "trainers/algorithms/trainer.h"
 
 namespace rlid::bench {
@@ -77,8 +78,10 @@ minibatch_size = 64
     {
       TrainingArm on(*cfg, (root / "on").string(), true), off(*cfg, (root / "off").string(), false);
       // Warm-up (allocations, first-touch), then alternate which arm goes first.
+      Progress progress("bench train: iterations (both arms)", iterations_ + 1);
       on.Iteration(0);
       off.Iteration(0);
+      progress.Update(1, "(warm-up)");
       on.Reset(), off.Reset();
       bool same = true;
       for (int64_t it = 1; it <= iterations_; ++it) {
@@ -91,6 +94,7 @@ minibatch_size = 64
           a = on.Iteration(it);
         }
         same = same && a == b;
+        progress.Update(it + 1);
       }
       const auto& t = on.times;
       const double iter_s = on.seconds / static_cast<double>(iterations_);

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/registry.h"
 #include "core/rng.h"
 #include "core/strings.h"
@@ -96,6 +97,33 @@ TEST(Strings, NearestAndEditDistance) {
   EXPECT_EQ(Nearest("zzzzzz", {"clip_high", "lr"}), "");
   EXPECT_EQ(Trim("  a b \n"), "a b");
   EXPECT_EQ(Split("a.b.c", '.').size(), 3u);
+}
+
+}  // namespace
+}  // namespace rlid
+
+namespace rlid {
+namespace {
+
+TEST(Progress, FormatsDurations) {
+  EXPECT_EQ(FormatDuration(42.4), "42s");
+  EXPECT_EQ(FormatDuration(187.9), "3m07s");
+  EXPECT_EQ(FormatDuration(239.9), "3m59s");  // never "3m60s"
+  EXPECT_EQ(FormatDuration(3900), "1h05m");
+  EXPECT_EQ(FormatDuration(-1), "?");
+}
+
+TEST(Progress, LinesSayHowFarAndHowLong) {
+  Progress p("eval (decision plane)", 10, /*enabled=*/false);
+  EXPECT_EQ(p.Line(0).rfind("eval (decision plane): 0/10 (0%) | ", 0), 0u) << p.Line(0);
+  EXPECT_NE(p.Line(0).find("ETA ?"), std::string::npos);  // nothing done: no estimate yet
+  const std::string mid = p.Line(3, "loss 0.5");
+  EXPECT_EQ(mid.rfind("eval (decision plane): 3/10 (30%) loss 0.5 | ", 0), 0u) << mid;
+  EXPECT_NE(mid.find(" elapsed | ETA "), std::string::npos) << mid;
+  const std::string end = p.Line(10);
+  EXPECT_NE(end.find("10/10 (100%)"), std::string::npos) << end;
+  EXPECT_EQ(end.find("ETA"), std::string::npos) << end;  // finished: no ETA
+  EXPECT_NE(p.Line(99).find("10/10"), std::string::npos);  // clamped
 }
 
 }  // namespace

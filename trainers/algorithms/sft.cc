@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/rng.h"
@@ -42,6 +43,8 @@ SftResult RunSft(Run& s, bool quiet) {
     return idx;
   };
   agents::AgentContext ctx = s.Agent(policy::Plane::kDecision, 0);
+  Progress demos("sft demonstrations (oracle episodes)", c.episodes, !quiet);
+  ctx.on_episode_end = [&](int64_t done, int64_t) { demos.Update(done); };
   agents::Budget demo_budget;
   auto episodes = agents::RunScriptedEpisodes(ctx, specs, envs::Split::kTrain, oracle, demo_budget);
   s.recorder().Episodes(episodes, ctx);
@@ -68,6 +71,7 @@ SftResult RunSft(Run& s, bool quiet) {
   Rng shuffle = Rng::Stream(s.cfg.run.seed, "sft_batches");
   s.model->train();
   int64_t step_no = 0;
+  Progress progress("sft steps", c.epochs * steps_per_epoch, !quiet);
   for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
     auto perm = shuffle.Permutation(static_cast<int>(N));
     double epoch_loss = 0;
@@ -121,6 +125,8 @@ SftResult RunSft(Run& s, bool quiet) {
       opt.Step(step_no++, epoch);
       epoch_loss += loss.item<double>();
       ++batches;
+      progress.Update(step_no, fmt::format("epoch {}/{} loss {:.4f}", epoch + 1, c.epochs,
+                                           epoch_loss / static_cast<double>(batches)));
     }
     result.final_loss = epoch_loss / std::max<int64_t>(batches, 1);
     Metrics m = {{"sft/loss", result.final_loss}, {"charts/lr", opt.current_lr()}};

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "policy/checkpoint.h"
 #include "trainers/algorithms/optim.h"
@@ -25,12 +26,6 @@ constexpr uint64_t kEvalStreamBase = uint64_t{1} << 40;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string Duration(double s) {
-  if (s < 60) return fmt::format("{:.0f}s", s);
-  if (s < 3600) return fmt::format("{:.0f}m{:02.0f}s", std::floor(s / 60), std::fmod(s, 60));
-  return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::fmod(s / 60, 60));
 }
 
 nlohmann::json BudgetJson(const agents::Budget& b) {
@@ -383,7 +378,7 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
       spdlog::info("{}[{}] train success {:.2f} return {:+.3f}{}{} | ETA {}",
                    opt.label.empty() ? "" : opt.label + " ", where, Find(m, "rollout/success"),
                    Find(m, "rollout/return"), eval, written.empty() ? "" : " | saved " + written,
-                   Duration(elapsed * (1 - frac) / frac));
+                   FormatDuration(elapsed * (1 - frac) / frac));
     }
     if (BudgetReached(t, run.budget)) {
       result.budget_reached = true;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "policy/readout.h"
 #include "trainers/algorithms/optim.h"
@@ -979,12 +980,21 @@ std::vector<AuditCheck> RunAudit(policy::TransformerLM model,
     return out;
   }
   auto states = CollectStates(env, renderer, options.states, options.seed);
-  if (want("marginalisation")) out.push_back(Marginalisation(model, ref, renderer, states));
-  if (want("rao_blackwell"))
-    out.push_back(RaoBlackwell(model, ref, renderer, states, options.mc_samples, options.seed));
-  if (want("ppo_gradient")) out.push_back(PpoGradient(model, renderer, states, options.seed));
-  if (want("teaching")) out.push_back(Teaching(model, renderer, states));
-  if (want("label_bias")) out.push_back(LabelBias(model, renderer, states, env, options.seed));
+  int64_t wanted = 0;
+  for (size_t i = 1; i < kIds.size(); ++i) wanted += want(kIds[i]);
+  Progress progress("audit checks", wanted, options.progress, /*every_s=*/0);
+  auto run = [&](const std::string& id, const std::function<AuditCheck()>& check) {
+    if (!want(id)) return;
+    out.push_back(check());
+    progress.Update(static_cast<int64_t>(out.size()) - 1,
+                    fmt::format("({} {})", id, out.back().skipped ? "skipped" : out.back().passed ? "passed" : "failed"));
+  };
+  run("marginalisation", [&] { return Marginalisation(model, ref, renderer, states); });
+  run("rao_blackwell",
+      [&] { return RaoBlackwell(model, ref, renderer, states, options.mc_samples, options.seed); });
+  run("ppo_gradient", [&] { return PpoGradient(model, renderer, states, options.seed); });
+  run("teaching", [&] { return Teaching(model, renderer, states); });
+  run("label_bias", [&] { return LabelBias(model, renderer, states, env, options.seed); });
   return out;
 }
 

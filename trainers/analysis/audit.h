@@ -40,6 +40,7 @@ struct AuditOptions {
   // disagreement between the two sides; its parameters must require grad. Its
   // weights are not checked by `finite`.
   policy::TransformerLM reference_model{nullptr};
+  bool progress = false;  // an info line with the ETA after each check (`rlid audit`)
 };
 
 struct AuditCheck {

@@ -1,0 +1,56 @@
+#include "core/progress.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace rlid {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::string FormatDuration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  if (s < 60) return fmt::format("{:.0f}s", s);
+  if (s < 3600) return fmt::format("{:.0f}m{:02.0f}s", std::floor(s / 60), std::floor(std::fmod(s, 60)));
+  return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::floor(std::fmod(s / 60, 60)));
+}
+
+Progress::Progress(std::string what, int64_t total, bool enabled, double every_s)
+    : what_(std::move(what)),
+      total_(std::max<int64_t>(total, 1)),
+      enabled_(enabled),
+      every_s_(every_s),
+      start_(Now()),
+      last_(start_) {}
+
+std::string Progress::Line(int64_t done, std::string_view detail) const {
+  done = std::clamp<int64_t>(done, 0, total_);
+  const double elapsed = Now() - start_;
+  const double frac = static_cast<double>(done) / static_cast<double>(total_);
+  std::string line = fmt::format("{}: {}/{} ({:.0f}%)", what_, done, total_, 100 * frac);
+  if (!detail.empty()) line += fmt::format(" {}", detail);
+  line += fmt::format(" | {} elapsed", FormatDuration(elapsed));
+  if (done < total_)
+    line += fmt::format(" | ETA {}", done > 0 ? FormatDuration(elapsed * (1 - frac) / frac) : "?");
+  return line;
+}
+
+void Progress::Update(int64_t done, std::string_view detail) {
+  if (!enabled_ || finished_) return;
+  const double now = Now();
+  const bool end = done >= total_;
+  if (!end && now - last_ < every_s_) return;
+  last_ = now;
+  finished_ = end;
+  spdlog::info("{}", Line(done, detail));
+}
+
+}  // namespace rlid
