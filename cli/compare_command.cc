@@ -56,6 +56,7 @@ class AuditCommand : public Command {
       auto ck = policy::LoadCheckpoint(checkpoint_);
       auto env = env_.Make();
       policy::PromptRenderer renderer(policy::PromptConfig{}, ck.tokenizer);
+      opts_.progress = true;
       auto checks = trainers::RunAudit(ck.model, renderer, *env, opts_);
       std::cout << trainers::FormatAudit(checks);
       const int failed = trainers::CountFailed(checks);

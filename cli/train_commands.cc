@@ -2,10 +2,14 @@
 // by behaviour cloning, evaluate a checkpoint on test seeds.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "memory/writer_lock.h"
 #include "policy/checkpoint.h"
 #include "trainers/algorithms/run.h"
 #include "trainers/algorithms/sft.h"
@@ -106,7 +110,10 @@ class EvalCommand : public Command {
         ->capture_default_str();
     app.add_flag("--sampled", sampled_, "sample actions instead of greedy");
     app.add_option("--set", sets_, "config override (repeatable), e.g. --set env.size=6");
-    app.add_option("--out", out_, "run directory for the evaluation records");
+    app.add_option("--out", out_,
+                   "run directory for the evaluation records (default: the run that wrote the "
+                   "checkpoint, as a new `runs` row of kind 'eval'; a new runs/<name>-<timestamp> "
+                   "for a model of no run or a run another process is writing)");
     app.callback([this] { Run(); });
   }
 
@@ -116,16 +123,33 @@ class EvalCommand : public Command {
     sets.push_back("policy.init=" + checkpoint_);
     if (!env_.empty()) sets.push_back("env.name=" + env_);
     auto cfg = ExperimentConfig::Load(config_, WithGlobalOverrides(sets));
-    trainers::Run s(*cfg, {.out_dir = out_, .kind = "eval", .arm = plane_});
+    std::string out = out_;
+    bool shared = false;
+    if (out.empty()) {
+      // Records go next to the training run's own, unless that run is live.
+      out = trainers::RunDirectoryOf(checkpoint_);
+      if (!out.empty()) {
+        try {
+          memory::WriterLock probe((std::filesystem::path(out) / memory::kDatabaseFileName).string());
+          shared = true;
+        } catch (const IoError& e) {
+          spdlog::warn("{}; the evaluation gets a run directory of its own", e.what());
+          out.clear();
+        }
+      }
+    }
+    trainers::Run s(*cfg, {.out_dir = out, .kind = "eval", .arm = plane_, .shared_directory = shared});
     const auto plane = plane_ == "decision" ? policy::Plane::kDecision : policy::Plane::kToken;
-    auto r = trainers::Evaluate(s.Agent(plane, 0), plane, episodes_, !sampled_, s.budget,
-                                &s.recorder());
+    agents::AgentContext agent = s.Agent(plane, 0);
+    Progress progress(fmt::format("eval ({} plane)", plane_), episodes_);
+    agent.on_episode_end = [&](int64_t done, int64_t) { progress.Update(done); };
+    auto r = trainers::Evaluate(agent, plane, episodes_, !sampled_, s.budget, &s.recorder());
     s.recorder().Metrics(0, {{"eval/success", r.success}, {"eval/return", r.ret},
                              {"eval/episodes", static_cast<double>(r.episodes)}});
     for (const auto& kv : s.budget.Metrics()) s.recorder().Metrics(0, {kv});
     s.End("completed");
     PrintEval(fmt::format("{} plane ({})", plane_, sampled_ ? "sampled" : "greedy").c_str(), r);
-    std::cout << "records in " << s.dir << "\n";
+    std::cout << "records in " << s.dir << " (runs.id " << s.run_id << ", kind 'eval')\n";
   }
   std::string checkpoint_, config_, env_, plane_ = "decision", out_;
   std::vector<std::string> sets_;

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -68,6 +70,31 @@ void Recorder::Flush() {
   writer_.Flush();
 }
 
+void PointRunsLatestAt(const std::string& dir) {
+  std::error_code ec;
+  const fs::path runs = fs::weakly_canonical("runs", ec);
+  const fs::path target = fs::weakly_canonical(dir, ec);
+  if (ec || target.parent_path() != runs || target.filename() == "latest") return;
+  // A fresh symlink renamed over the old one: readers never see no runs/latest.
+  const fs::path tmp = runs / fmt::format(".latest.tmp-{}", ::getpid());
+  fs::remove(tmp, ec);
+  fs::create_symlink(target.filename(), tmp, ec);
+  if (!ec) fs::rename(tmp, runs / "latest", ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    spdlog::warn("could not point runs/latest at {}", target.filename().string());
+  }
+}
+
+std::string RunDirectoryOf(const std::string& checkpoint) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(checkpoint, ec);
+  if (ec) return "";
+  for (int up = 0; up <= 3 && p.has_relative_path(); ++up, p = p.parent_path())
+    if (fs::is_regular_file(p / memory::kDatabaseFileName, ec)) return p.string();
+  return "";
+}
+
 Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
   std::string out_dir = options.out_dir;
   const bool resume = options.resume;
@@ -94,6 +121,9 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
   // run directory is refused before it writes any file there.
   store = memory::Store::Open((fs::path(dir) / memory::kDatabaseFileName).string(),
                               memory::Store::Mode::kReadWrite);
+  PointRunsLatestAt(dir);
+  const bool own_files = !options.shared_directory;
+  if (!own_files) options.config_file.clear();
   std::string resolved = cfg.raw.ResolvedToml();
   if (!options.config_file.empty()) {
     std::ofstream f(fs::path(dir) / options.config_file);
@@ -103,7 +133,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
     f << "# resolved config of this run (rlid " << VersionString() << ")\n" << resolved;
   }
   env = envs::MakeEnv(cfg.env_section);
-  policy::RemoveOrphanCheckpoints(checkpoints_dir);  // left by a killed run
+  if (own_files) policy::RemoveOrphanCheckpoints(checkpoints_dir);  // left by a killed run
   // Model + tokenizer.
   const bool bf16_base = cfg.policy_dtype == "bfloat16";
   if (!cfg.init_checkpoint.empty()) {
@@ -130,7 +160,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
                              {"dtype", c10::toString(model->dtype())},
                              {"config", ck.hf_config}};
     if (model->lora()) loaded["lora"] = LoraJson(*model->lora());
-    std::ofstream(fs::path(dir) / "model.json") << loaded.dump(2) << "\n";
+    if (own_files) std::ofstream(fs::path(dir) / "model.json") << loaded.dump(2) << "\n";
     std::string note = fmt::format(
         "\n# policy.init loaded {} ({} parameters, model_type {}, {} layers, hidden {}); the\n"
         "# [policy] size keys above do not apply to it. Its config.json is in model.json.\n",
@@ -166,7 +196,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
                       "recomputation restores the CPU generator's state)",
                       "set policy.lora.dropout = 0 or policy.gradient_checkpointing = false");
   model->set_checkpointing(cfg.gradient_checkpointing);
-  tokenizer.SaveDirectory(dir);
+  if (own_files) tokenizer.SaveDirectory(dir);
   renderer = std::make_unique<policy::PromptRenderer>(cfg.prompt, tokenizer);
   if (cfg.trainer.kl.coef > 0)
     ref_model = model->lora() ? policy::ShareBaseWeights(model)  // adapters off, no copy

@@ -68,7 +68,20 @@ struct RunOptions {
   // Where Train writes checkpoints, relative to the run directory (compare
   // gives every arm x seed its own, so their iter_N never collide).
   std::string checkpoints = "checkpoints";
+  // The directory is another run's (`rlid eval` of a checkpoint records into
+  // the run that wrote it): only the store is written, as a new `runs` row;
+  // its config.toml, model.json, tokenizer.json and checkpoints stay untouched.
+  bool shared_directory = false;
 };
+
+// Points runs/latest at `dir` when `dir` sits directly in ./runs (a symlink
+// replaced atomically); elsewhere it does nothing. Every run directory a
+// command makes goes through here.
+void PointRunsLatestAt(const std::string& dir);
+// The run directory that holds `checkpoint` (its nearest ancestor, up to three
+// levels up, that contains rlid.db), or "" when it belongs to no run (an HF
+// model directory, a copied checkpoint).
+std::string RunDirectoryOf(const std::string& checkpoint);
 
 class Run {
  public:

@@ -13,8 +13,10 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "memory/store.h"
+#include "memory/writer_lock.h"
 #include "policy/checkpoint.h"
 #include "trainers/algorithms/run.h"
 #include "trainers/algorithms/sft.h"
@@ -311,6 +313,9 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
           : out_dir;
   fs::create_directories(result.run_dir);
   const std::string db = (fs::path(result.run_dir) / memory::kDatabaseFileName).string();
+  // Held to the end: a second compare (or train) on this directory is refused
+  // before anything here is written, and the arms' stores join it.
+  memory::WriterLock lock(db);
   std::ofstream(fs::path(result.run_dir) / "compare.toml") << base.DocumentToml();
   double t0 =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -348,6 +353,9 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
   // ---- every arm x seed from the same start, same budget --------------------------------
   std::map<std::string, std::string> resolved_by_arm;
   std::map<std::string, std::pair<int64_t, int64_t>> snr_settings;  // measured the same way for all
+  // Overall: one line after every arm x seed (each takes minutes).
+  Progress overall("compare: arm x seed runs", static_cast<int64_t>(cc.arms.size() * cc.seeds.size()),
+                   !quiet, /*every_s=*/0);
   for (const auto& arm : cc.arms) {
     for (uint64_t seed : cc.seeds) {
       Config c = BaseConfig(config_path, sets);
@@ -401,6 +409,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
       if (!quiet)
         spdlog::info("arm {} seed {}: test success {:.3f} after {:.0f} env steps, {:.1f}s",
                      arm.name, seed, r.final_success, r.env_steps, r.wall);
+      overall.Update(static_cast<int64_t>(result.runs.size()), fmt::format("(last: {} seed {})", arm.name, seed));
     }
   }
   result.arms = Summarise(result.runs, cc.arms);

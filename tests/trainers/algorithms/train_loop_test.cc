@@ -701,10 +701,11 @@ struct Cli {
   std::string out;
 };
 
-Cli RunRlid(const std::string& args) {
+// Runs `rlid ARGS` (in directory `cwd` when given) and returns its exit code and output.
+Cli RunRlid(const std::string& args, const fs::path& cwd = {}) {
   const char* bin = std::getenv("RLID_BIN");
-  std::string exe = bin ? bin : (fs::path(RLID_BINARY_DIR) / "rlid").string();
-  std::string cmd = exe + " " + args + " 2>&1";
+  std::string exe = fs::absolute(bin ? bin : (fs::path(RLID_BINARY_DIR) / "rlid").string()).string();
+  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd.string() + "' && ") + exe + " " + args + " 2>&1";
   Cli r{-1, ""};
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -815,6 +816,39 @@ TEST(TrainCli, TrainThenEvalACheckpoint) {
                            "SELECT count(*) FROM episodes WHERE split = 'test'")
                          .rows[0][0]),
             8);
+
+  // Without --out, the evaluation is a new `runs` row of the run that wrote the
+  // checkpoint; that run's own files stay as they were.
+  auto read = [](const fs::path& f) {
+    std::ifstream in(f);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string config_before = read(run / "config.toml"), tok_before = read(run / "tokenizer.json");
+  Cli into_run = RunRlid("eval --checkpoint " + ckpt.string() + " --env bandit --episodes 8", dir.path());
+  ASSERT_EQ(into_run.code, 0) << into_run.out;
+  EXPECT_NE(into_run.out.find("records in " + fs::canonical(run).string() + " (runs.id 2, kind 'eval')"),
+            std::string::npos)
+      << into_run.out;
+  EXPECT_EQ(memory::FormatCsv(Query(run.string(), "SELECT id, kind, status FROM runs ORDER BY id")),
+            "id,kind,status\n1,train,completed\n2,eval,completed\n");
+  EXPECT_EQ(AsDouble(Query(run.string(), "SELECT count(*) FROM episodes WHERE run_id = 2 AND split = 'test'")
+                         .rows[0][0]),
+            8);
+  EXPECT_EQ(read(run / "config.toml"), config_before);
+  EXPECT_EQ(read(run / "tokenizer.json"), tok_before);
+  EXPECT_FALSE(fs::exists(dir.path() / "runs")) << "no new run directory";
+
+  // Every command that makes a directory under ./runs points runs/latest at it.
+  Cli fresh = RunRlid("train " + config.string() + " --set trainer.iterations=1", dir.path());
+  ASSERT_EQ(fresh.code, 0) << fresh.out;
+  ASSERT_TRUE(fs::is_symlink(dir.path() / "runs" / "latest"));
+  const fs::path latest = fs::read_symlink(dir.path() / "runs" / "latest");
+  EXPECT_EQ(latest.parent_path(), fs::path()) << "a relative link: " << latest;
+  EXPECT_TRUE(fs::exists(dir.path() / "runs" / latest / "rlid.db"));
+  Cli eval_new = RunRlid("eval --checkpoint " + ckpt.string() + " --env bandit --episodes 4 --out runs/ev",
+                         dir.path());
+  ASSERT_EQ(eval_new.code, 0) << eval_new.out;
+  EXPECT_EQ(fs::read_symlink(dir.path() / "runs" / "latest"), fs::path("ev"));
 
   // A bad value is a clean error with a non-zero exit code.
   Cli bad = RunRlid("train " + config.string() + " --out " + (dir.path() / "bad").string() +
