@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh
+RLID_BUILD_TARGETS=rlid scripts/build.sh  # the CLI only: the test binaries are not needed here
 out="runs/quickstart-$(date +%Y%m%d-%H%M%S)"
 mkdir -p runs
 ./build/rlid compare configs/quickstart.toml --out "$out" "$@"
