@@ -18,15 +18,19 @@ SEED=${2:-1}
 RLID=${RLID_BIN:-build/rlid}
 if [[ ! -x "$RLID" ]]; then RLID_BUILD_TARGETS=rlid scripts/build.sh; fi
 command -v sqlite3 >/dev/null || { echo "crash_drill: needs the sqlite3 shell (scripts/setup.sh)" >&2; exit 1; }
-WORK=${RLID_DRILL_DIR:-$(mktemp -d /tmp/rlid_drill.XXXXXX)}
+WORK=${RLID_DRILL_DIR:-}
+if [[ -z "$WORK" ]]; then
+  WORK=$(mktemp -d /tmp/rlid_drill.XXXXXX)
+  cleanup=1  # a temp dir of our own goes away when the drill passes
+fi
 mkdir -p "$WORK"
 RANDOM=$SEED
 
-# A small run: 6 iterations, a checkpoint after each, one thread (so reruns are
+# A small run: 20 iterations, a checkpoint after each, one thread (so reruns are
 # bit-identical on this machine).
 CONFIG=configs/bandit_ppo.toml
-SETS=(--set trainer.iterations=6 --set trainer.episodes_per_iteration=16 --set trainer.num_envs=16
-      --set trainer.epochs=1 --set trainer.minibatch_size=16 --set trainer.eval_every=3
+SETS=(--set trainer.iterations=20 --set trainer.episodes_per_iteration=16 --set trainer.num_envs=16
+      --set trainer.epochs=1 --set trainer.minibatch_size=16 --set trainer.eval_every=5
       --set trainer.eval_episodes=16 --set trainer.checkpoint_every=1 --set run.threads=1)
 
 # Everything a finished run directory must agree on with the reference.
@@ -71,7 +75,7 @@ for ((i = 1; i <= N; i++)); do
   sleep "$(awk -v d="$delay_ms" 'BEGIN { printf "%.3f", d / 1000 }')"
   kill -s "$sig" "$pid" 2>/dev/null || true
   code=0
-  wait "$pid" || code=$?
+  wait "$pid" 2>/dev/null || code=$?
   trial_problems=()
   note=""
   status=""
@@ -93,9 +97,10 @@ for ((i = 1; i <= N; i++)); do
       [[ $code -eq 137 ]] || trial_problems+=("SIGKILL exit code $code, expected 137")
     fi
     if [[ -L "$dir/checkpoints/latest" ]]; then
+      from=$(readlink "$dir/checkpoints/latest")
       if "$RLID" --log-level warn train "$CONFIG" --out "$dir" --resume "${SETS[@]}" >"$dir.resume.log" 2>&1; then
         resumed=$((resumed + 1)); full_checks=1
-        note="resumed from $(readlink "$dir/checkpoints/latest"): identical to the uninterrupted run"
+        note="resumed from $from: identical to the uninterrupted run"
       else
         trial_problems+=("resume failed: $(tail -2 "$dir.resume.log" | tr '\n' ' ')")
       fi
@@ -141,4 +146,9 @@ done
 echo "summary: $N trials ($killed SIGKILL, $termed SIGTERM, $finished_first finished first); $resumed resumed," \
   "$no_ckpt killed before a checkpoint; integrity failures $bad_integrity, runs with duplicate episodes $dup_runs;" \
   "problems $problems"
-[[ $problems -eq 0 ]]
+if [[ $problems -eq 0 ]]; then
+  [[ -z "${cleanup:-}" ]] || rm -rf "$WORK"
+  exit 0
+fi
+echo "the trial directories and logs are in $WORK" >&2
+exit 1
