@@ -154,6 +154,52 @@ TEST(Config, TableArrays) {
 namespace rlid {
 namespace {
 
+// Found by fuzz/config_fuzz: ResolvedToml() wrote keys that need quotes bare
+// ("x y = 1") and array-of-tables elements as "[compare.arm[0]]", neither of
+// which is TOML, so a run's stored config could not be read back; root keys read
+// after a section landed under that section's header.
+TEST(Config, ResolvedTomlQuotesKeysAndWritesArraysOfTables) {
+  Config cfg = Config::FromString(R"(top = 1
+[compare]
+seeds = [1, 2]
+[[compare.arm]]
+name = "a"
+[[compare.arm]]
+name = "b"
+[compare.arm.extra]
+k = 3
+["x y"]
+"k=v" = 2
+"" = 4
+)",
+                                  "fuzz.toml");
+  auto read = [](Config& c) {
+    std::vector<std::string> out;
+    ConfigNode compare = c.Root().Section("compare");
+    std::vector<int64_t> seeds;
+    compare.Get("seeds", seeds, "seeds");
+    for (auto& arm : compare.TableArray("arm")) {
+      std::string name;
+      arm.Get("name", name, "arm name");
+      int64_t k = 0;
+      arm.Section("extra").Get("k", k, "extra");
+      out.push_back(fmt::format("{}:{}", name, k));
+    }
+    int64_t kv = 0, empty = 0, top = 0;
+    c.Root().Section("x y").Get("k=v", kv, "odd key");
+    c.Root().Section("x y").Get("", empty, "empty key");
+    c.Root().Get("top", top, "read after the sections");
+    out.push_back(fmt::format("{} {} {} {}", seeds.size(), kv, empty, top));
+    return out;
+  };
+  const std::vector<std::string> first = read(cfg);
+  EXPECT_EQ(first, (std::vector<std::string>{"a:0", "b:3", "2 2 4 1"}));
+  const std::string resolved = cfg.ResolvedToml();
+  Config again;
+  ASSERT_NO_THROW(again = Config::FromString(resolved, "resolved")) << resolved;
+  EXPECT_EQ(read(again), first) << resolved;
+}
+
 TEST(Config, ConvertedDocumentsCiteTheSourceWithoutTomlPositions) {
   // The TOML text was generated from another format: its line numbers mean nothing to the user.
   Config cfg = Config::FromConverted("[trainer.loss]\nclip_high = 0.3\nclip_hihg = 0.28\n", "case.json");
