@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
@@ -17,6 +18,29 @@ std::optional<uint64_t> MulChecked(uint64_t a, uint64_t b) {
   uint64_t r;
   if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
   return r;
+}
+
+// The integers of a JSON array, or nullopt when `j` is not an array of JSON
+// integers. (nlohmann's get<> would convert 1.5 or 1e300, the latter with
+// undefined behaviour, and wrap -1 to 2^64 - 1.)
+struct JsonInt {
+  bool negative;
+  uint64_t magnitude;  // |value|; the value itself when !negative
+};
+std::optional<std::vector<JsonInt>> Integers(const nlohmann::json& j) {
+  if (!j.is_array()) return std::nullopt;
+  std::vector<JsonInt> out;
+  for (const auto& x : j) {
+    if (x.is_number_unsigned()) {
+      out.push_back({false, x.get<uint64_t>()});
+    } else if (x.is_number_integer()) {
+      const int64_t v = x.get<int64_t>();
+      out.push_back({v < 0, v < 0 ? uint64_t{0} - static_cast<uint64_t>(v) : static_cast<uint64_t>(v)});
+    } else {
+      return std::nullopt;
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -43,13 +67,27 @@ ParsedSafetensorsHeader ParseSafetensorsHeader(std::string_view header_json, uin
       if (dtype_bytes == 0)
         throw IoError(fmt::format("'{}': tensor '{}' has unsupported dtype '{}'", path, it.key(), dtype),
                       "supported: F32, F64, F16, BF16, I64, I32, U8, BOOL");
-      SafetensorsHeaderEntry e{dtype, it->at("shape").get<std::vector<int64_t>>(), 0, 0};
+      const nlohmann::json& shape = it->at("shape");
+      const std::optional<std::vector<JsonInt>> dims = Integers(shape);
+      if (!dims)
+        throw IoError(fmt::format("'{}': tensor '{}' has shape {}, not a list of integers", path,
+                                  it.key(), shape.dump()));
+      SafetensorsHeaderEntry e{dtype, {}, 0, 0};
       std::optional<uint64_t> bytes = dtype_bytes;
-      for (int64_t d : e.shape) {
-        if (d < 0) throw IoError(fmt::format("'{}': tensor '{}' has a negative dimension", path, it.key()));
-        if (bytes) bytes = MulChecked(*bytes, static_cast<uint64_t>(d));
+      for (const JsonInt& d : *dims) {
+        if (d.negative) throw IoError(fmt::format("'{}': tensor '{}' has a negative dimension", path, it.key()));
+        if (d.magnitude > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+          throw IoError(fmt::format("'{}': tensor '{}' has a dimension {} beyond int64", path,
+                                    it.key(), d.magnitude));
+        e.shape.push_back(static_cast<int64_t>(d.magnitude));
+        if (bytes) bytes = MulChecked(*bytes, d.magnitude);
       }
-      auto offs = it->at("data_offsets").get<std::vector<uint64_t>>();
+      // Offsets that are not two non-negative integers fail the check below.
+      const std::optional<std::vector<JsonInt>> offsets = Integers(it->at("data_offsets"));
+      std::vector<uint64_t> offs;
+      if (offsets && std::none_of(offsets->begin(), offsets->end(),
+                                  [](const JsonInt& o) { return o.negative; }))
+        for (const JsonInt& o : *offsets) offs.push_back(o.magnitude);
       if (!bytes || offs.size() != 2 || offs[1] < offs[0] || offs[1] > data_size ||
           offs[1] - offs[0] != *bytes)
         throw IoError(fmt::format("'{}': tensor '{}' has data_offsets {} that disagree with its "

@@ -79,12 +79,36 @@ TEST(SafetensorsHeader, RejectsDamagedHeaders) {
   for (const char* h : {
            R"({"a":{"shape":[2],"data_offsets":[0,8]}})",
            R"({"a":{"dtype":7,"shape":[2],"data_offsets":[0,8]}})",
-           R"({"a":{"dtype":"F32","shape":"2","data_offsets":[0,8]}})",
            R"({"a":{"dtype":"F32","shape":[2]}})",
            R"({"a":[1]})",
            R"({"__metadata__":{"k":1}})",
        })
     EXPECT_NE(ErrorOf(h, 8).find("'m.safetensors': bad header entry '"), std::string::npos) << h;
+}
+
+// Found by fuzz/safetensors_header_fuzz: shapes and offsets went through
+// nlohmann's get<int64_t>/get<uint64_t>, which truncate 1.5 to 1, wrap -8 to
+// 2^64 - 8 and convert a float beyond 2^64 with undefined behaviour.
+TEST(SafetensorsHeader, ShapesAndOffsetsMustBeJsonIntegers) {
+  EXPECT_EQ(ErrorOf(R"({"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", 8),
+            "'m.safetensors': tensor 'a' has shape [1.5], not a list of integers");
+  EXPECT_EQ(ErrorOf(R"({"a":{"dtype":"F32","shape":[1e300],"data_offsets":[0,4]}})", 8),
+            "'m.safetensors': tensor 'a' has shape [1e+300], not a list of integers");
+  EXPECT_EQ(ErrorOf(R"({"a":{"dtype":"F32","shape":"2","data_offsets":[0,8]}})", 8),
+            "'m.safetensors': tensor 'a' has shape \"2\", not a list of integers");
+  EXPECT_EQ(ErrorOf(R"({"a":{"dtype":"U8","shape":[true],"data_offsets":[0,1]}})", 8),
+            "'m.safetensors': tensor 'a' has shape [true], not a list of integers");
+  EXPECT_EQ(ErrorOf(R"({"a":{"dtype":"BOOL","shape":[9223372036854775808],"data_offsets":[0,1]}})",
+                    8),
+            "'m.safetensors': tensor 'a' has a dimension 9223372036854775808 beyond int64");
+  const std::string disagree = "'m.safetensors': tensor 'a' has data_offsets";
+  for (const char* h : {
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[18446744873709551612,4]}})",
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8.0]}})",
+           R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[-1,-1]}})",
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":"0,8"}})",
+       })
+    EXPECT_EQ(ErrorOf(h, ~uint64_t{0}).substr(0, disagree.size()), disagree) << h;
 }
 
 }  // namespace
