@@ -199,6 +199,11 @@ void Config::ApplyOverride(std::string_view assignment) {
   if (eq == std::string_view::npos || eq == 0)
     throw ConfigError(fmt::format("bad override '{}': expected key.path=value", assignment),
                       "example: --set trainer.loss.clip_high=0.28");
+  // TOML text is UTF-8: other bytes would make a key or string the resolved and
+  // document TOML cannot write (found by fuzz/config_fuzz).
+  if (!IsValidUtf8(assignment))
+    throw ConfigError(fmt::format("bad override '{}': not valid UTF-8", assignment),
+                      "write keys and values as UTF-8 text");
   std::string path(Trim(assignment.substr(0, eq)));
   std::string value(Trim(assignment.substr(eq + 1)));
   auto parts = Split(path, '.');

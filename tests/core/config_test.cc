@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace rlid {
 namespace {
@@ -198,6 +199,29 @@ k = 3
   Config again;
   ASSERT_NO_THROW(again = Config::FromString(resolved, "resolved")) << resolved;
   EXPECT_EQ(read(again), first) << resolved;
+}
+
+// Found by fuzz/config_fuzz: an override with invalid UTF-8 created a key (or a
+// string) that DocumentToml() and ResolvedToml() wrote as different text.
+TEST(Config, OverridesMustBeUtf8) {
+  Config cfg = Config::FromString("[env]\nname = 'bandit'\n", "x.toml");
+  EXPECT_THROW(cfg.ApplyOverride("env.na\xECme=1"), ConfigError);
+  EXPECT_THROW(cfg.ApplyOverride("env.name=\xff\xfe"), ConfigError);
+  EXPECT_THROW(cfg.ApplyOverride("env.name=\xed\xa0\x80"), ConfigError);  // a surrogate
+  cfg.ApplyOverride("env.name=caf\xc3\xa9");
+  const Config again = Config::FromString(cfg.DocumentToml(), "doc");
+  EXPECT_NE(cfg.DocumentToml().find("caf\xc3\xa9"), std::string::npos);
+}
+
+TEST(Strings, IsValidUtf8) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("ascii \xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80"));
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));          // overlong
+  EXPECT_FALSE(IsValidUtf8("\xe0\x80\xaf"));      // overlong
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));      // surrogate
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));  // above U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("\xc3"));              // truncated
+  EXPECT_FALSE(IsValidUtf8("\x80"));
 }
 
 TEST(Config, ConvertedDocumentsCiteTheSourceWithoutTomlPositions) {
