@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -148,24 +149,44 @@ Config& Config::operator=(Config&&) noexcept = default;
 
 namespace {
 
-// toml++ writes a key whose only special character is an apostrophe bare
-// (a'b = 1), which is not TOML, so DocumentToml() could not be read back
-// (found by fuzz/config_fuzz). No rlid key has one: refuse such keys on input.
-constexpr const char* kApostropheHint = "no rlid key contains an apostrophe; check the quoting";
+// toml++ writes some keys it reads as invalid TOML (an apostrophe or a tab
+// without another special character: a'b = 1), so DocumentToml() could not be
+// read back (found by fuzz/config_fuzz). No rlid key needs more than a plain
+// name: refuse, on input, any key that does not survive a write and a read.
+constexpr const char* kKeyHint =
+    "rlid keys are plain names (letters, digits, '_', '-'); check the quoting";
 
-void RejectApostropheKeys(const toml::node& node, const std::string& source) {
+bool KeyRoundTrips(std::string_view key) {
+  if (!key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+      }))
+    return true;
+  toml::table t;
+  t.insert(key, 0);
+  std::ostringstream os;
+  os << t;
+  try {
+    const toml::table back = toml::parse(os.str());
+    return back.size() == 1 && back.contains(key);
+  } catch (const toml::parse_error&) {
+    return false;
+  }
+}
+
+void RejectUnwritableKeys(const toml::node& node, const std::string& source) {
   if (const toml::table* t = node.as_table()) {
     for (auto&& [k, v] : *t) {
-      if (k.str().find('\'') != std::string_view::npos) {
+      if (!KeyRoundTrips(k.str())) {
         const auto& at = k.source().begin.line > 0 ? k.source() : v.source();
-        throw ConfigError(fmt::format("{}:{}:{}: key \"{}\" contains an apostrophe", source,
-                                      at.begin.line, at.begin.column, k.str()),
-                          kApostropheHint);
+        throw ConfigError(fmt::format("{}:{}:{}: key {} cannot be written back as TOML", source,
+                                      at.begin.line, at.begin.column,
+                                      TomlKey(k.str())),
+                          kKeyHint);
       }
-      RejectApostropheKeys(v, source);
+      RejectUnwritableKeys(v, source);
     }
   } else if (const toml::array* a = node.as_array()) {
-    for (const toml::node& v : *a) RejectApostropheKeys(v, source);
+    for (const toml::node& v : *a) RejectUnwritableKeys(v, source);
   }
 }
 
@@ -181,7 +202,7 @@ Config Config::FromString(std::string_view text, std::string source_name) {
                                   e.source().begin.column, e.description()),
                       "fix the TOML syntax at that position");
   }
-  RejectApostropheKeys(cfg.impl_->doc, source_name);
+  RejectUnwritableKeys(cfg.impl_->doc, source_name);
   return cfg;
 }
 
@@ -232,9 +253,12 @@ void Config::ApplyOverride(std::string_view assignment) {
                       "write keys and values as UTF-8 text");
   std::string path(Trim(assignment.substr(0, eq)));
   std::string value(Trim(assignment.substr(eq + 1)));
-  if (path.find('\'') != std::string::npos)
-    throw ConfigError(fmt::format("bad override key '{}': it contains an apostrophe", path),
-                      kApostropheHint);
+  for (const std::string& part : Split(path, '.'))
+    if (!part.empty() && !KeyRoundTrips(part))
+      throw ConfigError(
+          fmt::format("bad override key {}: {} cannot be written back as TOML", TomlKey(path),
+                      TomlKey(part)),
+          kKeyHint);
   auto parts = Split(path, '.');
   toml::table* t = &impl_->doc;
   std::string sofar;
