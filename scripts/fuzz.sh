@@ -44,8 +44,8 @@ for t in $targets; do
   rc=$?
   set -e
   # libFuzzer's final stats (printed twice after a crash) and its coverage lines.
-  stat() { grep -o "stat::$1: *[0-9]*" "$log" | tail -1 | grep -o '[0-9]*$' || echo 0; }
-  execs=$(stat number_of_executed_units) rate=$(stat average_exec_per_sec)
+  final_stat() { grep -o "stat::$1: *[0-9]*" "$log" | tail -1 | grep -o '[0-9]*$' || echo 0; }
+  execs=$(final_stat number_of_executed_units) rate=$(final_stat average_exec_per_sec)
   cov=$(grep -o ' cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || true)
   start_cov=$(grep 'INITED' "$log" | grep -o ' cov: [0-9]*' | head -1 | grep -o '[0-9]*' || true)
   cov=${cov:-0} start_cov=${start_cov:-$cov}
