@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -35,12 +36,55 @@ struct Config::Impl {
   };
   std::vector<Resolved> resolved;
   std::map<std::string, size_t> resolved_index;
+  // How ResolvedToml() writes a declared section's table header: its TOML
+  // dotted key (components quoted where needed), and for an element of an
+  // array of tables ("compare.arm[1]") the array's path and the index, written
+  // as the index-th [[compare.arm]] header.
+  struct Header {
+    std::string key;
+    std::string array;
+    int index = -1;
+    std::string parent;  // the enclosing section's path
+  };
+  std::map<std::string, Header> headers;
 };
 
 namespace {
 
 std::string JoinPath(const std::string& a, std::string_view b) {
   return a.empty() ? std::string(b) : a + "." + std::string(b);
+}
+
+// A key as TOML writes it: bare when it may be, else a quoted basic string.
+std::string TomlKey(std::string_view key) {
+  const bool bare = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-';
+  });
+  if (bare) return std::string(key);
+  std::string out = "\"";
+  for (char c : key) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\u{:04X}", u);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// The TOML dotted key of a declared section ("" for the root).
+std::string HeaderKey(const Config::Impl& impl, const std::string& section) {
+  auto it = impl.headers.find(section);
+  return it == impl.headers.end() ? section : it->second.key;
+}
+
+std::string JoinKey(const std::string& a, const std::string& b) {
+  return a.empty() ? b : a + "." + b;
 }
 
 template <class T>
@@ -103,6 +147,51 @@ Config::~Config() = default;
 Config::Config(Config&&) noexcept = default;
 Config& Config::operator=(Config&&) noexcept = default;
 
+namespace {
+
+// toml++ writes some keys it reads as invalid TOML (an apostrophe or a tab
+// without another special character: a'b = 1), so DocumentToml() could not be
+// read back (found by fuzz/config_fuzz). No rlid key needs more than a plain
+// name: refuse, on input, any key that does not survive a write and a read.
+constexpr const char* kKeyHint =
+    "rlid keys are plain names (letters, digits, '_', '-'); check the quoting";
+
+bool KeyRoundTrips(std::string_view key) {
+  if (!key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+      }))
+    return true;
+  toml::table t;
+  t.insert(key, 0);
+  std::ostringstream os;
+  os << t;
+  try {
+    const toml::table back = toml::parse(os.str());
+    return back.size() == 1 && back.contains(key);
+  } catch (const toml::parse_error&) {
+    return false;
+  }
+}
+
+void RejectUnwritableKeys(const toml::node& node, const std::string& source) {
+  if (const toml::table* t = node.as_table()) {
+    for (auto&& [k, v] : *t) {
+      if (!KeyRoundTrips(k.str())) {
+        const auto& at = k.source().begin.line > 0 ? k.source() : v.source();
+        throw ConfigError(fmt::format("{}:{}:{}: key {} cannot be written back as TOML", source,
+                                      at.begin.line, at.begin.column,
+                                      TomlKey(k.str())),
+                          kKeyHint);
+      }
+      RejectUnwritableKeys(v, source);
+    }
+  } else if (const toml::array* a = node.as_array()) {
+    for (const toml::node& v : *a) RejectUnwritableKeys(v, source);
+  }
+}
+
+}  // namespace
+
 Config Config::FromString(std::string_view text, std::string source_name) {
   Config cfg;
   cfg.impl_->source = source_name;
@@ -113,6 +202,7 @@ Config Config::FromString(std::string_view text, std::string source_name) {
                                   e.source().begin.column, e.description()),
                       "fix the TOML syntax at that position");
   }
+  RejectUnwritableKeys(cfg.impl_->doc, source_name);
   return cfg;
 }
 
@@ -156,8 +246,19 @@ void Config::ApplyOverride(std::string_view assignment) {
   if (eq == std::string_view::npos || eq == 0)
     throw ConfigError(fmt::format("bad override '{}': expected key.path=value", assignment),
                       "example: --set trainer.loss.clip_high=0.28");
+  // TOML text is UTF-8: other bytes would make a key or string the resolved and
+  // document TOML cannot write (found by fuzz/config_fuzz).
+  if (!IsValidUtf8(assignment))
+    throw ConfigError(fmt::format("bad override '{}': not valid UTF-8", assignment),
+                      "write keys and values as UTF-8 text");
   std::string path(Trim(assignment.substr(0, eq)));
   std::string value(Trim(assignment.substr(eq + 1)));
+  for (const std::string& part : Split(path, '.'))
+    if (!part.empty() && !KeyRoundTrips(part))
+      throw ConfigError(
+          fmt::format("bad override key {}: {} cannot be written back as TOML", TomlKey(path),
+                      TomlKey(part)),
+          kKeyHint);
   auto parts = Split(path, '.');
   toml::table* t = &impl_->doc;
   std::string sofar;
@@ -304,14 +405,39 @@ std::string Config::ResolvedToml() const {
     if (!by_section.count(r.section)) order.push_back(r.section);
     by_section[r.section].push_back(&r);
   }
+  // Root keys first: after a table header they would belong to that table.
+  if (auto root = std::find(order.begin(), order.end(), ""); root != order.end())
+    std::rotate(order.begin(), root, root + 1);
   std::string out;
+  auto add_header = [&](const std::string& key, bool array) {
+    out += fmt::format("{}{}{}{}\n", out.empty() ? "" : "\n", array ? "[[" : "[", key,
+                       array ? "]]" : "]");
+  };
+  // Array elements are written in order, each as the next [[header]] (one whose
+  // fields were never read as an empty one), before anything inside them. A
+  // sub-table read after a later element of its array would attach to that element.
+  std::map<std::string, int> array_elements;  // [[headers]] written per array
+  std::function<void(const std::string&)> open_elements = [&](const std::string& s) {
+    auto h = impl_->headers.find(s);
+    if (h == impl_->headers.end()) return;
+    open_elements(h->second.parent);
+    if (h->second.index < 0) return;
+    for (int& n = array_elements[h->second.array]; n <= h->second.index; ++n)
+      add_header(h->second.key, true);
+  };
   for (const auto& s : order) {
-    if (!s.empty()) out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", s);
+    auto header = impl_->headers.find(s);
+    if (header != impl_->headers.end() && header->second.index >= 0) {
+      open_elements(s);
+    } else if (!s.empty()) {
+      if (header != impl_->headers.end()) open_elements(header->second.parent);
+      add_header(HeaderKey(*impl_, s), false);
+    }
     size_t width = 0;
     for (const auto* r : by_section[s])
-      width = std::max(width, r->key.size() + 3 + r->value.size());
+      width = std::max(width, TomlKey(r->key).size() + 3 + r->value.size());
     for (const auto* r : by_section[s]) {
-      std::string line = fmt::format("{} = {}", r->key, r->value);
+      std::string line = fmt::format("{} = {}", TomlKey(r->key), r->value);
       if (!r->doc.empty()) line += std::string(width - line.size() + 2, ' ') + "# " + r->doc;
       out += line + "\n";
     }
@@ -580,6 +706,8 @@ void ConfigNode::GetEnum(std::string_view key, std::string& value,
 ConfigNode ConfigNode::Section(std::string_view key) const {
   std::string full = KeyPath(key);
   impl_->sections.insert(full);
+  impl_->headers.try_emplace(
+      full, Config::Impl::Header{JoinKey(HeaderKey(*impl_, path_), TomlKey(key)), "", -1, path_});
   toml::table* sub = nullptr;
   if (table_) {
     toml::node* n = static_cast<toml::table*>(table_)->get(key);
@@ -607,6 +735,9 @@ std::vector<ConfigNode> ConfigNode::TableArray(std::string_view key) const {
   for (size_t i = 0; i < arr->size(); ++i) {
     std::string p = fmt::format("{}[{}]", full, i);
     impl_->sections.insert(p);
+    impl_->headers.try_emplace(
+        p, Config::Impl::Header{JoinKey(HeaderKey(*impl_, path_), TomlKey(key)), full,
+                                static_cast<int>(i), path_});
     out.push_back(ConfigNode(impl_, p, arr->get(i)->as_table()));
   }
   return out;

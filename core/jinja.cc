@@ -3433,7 +3433,10 @@ class Interpreter {
   Value ApplyCallFilter(const Value& operand, const std::string& name, const Node& call,
                         const EnvPtr& env) {
     const Node& at = call;
-    auto [args, kwargs] = EvalArguments(call.a, env);
+    // Named references, not a structured binding: clang < 16 cannot capture those in a lambda.
+    auto evaluated = EvalArguments(call.a, env);
+    Array& args = evaluated.first;
+    std::shared_ptr<Object>& kwargs = evaluated.second;
     auto option = [&](size_t i, const char* key) -> const Value* {
       if (i < args.size()) return &args[i];
       return kwargs->Find(key);

@@ -195,9 +195,16 @@ Value ColumnValue(sqlite3_stmt* s, int col) {
   }
 }
 
-std::string Hex(const std::string& bytes) {
-  std::string out;
-  for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
+// Lowercase hex of the first `limit` bytes (all by default).
+std::string Hex(std::string_view bytes, size_t limit = std::string_view::npos) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  bytes = bytes.substr(0, limit);
+  std::string out(2 * bytes.size(), '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    out[2 * i] = kDigits[c >> 4];
+    out[2 * i + 1] = kDigits[c & 15];
+  }
   return out;
 }
 
@@ -242,7 +249,18 @@ std::string Utf8Prefix(std::string_view s, size_t chars) {
 }
 
 std::string TableCell(const Value& v, size_t max_width) {
-  std::string raw = ValueText(v, true), out;
+  const bool cut = max_width > 3;
+  // Only what the cut cell can show is formatted: a 100 MB blob or text costs
+  // as much as a short one (a whole blob in hex took seconds; found by fuzz/sql_fuzz).
+  std::string raw;
+  if (const auto* b = std::get_if<Blob>(&v); b && cut) {
+    raw = "x'" + Hex(b->bytes, max_width / 2 + 1) + (2 * b->bytes.size() + 3 > max_width ? "..." : "'");
+  } else if (const auto* text = std::get_if<std::string>(&v); text && cut) {
+    raw = Utf8Prefix(*text, max_width + 1);
+  } else {
+    raw = ValueText(v, true);
+  }
+  std::string out;
   for (char c : raw) {
     if (c == '\n')
       out += "\\n";
@@ -253,7 +271,7 @@ std::string TableCell(const Value& v, size_t max_width) {
     else
       out += c;
   }
-  if (max_width > 3 && Utf8Length(out) > max_width) out = Utf8Prefix(out, max_width - 3) + "...";
+  if (cut && Utf8Length(out) > max_width) out = Utf8Prefix(out, max_width - 3) + "...";
   return out;
 }
 

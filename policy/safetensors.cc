@@ -9,18 +9,22 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "core/check.h"
 #include "core/error.h"
+#include "policy/safetensors_header.h"
 
 namespace rlid::policy {
 namespace {
 
+// Element sizes must agree with kSafetensorsDtypes, the table the torch-free
+// header parser checks lengths with.
 struct DtypeInfo {
   const char* name;
   torch::Dtype dtype;
@@ -30,6 +34,11 @@ constexpr DtypeInfo kDtypes[] = {{"F32", torch::kFloat32, 4}, {"F64", torch::kFl
                                  {"F16", torch::kFloat16, 2}, {"BF16", torch::kBFloat16, 2},
                                  {"I64", torch::kInt64, 8},   {"I32", torch::kInt32, 4},
                                  {"U8", torch::kUInt8, 1},    {"BOOL", torch::kBool, 1}};
+static_assert([] {
+  for (const auto& i : kDtypes)
+    if (SafetensorsDtypeBytes(i.name) != i.bytes) return false;
+  return std::size(kDtypes) == std::size(kSafetensorsDtypes);
+}());
 
 const DtypeInfo& ByDtype(torch::Dtype d) {
   for (const auto& i : kDtypes)
@@ -93,13 +102,6 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr uint64_t kChunkBytes = 64ull << 20;
 
-// a * b, or nullopt on uint64 overflow.
-std::optional<uint64_t> MulChecked(uint64_t a, uint64_t b) {
-  uint64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
-  return r;
-}
-
 // pread until `n` bytes are read; false on error or end of file.
 bool PreadAll(int fd, void* buf, uint64_t n, uint64_t offset) {
   auto* p = static_cast<char*>(buf);
@@ -134,51 +136,16 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
                                 path, len, file_size));
     std::string h(len, '\0');
     if (!PreadAll(fd_, h.data(), len, 8)) throw IoError(fmt::format("'{}': truncated header", path));
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(h);
-    } catch (const nlohmann::json::exception& e) {
-      throw IoError(fmt::format("'{}': corrupt safetensors header: {}", path, e.what()));
-    }
-    if (!header.is_object()) throw IoError(fmt::format("'{}': header is not a JSON object", path));
     const uint64_t data_start = 8 + len, data_size = file_size - data_start;
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      try {
-        if (it.key() == "__metadata__") {
-          for (auto m = it->begin(); m != it->end(); ++m) metadata_[m.key()] = m->get<std::string>();
-          continue;
-        }
-        const std::string dtype = it->at("dtype").get<std::string>();
-        const DtypeInfo* info = ByName(dtype);
-        if (!info)
-          throw IoError(fmt::format("'{}': tensor '{}' has unsupported dtype '{}'", path, it.key(), dtype),
-                        "supported: F32, F64, F16, BF16, I64, I32, U8, BOOL");
-        Entry e{dtype, info->dtype, it->at("shape").get<std::vector<int64_t>>(), 0, 0};
-        std::optional<uint64_t> bytes = info->bytes;
-        for (int64_t d : e.shape) {
-          if (d < 0) throw IoError(fmt::format("'{}': tensor '{}' has a negative dimension", path, it.key()));
-          if (bytes) bytes = MulChecked(*bytes, static_cast<uint64_t>(d));
-        }
-        auto offs = it->at("data_offsets").get<std::vector<uint64_t>>();
-        if (!bytes || offs.size() != 2 || offs[1] < offs[0] || offs[1] > data_size ||
-            offs[1] - offs[0] != *bytes)
-          throw IoError(fmt::format("'{}': tensor '{}' has data_offsets {} that disagree with its "
-                                    "shape x dtype or leave the {}-byte data section",
-                                    path, it.key(), it->at("data_offsets").dump(), data_size),
-                        "the file is damaged or truncated");
-        e.begin = data_start + offs[0], e.end = data_start + offs[1];
-        ranges.emplace_back(offs[0], offs[1]);
-        entries_.emplace(it.key(), std::move(e));
-      } catch (const nlohmann::json::exception& ex) {
-        throw IoError(fmt::format("'{}': bad header entry '{}': {}", path, it.key(), ex.what()));
-      }
+    ParsedSafetensorsHeader header = ParseSafetensorsHeader(h, data_size, path);
+    metadata_ = std::move(header.metadata);
+    for (auto& [name, h_entry] : header.entries) {
+      const DtypeInfo* info = ByName(h_entry.dtype_name);
+      RLID_CHECK(info != nullptr, "ParseSafetensorsHeader accepted an unknown dtype");
+      entries_.emplace(name, Entry{std::move(h_entry.dtype_name), info->dtype,
+                                   std::move(h_entry.shape), data_start + h_entry.begin,
+                                   data_start + h_entry.end});
     }
-    std::sort(ranges.begin(), ranges.end());
-    for (size_t i = 1; i < ranges.size(); ++i)
-      if (ranges[i].first < ranges[i - 1].second)
-        throw IoError(fmt::format("'{}': two tensors' data ranges overlap", path),
-                      "the file is damaged");
   } catch (...) {
     ::close(fd_);
     throw;

