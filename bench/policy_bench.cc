@@ -79,6 +79,7 @@ class ReadoutBench : public Benchmark {
     std::cout << fmt::format("{:>4} {:>9} {:>11} {:>12} {:>9} {:>7} {:>12} {:>12} {:>9} {:>9}\n", "K",
                              "wordings", "naive ms", "single ms", "speed-up", "target", "B=16 ms/st",
                              "B=32 ms/st", "x B=16", "x B=32");
+    Progress progress("bench readout: menu sizes", 3, true, /*every_s=*/0);
     for (int K : {4, 8, 16}) {
       Rng rng = Rng::Stream(7, "bench_readout", K);
       std::vector<policy::ReadoutRequest> states;
@@ -112,6 +113,7 @@ class ReadoutBench : public Benchmark {
                               {"batch32_ms_per_state", batch32 * 1e3},
                               {"batch16_vs_batch1", single / batch16},
                               {"batch32_vs_batch1", single / batch32}});
+      progress.Update(K == 4 ? 1 : K == 8 ? 2 : 3, fmt::format("(K = {})", K));
     }
     return out;
   }

@@ -5,6 +5,7 @@
 // parity check against Hugging Face transformers).
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,8 @@
 #include "cli/command.h"
 #include "cli/json_output.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "envs/env.h"
 #include "policy/checkpoint.h"
@@ -212,7 +215,16 @@ class PolicyCommand : public Command {
   }
 
   void Readout() {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto since = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
     auto l = Load(ro_, policy::Plane::kDecision);
+    // Two stages, each logged: loading a large model is most of the time, and
+    // the readout is one forward pass whatever the menu size.
+    spdlog::info("policy readout: model, tokenizer and prompt ready in {} ({} prompt tokens, {} menu "
+                 "items); reading every label in one forward pass",
+                 FormatDuration(since()), l.prompt.tokens.size(), l.menu.size());
     torch::NoGradGuard ng;
     l.ck.model->eval();
     policy::ReadoutRequest req;
@@ -222,6 +234,7 @@ class PolicyCommand : public Command {
     policy::ReadoutOptions opts;
     opts.normalisation = normalisation_;
     auto rb = policy::Readout(l.ck.model, {req}, opts);
+    spdlog::info("policy readout: done in {}", FormatDuration(since()));
     nlohmann::json items = nlohmann::json::array();
     for (size_t k = 0; k < l.menu.size(); ++k) {
       const auto& it = l.menu.items[k];
