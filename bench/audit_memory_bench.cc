@@ -97,6 +97,7 @@ class AuditMemoryBench : public Benchmark {
       o.states = states_;
       o.mc_samples = mc_samples_;
       o.only = {id};
+      o.progress = true;
       const double t0 = Now();
       auto checks = trainers::RunAudit(model, renderer, *env, o);
       const double wall = Now() - t0, rss = PeakRssBytes();

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "bench/bench.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "envs/env.h"
 
@@ -21,8 +22,12 @@ class EnvBench : public Benchmark {
   nlohmann::json Run() override {
     nlohmann::json out;
     std::cout << fmt::format("{:<10} {:>14} {:>14} {:>10}\n", "env", "menus/s", "steps/s", "menu size");
-    for (const auto& name : envs::EnvRegistry::Global().Names()) {
+    const auto names = envs::EnvRegistry::Global().Names();
+    Progress progress("bench env: environments", only_.empty() ? static_cast<int64_t>(names.size()) : 1);
+    int64_t done = 0;
+    for (const auto& name : names) {
       if (!only_.empty() && name != only_) continue;
+      progress.Update(done++, fmt::format("(next: {})", name));
       auto env = envs::MakeEnv(name);
       // A pool of reachable non-terminal states.
       std::vector<std::unique_ptr<envs::State>> pool;

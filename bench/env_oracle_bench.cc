@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "bench/bench.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "envs/env.h"
 
@@ -27,8 +28,12 @@ class EnvOracleBench : public Benchmark {
     std::cout << fmt::format("{:<10} {:<7} {:>7} {:>14} {:>14} {:>12} {:>12}\n", "env", "play",
                              "states", "oracle med us", "oracle p99 us", "menu med us",
                              "oracle/menu");
-    for (const auto& name : envs::EnvRegistry::Global().Names()) {
+    const auto names = envs::EnvRegistry::Global().Names();
+    Progress progress("bench env_oracle: environments", only_.empty() ? static_cast<int64_t>(names.size()) : 1);
+    int64_t done = 0;
+    for (const auto& name : names) {
       if (!only_.empty() && name != only_) continue;
+      progress.Update(done++, fmt::format("(next: {})", name));
       auto env = envs::MakeEnv(name);
       if (!dynamic_cast<envs::OracleState*>(env->NewState(0).get())) continue;
       for (const char* play : {"oracle", "random"}) {

@@ -22,6 +22,7 @@
 
 #include "bench/bench.h"
 #include "bench/training_arm.h"
+#include "core/progress.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "envs/env.h"
@@ -157,11 +158,15 @@ class ModelBench : public Benchmark {
     const int64_t n = 2048;
     auto a = torch::randn({n, n}), b = torch::randn({n, n});
     torch::mm(a, b);  // warm-up
+    // Every timed repeat of the three measurements (mm, prefill, readout).
+    Progress progress("bench model: timed repeats (mm, prefill, readout)", 3 * repeats_);
+    int64_t repeats_done = 0;
     double mm_s = 1e30;
     for (int r = 0; r < repeats_; ++r) {
       const double s = Now();
       auto c = torch::mm(a, b);
       mm_s = std::min(mm_s, Now() - s);
+      progress.Update(++repeats_done);
     }
     const double mm_flops = 2.0 * n * n * n / mm_s;
 
@@ -180,6 +185,7 @@ class ModelBench : public Benchmark {
       const double s = Now();
       prefill();
       prefill_s = std::min(prefill_s, Now() - s);
+      progress.Update(++repeats_done);
     }
     policy::ForwardCost cost;
     cost.calls = 1, cost.tokens = T, cost.attention_pairs = policy::CausalPairs(T), cost.logit_rows = 1;
@@ -215,6 +221,7 @@ class ModelBench : public Benchmark {
       s = Now();
       batched_tokens = policy::Readout(model, reqs, ro).cost.tokens;
       batched_s = std::min(batched_s, Now() - s);
+      progress.Update(++repeats_done);
     }
     const double rss_end = PeakRssBytes();
 
