@@ -149,7 +149,9 @@ class FlopsBench : public Benchmark {
   nlohmann::json Run() override {
     policy::SetNumThreads(threads_);
     nlohmann::json out = {{"preset", preset_}, {"runtime", policy::TorchSummary()}};
+    Progress progress("bench flops: measurements", 2, true, /*every_s=*/0);
     const double mm = MeasureMmFlops(seconds_, out);
+    progress.Update(1, fmt::format("(torch::mm peak {:.1f} GFLOP/s)", mm / 1e9));
     auto cfg = BenchConfig(preset_);
     policy::TransformerLM model(cfg);
     model->InitWeights(1);
@@ -172,6 +174,7 @@ class FlopsBench : public Benchmark {
     cost.logit_rows = batch_ * seq_;
     const double flops = 3.0 * cfg.ForwardFlops(cost);
     const double achieved = flops / step;
+    progress.Update(2, "(train step)");
     std::cout << fmt::format("{:<28} {:>12}\n", "measure", "value");
     std::cout << fmt::format("{:<28} {:>12.1f}\n", "torch::mm peak GFLOP/s", mm / 1e9);
     std::cout << fmt::format("{:<28} {:>12.1f}\n", "train fwd+bwd GFLOP/s", achieved / 1e9);

@@ -18,6 +18,7 @@
 
 #include "bench/bench.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "memory/store.h"
 #include "memory/writer.h"
@@ -158,6 +159,10 @@ class StoreBench : public Benchmark {
     fs::create_directories(dir);
     nlohmann::json out;
     out["shape"] = {{"steps", shape_.steps}, {"menu", shape_.menu}, {"reads", shape_.reads}};
+    // Progress in episodes written, over the four measurements.
+    Progress progress("bench store: episodes written",
+                      2 * static_cast<int64_t>(episodes_) + per_row_episodes_ + latency_episodes_);
+    int64_t written = 0;
 
     // 1. Batched transactions vs one transaction per row, same episode shape.
     auto rows_per_s = [&](const std::string& name, int n, memory::Batching batching, int batch) {
@@ -176,7 +181,9 @@ class StoreBench : public Benchmark {
           db.store->Write(jobs, batching);
           busy += Now() - t0;
           cpu += ThreadCpu() - c0;
+          written += static_cast<int64_t>(jobs.size());
           jobs.clear();
+          progress.Update(written, name);
         }
       }
       return std::tuple{rows / busy, rows / cpu, rows};
@@ -208,6 +215,7 @@ class StoreBench : public Benchmark {
         writer.Submit(std::move(e));
         writer.Flush();
         ms.push_back(1e3 * (Now() - t0));
+        progress.Update(++written, "commit latency");
       }
       out["commit_latency_ms"] = {{"p50", Percentile(ms, 0.5)},
                                   {"p95", Percentile(ms, 0.95)},
@@ -241,6 +249,8 @@ class StoreBench : public Benchmark {
       for (auto& th : pool) th.join();
       writer.Flush();
       const double wall = Now() - t0;
+      written += episodes_;
+      progress.Update(written, "writer queue");
       const auto stats = writer.stats();
       double submit_total = 0;
       for (double s : submit_s) submit_total += s;
