@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -701,6 +703,46 @@ void ConfigNode::GetEnum(std::string_view key, std::string& value,
     throw ConfigError(fmt::format("{}: '{}' = '{}' is not valid{}", Where(key), KeyPath(key), value,
                                   DidYouMean(value, allowed)),
                       fmt::format("valid values: {}", Join(allowed, ", ")));
+}
+
+void ConfigNode::GetTable(std::string_view key, nlohmann::json& value, std::string_view doc) {
+  const std::string full = KeyPath(key);
+  const toml::table* table = nullptr;
+  if (const auto* n = static_cast<const toml::node*>(Find(key))) {
+    if (!n->is_table()) TypeMismatch(*this, key, "a table", *n);
+    table = n->as_table();
+  }
+  // Known and used as a whole: CheckAllUsed neither flags it nor looks inside.
+  impl_->sections.insert(full);
+  impl_->wildcard.insert(full);
+  if (table) {
+    const toml::table& t = *table;
+    std::ostringstream js;
+    js << toml::json_formatter{t};
+    value = nlohmann::json::parse(js.str());
+  }
+  // The inline-table text of `value` for the resolved config.
+  toml::table holder;
+  if (table) {
+    toml::table copy = *table;
+    std::function<void(toml::table&)> inline_all = [&](toml::table& tt) {
+      tt.is_inline(true);
+      for (auto&& [k, v] : tt)
+        if (auto* nested = v.as_table()) inline_all(*nested);
+    };
+    inline_all(copy);
+    holder.insert("v", std::move(copy));
+  } else {
+    holder.insert("v", toml::table{});
+    holder.get("v")->as_table()->is_inline(true);
+  }
+  std::ostringstream os;
+  os << holder;
+  std::string text = os.str();
+  text = text.substr(text.find('=') + 1);
+  while (!text.empty() && (text.front() == ' ')) text.erase(0, 1);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  Record(key, text, doc);
 }
 
 ConfigNode ConfigNode::Section(std::string_view key) const {

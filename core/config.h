@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -152,6 +153,12 @@ class ConfigNode {
   void Get(std::string_view key, std::vector<int64_t>& value, std::string_view doc,
            IntRange range = {});
   void Get(std::string_view key, std::vector<std::string>& value, std::string_view doc);
+  // A whole table as JSON (parameters forwarded verbatim, e.g. an external
+  // env's [env.params]): absent keeps `value`; strings, numbers, booleans,
+  // arrays and nested tables convert as TOML's JSON form (dates as strings);
+  // recorded in the resolved config as an inline table; every key under it
+  // counts as used. ConfigError when `key` is not a table.
+  void GetTable(std::string_view key, nlohmann::json& value, std::string_view doc);
   // A string restricted to `allowed`; anything else is a ConfigError naming them.
   void GetEnum(std::string_view key, std::string& value, const std::vector<std::string>& allowed,
                std::string_view doc);

@@ -55,6 +55,17 @@ class NumericError : public Error {
   int exit_code() const override { return 5; }
 };
 
+// An environment failed to do its part: an external env's process crashed,
+// stayed silent past its timeout, or answered with malformed or wrong data.
+// The message names the env and the message; the hint carries its last output.
+// Exit code 6.
+class EnvError : public Error {
+ public:
+  using Error::Error;
+  const char* kind() const override { return "environment error"; }
+  int exit_code() const override { return 6; }
+};
+
 // "error message\n  hint: ..." as main() prints it.
 std::string FormatError(const Error& e);
 
