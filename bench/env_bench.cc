@@ -22,7 +22,7 @@ class EnvBench : public Benchmark {
   nlohmann::json Run() override {
     nlohmann::json out;
     std::cout << fmt::format("{:<10} {:>14} {:>14} {:>10}\n", "env", "menus/s", "steps/s", "menu size");
-    const auto names = envs::EnvRegistry::Global().Names();
+    const auto names = envs::BuiltInEnvNames();
     Progress progress("bench env: environments", only_.empty() ? static_cast<int64_t>(names.size()) : 1);
     int64_t done = 0;
     for (const auto& name : names) {

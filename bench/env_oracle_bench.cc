@@ -28,7 +28,7 @@ class EnvOracleBench : public Benchmark {
     std::cout << fmt::format("{:<10} {:<7} {:>7} {:>14} {:>14} {:>12} {:>12}\n", "env", "play",
                              "states", "oracle med us", "oracle p99 us", "menu med us",
                              "oracle/menu");
-    const auto names = envs::EnvRegistry::Global().Names();
+    const auto names = envs::BuiltInEnvNames();
     Progress progress("bench env_oracle: environments", only_.empty() ? static_cast<int64_t>(names.size()) : 1);
     int64_t done = 0;
     for (const auto& name : names) {

@@ -10,6 +10,7 @@
 
 #include "bench/bench.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "envs/env.h"
 #include "policy/tokenizer.h"
 #include "policy/tokenizer_corpus.h"
@@ -34,19 +35,27 @@ class TokenizerBench : public Benchmark {
   }
 
   nlohmann::json Run() override {
+    // Stages: the corpus, training, then each tokenizer measured (trained,
+    // trained/f, qwen3, qwen3/f as present).
+    const bool qwen = std::filesystem::exists(qwen3_path_);
+    const int64_t stages = 3 + (qwen ? 1 : 0) + (text_path_.empty() ? 0 : 1 + (qwen ? 1 : 0));
+    Progress progress("bench tokenizer: stages", stages, true, /*every_s=*/0);
+    int64_t stage = 0;
     std::vector<std::string> corpus;
-    for (const auto& name : envs::EnvRegistry::Global().Names()) {
+    for (const auto& name : envs::BuiltInEnvNames()) {
       auto docs = policy::EnvTextCorpus(*envs::MakeEnv(name), corpus_opt_);
       corpus.insert(corpus.end(), docs.begin(), docs.end());
     }
     size_t bytes = 0;
     for (const auto& d : corpus) bytes += d.size();
     const double mb = bytes / 1e6;
+    progress.Update(++stage, "env text corpus");
     nlohmann::json out = {{"corpus_bytes", bytes}, {"corpus_documents", corpus.size()}};
 
     double t0 = Now();
     const Tokenizer trained = Tokenizer::Train(corpus, train_opt_);
     const double train_s = Now() - t0;
+    progress.Update(++stage, "trained a vocabulary");
     out["train"] = {
         {"seconds", train_s}, {"mb_per_s", mb / train_s}, {"vocab_size", trained.VocabSize()}};
     std::cout << fmt::format(
@@ -63,18 +72,24 @@ class TokenizerBench : public Benchmark {
     // A fresh copy (re-read JSON) has an empty BPE cache.
     out["trained"] =
         Measure("trained", Tokenizer::FromJsonString(trained.ToJsonString()), corpus, mb);
-    if (!text.empty())
+    progress.Update(++stage, "trained");
+    if (!text.empty()) {
       out["trained_text"] = Measure("trained/f", Tokenizer::FromJsonString(trained.ToJsonString()),
                                     text, text[0].size() / 1e6);
-    if (std::filesystem::exists(qwen3_path_)) {
+      progress.Update(++stage, "trained/f");
+    }
+    if (qwen) {
       t0 = Now();
       const Tokenizer qwen = Tokenizer::FromFile(qwen3_path_);
       const double load_s = Now() - t0;
       out["qwen3"] = Measure("qwen3", qwen, corpus, mb);
       out["qwen3"]["load_seconds"] = load_s;
-      if (!text.empty())
+      progress.Update(++stage, "qwen3");
+      if (!text.empty()) {
         out["qwen3_text"] =
             Measure("qwen3/f", Tokenizer::FromFile(qwen3_path_), text, text[0].size() / 1e6);
+        progress.Update(++stage, "qwen3/f");
+      }
     } else {
       std::cout << fmt::format(
           "qwen3      (skipped: {} missing; run scripts/fetch_test_assets.sh)\n", qwen3_path_);

@@ -16,6 +16,13 @@ Split ParseSplit(std::string_view name) {
   throw ConfigError(fmt::format("unknown split '{}'", name), "use 'train' or 'test'");
 }
 
+std::vector<std::string> BuiltInEnvNames() {
+  std::vector<std::string> out;
+  for (const auto& name : EnvRegistry::Global().Names())
+    if (name != "external") out.push_back(name);
+  return out;
+}
+
 std::unique_ptr<Env> MakeEnv(ConfigNode env_section) {
   std::string name;
   env_section.Get("name", name, "registered environment name (rlid env list)");

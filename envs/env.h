@@ -62,6 +62,13 @@ struct EnvInfo {
   std::string summary;
   int step_limit = 0;         // episodes are truncated after this many decisions
   bool deterministic = true;  // transitions and rewards are functions of (state, action)
+  // An EnvError from this env's states ends only the episode it hit (which is
+  // dropped from the rollout) instead of the run: external envs' [env] on_error.
+  bool drop_failed_episodes = false;
+  // How many of this env's states can step at the same time (an external env's
+  // worker processes). Above 1, rollouts alternate two halves of their episodes
+  // so that one half's env steps overlap the other half's model forward.
+  int concurrency = 1;
 };
 
 class Env {
@@ -76,6 +83,11 @@ class Env {
 
 // Factories receive the [env] section (minus `name`) and read their parameters.
 using EnvRegistry = Registry<Env, ConfigNode>;
+
+// The registered envs that run with their default parameters, sorted: every
+// one but `external` (which needs the program to start). Tests, fuzzers and
+// benchmarks that sweep "every env" use this list.
+std::vector<std::string> BuiltInEnvNames();
 
 // Makes the env named by [env].name with its parameters.
 std::unique_ptr<Env> MakeEnv(ConfigNode env_section);
@@ -104,6 +116,30 @@ class CutState {
   virtual bool WasCut() const = 0;
   // The menu of this state ignoring the cut; InternalError unless WasCut().
   virtual Menu MenuAtCut() const = 0;
+};
+
+// A State whose Apply can be split in two, so that the transitions of many
+// states run at once (an external env's worker processes) while the caller
+// does other work, e.g. the model's forward for other episodes. Between
+// StartApply and FinishApply the state must not be used otherwise.
+class AsyncState {
+ public:
+  virtual ~AsyncState() = default;
+  // Sends the legal action `action`; returns at once.
+  virtual void StartApply(ActionId action) = 0;
+  // Waits for the outcome of the pending StartApply (what Apply would return).
+  virtual StepOutcome FinishApply() = 0;
+};
+
+// A State with a free-text compiler of its own beyond the menu grammar of
+// docs/free_text.md (an external env's `compile`). Callers ask it only for
+// text the grammar rejected on the menu as shown, so labels keep the meaning
+// the (possibly permuted) menu gives them.
+class TextCompiler {
+ public:
+  virtual ~TextCompiler() = default;
+  // An action of LegalActions() (item = its default-menu index) or invalid with a reason.
+  virtual CompileResult CompileText(std::string_view text) const = 0;
 };
 
 // A State that exposes facts it makes observable (for memory write policies),

@@ -33,10 +33,10 @@ struct CompileResult {
   int item = -1;                // menu index of the action
   // The wording that matched, as the menu lists it: the item's label, or one of
   // its realisations verbatim (not the normalised text of the answer). Empty
-  // when invalid.
+  // when invalid. An env's own compiler (TextCompiler) sets the answer text.
   std::string matched;
   // Which wording `matched` is: 0 = the label, k >= 1 = realisations[k - 1]
-  // (1 = the command); -1 when invalid.
+  // (1 = the command); -1 when invalid or compiled by an env's own compiler.
   int realisation = -1;
   std::string reason;  // why the text is invalid (empty when valid)
   bool valid() const { return action != kNoAction; }

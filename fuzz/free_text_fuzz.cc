@@ -16,7 +16,7 @@ namespace {
 const std::vector<std::unique_ptr<envs::Env>>& AllEnvs() {
   static const auto* envs = [] {
     auto* out = new std::vector<std::unique_ptr<envs::Env>>;
-    for (const auto& name : envs::EnvRegistry::Global().Names()) out->push_back(envs::MakeEnv(name));
+    for (const auto& name : envs::BuiltInEnvNames()) out->push_back(envs::MakeEnv(name));
     return out;
   }();
   return *envs;

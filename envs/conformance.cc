@@ -1,0 +1,513 @@
+#include "envs/conformance.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/strings.h"
+#include "envs/menu_state.h"
+#include "envs/state_graph.h"
+
+namespace rlid::envs {
+
+const char* StatusName(ConformanceResult::Status s) {
+  switch (s) {
+    case ConformanceResult::Status::kPassed: return "passed";
+    case ConformanceResult::Status::kFailed: return "FAILED";
+    case ConformanceResult::Status::kSkipped: return "skipped";
+  }
+  return "?";
+}
+
+namespace {
+
+using Status = ConformanceResult::Status;
+
+// Collects the failures of one check.
+class Report {
+ public:
+  Report(ConformanceResult& r, const ConformanceOptions& o) : r_(r), max_(o.max_failures) {}
+  void Fail(std::string message) {
+    r_.status = Status::kFailed;
+    if (static_cast<int>(r_.failures.size()) < max_) r_.failures.push_back(std::move(message));
+    ++r_.failure_count;
+  }
+  // Fails with message() when !ok; returns ok.
+  template <class F>
+  bool Expect(bool ok, F&& message) {
+    if (!ok) Fail(message());
+    return ok;
+  }
+
+ private:
+  ConformanceResult& r_;
+  int max_;
+};
+
+std::string Quoted(std::string_view s) {
+  std::string out = "'";
+  for (char c : s.substr(0, 80)) {
+    if (c == '\n') out += "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\x{:02x}", c);
+    else out += c;
+  }
+  if (s.size() > 80) out += "...";
+  return out + "'";
+}
+
+struct Traj {
+  std::vector<std::string> obs;
+  std::vector<uint64_t> hashes;
+  std::vector<double> rewards;
+  bool operator==(const Traj&) const = default;
+};
+
+Traj RandomPlay(const Env& env, uint64_t seed, uint64_t play_seed, Report& rep) {
+  auto s = env.NewState(seed);
+  Rng rng(play_seed);
+  Traj t;
+  const int limit = env.Info().step_limit;
+  while (!s->IsTerminal()) {
+    t.obs.push_back(s->Observation());
+    t.hashes.push_back(s->Hash());
+    auto legal = s->LegalActions();
+    if (!rep.Expect(!legal.empty(), [&] {
+          return fmt::format("seed {} step {}: a non-terminal state without actions", seed,
+                             s->StepCount());
+        }))
+      break;
+    auto out = s->Apply(legal[rng.UniformInt(legal.size())]);
+    rep.Expect(std::isfinite(out.reward), [&] {
+      return fmt::format("seed {} step {}: non-finite reward {}", seed, s->StepCount(), out.reward);
+    });
+    t.rewards.push_back(out.reward);
+    if (!rep.Expect(s->StepCount() <= limit, [&] {
+          return fmt::format("seed {}: {} steps played, past the step limit {}", seed,
+                             s->StepCount(), limit);
+        }))
+      break;
+  }
+  t.obs.push_back(s->Observation());
+  return t;
+}
+
+// Plays every seed 0..n-1 with seeded random actions, calling visit(state, seed)
+// before each action.
+template <class Visit>
+void PlayAll(const Env& env, const ConformanceOptions& o, uint64_t rng_offset, Visit&& visit) {
+  for (uint64_t seed = 0; seed < static_cast<uint64_t>(o.seeds); ++seed) {
+    auto s = env.NewState(seed);
+    Rng rng(seed + rng_offset);
+    while (!s->IsTerminal()) {
+      if (!visit(*s, seed)) break;
+      auto legal = s->LegalActions();
+      if (legal.empty()) break;
+      s->Apply(legal[rng.UniformInt(legal.size())]);
+    }
+  }
+}
+
+void CheckInfo(const Env& env, const ConformanceOptions&, Report& rep, ConformanceResult&) {
+  const auto info = env.Info();
+  rep.Expect(!info.name.empty(), [] { return std::string("Info().name is empty"); });
+  rep.Expect(!info.summary.empty(), [] { return std::string("Info().summary is empty"); });
+  rep.Expect(info.step_limit > 0, [&] {
+    return fmt::format("Info().step_limit must be > 0, found {}", info.step_limit);
+  });
+  rep.Expect(!env.Instructions().empty(),
+             [] { return std::string("Instructions() is empty (the rules shown in every prompt)"); });
+}
+
+void CheckDeterminism(const Env& env, const ConformanceOptions& o, Report& rep,
+                      ConformanceResult& r) {
+  for (uint64_t seed = 0; seed < static_cast<uint64_t>(o.seeds); ++seed) {
+    const Traj a = RandomPlay(env, seed, 99 + seed, rep), b = RandomPlay(env, seed, 99 + seed, rep);
+    rep.Expect(a == b, [&] {
+      size_t t = 0;
+      while (t < a.obs.size() && t < b.obs.size() && a.obs[t] == b.obs[t] &&
+             (t >= a.hashes.size() || t >= b.hashes.size() || a.hashes[t] == b.hashes[t]))
+        ++t;
+      return fmt::format("seed {}: the same seed and actions gave different episodes (first "
+                         "difference at step {}: {} vs {})",
+                         seed, t, t < a.obs.size() ? Quoted(a.obs[t]) : "(ended)",
+                         t < b.obs.size() ? Quoted(b.obs[t]) : "(ended)");
+    });
+    const std::string first = env.NewState(seed)->Observation();
+    rep.Expect(first == env.NewState(seed)->Observation(), [&] {
+      return fmt::format("seed {}: two NewState(seed) show different observations", seed);
+    });
+    ++r.covered;
+  }
+  std::set<uint64_t> initial;
+  for (uint64_t seed = 0; seed < static_cast<uint64_t>(o.seeds); ++seed)
+    initial.insert(env.NewState(seed)->Hash());
+  rep.Expect(static_cast<int>(initial.size()) > o.seeds / 2, [&] {
+    return fmt::format("seeds 0..{} give only {} distinct initial states (Hash()): the seed "
+                       "barely changes the instance",
+                       o.seeds - 1, initial.size());
+  });
+}
+
+void CheckClone(const Env& env, const ConformanceOptions& o, Report& rep, ConformanceResult& r) {
+  for (uint64_t seed = 0; seed < static_cast<uint64_t>(o.seeds); ++seed) {
+    auto s = env.NewState(seed);
+    Rng rng(seed);
+    while (!s->IsTerminal()) {
+      const int t = s->StepCount();
+      const std::string obs = s->Observation();
+      const uint64_t h = s->Hash();
+      s->CompileMenu();
+      rep.Expect(s->Observation() == obs && s->Hash() == h, [&] {
+        return fmt::format("seed {} step {}: CompileMenu() changed the state", seed, t);
+      });
+      auto c = s->Clone();
+      rep.Expect(c->Hash() == h && c->Observation() == obs, [&] {
+        return fmt::format("seed {} step {}: Clone() differs from the original (hash or "
+                           "observation)",
+                           seed, t);
+      });
+      c->Apply(c->LegalActions()[0]);
+      rep.Expect(s->Hash() == h && s->Observation() == obs, [&] {
+        return fmt::format("seed {} step {}: Apply() on a clone changed the original", seed, t);
+      });
+      auto legal = s->LegalActions();
+      s->Apply(legal[rng.UniformInt(legal.size())]);
+    }
+    rep.Expect(s->LegalActions().empty() && s->CompileMenu().items.empty(), [&] {
+      return fmt::format("seed {}: a terminal state still offers actions", seed);
+    });
+    ++r.covered;
+  }
+}
+
+void CheckMenu(const Env& env, const ConformanceOptions& o, Report& rep, ConformanceResult& r) {
+  int64_t with_afterstates = 0, without = 0;
+  PlayAll(env, o, 1000, [&](State& s, uint64_t seed) {
+    const int t = s.StepCount();
+    Menu menu = s.CompileMenu();
+    try {
+      ValidateMenu(menu);
+    } catch (const Error& e) {
+      rep.Fail(fmt::format("seed {} step {}: {}", seed, t, e.what()));
+      return false;
+    }
+    const auto legal = s.LegalActions();
+    if (!rep.Expect(legal.size() == menu.size(), [&] {
+          return fmt::format("seed {} step {}: {} legal actions but {} menu items", seed, t,
+                             legal.size(), menu.size());
+        }))
+      return false;
+    for (size_t i = 0; i < menu.size(); ++i) {
+      const auto& it = menu.items[i];
+      rep.Expect(it.action == legal[i], [&] {
+        return fmt::format("seed {} step {}: menu item {} has action {}, LegalActions()[{}] is {}",
+                           seed, t, i, it.action, i, legal[i]);
+      });
+      if (it.afterstate.empty()) {
+        ++without;
+        if (o.require_afterstates)
+          rep.Fail(fmt::format("seed {} step {}: {} has no afterstate", seed, t, Quoted(it.command)));
+        continue;
+      }
+      ++with_afterstates;
+      auto child = s.Clone();
+      child->Apply(it.action);
+      rep.Expect(it.afterstate_hash == child->Hash(), [&] {
+        return fmt::format("seed {} step {}: the afterstate of {} is not the state Clone()+Apply() "
+                           "reaches (afterstate hash {:016x}, stepped state {:016x})",
+                           seed, t, Quoted(it.command), it.afterstate_hash, child->Hash());
+      });
+      if (auto* ms = dynamic_cast<MenuState*>(child.get()))
+        rep.Expect(it.afterstate == ms->AfterstateText(), [&] {
+          return fmt::format("seed {} step {}: afterstate text of {} differs from the stepped "
+                             "state's AfterstateText()",
+                             seed, t, Quoted(it.command));
+        });
+      int expected = -1;
+      for (size_t j = 0; j < i && expected < 0; ++j)
+        if (menu.items[j].afterstate_hash == it.afterstate_hash) expected = static_cast<int>(j);
+      rep.Expect(it.same_afterstate_as == expected, [&] {
+        return fmt::format("seed {} step {}: same_afterstate_as of {} is {}, expected {}", seed, t,
+                           Quoted(it.command), it.same_afterstate_as, expected);
+      });
+    }
+    ++r.covered;
+    return true;
+  });
+  if (with_afterstates == 0 && without > 0)
+    r.note = "the menus carry no afterstates, so they were not compared with Clone()+Apply()";
+  else if (without > 0)
+    r.note = fmt::format("{} of {} items had no afterstate", without, with_afterstates + without);
+}
+
+void CheckCompile(const Env& env, const ConformanceOptions& o, Report& rep, ConformanceResult& r) {
+  Rng bytes(5);
+  PlayAll(env, o, 7, [&](State& s, uint64_t seed) {
+    const int t = s.StepCount();
+    const Menu menu = s.CompileMenu();
+    for (const auto& it : menu.items) {
+      std::vector<std::string> texts = {it.label,
+                                        " " + it.label + "\n",
+                                        "(" + it.label + ")",
+                                        "I choose " + it.label + ".",
+                                        "Action: " + it.label,
+                                        it.label + ") " + it.command};
+      for (const auto& w : it.realisations) {
+        texts.push_back(w);
+        std::string upper = w;
+        for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        texts.push_back("  " + upper + "  ");
+        texts.push_back("Action: " + w);
+      }
+      for (const auto& text : texts) {
+        const auto res = s.Compile(text);
+        rep.Expect(res.valid() && res.action == it.action, [&] {
+          return fmt::format("seed {} step {}: {} should compile to {} ({}), got {}", seed, t,
+                             Quoted(text), it.label, Quoted(it.command),
+                             res.valid() ? fmt::format("action {}", res.action)
+                                         : "invalid: " + res.reason);
+        });
+        rep.Expect(menu.Compile(text).action == it.action, [&] {
+          return fmt::format("seed {} step {}: the menu compiles {} to another action", seed, t,
+                             Quoted(text));
+        });
+      }
+    }
+    std::vector<std::string> junks = {std::string(), std::string("   "), std::string("xyzzy plugh"),
+                                      std::string("\xff\xfe\x00\x01", 4)};
+    if (o.huge_inputs && seed < 2 && t == 0) {
+      junks.push_back(std::string(1 << 20, 'q'));
+      junks.push_back(std::string(100000, ' ') + "zzz");
+    }
+    for (const std::string& junk : junks) {
+      const auto res = s.Compile(junk);
+      rep.Expect(!res.valid() && !res.reason.empty(), [&] {
+        return fmt::format("seed {} step {}: garbage {} {}", seed, t, Quoted(junk),
+                           res.valid() ? "was accepted as " + Quoted(res.matched)
+                                       : std::string("was rejected without a reason"));
+      });
+    }
+    for (int k = 0; k < 20; ++k) {
+      std::string junk(bytes.UniformInt(300), '\0');
+      for (char& ch : junk) ch = static_cast<char>(bytes.UniformInt(256));
+      const auto res = s.Compile(junk);
+      rep.Expect(res.valid() ? menu.IndexOfAction(res.action) >= 0 : !res.reason.empty(), [&] {
+        return fmt::format("seed {} step {}: random bytes compiled to {}", seed, t,
+                           res.valid() ? fmt::format("action {}, not on the menu", res.action)
+                                       : std::string("invalid without a reason"));
+      });
+    }
+    ++r.covered;
+    return true;
+  });
+}
+
+void CheckLabels(const Env& env, const ConformanceOptions& o, Report& rep, ConformanceResult& r) {
+  for (uint64_t seed = 0; seed < static_cast<uint64_t>(std::min(o.seeds, 4)); ++seed) {
+    auto s = env.NewState(seed);
+    Menu menu = s->CompileMenu();
+    Rng rng(11 + seed);
+    ShuffleMenu(menu, rng);
+    try {
+      ValidateMenu(menu);
+    } catch (const Error& e) {
+      rep.Fail(fmt::format("seed {}: the shuffled menu is invalid: {}", seed, e.what()));
+      continue;
+    }
+    for (size_t i = 0; i < menu.size(); ++i) {
+      rep.Expect(menu.items[i].label == LabelFor(static_cast<int>(i)), [&] {
+        return fmt::format("seed {}: shuffled item {} is labelled {}", seed, i, menu.items[i].label);
+      });
+      rep.Expect(menu.Compile(menu.items[i].label).action == menu.items[i].action, [&] {
+        return fmt::format("seed {}: shuffled label {} does not compile to its action", seed,
+                           menu.items[i].label);
+      });
+    }
+    ++r.covered;
+  }
+}
+
+void CheckOracle(const Env& env, const ConformanceOptions& o, Report& rep, ConformanceResult& r) {
+  if (!dynamic_cast<OracleState*>(env.NewState(SplitSeed(Split::kTest, 0)).get())) {
+    r.status = Status::kSkipped;
+    r.note = "the env has no oracle (OracleState)";
+    return;
+  }
+  for (uint64_t i = 0; i < static_cast<uint64_t>(o.seeds); ++i) {
+    const uint64_t seed = SplitSeed(Split::kTest, i);
+    auto s = env.NewState(seed);
+    const double predicted = dynamic_cast<OracleState*>(s.get())->OptimalReturn();
+    double ret = 0;
+    bool success = false, stuck = false;
+    while (!s->IsTerminal()) {
+      const auto best = dynamic_cast<OracleState*>(s.get())->OptimalActions();
+      if (!rep.Expect(!best.empty(), [&] {
+            return fmt::format("seed {} step {}: the oracle names no optimal action", seed,
+                               s->StepCount());
+          })) {
+        stuck = true;
+        break;
+      }
+      const auto out = s->Apply(best[0]);
+      ret += out.reward;
+      success = success || out.success;
+    }
+    if (stuck) continue;
+    rep.Expect(success, [&] {
+      return fmt::format("test seed {}: following the oracle did not succeed", seed);
+    });
+    rep.Expect(std::abs(ret - predicted) <= 1e-9, [&] {
+      return fmt::format("test seed {}: the oracle's play returned {}, OptimalReturn() said {}",
+                         seed, ret, predicted);
+    });
+    ++r.covered;
+  }
+}
+
+void CheckGraph(const Env& env, const ConformanceOptions& o, Report& rep, ConformanceResult& r) {
+  if (!env.Info().deterministic) {
+    r.status = Status::kSkipped;
+    r.note = "state graphs need deterministic transitions";
+    return;
+  }
+  if (!dynamic_cast<OracleState*>(env.NewState(0).get())) {
+    r.status = Status::kSkipped;
+    r.note = "the env has no oracle to compare with";
+    return;
+  }
+  int too_large = 0;
+  for (uint64_t seed = 0; seed < static_cast<uint64_t>(o.graph_seeds); ++seed) {
+    auto s = env.NewState(seed);
+    const auto sg = EnumerateStates(*s, o.max_graph_states);
+    if (!sg.complete) {
+      ++too_large;
+      continue;
+    }
+    const auto values = OptimalValues(sg);
+    const double oracle = dynamic_cast<OracleState*>(s.get())->OptimalReturn();
+    rep.Expect(std::abs(values[sg.root] - oracle) <= 1e-9, [&] {
+      return fmt::format("seed {}: value iteration over the {} states gives {}, the oracle {}",
+                         seed, sg.num_states(), values[sg.root], oracle);
+    });
+    ++r.covered;
+  }
+  r.note = fmt::format("{} of {} instances enumerated{}", r.covered, o.graph_seeds,
+                       too_large ? fmt::format(" ({} had more than {} states)", too_large,
+                                               o.max_graph_states)
+                                 : "");
+  if (r.covered == 0 && r.status != Status::kFailed) r.status = Status::kSkipped;
+}
+
+void CheckSplits(const Env& env, const ConformanceOptions& o, Report& rep, ConformanceResult& r) {
+  // Through this env: distinct seeds must give independent instances, so that
+  // disjoint seeds mean disjoint tasks. An env that drops the seed's low bit
+  // (seed / 2) would give train index i and test index i the same instance.
+  // Compare how often paired train/test instances coincide with how often two
+  // neighbouring train seeds' instances do: for an env that uses the whole seed
+  // both are the same small collision rate.
+  const uint64_t pairs = static_cast<uint64_t>(o.split_pairs);
+  int cross = 0, within = 0;
+  std::set<uint64_t> train, test;
+  for (uint64_t i = 0; i < pairs; ++i) {
+    const uint64_t a = env.NewState(SplitSeed(Split::kTrain, i))->Hash();
+    const uint64_t b = env.NewState(SplitSeed(Split::kTest, i))->Hash();
+    const uint64_t next = env.NewState(SplitSeed(Split::kTrain, i + 1))->Hash();
+    cross += a == b;
+    within += a == next;
+    train.insert(a);
+    test.insert(b);
+  }
+  r.covered = static_cast<int64_t>(pairs);
+  rep.Expect(cross <= within + static_cast<int>(pairs / 10), [&] {
+    return fmt::format("train seed 2i and test seed 2i+1 give the same instance in {} of {} pairs "
+                       "(neighbouring train seeds: {}): the env ignores the seed's low bit",
+                       cross, pairs, within);
+  });
+  rep.Expect(test.size() > train.size() / 2, [&] {
+    return fmt::format("the test seeds give {} distinct instances, the train seeds {}",
+                       test.size(), train.size());
+  });
+}
+
+struct CheckDef {
+  const char* name;
+  const char* description;
+  void (*run)(const Env&, const ConformanceOptions&, Report&, ConformanceResult&);
+};
+
+const std::vector<CheckDef>& Defs() {
+  static const std::vector<CheckDef> kDefs = {
+      {"info", "name, summary, step limit and instructions are set", CheckInfo},
+      {"determinism", "the same seed and actions give the same episode; seeds vary instances",
+       CheckDeterminism},
+      {"clone", "Clone() is independent of the original; CompileMenu() changes nothing",
+       CheckClone},
+      {"menu", "menu contract (labels, actions, wordings), afterstate = Clone()+Apply()",
+       CheckMenu},
+      {"compile", "every label and wording compiles to its action; garbage is invalid",
+       CheckCompile},
+      {"labels", "shuffled labels still compile", CheckLabels},
+      {"oracle", "following the oracle solves every test seed with its predicted return",
+       CheckOracle},
+      {"graph", "exact state-graph values equal the oracle's return", CheckGraph},
+      {"splits", "train and test seeds give disjoint, equally varied instances", CheckSplits},
+  };
+  return kDefs;
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+const std::vector<std::string>& ConformanceChecks() {
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> v;
+    for (const auto& d : Defs()) v.push_back(d.name);
+    return v;
+  }();
+  return kNames;
+}
+
+ConformanceResult RunConformanceCheck(const Env& env, std::string_view check,
+                                      const ConformanceOptions& opt) {
+  for (const auto& d : Defs()) {
+    if (check != d.name) continue;
+    ConformanceResult r;
+    r.check = d.name;
+    r.description = d.description;
+    Report rep(r, opt);
+    const double t0 = Now();
+    try {
+      d.run(env, opt, rep, r);
+    } catch (const Error& e) {
+      rep.Fail(fmt::format("stopped by an error: {}{}", e.what(),
+                           e.hint().empty() ? "" : "\n      " + e.hint()));
+    }
+    r.seconds = Now() - t0;
+    return r;
+  }
+  throw ConfigError(fmt::format("unknown conformance check '{}'{}", check,
+                                DidYouMean(check, ConformanceChecks())),
+                    fmt::format("checks: {}", fmt::join(ConformanceChecks(), ", ")));
+}
+
+std::vector<ConformanceResult> RunConformance(
+    const Env& env, const ConformanceOptions& opt,
+    const std::function<void(const ConformanceResult&)>& on_done) {
+  std::vector<ConformanceResult> out;
+  for (const auto& name : ConformanceChecks()) {
+    out.push_back(RunConformanceCheck(env, name, opt));
+    if (on_done) on_done(out.back());
+  }
+  return out;
+}
+
+}  // namespace rlid::envs
