@@ -11,6 +11,7 @@ namespace {
 template <class B, class F>
 void ForEachCounter(B& b, F&& f) {
   f("budget/episodes", b.episodes);
+  f("budget/episodes_dropped", b.episodes_dropped);
   f("budget/env_steps", b.env_steps);
   f("budget/invalid_steps", b.invalid_steps);
   f("budget/prompt_tokens", b.prompt_tokens);

@@ -36,6 +36,9 @@ struct StageCompute {
 
 struct Budget {
   int64_t episodes = 0;           // episodes finished (train rollouts)
+  // Episodes an env failure ended ([env] on_error = "drop_episode"): left out
+  // of the rollout's result; their decisions still count as env steps.
+  int64_t episodes_dropped = 0;
   int64_t env_steps = 0;          // decision attempts: valid actions and invalid answers
   int64_t invalid_steps = 0;      // of those, answers that compiled to no action
   int64_t prompt_tokens = 0;      // prompt tokens the rollouts fed to the model

@@ -44,8 +44,11 @@ struct Slot {
   int turns = 0;    // agent decisions so far, invalid answers included
   int retries = 0;  // consecutive invalid answers at the current state
   bool done = false;
+  bool dropped = false;  // an env failure ended it ([env] on_error = "drop_episode")
   // Cut by the step limit: the next lockstep readout reads V(s_T), then the episode ends.
   bool needs_value = false;
+  // A step whose action an AsyncState is applying (filed when it finishes).
+  std::optional<StepData> pending;
 };
 
 Slot StartEpisode(AgentContext& ctx, const EpisodeSpec& spec, envs::Split split,
@@ -121,10 +124,8 @@ void CountAttempt(Slot& s, Budget& budget) {
   s.turns += 1;
 }
 
-// Applies a valid choice (step.item, step.action set) to the env.
-void ApplyChoice(AgentContext& ctx, Slot& s, StepData& step, Budget& budget) {
-  step.optimal = OptimalFlag(*s.state, step.action);
-  auto out = s.state->Apply(step.action);
+// Books the outcome of a valid choice (step.item, step.action set) that the env applied.
+void FinishChoice(AgentContext& ctx, Slot& s, StepData& step, const envs::StepOutcome& out) {
   if (!std::isfinite(out.reward))
     throw NumericError(
         fmt::format("non-finite reward {} from env '{}' at iteration {} (env seed {}, step {})",
@@ -137,6 +138,12 @@ void ApplyChoice(AgentContext& ctx, Slot& s, StepData& step, Budget& budget) {
   s.data.success = s.data.success || out.success;
   s.data.truncated = out.truncated;
   if (!out.terminal) WriteFacts(ctx, s, step.t + 1);
+}
+
+// Applies a valid choice to the env and books it (scripted play).
+void ApplyChoice(AgentContext& ctx, Slot& s, StepData& step) {
+  step.optimal = OptimalFlag(*s.state, step.action);
+  FinishChoice(ctx, s, step, s.state->Apply(step.action));
 }
 
 // An attempt that named no action (token-plane text that compiled to nothing,
@@ -172,6 +179,60 @@ void FileStep(AgentContext& ctx, Slot& s, StepData&& step) {
     FinishEpisode(ctx, s);
 }
 
+// Applies a valid choice and files the step; an AsyncState only starts the
+// transition, and the step waits in s.pending until FinishPending.
+void StartChoice(AgentContext& ctx, Slot& s, StepData&& step) {
+  step.optimal = OptimalFlag(*s.state, step.action);
+  if (auto* async = dynamic_cast<envs::AsyncState*>(s.state.get())) {
+    async->StartApply(step.action);
+    s.pending = std::move(step);
+    return;
+  }
+  FinishChoice(ctx, s, step, s.state->Apply(step.action));
+  FileStep(ctx, s, std::move(step));
+}
+
+// Ends an episode an env failure broke: its memory items are discarded and
+// the rollout's result leaves it out (Lockstep::Retire counts it).
+void DropEpisode(AgentContext& ctx, Slot& s, const EnvError& e) {
+  spdlog::warn("dropping episode {} (env seed {}, after {} steps): {}", s.data.id,
+               s.data.spec.env_seed, s.data.steps.size(), e.what());
+  if (ctx.bank && ctx.bank->config().enabled) ctx.bank->DiscardEpisode(s.data.id);
+  s.pending.reset();
+  s.dropped = s.done = true;
+}
+
+// Runs `f` on a slot's env work; under [env] on_error = "drop_episode" an
+// EnvError drops the slot's episode instead of ending the rollout. Returns
+// false when it did.
+template <class F>
+bool Guarded(AgentContext& ctx, Slot& s, F&& f) {
+  if (!ctx.env->Info().drop_failed_episodes) {
+    f();
+    return true;
+  }
+  try {
+    f();
+    return true;
+  } catch (const EnvError& e) {
+    DropEpisode(ctx, s, e);
+    return false;
+  }
+}
+
+// Files the steps whose env transitions were in flight (AsyncState).
+void FinishPending(AgentContext& ctx, const std::vector<Slot*>& slots) {
+  for (Slot* s : slots) {
+    if (!s->pending) continue;
+    Guarded(ctx, *s, [&] {
+      StepData step = std::move(*s->pending);
+      s->pending.reset();
+      FinishChoice(ctx, *s, step, dynamic_cast<envs::AsyncState&>(*s->state).FinishApply());
+      FileStep(ctx, *s, std::move(step));
+    });
+  }
+}
+
 // Sum of probs over the menu items the oracle calls optimal; -1 without an oracle.
 double OptimalMass(const envs::State& state, const envs::Menu& menu,
                    const std::vector<double>& probs) {
@@ -187,50 +248,102 @@ double OptimalMass(const envs::State& state, const envs::Menu& menu,
 
 // The lockstep schedule shared by both planes: up to num_envs episodes play at
 // once; a finished one leaves its slot to the next spec in the queue, and the
-// result keeps the order of the spec list.
+// result keeps the order of the spec list (episodes an env failure dropped are
+// left out). An env whose states step concurrently (EnvInfo::concurrency > 1)
+// gets two groups of slots that take turns, so one group's env steps overlap
+// the other group's model forward; otherwise there is one group.
 class Lockstep {
  public:
   Lockstep(AgentContext& ctx, const std::vector<EpisodeSpec>& specs, envs::Split split,
            policy::Plane plane)
-      : ctx_(ctx), specs_(specs), split_(split), plane_(plane), finished_(specs.size()) {
+      : ctx_(ctx), specs_(specs), split_(split), plane_(plane), finished_(specs.size()),
+        dropped_(specs.size(), false) {
     for (size_t i = 0; i < specs.size(); ++i) queue_.push_back(i);
+    const int slots = std::max(1, ctx.num_envs);
+    const int groups = ctx.env->Info().concurrency > 1 && slots > 1 ? 2 : 1;
+    for (int g = 0; g < groups; ++g) capacity_.push_back(slots / groups + (g < slots % groups));
+    active_.resize(groups);
+    for (int g = 0; g < groups; ++g) active_[g].reserve(capacity_[g]);
   }
-  bool Running() const { return !queue_.empty() || !active_.empty(); }
-  // Starts queued episodes while slots are free; returns the active ones.
-  std::vector<std::pair<size_t, Slot>>& Fill() {
-    while (static_cast<int>(active_.size()) < std::max(1, ctx_.num_envs) && !queue_.empty()) {
-      size_t idx = queue_.front();
+  int groups() const { return static_cast<int>(active_.size()); }
+  bool Running() const {
+    if (!queue_.empty()) return true;
+    for (const auto& g : active_)
+      if (!g.empty()) return true;
+    return false;
+  }
+  // The slots of group g now playing (pending steps included).
+  std::vector<Slot*> Active(int g) {
+    std::vector<Slot*> out;
+    for (auto& [idx, s] : active_[g]) out.push_back(&s);
+    return out;
+  }
+  // Starts queued episodes while group g has free slots; returns its slots.
+  std::vector<Slot*> Fill(int g, Budget& budget) {
+    while (static_cast<int>(active_[g].size()) < capacity_[g] && !queue_.empty()) {
+      const size_t idx = queue_.front();
       queue_.pop_front();
-      Slot s = StartEpisode(ctx_, specs_[idx], split_, plane_, local_ids_);
-      WriteFacts(ctx_, s, 0);
-      active_.emplace_back(idx, std::move(s));
+      Slot s;
+      try {
+        s = StartEpisode(ctx_, specs_[idx], split_, plane_, local_ids_);
+        WriteFacts(ctx_, s, 0);
+      } catch (const EnvError& e) {
+        if (!ctx_.env->Info().drop_failed_episodes) throw;
+        s.data.spec = specs_[idx];
+        DropEpisode(ctx_, s, e);
+        Count(idx, s, budget);
+        continue;
+      }
+      active_[g].emplace_back(idx, std::move(s));
     }
-    return active_;
+    return Active(g);
   }
-  // Moves finished episodes out of their slots.
+  // Moves finished episodes (no step pending) out of their slots.
   void Retire(Budget& budget) {
-    for (auto it = active_.begin(); it != active_.end();) {
-      if (it->second.done) {
-        budget.episodes += 1;
-        finished_[it->first] = std::move(it->second.data);
-        it = active_.erase(it);
-        ++retired_;
-        if (ctx_.on_episode_end) ctx_.on_episode_end(retired_, static_cast<int64_t>(specs_.size()));
-      } else {
-        ++it;
+    for (auto& group : active_) {
+      for (auto it = group.begin(); it != group.end();) {
+        Slot& s = it->second;
+        if (!s.done || s.pending) {
+          ++it;
+          continue;
+        }
+        Count(it->first, s, budget);
+        it = group.erase(it);
       }
     }
   }
-  std::vector<EpisodeData> Finished() { return std::move(finished_); }
+  std::vector<EpisodeData> Finished() {
+    RLID_CHECK(!Running(), "Finished() while episodes are still playing");
+    std::vector<EpisodeData> out;
+    out.reserve(finished_.size());
+    for (size_t i = 0; i < finished_.size(); ++i)
+      if (!dropped_[i]) out.push_back(std::move(finished_[i]));
+    return out;
+  }
 
  private:
+  // Books a finished (or dropped) episode of spec `idx`.
+  void Count(size_t idx, Slot& s, Budget& budget) {
+    if (s.dropped) {
+      budget.episodes_dropped += 1;
+      dropped_[idx] = true;
+    } else {
+      budget.episodes += 1;
+      finished_[idx] = std::move(s.data);
+    }
+    ++retired_;
+    if (ctx_.on_episode_end) ctx_.on_episode_end(retired_, static_cast<int64_t>(specs_.size()));
+  }
+
   AgentContext& ctx_;
   const std::vector<EpisodeSpec>& specs_;
   envs::Split split_;
   policy::Plane plane_;
   std::vector<EpisodeData> finished_;
+  std::vector<bool> dropped_;
   std::deque<size_t> queue_;
-  std::vector<std::pair<size_t, Slot>> active_;
+  std::vector<int> capacity_;
+  std::vector<std::vector<std::pair<size_t, Slot>>> active_;
   int64_t local_ids_ = 0;
   int64_t retired_ = 0;
 };
@@ -282,99 +395,114 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
 
   Lockstep lockstep(ctx, specs, split, policy::Plane::kDecision);
   while (lockstep.Running()) {
-    ThrowIfInterrupted();  // between steps: every finished episode is whole
-    // One readout forward for every active episode.
-    std::vector<StepData> steps;
-    std::vector<policy::ReadoutRequest> reqs;
-    std::vector<std::pair<size_t, Slot>>* slots = nullptr;
-    {
-      StageTimer timer(env_seconds);
-      slots = &lockstep.Fill();
-      for (auto& [idx, s] : *slots) {
-        steps.push_back(PrepareStep(ctx, s, policy::Plane::kDecision));
-        reqs.push_back(
-            ReadoutRequestFor(*ctx.renderer, steps.back(), ctx.readout, ctx.afterstate_values));
-        budget.prompt_tokens += static_cast<int64_t>(reqs.back().prompt.size());
+    for (int g = 0; g < lockstep.groups(); ++g) {
+      ThrowIfInterrupted();  // between steps: every finished episode is whole
+      // One readout forward for every active episode of this group.
+      std::vector<Slot*> slots;
+      std::vector<StepData> steps;
+      std::vector<policy::ReadoutRequest> reqs;
+      {
+        StageTimer timer(env_seconds);
+        FinishPending(ctx, lockstep.Active(g));
+        lockstep.Retire(budget);
+        for (Slot* s : lockstep.Fill(g, budget)) {
+          if (s->done || s->pending) continue;
+          Guarded(ctx, *s, [&] {
+            StepData step = PrepareStep(ctx, *s, policy::Plane::kDecision);
+            reqs.push_back(
+                ReadoutRequestFor(*ctx.renderer, step, ctx.readout, ctx.afterstate_values));
+            steps.push_back(std::move(step));
+            slots.push_back(s);
+            budget.prompt_tokens += static_cast<int64_t>(reqs.back().prompt.size());
+          });
+        }
       }
-    }
-    torch::Tensor dist, wlogp, value, mass, rowh, menuh, after, ref_log_p, log_p_other;
-    {
-      StageTimer timer(readout_seconds);
-      auto rb = policy::Readout(ctx.model, reqs, ropts);
-      budget.rollout.AddForward(ctx.model->config(), rb.cost);
-      if (ctx.ref_model) {
-        auto ref = policy::Readout(ctx.ref_model, reqs, ropts);
-        budget.rollout.AddForward(ctx.ref_model->config(), ref.cost);
-        ref_log_p = policy::DecisionDistribution(ref).log_p.to(torch::kCPU);
-      }
-      auto dd = policy::DecisionDistribution(rb);
-      dist = dd.log_p.to(torch::kCPU).contiguous();
-      log_p_other = rb.log_p_other.to(torch::kCPU);
-      wlogp = rb.realisation_logp.to(torch::kCPU).contiguous();
-      value = rb.value.to(torch::kCPU), mass = rb.candidate_mass.to(torch::kCPU);
-      rowh = rb.row_entropy.to(torch::kCPU), menuh = rb.menu_entropy.to(torch::kCPU);
-      if (ctx.afterstate_values) after = rb.afterstate_value.to(torch::kCPU);
-      auto mask = dd.mask.to(torch::kCPU);
-      if (!(torch::isfinite(dist) | ~mask).all().item<bool>() ||
-          !torch::isfinite(value).all().item<bool>())
-        throw NumericError(
-            fmt::format("non-finite policy output (log p(a|s) or value) in the rollout readout at "
-                        "iteration {}",
-                        ctx.iteration),
-            "the policy's weights are broken; lower the learning rate or resume from the last "
-            "checkpoint");
-    }
-
-    StageTimer timer(env_seconds);
-    for (size_t b = 0; b < slots->size(); ++b) {
-      Slot& s = (*slots)[b].second;
-      StepData& step = steps[b];
-      if (s.needs_value) {  // the cut state's value, then the episode ends
-        s.data.bootstrap_value = value[b].item<double>();
-        FinishEpisode(ctx, s);
+      if (slots.empty()) {
+        lockstep.Retire(budget);
         continue;
       }
-      const int K = static_cast<int>(step.menu.size());
-      const int outcomes = K + (other ? 1 : 0);
-      std::vector<double> probs(outcomes);
-      for (int k = 0; k < outcomes; ++k) probs[k] = std::exp(dist[b][k].item<double>());
-      for (int k = 0; k < K; ++k) {
-        step.log_p.push_back(dist[b][k].item<float>());
-        std::vector<float> words;
-        for (size_t w = 0; w < reqs[b].realisations[k].size(); ++w)
-          words.push_back(wlogp[b][k][w].item<float>());
-        step.wording_logp.push_back(std::move(words));
-        if (after.defined()) step.afterstate_values.push_back(after[b][k].item<float>());
+      torch::Tensor dist, wlogp, value, mass, rowh, menuh, after, ref_log_p, log_p_other;
+      {
+        StageTimer timer(readout_seconds);
+        auto rb = policy::Readout(ctx.model, reqs, ropts);
+        budget.rollout.AddForward(ctx.model->config(), rb.cost);
+        if (ctx.ref_model) {
+          auto ref = policy::Readout(ctx.ref_model, reqs, ropts);
+          budget.rollout.AddForward(ctx.ref_model->config(), ref.cost);
+          ref_log_p = policy::DecisionDistribution(ref).log_p.to(torch::kCPU);
+        }
+        auto dd = policy::DecisionDistribution(rb);
+        dist = dd.log_p.to(torch::kCPU).contiguous();
+        log_p_other = rb.log_p_other.to(torch::kCPU);
+        wlogp = rb.realisation_logp.to(torch::kCPU).contiguous();
+        value = rb.value.to(torch::kCPU), mass = rb.candidate_mass.to(torch::kCPU);
+        rowh = rb.row_entropy.to(torch::kCPU), menuh = rb.menu_entropy.to(torch::kCPU);
+        if (ctx.afterstate_values) after = rb.afterstate_value.to(torch::kCPU);
+        auto mask = dd.mask.to(torch::kCPU);
+        if (!(torch::isfinite(dist) | ~mask).all().item<bool>() ||
+            !torch::isfinite(value).all().item<bool>())
+          throw NumericError(
+              fmt::format("non-finite policy output (log p(a|s) or value) in the rollout readout "
+                          "at iteration {}",
+                          ctx.iteration),
+              "the policy's weights are broken; lower the learning rate or resume from the last "
+              "checkpoint");
       }
-      if (ref_log_p.defined())
-        for (int k = 0; k < outcomes; ++k) step.ref_log_p.push_back(ref_log_p[b][k].item<float>());
-      step.log_p_other = log_p_other[b].item<float>();
-      step.value = value[b].item<float>();
-      step.candidate_mass = mass[b].item<float>();
-      step.row_entropy = rowh[b].item<float>();
-      step.menu_entropy = menuh[b].item<float>();
-      const int choice =
-          greedy ? static_cast<int>(std::max_element(probs.begin(), probs.end()) - probs.begin())
-                 : static_cast<int>(s.action_rng.Categorical(probs));
-      if (ctx.oracle_probs) step.p_optimal = OptimalMass(*s.state, step.menu, probs);
-      CountAttempt(s, budget);
-      if (choice == K) {
-        ApplyInvalid(ctx, s, step, kOffMenuReason, budget);
-      } else {
-        step.item = choice;
-        step.action = step.menu.items[choice].action;
-        // The wording said, y ~ π(y | s, a): a draw over this item's wordings.
-        const auto& words = step.wording_logp[choice];
-        std::vector<double> wp;
-        for (float w : words) wp.push_back(std::isfinite(w) ? std::exp(static_cast<double>(w)) : 0);
-        const size_t w = s.wording_rng.Categorical(wp);
-        const auto& item = step.menu.items[choice];
-        step.realisation = w == 0 ? item.label : item.realisations.at(w - 1);
-        ApplyChoice(ctx, s, step, budget);
+
+      StageTimer timer(env_seconds);
+      for (size_t b = 0; b < slots.size(); ++b) {
+        Slot& s = *slots[b];
+        StepData& step = steps[b];
+        if (s.needs_value) {  // the cut state's value, then the episode ends
+          s.data.bootstrap_value = value[b].item<double>();
+          FinishEpisode(ctx, s);
+          continue;
+        }
+        const int K = static_cast<int>(step.menu.size());
+        const int outcomes = K + (other ? 1 : 0);
+        std::vector<double> probs(outcomes);
+        for (int k = 0; k < outcomes; ++k) probs[k] = std::exp(dist[b][k].item<double>());
+        for (int k = 0; k < K; ++k) {
+          step.log_p.push_back(dist[b][k].item<float>());
+          std::vector<float> words;
+          for (size_t w = 0; w < reqs[b].realisations[k].size(); ++w)
+            words.push_back(wlogp[b][k][w].item<float>());
+          step.wording_logp.push_back(std::move(words));
+          if (after.defined()) step.afterstate_values.push_back(after[b][k].item<float>());
+        }
+        if (ref_log_p.defined())
+          for (int k = 0; k < outcomes; ++k)
+            step.ref_log_p.push_back(ref_log_p[b][k].item<float>());
+        step.log_p_other = log_p_other[b].item<float>();
+        step.value = value[b].item<float>();
+        step.candidate_mass = mass[b].item<float>();
+        step.row_entropy = rowh[b].item<float>();
+        step.menu_entropy = menuh[b].item<float>();
+        const int choice =
+            greedy ? static_cast<int>(std::max_element(probs.begin(), probs.end()) - probs.begin())
+                   : static_cast<int>(s.action_rng.Categorical(probs));
+        Guarded(ctx, s, [&] {
+          if (ctx.oracle_probs) step.p_optimal = OptimalMass(*s.state, step.menu, probs);
+          CountAttempt(s, budget);
+          if (choice == K) {
+            ApplyInvalid(ctx, s, step, kOffMenuReason, budget);
+            FileStep(ctx, s, std::move(step));
+            return;
+          }
+          step.item = choice;
+          step.action = step.menu.items[choice].action;
+          // The wording said, y ~ π(y | s, a): a draw over this item's wordings.
+          const auto& words = step.wording_logp[choice];
+          std::vector<double> wp;
+          for (float w : words) wp.push_back(std::isfinite(w) ? std::exp(static_cast<double>(w)) : 0);
+          const size_t w = s.wording_rng.Categorical(wp);
+          const auto& item = step.menu.items[choice];
+          step.realisation = w == 0 ? item.label : item.realisations.at(w - 1);
+          StartChoice(ctx, s, std::move(step));
+        });
       }
-      FileStep(ctx, s, std::move(step));
+      lockstep.Retire(budget);
     }
-    lockstep.Retire(budget);
   }
   return lockstep.Finished();
 }
@@ -398,21 +526,31 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
   RLID_CHECK(ctx.env && ctx.renderer, "incomplete agent context");
   std::vector<EpisodeData> out;
   int64_t local_ids = 0;
+  const bool drop = ctx.env->Info().drop_failed_episodes;
   for (const auto& spec : specs) {
-    Slot s = StartEpisode(ctx, spec, split, policy::Plane::kDecision, local_ids);
+    Slot s;
+    s.data.spec = spec;
     Rng rng = Rng::Stream(ctx.seed, "scripted", spec.stream);
-    WriteFacts(ctx, s, 0);
-    while (!s.state->IsTerminal()) {
-      ThrowIfInterrupted();
-      StepData step = PrepareStep(ctx, s, policy::Plane::kDecision);
-      step.item = choose(*s.state, step, rng);
-      RLID_CHECK(step.item >= 0 && step.item < static_cast<int>(step.menu.size()),
-                 "scripted choice out of range");
-      step.action = step.menu.items[step.item].action;
-      step.realisation = step.menu.items[step.item].label;
-      CountAttempt(s, budget);
-      ApplyChoice(ctx, s, step, budget);
-      s.data.steps.push_back(std::move(step));
+    try {
+      s = StartEpisode(ctx, spec, split, policy::Plane::kDecision, local_ids);
+      WriteFacts(ctx, s, 0);
+      while (!s.state->IsTerminal()) {
+        ThrowIfInterrupted();
+        StepData step = PrepareStep(ctx, s, policy::Plane::kDecision);
+        step.item = choose(*s.state, step, rng);
+        RLID_CHECK(step.item >= 0 && step.item < static_cast<int>(step.menu.size()),
+                   "scripted choice out of range");
+        step.action = step.menu.items[step.item].action;
+        step.realisation = step.menu.items[step.item].label;
+        CountAttempt(s, budget);
+        ApplyChoice(ctx, s, step);
+        s.data.steps.push_back(std::move(step));
+      }
+    } catch (const EnvError& e) {
+      if (!drop) throw;
+      DropEpisode(ctx, s, e);
+      budget.episodes_dropped += 1;
+      continue;
     }
     FinishEpisode(ctx, s);
     budget.episodes += 1;
@@ -422,6 +560,23 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
 }
 
 // ---- token plane ------------------------------------------------------------------
+
+envs::CompileResult CompileAnswer(const envs::State& state, const envs::Menu& shown,
+                                  std::string_view text) {
+  envs::CompileResult res = shown.Compile(text);
+  if (res.valid()) return res;
+  const auto* own = dynamic_cast<const envs::TextCompiler*>(&state);
+  if (!own) return res;
+  envs::CompileResult theirs = own->CompileText(text);
+  if (!theirs.valid()) {
+    theirs.reason = fmt::format("{}; the env's own compiler: {}", res.reason, theirs.reason);
+    return theirs;
+  }
+  theirs.item = shown.IndexOfAction(theirs.action);
+  RLID_CHECK(theirs.item >= 0, "the env compiled an answer to action {}, which the menu lacks",
+             theirs.action);
+  return theirs;
+}
 
 std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
                                           envs::Split split, bool greedy, Budget& budget) {
@@ -459,63 +614,78 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
   double* readout_seconds = ctx.times ? &ctx.times->readout : nullptr;
   double* env_seconds = ctx.times ? &ctx.times->env : nullptr;
   while (lockstep.Running()) {
-    ThrowIfInterrupted();  // between steps: every finished episode is whole
-    std::vector<StepData> steps;
-    std::vector<std::pair<size_t, Slot>>* slots = nullptr;
-    {
-      StageTimer timer(env_seconds);
-      slots = &lockstep.Fill();
-      for (auto& [idx, s] : *slots) steps.push_back(PrepareStep(ctx, s, policy::Plane::kToken));
-    }
-    std::optional<StageTimer> sampling(std::in_place, readout_seconds);
-    // Identical prompts (e.g. a group at its first step) share one encoding:
-    // bucket them by how many episodes show the same prompt.
-    std::map<uint64_t, std::vector<size_t>> by_prompt;
-    for (size_t b = 0; b < steps.size(); ++b) by_prompt[steps[b].prompt.hash].push_back(b);
-    std::map<size_t, std::vector<uint64_t>> by_count;
-    for (const auto& [h, members] : by_prompt) by_count[members.size()].push_back(h);
-    const int64_t before_prompt = ctx.sampler->prompt_tokens_encoded();
-    const int64_t before_gen = ctx.sampler->tokens_generated();
-    const policy::ForwardCost before_cost = ctx.sampler->cost();
-    for (const auto& [count, hashes] : by_count) {
-      std::vector<std::vector<policy::TokenId>> prompts;
-      for (uint64_t h : hashes) prompts.push_back(steps[by_prompt[h][0]].prompt.tokens);
-      uint64_t seed = Rng::DeriveSeed(ctx.seed, "sampler", ctx.iteration, call++);
-      auto results = ctx.sampler->Sample(prompts, static_cast<int>(count), stop, seed);
-      for (size_t p = 0; p < hashes.size(); ++p) {
-        const auto& members = by_prompt[hashes[p]];
-        for (size_t j = 0; j < members.size(); ++j) {
-          StepData& step = steps[members[j]];
-          const auto& r = results[p][j];
-          step.response = r.tokens;
-          step.rollout_logp = r.logprobs;
-          step.response_text = tok.Decode(r.tokens, /*skip_special=*/true);
+    for (int g = 0; g < lockstep.groups(); ++g) {
+      ThrowIfInterrupted();  // between steps: every finished episode is whole
+      std::vector<Slot*> slots;
+      std::vector<StepData> steps;
+      {
+        StageTimer timer(env_seconds);
+        FinishPending(ctx, lockstep.Active(g));
+        lockstep.Retire(budget);
+        for (Slot* s : lockstep.Fill(g, budget)) {
+          if (s->done || s->pending) continue;
+          Guarded(ctx, *s, [&] {
+            steps.push_back(PrepareStep(ctx, *s, policy::Plane::kToken));
+            slots.push_back(s);
+          });
         }
       }
-    }
-    budget.prompt_tokens += ctx.sampler->prompt_tokens_encoded() - before_prompt;
-    budget.generated_tokens += ctx.sampler->tokens_generated() - before_gen;
-    budget.rollout.AddForward(ctx.sampler->engine()->config(),
-                              policy::Difference(ctx.sampler->cost(), before_cost));
-    sampling.reset();
-
-    StageTimer timer(env_seconds);
-    for (size_t b = 0; b < slots->size(); ++b) {
-      Slot& s = (*slots)[b].second;
-      StepData& step = steps[b];
-      CountAttempt(s, budget);
-      auto res = step.menu.Compile(step.response_text);
-      if (res.valid()) {
-        step.item = res.item;
-        step.action = res.action;
-        step.realisation = res.matched;
-        ApplyChoice(ctx, s, step, budget);
-      } else {
-        ApplyInvalid(ctx, s, step, res.reason, budget);
+      if (slots.empty()) {
+        lockstep.Retire(budget);
+        continue;
       }
-      FileStep(ctx, s, std::move(step));
+      std::optional<StageTimer> sampling(std::in_place, readout_seconds);
+      // Identical prompts (e.g. a group at its first step) share one encoding:
+      // bucket them by how many episodes show the same prompt.
+      std::map<uint64_t, std::vector<size_t>> by_prompt;
+      for (size_t b = 0; b < steps.size(); ++b) by_prompt[steps[b].prompt.hash].push_back(b);
+      std::map<size_t, std::vector<uint64_t>> by_count;
+      for (const auto& [h, members] : by_prompt) by_count[members.size()].push_back(h);
+      const int64_t before_prompt = ctx.sampler->prompt_tokens_encoded();
+      const int64_t before_gen = ctx.sampler->tokens_generated();
+      const policy::ForwardCost before_cost = ctx.sampler->cost();
+      for (const auto& [count, hashes] : by_count) {
+        std::vector<std::vector<policy::TokenId>> prompts;
+        for (uint64_t h : hashes) prompts.push_back(steps[by_prompt[h][0]].prompt.tokens);
+        uint64_t seed = Rng::DeriveSeed(ctx.seed, "sampler", ctx.iteration, call++);
+        auto results = ctx.sampler->Sample(prompts, static_cast<int>(count), stop, seed);
+        for (size_t p = 0; p < hashes.size(); ++p) {
+          const auto& members = by_prompt[hashes[p]];
+          for (size_t j = 0; j < members.size(); ++j) {
+            StepData& step = steps[members[j]];
+            const auto& r = results[p][j];
+            step.response = r.tokens;
+            step.rollout_logp = r.logprobs;
+            step.response_text = tok.Decode(r.tokens, /*skip_special=*/true);
+          }
+        }
+      }
+      budget.prompt_tokens += ctx.sampler->prompt_tokens_encoded() - before_prompt;
+      budget.generated_tokens += ctx.sampler->tokens_generated() - before_gen;
+      budget.rollout.AddForward(ctx.sampler->engine()->config(),
+                                policy::Difference(ctx.sampler->cost(), before_cost));
+      sampling.reset();
+
+      StageTimer timer(env_seconds);
+      for (size_t b = 0; b < slots.size(); ++b) {
+        Slot& s = *slots[b];
+        StepData& step = steps[b];
+        Guarded(ctx, s, [&] {
+          CountAttempt(s, budget);
+          const auto res = CompileAnswer(*s.state, step.menu, step.response_text);
+          if (!res.valid()) {
+            ApplyInvalid(ctx, s, step, res.reason, budget);
+            FileStep(ctx, s, std::move(step));
+            return;
+          }
+          step.item = res.item;
+          step.action = res.action;
+          step.realisation = res.matched;
+          StartChoice(ctx, s, std::move(step));
+        });
+      }
+      lockstep.Retire(budget);
     }
-    lockstep.Retire(budget);
   }
   return lockstep.Finished();
 }

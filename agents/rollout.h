@@ -151,6 +151,11 @@ std::string ObservationText(const envs::State& state, int turns, int step_limit,
 // "other", which plays as an invalid answer under ctx.invalid). Both planes
 // count every decision attempt as an env step and cut an episode after
 // step_limit decisions (EpisodeData::truncated).
+// An env whose states are AsyncState (external envs) applies actions while the
+// rollout goes on; with EnvInfo::concurrency > 1 two halves of the slots take
+// turns so env steps overlap model forwards. With [env] on_error =
+// "drop_episode" an EnvError drops only the episode it hit: the result leaves
+// it out (budget.episodes_dropped counts it). Otherwise EnvError propagates.
 // Throws NumericError (naming the tensor and ctx.iteration) when the readout
 // returns a non-finite log p(a|s) or value (the policy's weights are broken)
 // or the env a non-finite reward; nothing of that batch is returned.
@@ -161,6 +166,12 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
 // ctx.invalid. greedy uses temperature 0.
 std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
                                           envs::Split split, bool greedy, Budget& budget);
+
+// A token-plane answer -> the menu item it names: the grammar of
+// docs/free_text.md on the menu as shown (labels as permuted), then, for text
+// it rejects, the env's own compiler when the state has one (TextCompiler).
+envs::CompileResult CompileAnswer(const envs::State& state, const envs::Menu& shown,
+                                  std::string_view text);
 
 // A scripted policy (oracle demonstrations, random play): picks the menu
 // index to take from the state and the step as the agent sees it.

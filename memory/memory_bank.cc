@@ -460,6 +460,25 @@ MemoryItem MemoryBank::Read(int64_t item_id, int64_t episode_id) const {
   return e.item;
 }
 
+void MemoryBank::DiscardEpisode(int64_t episode_id) {
+  std::lock_guard lk(mu_);
+  Impl& m = *impl_;
+  auto ep = m.open.find(episode_id);
+  if (ep == m.open.end()) return;
+  for (int64_t id : ep->second.items) {
+    auto e = m.items.find(id);
+    if (e == m.items.end()) continue;
+    const std::string key = std::string(MemoryKindName(e->second.item.kind)) + '\n' + e->second.item.content;
+    if (auto same = m.by_content.find(key); same != m.by_content.end()) {
+      std::erase(same->second, id);
+      if (same->second.empty()) m.by_content.erase(same);
+    }
+    m.items.erase(e);
+  }
+  m.open.erase(ep);
+  m.ended.insert(episode_id);
+}
+
 std::vector<MemoryItem> MemoryBank::EndEpisode(int64_t episode_id) {
   std::lock_guard lk(mu_);
   Impl& m = *impl_;

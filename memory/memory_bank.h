@@ -133,6 +133,10 @@ class MemoryBank {
   // items), publishes its items to later episodes (scope "run"), and returns
   // the items it created, in id order, for EpisodeRecord::new_items.
   std::vector<MemoryItem> EndEpisode(int64_t episode_id);
+  // Ends an episode that is thrown away (an env failure dropped it): its items
+  // are removed unpublished, so no later episode reads what no stored episode
+  // wrote. A no-op for an episode that is not open.
+  void DiscardEpisode(int64_t episode_id);
 
   // Reloads stored items (Store::MemoryItems of this run, in id order) when a
   // run resumes, before any episode begins. Items keep their ids, content,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -108,7 +109,13 @@ PromptParts RenderPromptParts(const PromptConfig& cfg, const std::string& instru
     text += "Memory:\n";
     for (const auto& m : memory) text += "- " + m + "\n";
   }
-  text += observation + "\nOptions:\n";
+  // A menu that carries no afterstate at all (an external env without them)
+  // says so, so the agent does not read "no arrow" as "nothing happens".
+  const bool none_known =
+      cfg.show_afterstates && !menu.items.empty() &&
+      std::all_of(menu.items.begin(), menu.items.end(),
+                  [](const envs::MenuItem& it) { return it.afterstate.empty(); });
+  text += observation + (none_known ? "\nOptions (where each leads is not shown):\n" : "\nOptions:\n");
   for (const auto& it : menu.items) {
     text += it.label + ") " + it.command;
     if (cfg.show_afterstates && !it.afterstate.empty()) text += " -> " + it.afterstate;

@@ -198,7 +198,13 @@ EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t epi
   budget.eval += scratch.rollout;
   if (recorder) recorder->Episodes(eps, agent);
   EvalResult r;
-  r.episodes = episodes;
+  // Episodes an env failure dropped ([env] on_error) are not in `eps`: rates
+  // are over the episodes that were played to the end.
+  r.episodes = static_cast<int64_t>(eps.size());
+  if (scratch.episodes_dropped > 0)
+    spdlog::warn("evaluation: {} of {} episodes dropped after env failures; rates are over the "
+                 "other {}",
+                 scratch.episodes_dropped, episodes, eps.size());
   double steps = 0, invalid = 0, p_opt = 0, measured = 0;
   for (const auto& e : eps) {
     r.success += e.success;
@@ -208,7 +214,7 @@ EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t epi
     for (const auto& st : e.steps)
       if (st.p_optimal >= 0) p_opt += st.p_optimal, measured += 1;
   }
-  double n = std::max<int64_t>(episodes, 1);
+  double n = std::max<int64_t>(r.episodes, 1);
   r.success /= n, r.ret /= n, r.length = steps / n;
   r.invalid_rate = steps > 0 ? invalid / steps : 0;
   if (measured > 0) r.p_optimal = p_opt / measured;
