@@ -136,7 +136,7 @@ INSTANTIATE_TEST_SUITE_P(
                       LearnCase{"grpo_maze3", "grpo", true, 10, 0, 0, 0.05},
                       LearnCase{"dr_grpo_maze3", "dr_grpo", true, 10, 0, 0, 0.05},
                       LearnCase{"dapo_maze3", "dapo", true, 10, 0, 0, 0.05},
-                      LearnCase{"gspo_maze3", "gspo", true, 10, 0, 0, 0.05}),
+                      LearnCase{"gspo_maze3", "gspo", true, 14, 0, 0, 0.05}),
     [](const ::testing::TestParamInfo<LearnCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
