@@ -1,4 +1,6 @@
-// `rlid env list|show|play|graph`: inspect, play and enumerate environments.
+// `rlid env list|show|play|graph|check|serve`: inspect, play and enumerate
+// environments, run the conformance suite on any env (external ones too), and
+// serve a built-in env over the external-env protocol.
 #include <fmt/format.h>
 
 #include <fstream>
@@ -9,7 +11,10 @@
 #include "cli/json_output.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/subprocess.h"
+#include "envs/conformance.h"
 #include "envs/env.h"
+#include "envs/external.h"
 #include "envs/state_graph.h"
 
 namespace rlid::cli {
@@ -75,6 +80,36 @@ class EnvCommand : public Command {
         ->capture_default_str();
     graph->add_option("--dot", dot_, "write the graph in GraphViz DOT format to this file");
     graph->callback([this] { Graph(); });
+
+    auto* check = app.add_subcommand(
+        "check", "run the conformance suite on an env and print what failed (exit 1 if anything did)");
+    check_.Add(*check, /*with_seed=*/false);
+    check->add_option("--command", command_,
+                      "an external env's command line, e.g. \"python3 my_env.py\" (sets env.name = "
+                      "external and env.command)");
+    check->add_option("--param", params_, "an external env parameter key=value (env.params.key)");
+    check->add_option("--seeds", conformance_.seeds, "instances each check plays")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000));
+    check->add_option("--graph-seeds", conformance_.graph_seeds,
+                      "instances whose state graph is enumerated")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 100000));
+    check->add_option("--only", only_checks_, "run only these checks (repeatable): " +
+                                                  Join(envs::ConformanceChecks(), ", "));
+    check->add_flag("--json", json_, "print the results as JSON");
+    check->callback([this] { Check(); });
+
+    auto* serve = app.add_subcommand(
+        "serve", "serve an env over the external-env protocol on stdin/stdout (docs/external_env.md)");
+    serve_.Add(*serve, /*with_seed=*/false);
+    serve->add_option("--delay-ms", delay_ms_, "sleep this long in every step (a slow env)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1e6));
+    serve->callback([this] {
+      auto env = serve_.Make();
+      envs::ServeEnv(*env, std::cin, std::cout, delay_ms_);
+    });
   }
 
  private:
@@ -158,7 +193,81 @@ class EnvCommand : public Command {
     }
   }
 
-  EnvOptions show_, play_, graph_;
+  void Check() {
+    if (!command_.empty()) {
+      const auto argv = SplitCommandLine(command_);
+      if (argv.empty()) throw ConfigError("--command is empty", "e.g. --command \"python3 my_env.py\"");
+      check_.env = "external";
+      check_.sets.push_back("env.command=" + nlohmann::json(argv).dump());
+    }
+    for (const auto& p : params_) {
+      const auto eq = p.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw ConfigError(fmt::format("--param '{}' is not key=value", p), "e.g. --param rooms=4");
+      check_.sets.push_back("env.params." + p);
+    }
+    auto env = check_.Make();
+    const auto info = env->Info();
+    if (!json_)
+      std::cout << fmt::format("conformance of {} ({} instances per check)\n", info.name,
+                               conformance_.seeds);
+    std::vector<envs::ConformanceResult> results;
+    auto print = [&](const envs::ConformanceResult& r) {
+      if (json_) return;
+      std::string extra = r.note;
+      if (r.covered > 0 && extra.empty()) extra = fmt::format("{} checked", r.covered);
+      std::cout << fmt::format("  {:<8} {:<12} {:>7.2f} s  {}{}\n", envs::StatusName(r.status),
+                               r.check, r.seconds, r.description,
+                               extra.empty() ? "" : " [" + extra + "]");
+      for (const auto& f : r.failures) std::cout << "           - " << f << "\n";
+      if (r.failure_count > static_cast<int64_t>(r.failures.size()))
+        std::cout << fmt::format("           ({} more failures)\n",
+                                 r.failure_count - static_cast<int64_t>(r.failures.size()));
+      std::cout << std::flush;
+    };
+    if (only_checks_.empty()) {
+      results = envs::RunConformance(*env, conformance_, print);
+    } else {
+      for (const auto& c : only_checks_) {
+        results.push_back(envs::RunConformanceCheck(*env, c, conformance_));
+        print(results.back());
+      }
+    }
+    int failed = 0, passed = 0, skipped = 0;
+    for (const auto& r : results) {
+      failed += r.status == envs::ConformanceResult::Status::kFailed;
+      passed += r.status == envs::ConformanceResult::Status::kPassed;
+      skipped += r.status == envs::ConformanceResult::Status::kSkipped;
+    }
+    if (json_) {
+      nlohmann::json j = {{"env", info.name}, {"seeds", conformance_.seeds}, {"checks", nlohmann::json::array()}};
+      for (const auto& r : results)
+        j["checks"].push_back({{"check", r.check},
+                               {"status", r.status == envs::ConformanceResult::Status::kFailed
+                                              ? "failed"
+                                              : envs::StatusName(r.status)},
+                               {"failures", r.failures},
+                               {"failure_count", r.failure_count},
+                               {"note", r.note},
+                               {"covered", r.covered},
+                               {"seconds", r.seconds}});
+      std::cout << DumpJson(j, 2) << "\n";
+    } else {
+      std::cout << fmt::format("{}: {} passed, {} skipped, {} failed\n", info.name, passed, skipped,
+                               failed);
+    }
+    if (failed > 0)
+      throw Error(fmt::format("{} of {} conformance checks failed for env '{}'", failed,
+                              results.size(), info.name),
+                  "each failure above names the seed and step; docs/external_env.md lists what "
+                  "each check expects");
+  }
+
+  EnvOptions show_, play_, graph_, check_, serve_;
+  envs::ConformanceOptions conformance_;
+  std::string command_;
+  std::vector<std::string> params_, only_checks_;
+  double delay_ms_ = 0;
   bool json_ = false, shuffle_ = false;
   size_t max_states_ = 100000;
   std::string dot_;
