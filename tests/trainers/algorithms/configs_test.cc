@@ -16,6 +16,10 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(ShippedConfigs, EveryConfigLoads) {
+  // Configs are written for the repository root (external envs' commands are
+  // relative to it).
+  const fs::path before = fs::current_path();
+  fs::current_path(RLID_SOURCE_DIR);
   int n = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(RLID_SOURCE_DIR) / "configs")) {
     if (entry.path().extension() != ".toml") continue;
@@ -31,6 +35,7 @@ TEST(ShippedConfigs, EveryConfigLoads) {
       }
     });
   }
+  fs::current_path(before);
   EXPECT_GE(n, 8) << "configs/ lost its examples";
 }
 
