@@ -6,11 +6,20 @@
 #      RLID_SKIP_FUZZ=1 skips it, RLID_FUZZ_SECONDS changes the time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's wall time, so a slow CI run says where its time went.
+phase_start=$SECONDS
+phase_done() {
+  echo "test.sh: $1 took $((SECONDS - phase_start)) s (total $SECONDS s)"
+  phase_start=$SECONDS
+}
 scripts/setup.sh --test
+phase_done "setup"
 scripts/build.sh
 scripts/fetch_test_assets.sh
+phase_done "build"
 jobs=${RLID_TEST_JOBS:-2}
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+phase_done "ctest"
 
 # Sanitizer build of the LibTorch-free components.
 if [[ "${RLID_SKIP_SANITIZE:-0}" != "1" ]]; then
@@ -21,10 +30,12 @@ if [[ "${RLID_SKIP_SANITIZE:-0}" != "1" ]]; then
   cmake --build build-asan -j "$(nproc)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900
+  phase_done "sanitizer build and tests"
 fi
 
 # Fuzz targets (clang + libFuzzer, torch-free), a fixed short time each.
 if [[ "${RLID_SKIP_FUZZ:-0}" != "1" ]]; then
   scripts/fuzz.sh "${RLID_FUZZ_SECONDS:-20}"
+  phase_done "fuzzing"
 fi
 echo "all tests passed"

@@ -2,8 +2,13 @@
 // and external envs; a broken env exits 1 and says which check failed and why.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/agents/fixtures.h"
 #include "tests/cli/run_cli.h"
 
 namespace rlid::cli {
@@ -46,6 +51,38 @@ TEST(EnvCheck, BuiltInJsonAndBadFlags) {
   const auto missing = RunRlid({"env", "check", "--command", "/nonexistent/env --x"});
   EXPECT_EQ(missing.code, 3) << missing.err;
   EXPECT_NE(missing.err.find("cannot start"), std::string::npos) << missing.err;
+}
+
+// The promise: a Python env trains in both planes with the same
+// commands as a built-in one, from the shipped configs (shrunk to seconds).
+TEST(EnvCheck, PythonExampleTrainsInBothPlanesWithTheShippedConfigs) {
+  const rlid::testing::TempDir dir("courier_cli");
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(kSource);  // the configs name the env by a relative path
+  const std::vector<std::string> small = {"--threads", "1", "--set", "tokenizer.corpus_episodes=16",
+                                          "--set", "trainer.iterations=1", "--set",
+                                          "trainer.episodes_per_iteration=8", "--set",
+                                          "trainer.num_envs=8", "--set", "trainer.eval_episodes=4"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), small.begin(), small.end());
+    return RunRlid(args);
+  };
+  const auto sft = with({"sft", "configs/courier_ppo.toml", "--out", dir.str() + "/sft", "--set",
+                         "sft.episodes=8", "--set", "sft.epochs=1"});
+  ASSERT_EQ(sft.code, 0) << sft.err;
+  const std::string init = "policy.init=" + dir.str() + "/sft/checkpoints/sft";
+  for (const char* plane : {"ppo", "grpo"}) {
+    const std::string out = dir.str() + "/" + plane;
+    const auto train = with({"train", fmt::format("configs/courier_{}.toml", plane), "--set", init,
+                             "--out", out});
+    ASSERT_EQ(train.code, 0) << plane << ": " << train.err;
+    const auto q = RunRlid({"sql", out, "--csv",
+                            "SELECT count(*) FROM episodes e JOIN runs r ON r.id = e.run_id "
+                            "WHERE r.kind = 'train' AND e.split = 'train'"});
+    ASSERT_EQ(q.code, 0) << q.err;
+    EXPECT_NE(q.out.find("\n8\n"), std::string::npos) << plane << ": " << q.out;
+  }
+  std::filesystem::current_path(cwd);
 }
 
 }  // namespace
