@@ -25,6 +25,10 @@ if [[ -z "$WORK" ]]; then
 fi
 mkdir -p "$WORK"
 RANDOM=$SEED
+# A private copy of the binary, so a rebuild during the drill cannot change or
+# hide it halfway (every trial and the reference run use the same program).
+cp "$RLID" "$WORK/rlid-under-test"
+RLID=$WORK/rlid-under-test
 
 # A small run: 20 iterations, a checkpoint after each, one thread (so reruns are
 # bit-identical on this machine).
