@@ -595,12 +595,7 @@ class ExternalState : public State, public CutState, public AsyncState, public F
     } else {
       Replay(from);
     }
-    snap_ = from.snap_;
-    afterstates_ = from.afterstates_;
-    history_ = from.history_;
-    steps_ = from.steps_;
-    done_ = from.done_;
-    cut_ = from.cut_;
+    CopyEpisodeFrom(from);
   }
 
  private:
@@ -754,18 +749,23 @@ class ExternalState : public State, public CutState, public AsyncState, public F
     return m;
   }
 
-  // Makes this state (a copy on the same worker) equal to `from` again.
-  void RestoreFrom(const ExternalState& from) {
-    RLID_CHECK(worker_ == from.worker_ && pending_ < 0 && from.pending_ < 0,
-               "restore needs two idle states of one worker");
-    worker_->Call({{"op", "restore"}, {"handle", handle_}, {"from", from.handle_}},
-                  fmt::format("restore (handle {} from {})", handle_, from.handle_));
+  // rlid's side of the episode (the env's side is the worker's handle).
+  void CopyEpisodeFrom(const ExternalState& from) {
     snap_ = from.snap_;
     afterstates_ = from.afterstates_;
     history_ = from.history_;
     steps_ = from.steps_;
     done_ = from.done_;
     cut_ = from.cut_;
+  }
+
+  // Makes this state (a copy on the same worker) equal to `from` again.
+  void RestoreFrom(const ExternalState& from) {
+    RLID_CHECK(worker_ == from.worker_ && pending_ < 0 && from.pending_ < 0,
+               "restore needs two idle states of one worker");
+    worker_->Call({{"op", "restore"}, {"handle", handle_}, {"from", from.handle_}},
+                  fmt::format("restore (handle {} from {})", handle_, from.handle_));
+    CopyEpisodeFrom(from);
     invalidate_oracle();
   }
 
