@@ -13,6 +13,7 @@
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "envs/reasoning_oracle.h"
 
 namespace rlid::agents {
 
@@ -348,6 +349,63 @@ class Lockstep {
   int64_t retired_ = 0;
 };
 
+// Decoding settings for one rollout call: temperature 0 when greedy, and a
+// token limit (0: the sampler's own); the previous settings come back after.
+class SamplerScope {
+ public:
+  SamplerScope(policy::TextSampler* sampler, bool greedy, int max_new_tokens)
+      : sampler_(sampler), saved_(sampler->options()) {
+    auto o = saved_;
+    if (greedy) o.temperature = 0;
+    if (max_new_tokens > 0) o.max_new_tokens = max_new_tokens;
+    sampler_->SetOptions(o);
+  }
+  ~SamplerScope() { sampler_->SetOptions(saved_); }
+  SamplerScope(const SamplerScope&) = delete;
+  SamplerScope& operator=(const SamplerScope&) = delete;
+
+ private:
+  policy::TextSampler* sampler_;
+  policy::SamplerOptions saved_;
+};
+
+// Samples one text per step after its prompt (token-plane answers, or the
+// decision plane's scratchpads) into response / rollout_logp / response_text,
+// and books the sampler's work. Identical prompts (e.g. a group at its first
+// step) share one encoding: they are bucketed by how many steps show them.
+// Seeds derive from (run seed, stream, iteration, call).
+void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const policy::StopFn& stop,
+                 const char* stream, uint64_t& call, Budget& budget) {
+  const auto& tok = ctx.renderer->tokenizer();
+  std::map<uint64_t, std::vector<size_t>> by_prompt;
+  for (size_t b = 0; b < steps.size(); ++b) by_prompt[steps[b]->prompt.hash].push_back(b);
+  std::map<size_t, std::vector<uint64_t>> by_count;
+  for (const auto& [h, members] : by_prompt) by_count[members.size()].push_back(h);
+  const int64_t before_prompt = ctx.sampler->prompt_tokens_encoded();
+  const int64_t before_gen = ctx.sampler->tokens_generated();
+  const policy::ForwardCost before_cost = ctx.sampler->cost();
+  for (const auto& [count, hashes] : by_count) {
+    std::vector<std::vector<policy::TokenId>> prompts;
+    for (uint64_t h : hashes) prompts.push_back(steps[by_prompt[h][0]]->prompt.tokens);
+    uint64_t seed = Rng::DeriveSeed(ctx.seed, stream, ctx.iteration, call++);
+    auto results = ctx.sampler->Sample(prompts, static_cast<int>(count), stop, seed);
+    for (size_t p = 0; p < hashes.size(); ++p) {
+      const auto& members = by_prompt[hashes[p]];
+      for (size_t j = 0; j < members.size(); ++j) {
+        StepData& step = *steps[members[j]];
+        const auto& r = results[p][j];
+        step.response = r.tokens;
+        step.rollout_logp = r.logprobs;
+        step.response_text = tok.Decode(r.tokens, /*skip_special=*/true);
+      }
+    }
+  }
+  budget.prompt_tokens += ctx.sampler->prompt_tokens_encoded() - before_prompt;
+  budget.generated_tokens += ctx.sampler->tokens_generated() - before_gen;
+  budget.rollout.AddForward(ctx.sampler->engine()->config(),
+                            policy::Difference(ctx.sampler->cost(), before_cost));
+}
+
 constexpr const char* kOffMenuReason =
     "off-menu: the draw fell on the mass outside every menu wording (readout normalisation "
     "'other')";
@@ -368,6 +426,12 @@ policy::ReadoutRequest ReadoutRequestFor(const policy::PromptRenderer& renderer,
                                          bool afterstates) {
   policy::ReadoutRequest r;
   r.prompt = step.prompt.tokens;
+  if (!step.readout_suffix.empty()) {  // think-then-decide: read after z, score z
+    r.scored_begin = static_cast<int64_t>(r.prompt.size());
+    r.prompt.insert(r.prompt.end(), step.response.begin(), step.response.end());
+    r.scored_end = static_cast<int64_t>(r.prompt.size());
+    r.prompt.insert(r.prompt.end(), step.readout_suffix.begin(), step.readout_suffix.end());
+  }
   r.realisations = renderer.Realisations(step.menu, readout.realisations == "all");
   if (afterstates) r.afterstates = renderer.AfterstateBranches(step.menu);
   r.end_token = renderer.tokenizer().eos_id();
@@ -392,6 +456,17 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
   double* env_seconds = ctx.times ? &ctx.times->env : nullptr;
   const policy::ReadoutOptions ropts = ReadoutOptionsFor(ctx.readout, ctx.afterstate_values);
   const bool other = ctx.readout.off_menu_outcome();
+  const bool think = ctx.renderer->config().reasoning;
+  std::optional<SamplerScope> sampler_scope;
+  uint64_t think_call = 0;
+  policy::StopFn end_of_line;
+  if (think) {
+    if (!ctx.sampler)
+      throw ConfigError("prompt.reasoning in the decision plane needs the agent's sampler",
+                        "build the agent with Run::Agent (it sets one up for reasoning prompts)");
+    sampler_scope.emplace(ctx.sampler, greedy, ctx.renderer->config().max_think_tokens);
+    end_of_line = EndOfThought(ctx.renderer->tokenizer());
+  }
 
   Lockstep lockstep(ctx, specs, split, policy::Plane::kDecision);
   while (lockstep.Running()) {
@@ -408,12 +483,8 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
         for (Slot* s : lockstep.Fill(g, budget)) {
           if (s->done || s->pending) continue;
           Guarded(ctx, *s, [&] {
-            StepData step = PrepareStep(ctx, *s, policy::Plane::kDecision);
-            reqs.push_back(
-                ReadoutRequestFor(*ctx.renderer, step, ctx.readout, ctx.afterstate_values));
-            steps.push_back(std::move(step));
+            steps.push_back(PrepareStep(ctx, *s, policy::Plane::kDecision));
             slots.push_back(s);
-            budget.prompt_tokens += static_cast<int64_t>(reqs.back().prompt.size());
           });
         }
       }
@@ -421,9 +492,20 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
         lockstep.Retire(budget);
         continue;
       }
-      torch::Tensor dist, wlogp, value, mass, rowh, menuh, after, ref_log_p, log_p_other;
+      torch::Tensor dist, wlogp, value, mass, rowh, menuh, after, ref_log_p, log_p_other, span;
       {
         StageTimer timer(readout_seconds);
+        if (think) {  // the scratchpads (not for a cut state's bootstrap value)
+          std::vector<StepData*> thinking;
+          for (size_t b = 0; b < slots.size(); ++b)
+            if (!slots[b]->needs_value) thinking.push_back(&steps[b]);
+          if (!thinking.empty()) SampleTexts(ctx, thinking, end_of_line, "think", think_call, budget);
+          for (StepData* st : thinking) st->readout_suffix = ctx.renderer->AfterThought(st->response_text);
+        }
+        for (const StepData& step : steps) {
+          reqs.push_back(ReadoutRequestFor(*ctx.renderer, step, ctx.readout, ctx.afterstate_values));
+          budget.prompt_tokens += static_cast<int64_t>(reqs.back().prompt.size());
+        }
         auto rb = policy::Readout(ctx.model, reqs, ropts);
         budget.rollout.AddForward(ctx.model->config(), rb.cost);
         if (ctx.ref_model) {
@@ -434,6 +516,7 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
         auto dd = policy::DecisionDistribution(rb);
         dist = dd.log_p.to(torch::kCPU).contiguous();
         log_p_other = rb.log_p_other.to(torch::kCPU);
+        span = rb.span_logp.to(torch::kCPU);
         wlogp = rb.realisation_logp.to(torch::kCPU).contiguous();
         value = rb.value.to(torch::kCPU), mass = rb.candidate_mass.to(torch::kCPU);
         rowh = rb.row_entropy.to(torch::kCPU), menuh = rb.menu_entropy.to(torch::kCPU);
@@ -474,6 +557,7 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
           for (int k = 0; k < outcomes; ++k)
             step.ref_log_p.push_back(ref_log_p[b][k].item<float>());
         step.log_p_other = log_p_other[b].item<float>();
+        step.think_logp = span[b].item<float>();
         step.value = value[b].item<float>();
         step.candidate_mass = mass[b].item<float>();
         step.row_entropy = rowh[b].item<float>();
@@ -507,6 +591,13 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
   return lockstep.Finished();
 }
 
+policy::StopFn EndOfThought(const policy::Tokenizer& tok) {
+  return [&tok](const std::vector<policy::TokenId>& gen) {
+    return !gen.empty() &&
+           (tok.IsStop(gen.back()) || tok.DecodeToken(gen.back()).find('\n') != std::string::npos);
+  };
+}
+
 std::vector<float> DecisionLogP(const StepData& step, const ReadoutConfig& readout) {
   std::vector<float> out = step.log_p;
   if (readout.off_menu_outcome()) out.push_back(step.log_p_other);
@@ -527,6 +618,7 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
   std::vector<EpisodeData> out;
   int64_t local_ids = 0;
   const bool drop = ctx.env->Info().drop_failed_episodes;
+  const bool think = ctx.renderer->config().reasoning;
   for (const auto& spec : specs) {
     Slot s;
     s.data.spec = spec;
@@ -542,6 +634,19 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
                    "scripted choice out of range");
         step.action = step.menu.items[step.item].action;
         step.realisation = step.menu.items[step.item].label;
+        if (think) {  // the worked reasoning as the step's scratchpad
+          auto* worked = dynamic_cast<const envs::ReasoningOracle*>(s.state.get());
+          if (!worked)
+            throw ConfigError(
+                fmt::format("prompt.reasoning: env '{}' writes no worked reasoning for "
+                            "demonstrations (it is not an envs::ReasoningOracle)",
+                            ctx.env->Info().name),
+                "warm-start without reasoning (prompt.reasoning = false in the sft run), or use an "
+                "env with oracle reasoning such as arith");
+          step.response_text = worked->OracleReasoning();
+          step.response = ctx.renderer->ThoughtTokens(step.response_text);
+          step.readout_suffix = ctx.renderer->AfterThought("\n");
+        }
         CountAttempt(s, budget);
         ApplyChoice(ctx, s, step);
         s.data.steps.push_back(std::move(step));
@@ -600,16 +705,7 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
   Lockstep lockstep(ctx, specs, split, policy::Plane::kToken);
   uint64_t call = 0;
   // Greedy evaluation decodes at temperature 0; the training options come back after.
-  struct RestoreOptions {
-    policy::TextSampler* sampler;
-    policy::SamplerOptions saved;
-    ~RestoreOptions() { sampler->SetOptions(saved); }
-  } restore{ctx.sampler, ctx.sampler->options()};
-  if (greedy) {
-    auto g = restore.saved;
-    g.temperature = 0;
-    ctx.sampler->SetOptions(g);
-  }
+  SamplerScope scope(ctx.sampler, greedy, 0);
 
   double* readout_seconds = ctx.times ? &ctx.times->readout : nullptr;
   double* env_seconds = ctx.times ? &ctx.times->env : nullptr;
@@ -635,35 +731,9 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
         continue;
       }
       std::optional<StageTimer> sampling(std::in_place, readout_seconds);
-      // Identical prompts (e.g. a group at its first step) share one encoding:
-      // bucket them by how many episodes show the same prompt.
-      std::map<uint64_t, std::vector<size_t>> by_prompt;
-      for (size_t b = 0; b < steps.size(); ++b) by_prompt[steps[b].prompt.hash].push_back(b);
-      std::map<size_t, std::vector<uint64_t>> by_count;
-      for (const auto& [h, members] : by_prompt) by_count[members.size()].push_back(h);
-      const int64_t before_prompt = ctx.sampler->prompt_tokens_encoded();
-      const int64_t before_gen = ctx.sampler->tokens_generated();
-      const policy::ForwardCost before_cost = ctx.sampler->cost();
-      for (const auto& [count, hashes] : by_count) {
-        std::vector<std::vector<policy::TokenId>> prompts;
-        for (uint64_t h : hashes) prompts.push_back(steps[by_prompt[h][0]].prompt.tokens);
-        uint64_t seed = Rng::DeriveSeed(ctx.seed, "sampler", ctx.iteration, call++);
-        auto results = ctx.sampler->Sample(prompts, static_cast<int>(count), stop, seed);
-        for (size_t p = 0; p < hashes.size(); ++p) {
-          const auto& members = by_prompt[hashes[p]];
-          for (size_t j = 0; j < members.size(); ++j) {
-            StepData& step = steps[members[j]];
-            const auto& r = results[p][j];
-            step.response = r.tokens;
-            step.rollout_logp = r.logprobs;
-            step.response_text = tok.Decode(r.tokens, /*skip_special=*/true);
-          }
-        }
-      }
-      budget.prompt_tokens += ctx.sampler->prompt_tokens_encoded() - before_prompt;
-      budget.generated_tokens += ctx.sampler->tokens_generated() - before_gen;
-      budget.rollout.AddForward(ctx.sampler->engine()->config(),
-                                policy::Difference(ctx.sampler->cost(), before_cost));
+      std::vector<StepData*> pointers;
+      for (auto& st : steps) pointers.push_back(&st);
+      SampleTexts(ctx, pointers, stop, "sampler", call, budget);
       sampling.reset();
 
       StageTimer timer(env_seconds);
@@ -728,11 +798,16 @@ memory::EpisodeRecord ToRecord(const EpisodeData& e, const AgentContext& ctx) {
     if (s.item >= 0) sr.afterstate_hash = s.menu.items[s.item].afterstate_hash;
     sr.optimal = s.optimal;
     if (decision) {
+      // log p(a|s), or with a scratchpad the joint log π(z|s) + log p(a|s,z).
       if (s.item >= 0 && static_cast<size_t>(s.item) < s.log_p.size())
-        sr.logp_rollout = sr.logp_train = s.log_p[s.item];
+        sr.logp_rollout = sr.logp_train = s.log_p[s.item] + s.think_logp;
       else if (s.invalid)  // the off-menu outcome
-        sr.logp_rollout = sr.logp_train = s.log_p_other;
+        sr.logp_rollout = sr.logp_train = s.log_p_other + s.think_logp;
       if (!s.log_p.empty()) sr.value = s.value;
+      if (!s.readout_suffix.empty()) {  // the scratchpad is the step's generated text
+        sr.generated_text = s.response_text;
+        sr.generated_tokens = static_cast<int>(s.response.size());
+      }
     } else {
       sr.generated_text = s.response_text;
       sr.generated_tokens = static_cast<int>(s.response.size());

@@ -74,7 +74,13 @@ struct StepData {
   // Sum of p(a|s) over the oracle's optimal items (AgentContext::oracle_probs
   // and an env with an oracle); < 0 when not measured.
   double p_optimal = -1;
-  // Token plane.
+  // Decision plane with [prompt] reasoning (think-then-decide): the sampled
+  // scratchpad z is in response / rollout_logp / response_text below, the
+  // readout reads the menu at prompt ++ z ++ readout_suffix, and think_logp is
+  // log π(z|s) read in that same pass (the rollout = training forward).
+  std::vector<policy::TokenId> readout_suffix;  // empty: no scratchpad
+  float think_logp = 0;
+  // Token plane (and the decision plane's scratchpad).
   std::vector<policy::TokenId> response;
   std::vector<float> rollout_logp;  // per response token, rollout engine
   std::vector<float> train_logp;    // per response token, training forward (filled by the trainer)
@@ -156,11 +162,19 @@ std::string ObservationText(const envs::State& state, int turns, int step_limit,
 // turns so env steps overlap model forwards. With [env] on_error =
 // "drop_episode" an EnvError drops only the episode it hit: the result leaves
 // it out (budget.episodes_dropped counts it). Otherwise EnvError propagates.
+// With [prompt] reasoning every step first samples a scratchpad z with
+// ctx.sampler (greedy: temperature 0) until a token that ends the line, at most
+// prompt.max_think_tokens tokens, then reads the menu conditioned on it; the
+// budget counts z's tokens and the sampling forwards.
 // Throws NumericError (naming the tensor and ctx.iteration) when the readout
 // returns a non-finite log p(a|s) or value (the policy's weights are broken)
 // or the env a non-finite reward; nothing of that batch is returned.
 std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
                                              envs::Split split, bool greedy, Budget& budget);
+
+// Where a decision-plane scratchpad ends: at end-of-text or at a token whose
+// text holds a newline (the token is kept: π(z|s) includes stopping there).
+policy::StopFn EndOfThought(const policy::Tokenizer& tok);
 
 // Token plane: the sampler generates each answer; invalid answers follow
 // ctx.invalid. greedy uses temperature 0.
@@ -184,10 +198,13 @@ int DecisionOutcome(const StepData& step);
 
 // Plays specs with the same prompts/memory/records as the agent, choosing by
 // `choose` (its Rng is the episode's "scripted" stream). Used by `rlid sft`.
+// With [prompt] reasoning each step carries the env's worked reasoning
+// (envs::ReasoningOracle) as its scratchpad; ConfigError when the env has none.
 std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
                                              envs::Split split, const Chooser& choose, Budget& budget);
 
-// The readout input of a step (prompt, wordings, afterstate branches).
+// The readout input of a step (prompt, wordings, afterstate branches); a step
+// with a scratchpad reads at prompt ++ z ++ readout_suffix with z scored.
 policy::ReadoutRequest ReadoutRequestFor(const policy::PromptRenderer& renderer, const StepData& step,
                                          const ReadoutConfig& readout, bool afterstates);
 policy::ReadoutOptions ReadoutOptionsFor(const ReadoutConfig& readout, bool afterstates);

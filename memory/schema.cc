@@ -70,7 +70,7 @@ CREATE TABLE steps (
   action           INTEGER NOT NULL,  -- -1: invalid
   label            TEXT NOT NULL,
   command          TEXT NOT NULL,
-  generated_text   TEXT,              -- token plane only
+  generated_text   TEXT,              -- token plane; decision plane: the scratchpad (reasoning)
   generated_tokens INTEGER NOT NULL,
   logp_rollout     REAL,              -- NULL: not applicable
   logp_train       REAL,

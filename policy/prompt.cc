@@ -21,7 +21,11 @@ void PromptConfig::Load(ConfigNode n) {
   n.Get("answer_prefix", answer_prefix, "text after which the label is the next token");
   n.GetEnum("label_order", label_order, {"shuffle", "fixed"},
             "menu order per step: seeded permutation or the env's order");
-  n.Get("reasoning", reasoning, "token plane: ask for brief reasoning before the action");
+  n.Get("reasoning", reasoning,
+        "both planes reason before the action (token: free text; decision: a scratchpad line, "
+        "then the menu readout)");
+  n.Get("max_think_tokens", max_think_tokens,
+        "decision plane with reasoning: the scratchpad's token limit", IntRange::AtLeast(1));
   n.GetEnum("chat_template", chat_template, {"auto", "none"},
             "wrap prompts in the model's chat template when it has one (auto) or not (none)");
   n.Get("enable_thinking", enable_thinking, "chat templates that read it (Qwen3): allow <think>");
@@ -121,7 +125,8 @@ PromptParts RenderPromptParts(const PromptConfig& cfg, const std::string& instru
     if (cfg.show_afterstates && !it.afterstate.empty()) text += " -> " + it.afterstate;
     text += "\n";
   }
-  if (plane == Plane::kToken && cfg.reasoning) {
+  (void)plane;  // both planes see the same prompt (interface matching)
+  if (cfg.reasoning) {
     text += "Think briefly, then end with '" + cfg.answer_prefix + " <letter>'.\n";
     p.answer_start = "Reasoning:";
   } else {
@@ -188,11 +193,31 @@ std::vector<std::vector<TokenId>> PromptRenderer::AfterstateBranches(const envs:
   return out;
 }
 
-std::vector<TokenId> PromptRenderer::AnswerTokens(const envs::MenuItem& item, bool command) const {
-  std::vector<TokenId> out =
-      command ? EncodeCached(" " + item.command) : std::vector<TokenId>{LabelToken(item.label)};
+std::vector<TokenId> PromptRenderer::AnswerTokens(const envs::MenuItem& item, bool command,
+                                                  const std::string& thought) const {
+  std::vector<TokenId> out;
+  if (!thought.empty()) {
+    out = ThoughtTokens(thought);
+    auto prefix = EncodeCached(cfg_.answer_prefix);
+    out.insert(out.end(), prefix.begin(), prefix.end());
+  }
+  if (command) {
+    auto words = EncodeCached(" " + item.command);
+    out.insert(out.end(), words.begin(), words.end());
+  } else {
+    out.push_back(LabelToken(item.label));
+  }
   out.push_back(tok_.eos_id());
   return out;
+}
+
+std::vector<TokenId> PromptRenderer::ThoughtTokens(const std::string& thought) const {
+  return EncodeCached(" " + thought + "\n");
+}
+
+std::vector<TokenId> PromptRenderer::AfterThought(const std::string& thought_text) const {
+  return EncodeCached(thought_text.find('\n') != std::string::npos ? cfg_.answer_prefix
+                                                                   : "\n" + cfg_.answer_prefix);
 }
 
 }  // namespace rlid::policy

@@ -32,7 +32,13 @@ struct PromptConfig {
   bool show_memory = true;                // retrieved memory items (when memory is enabled)
   std::string answer_prefix = "Action:";  // the label is the next token
   std::string label_order = "shuffle";    // shuffle: seeded per-step menu permutation | fixed
-  bool reasoning = false;  // token plane: ask for brief reasoning before "Action: <label>"
+  // Both planes: ask for brief reasoning before "<answer_prefix> <label>"; the
+  // prompt ends "Reasoning:". The token plane samples the reasoning and the
+  // answer as free text; the decision plane samples a scratchpad z (one line,
+  // at most max_think_tokens) and then reads the menu in one pass after
+  // "z\n<answer_prefix>" (think-then-decide, docs/reasoning.md).
+  bool reasoning = false;
+  int max_think_tokens = 48;
   // "auto": wrap the prompt in the model's own chat template when its tokenizer
   // has one (instructions as the system turn, the rest as the user turn, the
   // assistant turn opened and started with the answer prefix); "none": plain text.
@@ -85,8 +91,17 @@ class PromptRenderer {
   // Afterstate branches for the afterstate critic: " <command> -> <afterstate>".
   std::vector<std::vector<TokenId>> AfterstateBranches(const envs::Menu& menu) const;
   // The token-plane target answer for an item, then end-of-text: " <label>",
-  // or (command = true) " <canonical command>".
-  std::vector<TokenId> AnswerTokens(const envs::MenuItem& item, bool command = false) const;
+  // or (command = true) " <canonical command>"; with a thought (reasoning
+  // prompts), ThoughtTokens(thought) ++ "<answer_prefix>" before it.
+  std::vector<TokenId> AnswerTokens(const envs::MenuItem& item, bool command = false,
+                                    const std::string& thought = "") const;
+  // A scratchpad line as the model writes it after "Reasoning:": " <thought>\n".
+  std::vector<TokenId> ThoughtTokens(const std::string& thought) const;
+  // What the decision plane appends to a sampled scratchpad before the
+  // readout: "<answer_prefix>" after a scratchpad that ended its line (its
+  // decoded text holds a newline), "\n<answer_prefix>" after one the token
+  // limit (or end-of-text) cut.
+  std::vector<TokenId> AfterThought(const std::string& thought_text) const;
   TokenId LabelToken(const std::string& label) const;
   // Encodes with a cache (menu wordings repeat across steps). Thread-safe.
   std::vector<TokenId> EncodeCached(const std::string& text) const;

@@ -62,6 +62,7 @@ struct PackedRow {
   std::vector<int64_t> branch_start, branch_len;
   std::vector<TokenId> label_tokens;  // distinct first tokens of realisations[k][0]
   int64_t attention_pairs = 0;         // true entries of this row's mask over its real tokens
+  int64_t span_begin = 0, span_end = 0;  // ReadoutRequest::scored_begin/end
 };
 
 PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool with_afterstates) {
@@ -73,6 +74,16 @@ PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool wit
     throw ConfigError(fmt::format("readout request {}: the menu has no items", row),
                       "a state with no legal action is terminal; do not read it out");
   CheckIds(req.prompt, vocab, "prompt", row);
+  const int64_t P = static_cast<int64_t>(req.prompt.size());
+  const bool no_span = req.scored_begin == 0 && req.scored_end == 0;
+  if (!no_span && (req.scored_begin < 1 || req.scored_begin > req.scored_end || req.scored_end > P))
+    throw ConfigError(fmt::format("readout request {}: scored span [{}, {}) is not inside the prompt "
+                                  "[1, {}]",
+                                  row, req.scored_begin, req.scored_end, P),
+                      "a scored span needs at least one token before it and must end within the "
+                      "prompt");
+  pr.span_begin = req.scored_begin;
+  pr.span_end = req.scored_end;
   pr.prompt_len = static_cast<int64_t>(req.prompt.size());
   pr.num_items = static_cast<int64_t>(req.realisations.size());
 
@@ -290,6 +301,15 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
         logit_rows.push_back(b * L + pr.prompt_len + static_cast<int64_t>(n));
       }
   }
+  // Scored spans: token t of the span is read at the row of token t - 1.
+  std::vector<int64_t> span_row, span_tok, span_b;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = rows[b].span_begin; t < rows[b].span_end; ++t) {
+      span_row.push_back(static_cast<int64_t>(logit_rows.size()));
+      logit_rows.push_back(b * L + t - 1);
+      span_tok.push_back(rows[b].ids[t]);
+      span_b.push_back(b);
+    }
   auto logp_rows = torch::log_softmax(
       model->Logits(flat_hidden.index_select(0, IndexTensor(logit_rows, device))), -1);  // [N, V]
 
@@ -340,6 +360,11 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
 
   ReadoutBatch out;
   out.normalisation = options.normalisation;
+  out.span_logp = torch::zeros({B}, fopts);
+  if (!span_row.empty())
+    out.span_logp = out.span_logp.index_add(
+        0, IndexTensor(span_b, device),
+        logp_rows.index({IndexTensor(span_row, device), IndexTensor(span_tok, device)}));
   cost.logit_rows = static_cast<int64_t>(logit_rows.size());
   auto slot_t = IndexTensor(slot_index, device);
   out.realisation_logp = torch::full({B * K * R}, kNegInf, fopts)
@@ -372,7 +397,10 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
   // Values: last prompt token, and the last token of each afterstate branch
   // (an empty branch is the prompt itself).
   std::vector<int64_t> value_rows;
-  for (int64_t b = 0; b < B; ++b) value_rows.push_back(b * L + rows[b].prompt_len - 1);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& pr = rows[b];
+    value_rows.push_back(b * L + (pr.span_end > 0 ? pr.span_begin : pr.prompt_len) - 1);
+  }
   std::vector<int64_t> branch_slot;
   if (options.afterstate_values) {
     for (int64_t b = 0; b < B; ++b) {

@@ -30,6 +30,13 @@ struct ReadoutRequest {
   // so that the events "the answer starts with wording r" are disjoint; -1 means
   // no end token (a prefix collision is then a ConfigError).
   TokenId end_token = -1;
+  // Optional scored span [scored_begin, scored_end) of the prompt (a sampled
+  // scratchpad z between the state and the answer prefix): the same pass reads
+  // log π(z|s) = Σ_t log π(prompt[t] | prompt[<t]) into ReadoutBatch::span_logp,
+  // and the value head is read at the token before the span (the state s,
+  // before the thought). Needs 1 <= scored_begin <= scored_end <= prompt size;
+  // scored_begin = scored_end = 0 (the default) scores nothing.
+  int64_t scored_begin = 0, scored_end = 0;
 };
 
 struct ReadoutOptions {
@@ -56,10 +63,13 @@ struct ReadoutBatch {
   torch::Tensor candidate_mass;    // [B] Σ over distinct label tokens of softmax(row)
   torch::Tensor row_entropy;       // [B] entropy of the full-vocabulary answer row
   torch::Tensor menu_entropy;      // [B] entropy of the menu-normalised p(·|s)
-  torch::Tensor value;             // [B] value head at the last prompt token
+  torch::Tensor value;             // [B] value head at the last prompt token (at the token
+                                   // before the scored span when a request has one)
+  torch::Tensor span_logp;         // [B] log π(scored span | what precedes it); 0 without a span
   torch::Tensor afterstate_value;  // [B,K] value at each branch's last token (0 padding);
                                    // undefined unless afterstate_values
-  ForwardCost cost;                // one call: packed (unpadded) tokens, mask pairs, logit/value rows
+  ForwardCost cost;                // one call: packed (unpadded) tokens, mask pairs, logit/value
+                                   // rows (a scored span adds one logit row per token)
   std::string normalisation;       // ReadoutOptions::normalisation it was read with
 };
 
@@ -74,10 +84,11 @@ struct DecisionLogProbs {
 DecisionLogProbs DecisionDistribution(const ReadoutBatch& rb);
 
 // One forward pass over the whole batch. Gradients flow through log_p,
-// log_p_other, realisation_logp, value and afterstate_value when grad mode is on.
+// log_p_other, realisation_logp, span_logp, value and afterstate_value when grad
+// mode is on.
 // Throws ConfigError for empty prompts/menus/wordings, token ids outside the
 // vocabulary, identical wordings of different items, prefix collisions without
-// an end token, or an unknown normalisation.
+// an end token, a scored span outside the prompt, or an unknown normalisation.
 ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& batch,
                      const ReadoutOptions& options = {});
 

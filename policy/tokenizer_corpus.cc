@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "envs/env.h"
+#include "envs/reasoning_oracle.h"
 
 namespace rlid::policy {
 
@@ -29,6 +30,9 @@ std::vector<std::string> EnvTextCorpus(const envs::Env& env, const EnvCorpusOpti
         for (const auto& r : item.realisations) doc += r + "\n";
         doc += item.afterstate + "\n";
       }
+      // Worked reasoning, as reasoning prompts show it (envs with a ReasoningOracle).
+      if (auto* worked = dynamic_cast<const envs::ReasoningOracle*>(state.get()))
+        doc += "Reasoning: " + worked->OracleReasoning() + "\n";
       const auto& chosen = menu.items[rng.UniformInt(menu.size())];
       doc += "Action: " + chosen.label + "\n";
       state->Apply(chosen.action);

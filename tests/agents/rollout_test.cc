@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "memory/store.h"
 #include "memory/writer.h"
 #include "tests/agents/fixtures.h"
@@ -17,11 +18,12 @@ struct Rig {
   policy::Tokenizer tok;
   policy::TransformerLM model{nullptr};
   std::unique_ptr<policy::PromptRenderer> renderer;
-  explicit Rig(const std::string& env_name, std::vector<std::string> params = {}) {
+  explicit Rig(const std::string& env_name, std::vector<std::string> params = {},
+               policy::PromptConfig prompt = {}) {
     env = envs::MakeEnv(env_name, params);
     tok = testing::EnvTokenizer(*env);
     model = testing::TinyModel(tok);
-    renderer = std::make_unique<policy::PromptRenderer>(policy::PromptConfig{}, tok);
+    renderer = std::make_unique<policy::PromptRenderer>(prompt, tok);
   }
   AgentContext Ctx() {
     AgentContext c;
@@ -151,6 +153,113 @@ TEST(Rollout, TokenPlaneRecordsEveryInvalidAnswerWithItsReason) {
   EXPECT_EQ(b.invalid_steps, invalid);
   EXPECT_EQ(b.env_steps, decisions);  // an invalid answer used an interaction too
   EXPECT_GT(b.generated_tokens, 0);
+}
+
+// Think-then-decide: every decision first samples a scratchpad z (at most
+// max_think_tokens, ended by its line), reads the menu after z ++ answer
+// prefix, and records log π(z|s) from that readout pass — the same number a
+// plain teacher-forced scoring gives. The budget counts z's tokens, and greedy
+// evaluation is deterministic.
+TEST(Rollout, DecisionPlaneThinksThenReadsTheMenu) {
+  policy::PromptConfig pc;
+  pc.reasoning = true;
+  pc.max_think_tokens = 5;
+  Rig rig("arith", {"digits=2", "choices=2"}, pc);
+  policy::SamplerOptions so;
+  so.max_new_tokens = 2;  // the scratchpad limit is max_think_tokens, not this
+  policy::TextSampler sampler(rig.model->config(), so, torch::kCPU);
+  sampler.SyncWeights(rig.model);
+  auto ctx = rig.Ctx();
+  ctx.sampler = &sampler;
+  Budget b;
+  auto eps = RunDecisionEpisodes(ctx, Specs(6), envs::Split::kTrain, false, b);
+  ASSERT_EQ(eps.size(), 6u);
+  int64_t z_tokens = 0, long_thoughts = 0;
+  const auto prefix = rig.renderer->EncodeCached(pc.answer_prefix);
+  for (const auto& e : eps) {
+    ASSERT_EQ(e.steps.size(), 1u);
+    const auto& st = e.steps[0];
+    EXPECT_NE(st.prompt.text.find("Reasoning:"), std::string::npos);
+    ASSERT_FALSE(st.response.empty());
+    EXPECT_LE(st.response.size(), 5u);
+    long_thoughts += st.response.size() > 2;
+    EXPECT_EQ(st.response.size(), st.rollout_logp.size());
+    z_tokens += static_cast<int64_t>(st.response.size());
+    // The readout suffix is the answer prefix, after a newline unless z ended its line.
+    ASSERT_GE(st.readout_suffix.size(), prefix.size());
+    EXPECT_TRUE(std::equal(prefix.rbegin(), prefix.rend(), st.readout_suffix.rbegin()));
+    // log π(z|s) from the readout pass = plain teacher-forced scoring.
+    torch::NoGradGuard ng;
+    const double plain =
+        policy::NaiveRealisationLogProbs(rig.model, st.prompt.tokens, st.response).sum().item<double>();
+    EXPECT_NEAR(st.think_logp, plain, 1e-3 * std::max(1.0, std::abs(plain)));
+    EXPECT_LT(st.think_logp, 0.0);
+    double total = 0;
+    for (float lp : st.log_p) total += std::exp(lp);
+    EXPECT_NEAR(total, 1.0, 1e-4);
+    // The store keeps the scratchpad as the step's generated text, and the joint log-prob.
+    auto rec = ToRecord(e, ctx);
+    EXPECT_EQ(rec.steps[0].generated_text, st.response_text);
+    EXPECT_NEAR(rec.steps[0].logp_rollout, st.log_p[st.item] + st.think_logp, 1e-5);
+  }
+  EXPECT_GT(long_thoughts, 0);  // the sampler's own max_new_tokens did not cap z
+  EXPECT_EQ(b.generated_tokens, z_tokens);
+  EXPECT_EQ(sampler.options().max_new_tokens, 2);  // restored after the rollout
+
+  // Greedy: deterministic scratchpads and choices.
+  Budget g1, g2;
+  auto a = RunDecisionEpisodes(ctx, Specs(4), envs::Split::kTest, true, g1);
+  auto c = RunDecisionEpisodes(ctx, Specs(4), envs::Split::kTest, true, g2);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].steps[0].response, c[i].steps[0].response);
+    EXPECT_EQ(a[i].steps[0].item, c[i].steps[0].item);
+  }
+  EXPECT_EQ(sampler.options().temperature, 1.0);
+
+  ctx.sampler = nullptr;  // a reasoning decision plane needs its sampler
+  Budget none;
+  EXPECT_THROW(RunDecisionEpisodes(ctx, Specs(1), envs::Split::kTrain, false, none), ConfigError);
+}
+
+// The warm start's demonstrations with reasoning prompts: each step carries
+// the env's worked reasoning as its scratchpad, the token-plane target is
+// " <reasoning>\nAction: <label>" (which the answer grammar compiles back to
+// the demonstrated item), and the decision plane reads after the same tokens.
+// An env without worked reasoning is refused with a hint.
+TEST(Rollout, ScriptedDemonstrationsCarryTheWorkedReasoning) {
+  policy::PromptConfig pc;
+  pc.reasoning = true;
+  Rig rig("arith", {"digits=3"}, pc);
+  auto ctx = rig.Ctx();
+  Budget b;
+  Chooser first_optimal = [](const envs::State& state, const StepData& step, Rng&) {
+    auto best = dynamic_cast<const envs::OracleState&>(state).OptimalActions();
+    return step.menu.IndexOfAction(best.at(0));
+  };
+  auto eps = RunScriptedEpisodes(ctx, Specs(5), envs::Split::kTrain, first_optimal, b);
+  ASSERT_EQ(eps.size(), 5u);
+  const auto& tok = rig.renderer->tokenizer();
+  for (const auto& e : eps) {
+    const auto& st = e.steps.at(0);
+    const auto& item = st.menu.items[st.item];
+    // "... ; so 8 1 1": the worked reasoning ends with the answer the item names.
+    ASSERT_NE(st.response_text.find(" so "), std::string::npos) << st.response_text;
+    EXPECT_EQ(item.command, "answer " + st.response_text.substr(st.response_text.rfind(" so ") + 4));
+    EXPECT_EQ(st.response, rig.renderer->ThoughtTokens(st.response_text));
+    EXPECT_EQ(st.readout_suffix, rig.renderer->EncodeCached(pc.answer_prefix));
+    auto answer = rig.renderer->AnswerTokens(item, false, st.response_text);
+    EXPECT_EQ(answer.back(), tok.eos_id());
+    const std::string text = tok.Decode(answer, /*skip_special=*/true);
+    EXPECT_EQ(text, " " + st.response_text + "\nAction: " + item.label);
+    EXPECT_EQ(st.menu.Compile(text).item, st.item) << text;
+    auto req = ReadoutRequestFor(*rig.renderer, st, ctx.readout, false);
+    EXPECT_EQ(req.scored_begin, static_cast<int64_t>(st.prompt.tokens.size()));
+    EXPECT_EQ(req.scored_end - req.scored_begin, static_cast<int64_t>(st.response.size()));
+  }
+  Rig maze("maze", {"size=3"}, pc);
+  auto mctx = maze.Ctx();
+  Chooser any = [](const envs::State&, const StepData&, Rng&) { return 0; };
+  EXPECT_THROW(RunScriptedEpisodes(mctx, Specs(1), envs::Split::kTrain, any, b), ConfigError);
 }
 
 TEST(Rollout, InvalidRuleEndStopsTheEpisode) {

@@ -225,6 +225,73 @@ TEST(Readout, DiagnosticsAndValuesMatchDirectComputation) {
   }
 }
 
+// Think-then-decide: a scratchpad z inside the prompt is scored in the same
+// pass. span_logp equals plain teacher-forced scoring of z after the state,
+// the menu is read after z exactly as without a span, the value moves to the
+// token before z, the span's gradient is the teacher-forced one, and each
+// span token costs one logit row.
+TEST(Readout, ScoredSpanEqualsPlainTeacherForcedScoring) {
+  TransformerLM m = RandomModel(17);
+  Rng rng(23);
+  std::vector<ReadoutRequest> batch, plain;
+  std::vector<std::vector<TokenId>> states, thoughts;
+  for (int b = 0; b < 3; ++b) {
+    auto req = RandomRequest(rng, 4 + 3 * b, 3);
+    plain.push_back(req);
+    const auto state = std::vector<TokenId>(req.prompt.begin(), req.prompt.end() - 2);
+    states.push_back(state);
+    thoughts.push_back(std::vector<TokenId>(req.prompt.end() - 2, req.prompt.end()));
+    // b = 2 scores nothing: a row without a span in a batch with spans.
+    if (b < 2) {
+      req.scored_begin = static_cast<int64_t>(state.size());
+      req.scored_end = static_cast<int64_t>(req.prompt.size()) - (b == 1 ? 1 : 0);
+    }
+    batch.push_back(req);
+  }
+  auto out = Readout(m, batch);
+  auto ref = Readout(m, plain);
+  EXPECT_LT((out.log_p - ref.log_p).masked_fill(out.item_mask.logical_not(), 0).abs().max().item<double>(),
+            1e-5);
+  for (int b = 0; b < 3; ++b) {
+    const auto& req = batch[b];
+    const int64_t n = req.scored_end - req.scored_begin;
+    if (n == 0) {
+      EXPECT_EQ(out.span_logp[b].item<double>(), 0.0);
+      EXPECT_NEAR(out.value[b].item<double>(), ref.value[b].item<double>(), 1e-6);
+      continue;
+    }
+    std::vector<TokenId> z(req.prompt.begin() + req.scored_begin, req.prompt.begin() + req.scored_end);
+    torch::NoGradGuard ng;
+    const double expect = NaiveRealisationLogProbs(m, states[b], z).sum().item<double>();
+    EXPECT_NEAR(out.span_logp[b].item<double>(), expect, 1e-4 * std::max(1.0, std::abs(expect))) << b;
+    EXPECT_LT(out.span_logp[b].item<double>(), -0.5);  // sharp weights: a real number, not 0
+    EXPECT_NEAR(out.value[b].item<double>(), m->Value(PlainHidden(m, states[b])[-1]).item<double>(), 1e-5);
+  }
+  EXPECT_EQ(out.cost.logit_rows - ref.cost.logit_rows, 2 + 1);
+  EXPECT_EQ(out.cost.tokens, ref.cost.tokens);
+
+  // Gradient of span_logp[0] = gradient of the teacher-forced log-likelihood.
+  m->zero_grad();
+  Readout(m, {batch[0]}).span_logp[0].backward();
+  std::vector<torch::Tensor> packed;
+  for (auto& p : m->parameters()) packed.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  m->zero_grad();
+  NaiveRealisationLogProbs(m, states[0], thoughts[0]).sum().backward();
+  double max_diff = 0;
+  size_t i = 0;
+  for (auto& p : m->parameters()) {
+    auto g = p.grad().defined() ? p.grad() : torch::zeros_like(p);
+    max_diff = std::max(max_diff, (g - packed[i++]).abs().max().item<double>());
+  }
+  EXPECT_LT(max_diff, 1e-4);
+
+  for (auto [b0, b1] : {std::pair<int64_t, int64_t>{0, 2}, {3, 2}, {1, 99}}) {
+    auto bad = batch[0];
+    bad.scored_begin = b0, bad.scored_end = b1;
+    EXPECT_THROW(Readout(m, {bad}), ConfigError) << b0 << " " << b1;
+  }
+}
+
 TEST(Readout, GradientEqualsNaiveGradient) {
   TransformerLM m = RandomModel(21);
   ReadoutRequest req;

@@ -185,6 +185,10 @@ void SftConfig::Load(ConfigNode n) {
   n.GetEnum("answer", answer, {"command", "label"},
             "token-plane demonstration answer: the command text or the label letter");
   n.Get("lm_weight", lm_weight, "plain LM loss on the prompt text", Range::NonNegative());
+  n.Get("plain_weight", plain_weight,
+        "with prompt.reasoning: label readout on the prompt without reasoning too (arms that do "
+        "not think share the warm start)",
+        Range::NonNegative());
 }
 
 namespace {
@@ -252,6 +256,31 @@ void ExperimentConfig::CheckConsistency() const {
             "readout.normalisation = 'other' adds an off-menu outcome it has no afterstate for",
             root.Section("trainer").Where("estimator")),
         "use readout.normalisation = 'menu' with the all-action estimator");
+  // Think-then-decide trains the joint log π(z|s) + log p(a|s,z) with PPO's
+  // clipped surrogate; these options would need π(z|s) where only the menu
+  // given z is read, or would sample z from another distribution.
+  const bool decision =
+      TrainerPresetRegistry::Global().Get(t.algorithm).factory()->plane == policy::Plane::kDecision;
+  if (decision && prompt.reasoning) {
+    const std::string where = root.Section("prompt").Where("reasoning");
+    if (t.estimator == "all_action")
+      throw ConfigError(fmt::format("{}: trainer.estimator = 'all_action' with prompt.reasoning: the "
+                                    "all-action sum is over the menu given one scratchpad, not over "
+                                    "scratchpads",
+                                    where),
+                        "use the sampled-action estimator with reasoning");
+    if (t.kl.coef > 0)
+      throw ConfigError(fmt::format("{}: trainer.kl with prompt.reasoning in the decision plane: the "
+                                    "exact menu KL does not cover the scratchpad",
+                                    where),
+                        "set trainer.kl.coef = 0, or prompt.reasoning = false");
+    if (sampler.temperature != 1.0 || sampler.top_p != 1.0)
+      throw ConfigError(fmt::format("{}: the decision plane samples its scratchpads at "
+                                    "sampler.temperature {} / top_p {}, but PPO's ratio uses π(z|s) "
+                                    "itself",
+                                    where, sampler.temperature, sampler.top_p),
+                        "set sampler.temperature = 1 and sampler.top_p = 1 with reasoning");
+  }
   if (t.overlong_buffer > 0 && t.overlong_buffer >= sampler.max_new_tokens)
     throw ConfigError(
         fmt::format(

@@ -122,6 +122,10 @@ struct SftConfig {
   std::string answer =
       "command";           // token-plane answer text: the command ("go north") or the label ("B")
   double lm_weight = 0.2;  // plain LM loss on the prompt text (learn the env's vocabulary)
+  // With prompt.reasoning: also the label readout on the same state's prompt
+  // without reasoning, so one warm start serves arms that think and arms that
+  // do not (compare arms with --set prompt.reasoning=false). 0 = off.
+  double plain_weight = 1.0;
   void Load(ConfigNode n);
 };
 

@@ -42,7 +42,8 @@ DecisionBatch FlattenDecisions(const std::vector<agents::EpisodeData>& episodes,
     const auto* st = b.dec[i].step;
     b.old_dist.push_back(agents::DecisionLogP(*st, readout));
     outcome[i] = agents::DecisionOutcome(*st);
-    old_logp[i] = b.old_dist.back()[outcome[i]];
+    // The joint log π(z|s) + log p(a|s,z) with a scratchpad (think_logp = 0 without).
+    old_logp[i] = b.old_dist.back()[outcome[i]] + st->think_logp;
     old_value[i] = st->value;
     double r = st->reward;
     if (use_ref) {
@@ -142,7 +143,9 @@ Forward ReadDecisions(const agents::AgentContext& agent, const std::vector<Decis
   Forward f;
   f.dist = dd.log_p.to(torch::kFloat64);
   f.mask = dd.mask;
-  f.logp = f.dist.gather(1, outcomes.to(f.dist.device()).unsqueeze(1)).squeeze(1);
+  // log p(a|s), or log π(z|s) + log p(a|s,z) for a step that thought first.
+  f.logp = f.dist.gather(1, outcomes.to(f.dist.device()).unsqueeze(1)).squeeze(1) +
+           rb.span_logp.to(torch::kFloat64);
   f.value = rb.value.to(torch::kFloat64);
   if (all_action) f.afterstate_value = rb.afterstate_value.to(torch::kFloat64);
   f.cost = rb.cost;
@@ -266,6 +269,7 @@ class PpoDecisionTrainer final : public Trainer {
       if (t.target_kl > 0 && epoch_updates > 0 && epoch_kl / epoch_updates > t.target_kl) break;
     }
     c.budget.samples_used += N;
+    if (c.agent.sampler) c.agent.sampler->SyncWeights(model);  // the scratchpads' next rollout
 
     // ---- 5. metrics --------------------------------------------------------------
     double u = std::max<int64_t>(updates, 1);

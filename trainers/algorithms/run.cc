@@ -285,12 +285,17 @@ policy::TextSampler& Run::Sampler() {
   return *sampler_;
 }
 
+void Run::SyncSampler() {
+  if (sampler_) sampler_->SyncWeights(model);
+}
+
 agents::AgentContext Run::Agent(policy::Plane plane, int64_t iteration) {
   agents::AgentContext ctx;
   ctx.env = env.get();
   ctx.model = model;
   ctx.ref_model = ref_model;
-  ctx.sampler = plane == policy::Plane::kToken ? &Sampler() : nullptr;
+  // The token plane samples answers; a decision plane that reasons samples its scratchpads.
+  ctx.sampler = plane == policy::Plane::kToken || cfg.prompt.reasoning ? &Sampler() : nullptr;
   ctx.renderer = renderer.get();
   ctx.readout = cfg.readout;
   ctx.invalid = cfg.trainer.invalid;

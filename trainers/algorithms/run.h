@@ -97,6 +97,9 @@ class Run {
   // rollout engine is created on first use and synced with the policy).
   agents::AgentContext Agent(policy::Plane plane, int64_t iteration);
   policy::TextSampler& Sampler();
+  // Copies the policy's weights into the rollout engine when one exists (after
+  // an update or a restore; a new engine copies them when it is created).
+  void SyncSampler();
   Recorder& recorder() { return *recorder_; }
   void End(const std::string& status);
 

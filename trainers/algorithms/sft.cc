@@ -58,6 +58,25 @@ SftResult RunSft(Run& s, bool quiet) {
   if (steps.empty())
     throw ConfigError("rlid sft: the demonstrations contain no decisions", "raise sft.episodes");
 
+  // With reasoning prompts, the same states as arms without reasoning see them
+  // (plain prompt, label readout right after the answer prefix).
+  const bool plain = s.cfg.prompt.reasoning && c.plain_weight > 0 && c.label_weight > 0;
+  std::vector<agents::StepData> plain_steps;
+  if (plain) {
+    policy::PromptConfig pc = s.cfg.prompt;
+    pc.reasoning = false;
+    const policy::PromptRenderer plain_renderer(pc, s.tokenizer);
+    for (const auto* st : steps) {
+      agents::StepData p;
+      p.menu = st->menu;
+      std::vector<std::string> memory;
+      for (const auto& r : st->memory) memory.push_back(r.item.content);
+      p.prompt = plain_renderer.Render(s.env->Instructions(), st->observation, memory, st->menu,
+                                       policy::Plane::kDecision);
+      plain_steps.push_back(std::move(p));
+    }
+  }
+
   // ---- training ----------------------------------------------------------------
   const int64_t N = result.examples;
   const int64_t steps_per_epoch = (N + c.batch_size - 1) / c.batch_size;
@@ -79,7 +98,7 @@ SftResult RunSft(Run& s, bool quiet) {
     for (int64_t b0 = 0; b0 < N; b0 += c.batch_size) {
       ThrowIfInterrupted();
       int64_t b1 = std::min(N, b0 + c.batch_size);
-      std::vector<policy::ReadoutRequest> reqs;
+      std::vector<policy::ReadoutRequest> reqs, plain_reqs;
       // One LM pass covers the prompt text (lm_weight) and the answer (answer_weight).
       std::vector<policy::ScoreRequest> texts;
       std::vector<int64_t> targets, prompt_len;
@@ -88,9 +107,14 @@ SftResult RunSft(Run& s, bool quiet) {
         const auto* st = steps[perm[k]];
         reqs.push_back(agents::ReadoutRequestFor(*s.renderer, *st, s.cfg.readout, false));
         targets.push_back(st->item);
+        if (plain)
+          plain_reqs.push_back(
+              agents::ReadoutRequestFor(*s.renderer, plain_steps[perm[k]], s.cfg.readout, false));
         const auto& p = st->prompt.tokens;
         std::vector<policy::TokenId> rest(p.begin() + 1, p.end());
-        auto answer = s.renderer->AnswerTokens(st->menu.items[st->item], c.answer == "command");
+        // With reasoning prompts the answer is the worked scratchpad, then the action.
+        auto answer = s.renderer->AnswerTokens(st->menu.items[st->item], c.answer == "command",
+                                               st->readout_suffix.empty() ? "" : st->response_text);
         rest.insert(rest.end(), answer.begin(), answer.end());
         texts.push_back({{p.front()}, rest});
         prompt_len.push_back(static_cast<int64_t>(p.size()) - 1);
@@ -100,7 +124,14 @@ SftResult RunSft(Run& s, bool quiet) {
         auto rb = policy::Readout(s.model, reqs, ropts);
         s.budget.update.AddForward(s.model->config(), rb.cost);
         auto t = torch::tensor(targets, torch::kInt64).to(rb.log_p.device());
-        loss = loss + c.label_weight * -rb.log_p.gather(1, t.unsqueeze(1)).mean();
+        // NLL of the demonstrated decision: -log p(a|s), or with a scratchpad
+        // the joint -(log π(z|s) + log p(a|s,z)).
+        loss = loss + c.label_weight * -(rb.log_p.gather(1, t.unsqueeze(1)).squeeze(1) + rb.span_logp).mean();
+        if (plain) {
+          auto pb = policy::Readout(s.model, plain_reqs, ropts);
+          s.budget.update.AddForward(s.model->config(), pb.cost);
+          loss = loss + c.label_weight * c.plain_weight * -pb.log_p.gather(1, t.unsqueeze(1)).mean();
+        }
       }
       if (c.answer_weight > 0 || c.lm_weight > 0) {
         auto sb = policy::ScoreResponses(s.model, texts);
@@ -137,6 +168,7 @@ SftResult RunSft(Run& s, bool quiet) {
   }
 
   // ---- evaluation and checkpoint -------------------------------------------------
+  s.SyncSampler();  // a reasoning decision plane made its rollout engine for the demonstrations
   const int64_t n_eval = s.cfg.trainer.eval_episodes;
   result.decision_greedy = Evaluate(s.Agent(policy::Plane::kDecision, c.epochs),
                                     policy::Plane::kDecision, n_eval, true, s.budget, &s.recorder());

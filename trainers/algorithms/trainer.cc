@@ -313,7 +313,7 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
                     "open it with RunOptions::resume (rlid train --resume --out DIR)");
     fs::path dir = run.resume_checkpoint;
     policy::RestoreWeights(dir.string(), run.model);
-    if (plane == policy::Plane::kToken) run.Sampler().SyncWeights(run.model);
+    run.SyncSampler();
     trainer.LoadState(dir.string());
     const nlohmann::json meta = policy::ReadCheckpointMeta(dir.string());
     start = meta.at("extra").at("iteration").get<int64_t>() + 1;

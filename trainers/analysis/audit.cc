@@ -14,7 +14,9 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/rng.h"
+#include "agents/rollout.h"
 #include "policy/readout.h"
+#include "policy/sampler.h"
 #include "trainers/algorithms/optim.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/decision_losses.h"
@@ -41,9 +43,33 @@ constexpr int64_t kChunk = int64_t{1} << 20;  // elements per float64 reduction 
 
 struct AuditState {
   envs::Menu menu;
-  policy::RenderedPrompt prompt;
+  policy::RenderedPrompt prompt;  // with [prompt] reasoning: tokens end with z ++ answer prefix
   std::unique_ptr<envs::State> state;
+  int64_t think_begin = 0, think_end = 0;  // the scratchpad z in prompt.tokens (empty: none)
 };
+
+// With [prompt] reasoning the checks run given a scratchpad: the model's own
+// greedy one (at most max_think_tokens, ending its line), appended with the
+// answer prefix as a thinking rollout does (agents::RunDecisionEpisodes).
+void AppendGreedyThoughts(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
+                          std::vector<AuditState>& states) {
+  policy::SamplerOptions o;
+  o.temperature = 0;
+  o.max_new_tokens = renderer.config().max_think_tokens;
+  policy::TextSampler sampler(model->config(), o, model->device());
+  sampler.SyncWeights(model);
+  const auto& tok = renderer.tokenizer();
+  const policy::StopFn end_of_line = agents::EndOfThought(tok);
+  for (auto& a : states) {
+    const auto z = sampler.Sample({a.prompt.tokens}, 1, end_of_line, 0)[0][0].tokens;
+    auto& t = a.prompt.tokens;
+    a.think_begin = static_cast<int64_t>(t.size());
+    t.insert(t.end(), z.begin(), z.end());
+    a.think_end = static_cast<int64_t>(t.size());
+    const auto suffix = renderer.AfterThought(tok.Decode(z, /*skip_special=*/true));
+    t.insert(t.end(), suffix.begin(), suffix.end());
+  }
+}
 
 // Test-split states reached by seeded random play, menus shuffled per state.
 std::vector<AuditState> CollectStates(const envs::Env& env, const policy::PromptRenderer& renderer,
@@ -76,6 +102,7 @@ policy::ReadoutRequest DistinctRequest(const policy::PromptRenderer& renderer,
                                        const AuditState& a) {
   policy::ReadoutRequest r;
   r.prompt = a.prompt.tokens;
+  r.scored_begin = a.think_begin, r.scored_end = a.think_end;
   r.end_token = renderer.tokenizer().eos_id();
   for (auto& words : renderer.Realisations(a.menu, /*all=*/true)) {
     std::vector<std::vector<TokenId>> distinct;
@@ -343,12 +370,23 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
                "separate passes"};
   torch::NoGradGuard ng;
   FiniteGuard finite;
-  double max_other = 0, max_menu = 0;
-  int64_t wordings = 0;
+  double max_other = 0, max_menu = 0, max_think = 0;
+  int64_t wordings = 0, thoughts = 0, think_tokens = 0;
   for (size_t si = 0; si < states.size(); ++si) {
     auto req = DistinctRequest(renderer, states[si]);
     auto other = policy::Readout(model, {req}, {"other", false});
     auto menu = policy::Readout(model, {req}, {"menu", false});
+    if (req.scored_end > req.scored_begin) {  // log π(z|s) read in the pass vs scored alone
+      const std::vector<TokenId> s(req.prompt.begin(), req.prompt.begin() + req.scored_begin),
+          z(req.prompt.begin() + req.scored_begin, req.prompt.begin() + req.scored_end);
+      const double sep = SeparateLogProb(ref, s, z).item<double>();
+      const double pass = menu.span_logp[0].item<double>();
+      if (finite(sep, [&] { return fmt::format("state {} separate log pi(z|s)", si + 1); }) &
+          finite(pass, [&] { return fmt::format("state {} single-pass log pi(z|s)", si + 1); }))
+        max_think = std::max(max_think, std::abs(pass - sep));
+      ++thoughts;
+      think_tokens += req.scored_end - req.scored_begin;
+    }
     auto scored = ScoredWordings(req);
     const size_t K = req.realisations.size();
     std::vector<std::vector<double>> per_item(K);
@@ -377,6 +415,15 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
     }
   }
   c.passed = max_other <= kLogPTolerance && max_menu <= kLogPTolerance;
+  if (thoughts > 0) {
+    // A sum over the scratchpad's tokens: the tolerance scales with its length.
+    const double think_tol = kLogPTolerance * static_cast<double>(std::max<int64_t>(1, think_tokens));
+    c.passed = c.passed && max_think <= think_tol;
+    c.note = fmt::format(
+        "Given a scratchpad z (prompt.reasoning): the model's greedy z, {} tokens over {} states; "
+        "max |single-pass log pi(z|s) - separate| = {} (tolerance {}).",
+        think_tokens, thoughts, Num(max_think), Num(think_tol));
+  }
   c.numbers = {{"states", std::to_string(states.size())},
                {"wordings scored separately (one plain forward each)", std::to_string(wordings)},
                {"forward passes: single-pass vs separate",
@@ -980,6 +1027,7 @@ std::vector<AuditCheck> RunAudit(policy::TransformerLM model,
     return out;
   }
   auto states = CollectStates(env, renderer, options.states, options.seed);
+  if (renderer.config().reasoning) AppendGreedyThoughts(model, renderer, states);
   int64_t wanted = 0;
   for (size_t i = 1; i < kIds.size(); ++i) wanted += want(kIds[i]);
   Progress progress("audit checks", wanted, options.progress, /*every_s=*/0);

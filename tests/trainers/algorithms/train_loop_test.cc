@@ -201,6 +201,35 @@ TEST(TrainLoop, ResumeAfterACrashEqualsAnUninterruptedRun) {
   ExpectResumeEqualsUninterrupted(*Experiment(LoopToml()), /*crash_at=*/3);
 }
 
+// Think-then-decide (prompt.reasoning) in decision PPO: a crashed run resumes
+// to the uninterrupted one (the scratchpad sampler gets the restored weights),
+// the store keeps each scratchpad and the joint log-prob, and the budget
+// counts the scratchpad tokens. Options that cannot cover the scratchpad are
+// refused when the config loads.
+TEST(PpoDecision, ThinkingRunsResumeAndRecordTheScratchpad) {
+  const std::vector<std::string> think = {"prompt.reasoning=true", "prompt.max_think_tokens=6"};
+  ExpectResumeEqualsUninterrupted(
+      *Experiment(LoopToml("name = \"arith\"\ndigits = 2\nchoices = 2"), think), /*crash_at=*/3,
+      [](const std::string& dir) {
+        auto q = Query(dir,
+                       "SELECT count(*), sum(generated_tokens), min(length(generated_text)) FROM steps "
+                       "JOIN episodes e ON e.id = steps.episode_id WHERE e.split = 'train'");
+        ASSERT_GT(AsDouble(q.rows[0][0]), 0);
+        EXPECT_GT(AsDouble(q.rows[0][2]), 0) << "every decision carries its scratchpad";
+        auto g = Query(dir,
+                       "SELECT value FROM metrics WHERE key = 'budget/generated_tokens' ORDER BY "
+                       "iteration DESC LIMIT 1");
+        EXPECT_GE(AsDouble(g.rows[0][0]), AsDouble(q.rows[0][1]))
+            << "the budget counts the scratchpads (evaluation's too)";
+      });
+  for (const char* bad : {"trainer.estimator=all_action", "trainer.kl.coef=0.1", "sampler.temperature=0.7"}) {
+    EXPECT_THROW(Experiment(LoopToml("name = \"arith\"\ndigits = 2\nchoices = 2"),
+                            {"prompt.reasoning=true", bad}),
+                 ConfigError)
+        << bad;
+  }
+}
+
 // The same with memory on, on the keys household: the bank is restored from the
 // store (facts, summaries, keyword retrieval across episodes of the same house).
 TEST(TrainLoop, ResumeWithMemoryEqualsAnUninterruptedRun) {

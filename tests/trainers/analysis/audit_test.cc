@@ -151,6 +151,31 @@ TEST(Audit, ADisagreeingIndependentSideIsCaught) {
   EXPECT_EQ(CountFailed(checks), 0) << FormatAudit(checks);
 }
 
+// With reasoning prompts the audit runs given the model's own greedy
+// scratchpad: the marginalisation identity holds given z, log π(z|s) read in
+// the readout pass equals separate scoring, and a perturbed independent side
+// is caught there too.
+TEST(Audit, MarginalisationHoldsGivenAScratchpad) {
+  policy::SetNumThreads(1);
+  auto s = Make("arith", {"digits=2", "choices=2"});
+  policy::PromptConfig pc;
+  pc.reasoning = true;
+  pc.max_think_tokens = 6;
+  s.renderer = std::make_unique<policy::PromptRenderer>(pc, s.tok);
+  AuditOptions o;
+  o.states = 3;
+  o.only = {"marginalisation"};
+  auto checks = RunAudit(s.model, *s.renderer, *s.env, o);
+  std::cout << FormatAudit(checks);
+  const AuditCheck* c = Find(checks, "marginalisation");
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->passed) << c->note;
+  EXPECT_NE(c->note.find("Given a scratchpad z"), std::string::npos) << c->note;
+  o.reference_model = Perturbed(s.model, 0.05);
+  checks = RunAudit(s.model, *s.renderer, *s.env, o);
+  EXPECT_FALSE(Find(checks, "marginalisation")->passed);
+}
+
 // A NaN on the independent side reaches the comparisons (the audited weights
 // are finite): each check fails and names the non-finite number.
 TEST(Audit, NonFiniteComparedNumbersFailTheCheck) {
