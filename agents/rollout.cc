@@ -83,6 +83,7 @@ void WriteFacts(AgentContext& ctx, Slot& s, int t) {
 StepData PrepareStep(AgentContext& ctx, Slot& s, policy::Plane plane) {
   StepData step;
   step.t = static_cast<int>(s.data.steps.size());
+  step.sample_seed = Rng::DeriveSeed(ctx.seed, "turn", s.data.spec.stream, static_cast<uint64_t>(step.t));
   step.observation =
       ObservationText(*s.state, s.turns, ctx.env->Info().step_limit, ctx.show_steps_left);
   step.state_hash = s.state->Hash();
@@ -373,9 +374,9 @@ class SamplerScope {
 // decision plane's scratchpads) into response / rollout_logp / response_text,
 // and books the sampler's work. Identical prompts (e.g. a group at its first
 // step) share one encoding: they are bucketed by how many steps show them.
-// Seeds derive from (run seed, stream, iteration, call).
+// Every text draws from its step's sample_seed and `stream`.
 void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const policy::StopFn& stop,
-                 const char* stream, uint64_t& call, Budget& budget) {
+                 const char* stream, Budget& budget) {
   const auto& tok = ctx.renderer->tokenizer();
   std::map<uint64_t, std::vector<size_t>> by_prompt;
   for (size_t b = 0; b < steps.size(); ++b) by_prompt[steps[b]->prompt.hash].push_back(b);
@@ -386,9 +387,12 @@ void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const p
   const policy::ForwardCost before_cost = ctx.sampler->cost();
   for (const auto& [count, hashes] : by_count) {
     std::vector<std::vector<policy::TokenId>> prompts;
-    for (uint64_t h : hashes) prompts.push_back(steps[by_prompt[h][0]]->prompt.tokens);
-    uint64_t seed = Rng::DeriveSeed(ctx.seed, stream, ctx.iteration, call++);
-    auto results = ctx.sampler->Sample(prompts, static_cast<int>(count), stop, seed);
+    std::vector<uint64_t> row_seeds;
+    for (uint64_t h : hashes) {
+      prompts.push_back(steps[by_prompt[h][0]]->prompt.tokens);
+      for (size_t member : by_prompt[h]) row_seeds.push_back(Rng::DeriveSeed(steps[member]->sample_seed, stream));
+    }
+    auto results = ctx.sampler->Sample(prompts, static_cast<int>(count), stop, row_seeds);
     for (size_t p = 0; p < hashes.size(); ++p) {
       const auto& members = by_prompt[hashes[p]];
       for (size_t j = 0; j < members.size(); ++j) {
@@ -458,7 +462,6 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
   const bool other = ctx.readout.off_menu_outcome();
   const bool think = ctx.renderer->config().reasoning;
   std::optional<SamplerScope> sampler_scope;
-  uint64_t think_call = 0;
   policy::StopFn end_of_line;
   if (think) {
     if (!ctx.sampler)
@@ -499,7 +502,7 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
           std::vector<StepData*> thinking;
           for (size_t b = 0; b < slots.size(); ++b)
             if (!slots[b]->needs_value) thinking.push_back(&steps[b]);
-          if (!thinking.empty()) SampleTexts(ctx, thinking, end_of_line, "think", think_call, budget);
+          if (!thinking.empty()) SampleTexts(ctx, thinking, end_of_line, "think", budget);
           for (StepData* st : thinking) st->readout_suffix = ctx.renderer->AfterThought(st->response_text);
         }
         for (const StepData& step : steps) {
@@ -703,7 +706,6 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
   };
 
   Lockstep lockstep(ctx, specs, split, policy::Plane::kToken);
-  uint64_t call = 0;
   // Greedy evaluation decodes at temperature 0; the training options come back after.
   SamplerScope scope(ctx.sampler, greedy, 0);
 
@@ -733,7 +735,7 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
       std::optional<StageTimer> sampling(std::in_place, readout_seconds);
       std::vector<StepData*> pointers;
       for (auto& st : steps) pointers.push_back(&st);
-      SampleTexts(ctx, pointers, stop, "sampler", call, budget);
+      SampleTexts(ctx, pointers, stop, "sampler", budget);
       sampling.reset();
 
       StageTimer timer(env_seconds);

@@ -57,6 +57,10 @@ struct EpisodeSpec {
 
 struct StepData {
   int t = 0;
+  // The random stream of this turn's sampled text (answer or scratchpad): from
+  // (run seed, the episode's stream, t) only, so the text does not depend on
+  // the batch the step was sampled in.
+  uint64_t sample_seed = 0;
   std::string observation;
   policy::RenderedPrompt prompt;
   envs::Menu menu;                        // as shown (labels may be permuted)

@@ -124,8 +124,19 @@ void TextSampler::Draw(const torch::Tensor& logits, const torch::Tensor& u, std:
 
 std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std::vector<TokenId>>& prompts,
                                                            int n, const StopFn& stop, uint64_t seed) {
+  std::vector<uint64_t> row_seeds;
+  for (size_t r = 0; r < prompts.size() * static_cast<size_t>(std::max(n, 0)); ++r)
+    row_seeds.push_back(Rng::DeriveSeed(seed, "text_sampler", r));
+  return Sample(prompts, n, stop, row_seeds);
+}
+
+std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std::vector<TokenId>>& prompts,
+                                                           int n, const StopFn& stop,
+                                                           const std::vector<uint64_t>& row_seeds) {
   if (n < 1) throw ConfigError(fmt::format("samples per prompt must be >= 1, found {}", n));
   const int64_t N = static_cast<int64_t>(prompts.size());
+  if (row_seeds.size() != static_cast<size_t>(N * n))
+    throw InternalError(fmt::format("{} row seeds for {} prompts x {} samples", row_seeds.size(), N, n));
   std::vector<std::vector<SampleResult>> results(N, std::vector<SampleResult>(n));
   if (N == 0) return results;
   const int64_t vocab = engine_->config().vocab_size;
@@ -139,7 +150,6 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
     Pmax = std::max<int64_t>(Pmax, prompts[i].size());
   }
   torch::NoGradGuard no_grad;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(Rng::DeriveSeed(seed, "text_sampler"));
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   const int64_t rows = N * n;
 
@@ -184,8 +194,11 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
   }
 
   for (int step = 0; step < options_.max_new_tokens; ++step) {
-    auto u_all = torch::rand({rows}, gen, torch::TensorOptions().dtype(torch::kFloat64));
-    auto u = u_all.index_select(0, torch::tensor(active, i64));
+    // Counter-based uniforms in [0, 1): 53 bits of a hash of (row seed, step).
+    std::vector<double> u_active;
+    for (int64_t r : active)
+      u_active.push_back(static_cast<double>(Rng::DeriveSeed(row_seeds[r], "u", step) >> 11) * 0x1.0p-53);
+    auto u = torch::tensor(u_active, torch::kFloat64);
     std::vector<int64_t> tok;
     std::vector<float> lp;
     Draw(logits, u, tok, lp);

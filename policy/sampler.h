@@ -55,6 +55,13 @@ class TextSampler {
   // is encoded once). Deterministic given `seed` and the inputs.
   std::vector<std::vector<SampleResult>> Sample(const std::vector<std::vector<TokenId>>& prompts, int n,
                                                 const StopFn& stop, uint64_t seed);
+  // The same with a random stream per row: row r (prompt r / n, sample r % n)
+  // draws its k-th token with a uniform that depends only on row_seeds[r] and
+  // k, so a row's text does not depend on which other rows share the batch
+  // (num_envs, data-parallel ranks). row_seeds.size() must be prompts.size() * n.
+  std::vector<std::vector<SampleResult>> Sample(const std::vector<std::vector<TokenId>>& prompts, int n,
+                                                const StopFn& stop,
+                                                const std::vector<uint64_t>& row_seeds);
 
   // Budget counters since construction / ResetCounters(): the forwards'
   // work (prompt encodings + decoding steps, recomputations included; the

@@ -120,10 +120,9 @@ TEST(TokenBudget, GrpoTrainsLoraAdaptersAndTheEngineGetsThemMerged) {
                 "policy.lora.rank=4", "policy.lora.alpha=64", "trainer.lr=1e-2"});
   auto& model = run.session().model;
   const auto q0 = model->model->layer_list[0]->self_attn->q_proj->weight.clone();
-  double kept = 0;
-  for (int64_t it = 0; it < 3 && kept == 0; ++it) kept = MetricValue(run.Iterate(it), "sampling/kept_groups");
-  ASSERT_GT(kept, 0) << "no group with reward variance: nothing trained";
   const auto& q = model->model->layer_list[0]->self_attn->q_proj;
+  // Until some group's rewards differ (all-equal groups have zero advantage).
+  for (int64_t it = 0; it < 6 && q->lora_B->weight.abs().sum().item<double>() == 0; ++it) run.Iterate(it);
   EXPECT_TRUE(torch::equal(q->weight, q0));  // the base is frozen
   EXPECT_GT(q->lora_B->weight.abs().sum().item<double>(), 0);
   auto& engine = run.session().Sampler().engine();

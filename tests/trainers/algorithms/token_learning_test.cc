@@ -132,7 +132,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(LearnCase{"grpo_bandit", "grpo", false, 12, 0.25, 0.25, 0},
                       LearnCase{"dr_grpo_bandit", "dr_grpo", false, 12, 0.25, 0.25, 0},
                       LearnCase{"dapo_bandit", "dapo", false, 12, 0.25, 0.25, 0},
-                      LearnCase{"gspo_bandit", "gspo", false, 16, 0.25, 0.25, 0},
+                      LearnCase{"gspo_bandit", "gspo", false, 20, 0.25, 0.25, 0},
                       LearnCase{"grpo_maze3", "grpo", true, 10, 0, 0, 0.05},
                       LearnCase{"dr_grpo_maze3", "dr_grpo", true, 10, 0, 0, 0.05},
                       LearnCase{"dapo_maze3", "dapo", true, 10, 0, 0, 0.05},
