@@ -23,7 +23,7 @@ double TrainingArm::Iteration(int64_t it) {
   const agents::StageTimes before = s.times;
   const double t0 = Now();
   trainers::IterationContext ctx{it, s.cfg.trainer, s.cfg.run.seed, s.Agent(trainer->plane(), it),
-                                 s.budget, s.recorder()};
+                                 s.budget, s.recorder(), s.comm};
   trainers::Metrics m = trainer->Iterate(ctx);
   const double iterate_s = Now() - t0;
   // Booked before the metrics / the flush add to logging, as in Train.

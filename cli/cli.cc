@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -71,7 +72,17 @@ int Run(CLI::App& app, std::vector<std::unique_ptr<Command>>& keep, int argc, ch
 
 }  // namespace
 
+namespace {
+std::vector<std::string>& MutableCliArgs() {
+  static std::vector<std::string> args;
+  return args;
+}
+}  // namespace
+
+const std::vector<std::string>& CliArgs() { return MutableCliArgs(); }
+
 int RunCli(int argc, char** argv) {
+  MutableCliArgs().assign(argv + std::min(argc, 1), argv + argc);
   InstallInterruptHandlers();
   CLI::App app{"rlid: reinforcement learning for language agents in the decision plane"};
   app.require_subcommand(1);

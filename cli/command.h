@@ -31,6 +31,9 @@ using CommandRegistry = Registry<Command>;
 // Parses argv, runs the command, returns the process exit code.
 int RunCli(int argc, char** argv);
 int RunCli(const std::vector<std::string>& args);  // args without argv[0]
+// The arguments of the running RunCli call, without argv[0] (the --nproc
+// launcher starts its ranks with them).
+const std::vector<std::string>& CliArgs();
 
 // Options shared by commands that take an environment:
 //   --env NAME --seed S --set env.key=value ... [--config FILE]

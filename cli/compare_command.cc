@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/dist_job.h"
 #include "core/error.h"
 #include "policy/checkpoint.h"
 #include "trainers/algorithms/experiment.h"
@@ -23,8 +24,13 @@ class CompareCommand : public Command {
     app.add_option("--set", sets_, "override a config key for every arm (repeatable)");
     app.add_option("--out", out_, "run directory (default: runs/<name>-compare-<timestamp>)");
     app.add_flag("--quiet", quiet_, "no progress lines");
+    job_.Add(app);
     app.callback([this] {
+      // [run] dist_* and device come from the base config (the arms share them).
+      auto base = trainers::ExperimentConfig::Load(config_, WithGlobalOverrides(sets_));
+      if (!job_.Enter(*base)) return;  // this process launched the ranks
       auto r = trainers::RunCompare(config_, WithGlobalOverrides(sets_), out_, quiet_);
+      if (!job_.lead()) return;
       std::cout << "\n" << r.table << "\n" << r.verdict << "\n\n";
       std::cout << fmt::format(
           "budget: {} = {:g} per arm and seed; seeds: {}; all arms started from {}\n",
@@ -37,6 +43,7 @@ class CompareCommand : public Command {
   std::string config_, out_;
   std::vector<std::string> sets_;
   bool quiet_ = false;
+  DistJob job_;
 };
 
 class AuditCommand : public Command {

@@ -20,7 +20,9 @@ namespace {
 class SqlCommand : public Command {
  public:
   void Setup(CLI::App& app) override {
-    app.add_option("target", target_, "run directory (containing rlid.db) or database file")
+    app.add_option("target", target_,
+                   "run directory (containing rlid.db; a data-parallel run's rank shards are "
+                   "attached, so tables and views cover every rank) or database file")
         ->required();
     app.add_option("sql", sql_,
                    "one read-only statement, e.g. \"SELECT * FROM v_run_budget\"; views: "

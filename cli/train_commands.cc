@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/dist_job.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -48,6 +49,7 @@ class TrainCommand : public Command {
     app.add_flag("--resume", resume_, "continue the run in --out from its last checkpoint");
     app.add_flag("--metrics-only", metrics_only_,
                  "record runs, metrics and checkpoints but not episodes/steps/menus/memory reads");
+    job_.Add(app);
     app.footer("trainers: " + Join(trainers::TrainerRegistry::Global().Names(), ", "));
     app.callback([this] { Run(); });
   }
@@ -57,6 +59,7 @@ class TrainCommand : public Command {
     if (resume_ && opts_.out.empty())
       throw ConfigError("--resume needs --out DIR (the run directory to continue)");
     auto cfg = ExperimentConfig::Load(opts_.config, WithGlobalOverrides(opts_.sets));
+    if (!job_.Enter(*cfg)) return;  // this process launched the ranks, which did the work
     auto trainer = trainers::TrainerRegistry::Global().Make(cfg->trainer.algorithm);
     trainers::Run s(*cfg, {.out_dir = opts_.out,
                            .kind = "train",
@@ -65,6 +68,7 @@ class TrainCommand : public Command {
                            .record = !metrics_only_});
     auto r = trainers::Train(s, *trainer, {resume_, false});
     s.End("completed");
+    if (!job_.lead()) return;
     std::cout << fmt::format("\n{} finished {} iterations in {}\n", cfg->trainer.algorithm,
                              r.iterations, s.dir);
     PrintEval("test (greedy)", r.final_greedy);
@@ -72,6 +76,7 @@ class TrainCommand : public Command {
     std::cout << "checkpoint " << r.final_checkpoint << "\n";
   }
   RunOptions opts_;
+  DistJob job_;
   bool resume_ = false, metrics_only_ = false;
 };
 

@@ -66,6 +66,16 @@ class EnvError : public Error {
   int exit_code() const override { return 6; }
 };
 
+// A data-parallel job lost a rank: it exited, stopped responding past the
+// collective timeout, or the rendezvous could not form. The message names the
+// rank(s) and what they last reported. Exit code 7.
+class DistError : public Error {
+ public:
+  using Error::Error;
+  const char* kind() const override { return "distributed error"; }
+  int exit_code() const override { return 7; }
+};
+
 // "error message\n  hint: ..." as main() prints it.
 std::string FormatError(const Error& e);
 

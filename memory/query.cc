@@ -468,7 +468,9 @@ class QueryScope {
 
 QueryOutcome StreamReadOnlyQuery(const Db& db, std::string_view sql, RowSink& sink,
                                  const QueryLimits& limits) {
-  if (limits.max_memory_bytes > 0)
+  // (Changing temp_store drops every temporary object, the views that join a
+  // sharded run's files included: set it only when it differs.)
+  if (limits.max_memory_bytes > 0 && db.QueryInt("PRAGMA temp_store") != 2)
     sqlite3_exec(db.handle(), "PRAGMA temp_store = MEMORY", nullptr, nullptr, nullptr);
   Authorizer auth;
   QueryScope scope(db, &auth);  // outlives the statement

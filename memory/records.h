@@ -17,6 +17,9 @@ inline constexpr double kNotApplicable = std::numeric_limits<double>::quiet_NaN(
 
 // One row of `runs`. BeginRun fills start time and status "running".
 struct RunRecord {
+  // 0: the next free id. > 0: this id (a data-parallel rank's shard mirrors the
+  // run row of rank 0's database, so its episodes reference the same run).
+  int64_t id = 0;
   std::string name;
   std::string arm;          // "ppo_decision", "grpo", ...; may be empty
   std::string kind;         // "train" | "eval" | "compare" | "sft"

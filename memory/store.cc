@@ -34,7 +34,8 @@ constexpr size_t kMaxKnownPrompts = size_t{1} << 20;
 std::string HashHex(uint64_t h) { return fmt::format("{:016x}", h); }
 
 // "file:/a/b.db?immutable=1" with the path percent-encoded for SQLite's URI parser.
-std::string ImmutableUri(const std::string& path) {
+// "file:<absolute path, percent-encoded>?<query>".
+std::string FileUri(const std::string& path, std::string_view query) {
   std::string out = "file:";
   for (unsigned char c : fs::absolute(path).string()) {
     if (std::isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-' || c == '~')
@@ -42,8 +43,10 @@ std::string ImmutableUri(const std::string& path) {
     else
       out += fmt::format("%{:02X}", c);
   }
-  return out + "?immutable=1";
+  return out + "?" + std::string(query);
 }
+
+std::string ImmutableUri(const std::string& path) { return FileUri(path, "immutable=1"); }
 
 // True when the file's header says WAL mode (bytes 18 and 19 are 2).
 bool IsWalFile(const std::string& path) {
@@ -114,6 +117,8 @@ struct Store::Statements {
   Statement begin_run, end_run, episode, prompt, step, menu, item, parent, read, metric, checkpoint,
       has_item;
 };
+
+std::string ShardFileName(int rank) { return fmt::format("rlid.rank{}.db", rank); }
 
 std::string ResolveDatabasePath(const std::string& run_dir_or_file) {
   std::error_code ec;
@@ -242,7 +247,76 @@ void Store::ResetIdAllocators() {
   item_ids_.Reset(db_.QueryInt("SELECT COALESCE(MAX(id), 0) FROM memory_items") + 1);
 }
 
+// The tables every rank writes (rank 0 alone writes runs, metrics, checkpoints).
+constexpr const char* kShardedTables[] = {"episodes", "steps", "menu_items", "memory_items",
+                                          "memory_parents", "memory_reads"};
+
+// The shards of a data-parallel run beside its rlid.db, in rank order.
+std::vector<std::pair<int, fs::path>> ShardsBeside(const std::string& path) {
+  std::vector<std::pair<int, fs::path>> out;
+  const fs::path p(path);
+  if (p.filename() != kDatabaseFileName) return out;
+  std::error_code ec;
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    int rank = 0;
+    char tail = 0;
+    if (std::sscanf(name.c_str(), "rlid.rank%d.d%c", &rank, &tail) == 2 && tail == 'b' &&
+        name == ShardFileName(rank) && rank > 0)
+      out.emplace_back(rank, e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Store::AttachShards() {
+  const auto shards = ShardsBeside(path());
+  if (shards.empty()) return;
+  std::vector<std::string> schemas = {"main"};
+  for (const auto& [rank, file] : shards) {
+    const std::string schema = fmt::format("rank{}", rank);
+    std::string uri = ReadOnlyUriFor(file.string());
+    if (uri.empty()) uri = FileUri(file.string(), "mode=ro");
+    Statement attach = db_.Prepare(fmt::format("ATTACH DATABASE ? AS {}", schema));
+    attach.Bind(1, uri);
+    attach.Run();
+    const int64_t v = db_.QueryInt(fmt::format("SELECT COALESCE(MAX(version), 0) FROM {}.rlid_schema", schema));
+    if (v != SchemaVersionOf(db_))
+      throw IoError(fmt::format("'{}' (rank {}'s episodes) has schema version {}, '{}' has {}",
+                                file.string(), rank, v, path(), SchemaVersionOf(db_)),
+                    "open both with the same rlid once for writing (rlid train --resume), or "
+                    "query each file on its own");
+    schemas.push_back(schema);
+  }
+  // Temporary views named like the tables shadow them (SQLite resolves names in
+  // temp first), and temporary copies of rlid's views read those: every query
+  // and view sees the rows of all ranks as one table. temp_store is set first
+  // and for good (changing it later would drop the views): temporary b-trees of
+  // queries on a sharded run live in memory, where --max-memory-mb counts them.
+  db_.Exec("PRAGMA temp_store = MEMORY");
+  auto union_of = [&](const std::string& table, const char* op) {
+    std::vector<std::string> parts;
+    for (const auto& s : schemas) parts.push_back(fmt::format("SELECT * FROM {}.{}", s, table));
+    return fmt::format("CREATE TEMP VIEW {} AS {}", table, fmt::join(parts, op));
+  };
+  for (const char* t : kShardedTables) db_.Exec(union_of(t, " UNION ALL "));
+  db_.Exec(union_of("prompts", " UNION "));  // shared by hash: the same row in several files
+  std::vector<std::string> views;
+  {
+    Statement q = db_.Prepare("SELECT sql FROM main.sqlite_master WHERE type = 'view' ORDER BY rowid");
+    while (q.Step()) views.push_back(q.Text(0));
+  }
+  for (const auto& sql : views) {
+    const auto at = sql.find("CREATE VIEW");
+    RLID_CHECK(at == 0, "unexpected view definition: {}", sql.substr(0, 60));
+    db_.Exec("CREATE TEMP VIEW" + sql.substr(std::string("CREATE VIEW").size()));
+  }
+  attached_shards_ = static_cast<int>(shards.size());
+}
+
 void Store::OpenReadOnly() {
+  AttachShards();
   db_.Exec("PRAGMA query_only = 1");
   // Below the statement checks of RunReadOnlyQuery: no schema tricks, no
   // extensions, no fts3_tokenizer (its two-argument form installs a C
@@ -270,8 +344,8 @@ void Store::OpenReadOnly() {
 void Store::Prepare() {
   st_ = std::make_unique<Statements>();
   st_->begin_run = db_.Prepare(
-      "INSERT INTO runs(name, arm, kind, config_toml, seed, code_version, allow_cross_split, "
-      "started_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')");
+      "INSERT INTO runs(id, name, arm, kind, config_toml, seed, code_version, allow_cross_split, "
+      "started_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')");
   st_->end_run = db_.Prepare("UPDATE runs SET status = ?, ended_at = ? WHERE id = ?");
   st_->episode = db_.Prepare(
       "INSERT INTO episodes(id, run_id, env, seed, split, plane, policy_version, iteration, ret, "
@@ -311,14 +385,16 @@ int64_t Store::BeginRun(const RunRecord& run) {
   RequireWritable(mode_, path());
   RLID_CHECK(!run.name.empty(), "a run needs a name");
   RLID_CHECK(!run.kind.empty(), "run '{}' needs a kind (train/eval/compare/sft)", run.name);
-  st_->begin_run.Bind(1, run.name)
-      .Bind(2, run.arm)
-      .Bind(3, run.kind)
-      .Bind(4, run.config_toml)
-      .Bind(5, static_cast<int64_t>(run.seed))
-      .Bind(6, run.code_version.empty() ? VersionString() : run.code_version)
-      .Bind(7, run.allow_cross_split)
-      .Bind(8, NowIso8601());
+  RLID_CHECK(run.id >= 0, "run id {} (expected 0 = next free, or a positive id)", run.id);
+  st_->begin_run.Bind(1, run.id > 0 ? std::optional<int64_t>(run.id) : std::nullopt)
+      .Bind(2, run.name)
+      .Bind(3, run.arm)
+      .Bind(4, run.kind)
+      .Bind(5, run.config_toml)
+      .Bind(6, static_cast<int64_t>(run.seed))
+      .Bind(7, run.code_version.empty() ? VersionString() : run.code_version)
+      .Bind(8, run.allow_cross_split)
+      .Bind(9, NowIso8601());
   st_->begin_run.Run();
   return db_.LastInsertRowid();
 }

@@ -25,6 +25,13 @@ namespace rlid::memory {
 
 inline constexpr const char* kDatabaseFileName = "rlid.db";
 
+// A data-parallel run: rank 0 writes rlid.db (runs, metrics, checkpoints, its
+// episodes); rank r > 0 writes its episodes to "rlid.rank<r>.db" beside it,
+// with ids from r * kShardIdStride + 1 on, so ids are unique across the run's
+// files. Read-only opens of rlid.db attach the shards (Store::Open).
+std::string ShardFileName(int rank);
+inline constexpr int64_t kShardIdStride = int64_t{1} << 40;
+
 // Client-side id allocation (thread-safe). Ids are handed out before the rows
 // are committed, so an episode's memory items and reads can reference each
 // other while the episode is still in the writer's queue.
@@ -116,6 +123,9 @@ class Store {
   QueryResult Query(std::string_view sql) const { return RunReadOnlyQuery(db_, sql); }
   // PRAGMA integrity_check == "ok" and PRAGMA foreign_key_check is empty.
   bool CheckIntegrity(std::string* report = nullptr) const;
+  // Read-only opens of a run's rlid.db: how many rank shards are attached
+  // (their episodes, steps, menus and memory appear in every table and view).
+  int attached_shards() const { return attached_shards_; }
   const Db& db() const { return db_; }
   Db& db() { return db_; }
 
@@ -124,6 +134,7 @@ class Store {
         const std::string& immutable_uri);
   void OpenReadWrite();
   void OpenReadOnly();
+  void AttachShards();
   void CheckVersion(int version) const;
   void RequireRun(int64_t run_id, std::string_view doing) const;
   void ResetIdAllocators();
@@ -147,6 +158,7 @@ class Store {
   Mode mode_;
   StoreOptions options_;
   int schema_version_ = 0;
+  int attached_shards_ = 0;
   IdAllocator episode_ids_, item_ids_;
 
   // Prompt hashes known to be committed (skips re-inserting repeated prompts).

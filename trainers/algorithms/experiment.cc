@@ -26,6 +26,11 @@ void RunConfig::Load(ConfigNode n) {
         IntRange::NonNegative());
   n.Get("keep_checkpoints", keep_checkpoints,
         "keep only the newest N iteration checkpoints (0 = keep all)", IntRange::NonNegative());
+  n.Get("dist_timeout_s", dist_timeout_s,
+        "data-parallel jobs: how long rendezvous and every collective wait for the other ranks",
+        Range::Positive());
+  n.Get("dist_bucket_mb", dist_bucket_mb, "data-parallel jobs: gradient all-reduce bucket size",
+        IntRange::AtLeast(1));
 }
 
 void TokenizerConfig::Load(ConfigNode n) {

@@ -170,99 +170,142 @@ class PpoDecisionTrainer final : public Trainer {
     const bool use_ref = t.kl.coef > 0 && c.agent.ref_model;
     policy::TransformerLM model = c.agent.model;
 
-    // ---- 1. rollout ------------------------------------------------------------
+    // ---- 1. rollout: this rank's share of the train seeds ---------------------------
     c.agent.bootstrap_truncated = t.bootstrap_truncated;
-    auto episodes = agents::RunDecisionEpisodes(c.agent, TrainSpecs(t, c.seed, it),
+    auto episodes = agents::RunDecisionEpisodes(c.agent, RankSpecs(TrainSpecs(t, c.seed, it), c.comm),
                                                 envs::Split::kTrain, /*greedy=*/false, c.budget);
     c.recorder.Episodes(episodes, c.agent);
-    Metrics metrics = RolloutMetrics(episodes);
+    Metrics metrics = RolloutMetrics(episodes, &c.comm);
     Batch batch = FlattenDecisions(episodes, c.agent.readout, t, use_ref, it);
     const int64_t N = batch.size();
+    // The job's decisions, rank after rank (one process's order): this rank's
+    // are [offset, offset + N) of N_all.
+    int64_t offset = 0, N_all = 0;
+    {
+      const auto counts = c.comm.Gather(std::vector<int64_t>{N}, "decision counts");
+      for (int r = 0; r < c.comm.size(); ++r) {
+        if (r < c.comm.rank()) offset += counts[r][0];
+        N_all += counts[r][0];
+      }
+    }
 
-    // ---- 2. advantages -----------------------------------------------------------
+    // ---- 2. advantages (per episode or per group: no other rank needed) ----------
     auto [adv, ret] = DecisionAdvantages(t, episodes, batch);
     CheckFinite(adv, "advantages", it);
     CheckFinite(ret, "value targets", it);
 
-    // ---- 3. gradient signal-to-noise at the rollout weights ------------------------
-    if (t.grad_snr_every > 0 && it % t.grad_snr_every == 0)
+    // ---- 3. gradient signal-to-noise at the rollout weights (rank 0's episodes) ----
+    if (t.grad_snr_every > 0 && it % t.grad_snr_every == 0 && c.comm.rank() == 0)
       for (const auto& kv : Snr(c, episodes, batch, adv, all_action)) metrics.push_back(kv);
 
-    // ---- 4. epochs x minibatches -------------------------------------------------
+    // ---- 4. epochs x minibatches of the job's decisions ------------------------------
+    // Every rank draws the same permutation of the N_all decisions, computes the
+    // terms of the minibatch's decisions it holds, each divided by the
+    // minibatch's global size M, and the gradients are summed over ranks: one
+    // process's update on the same batch.
+    const std::vector<torch::Tensor> params = TrainableParameters(model).tensors;
     Rng shuffle = Rng::Stream(c.seed, "minibatches", it);
     double sum_pg = 0, sum_v = 0, sum_ent = 0, sum_kl = 0, sum_clip = 0, sum_akl = 0, sum_gn = 0,
            sum_after = 0, sum_menu_kl = 0;
     int64_t updates = 0, epochs_run = 0;
     model->train();
     for (int64_t epoch = 0; epoch < t.epochs; ++epoch) {
-      auto perm = shuffle.Permutation(static_cast<int>(N));
+      auto perm = shuffle.Permutation(static_cast<int>(N_all));
       double epoch_kl = 0;
       int64_t epoch_updates = 0;
-      for (int64_t b0 = 0; b0 < N; b0 += t.minibatch_size) {
+      for (int64_t b0 = 0; b0 < N_all; b0 += t.minibatch_size) {
         ThrowIfInterrupted();  // between optimiser steps (a checkpoint holds whole iterations)
-        const int64_t b1 = std::min(N, b0 + t.minibatch_size);
-        std::vector<int64_t> idx(perm.begin() + b0, perm.begin() + b1);
+        const int64_t b1 = std::min(N_all, b0 + t.minibatch_size);
+        const double M = static_cast<double>(b1 - b0);
+        std::vector<int64_t> idx;  // this rank's decisions of the minibatch (local indices)
+        for (int64_t k = b0; k < b1; ++k)
+          if (perm[k] >= offset && perm[k] < offset + N) idx.push_back(perm[k] - offset);
         auto ix = torch::tensor(idx, torch::kInt64);
-        auto fw =
-            ReadDecisions(c.agent, batch.dec, idx, batch.outcome.index_select(0, ix), all_action);
-        const auto dev = fw.dist.device();
-        const int64_t K = fw.dist.size(1);
-        auto pick = [&](const torch::Tensor& x) { return x.index_select(0, ix).to(dev); };
-        auto mb_adv = pick(adv);
-        if (t.normalize_advantages && t.advantage.estimator == "gae" && mb_adv.numel() > 1)
-          mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8);
-
-        // Exact KL(old || new) of the decision distribution: the early-stop
-        // signal of target_kl (approx_kl is its single-sample estimate, logged
-        // for comparison with CleanRL).
-        double menu_kl = 0;
-        {
-          torch::NoGradGuard ng;
-          auto old = Rows(batch.old_dist, idx, K, -INFINITY).to(dev);
-          menu_kl = MenuKl(old, fw.dist, fw.mask).mean().item<double>();
+        // Whitening (GAE, normalize_advantages) uses the whole minibatch's mean and std.
+        double adv_mean = 0, adv_std = 1;
+        const bool whiten = t.normalize_advantages && t.advantage.estimator == "gae" && M > 1;
+        if (whiten) {
+          auto a = adv.index_select(0, ix);
+          auto st = c.comm.Sum({a.sum().item<double>(), a.pow(2).sum().item<double>()},
+                               "advantage statistics");
+          adv_mean = st[0] / M;
+          adv_std = std::sqrt(std::max(0.0, (st[1] - M * adv_mean * adv_mean) / (M - 1)));
         }
-        sum_menu_kl += menu_kl;
-        epoch_kl += menu_kl;
-        ++epoch_updates;
-
-        torch::Tensor pg;
-        if (!all_action) {
-          auto res = DecisionPpoLoss(t.loss, fw.logp, pick(batch.old_logp), mb_adv);
-          pg = res.loss;
-          sum_clip += res.metrics.count("clip_frac") ? res.metrics["clip_frac"] : 0.0;
-          sum_akl += res.metrics.count("approx_kl") ? res.metrics["approx_kl"] : 0.0;
-        } else {
-          // q_hat(s, a): afterstate critic values recorded at rollout (detached).
-          std::vector<std::vector<float>> q;
-          for (int64_t i : idx) q.push_back(batch.dec[i].step->afterstate_values);
-          std::vector<int64_t> all(idx.size());
-          for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-          // (all_action needs normalisation "menu": the outcomes are the K items.)
-          pg = -AllActionSurrogate(fw.dist, fw.mask, Rows(q, all, K, 0.0).to(dev)).mean();
-          // The afterstate critic learns the return of the action taken.
-          auto taken = pick(batch.outcome);
-          auto after = fw.afterstate_value.gather(1, taken.unsqueeze(1)).squeeze(1);
-          auto after_loss = 0.5 * (after - pick(ret)).pow(2).mean();
-          sum_after += after_loss.item<double>();
-          pg = pg + t.vf_coef * after_loss;
-        }
-        auto v = ValueLoss(fw.value, pick(batch.old_value), pick(ret), t.vf_clip);
-        auto ent = MenuEntropy(fw.dist, fw.mask).mean();
-        torch::Tensor loss = pg + t.vf_coef * v - t.ent_coef * ent;
-        if (use_ref && t.kl.placement == "loss") {
-          auto ref = Rows(batch.ref_dist, idx, K, -INFINITY).to(dev);
-          auto kl = MenuKl(fw.dist, ref, fw.mask).mean();
-          loss = loss + t.kl.coef * kl;
-          sum_kl += kl.item<double>();
-        }
-        CheckFinite(loss, "loss", it);
+        // This rank's terms: [menu_kl, pg, value, entropy, kl_ref, clip, approx_kl, afterstate, loss]
+        std::vector<double> terms(9, 0.0);
         opt_->ZeroGrad();
-        loss.backward();
-        c.budget.update.AddForwardBackward(model->config(), fw.cost);
+        if (!idx.empty()) {
+          auto fw =
+              ReadDecisions(c.agent, batch.dec, idx, batch.outcome.index_select(0, ix), all_action);
+          const auto dev = fw.dist.device();
+          const int64_t K = fw.dist.size(1);
+          auto pick = [&](const torch::Tensor& x) { return x.index_select(0, ix).to(dev); };
+          auto mb_adv = pick(adv);
+          if (whiten) mb_adv = (mb_adv - adv_mean) / (adv_std + 1e-8);
+          const double share = static_cast<double>(idx.size()) / M;
+
+          // Exact KL(old || new) of the decision distribution: the early-stop
+          // signal of target_kl (approx_kl is its single-sample estimate, logged
+          // for comparison with CleanRL).
+          {
+            torch::NoGradGuard ng;
+            auto old = Rows(batch.old_dist, idx, K, -INFINITY).to(dev);
+            terms[0] = MenuKl(old, fw.dist, fw.mask).sum().item<double>() / M;
+          }
+          torch::Tensor pg;
+          if (!all_action) {
+            auto res = DecisionPpoLoss(t.loss, fw.logp, pick(batch.old_logp), mb_adv, {M, M});
+            pg = res.loss;
+            terms[5] = (res.metrics.count("clip_frac") ? res.metrics["clip_frac"] : 0.0) * share;
+            terms[6] = (res.metrics.count("approx_kl") ? res.metrics["approx_kl"] : 0.0) * share;
+          } else {
+            // q_hat(s, a): afterstate critic values recorded at rollout (detached).
+            std::vector<std::vector<float>> q;
+            for (int64_t i : idx) q.push_back(batch.dec[i].step->afterstate_values);
+            std::vector<int64_t> all(idx.size());
+            for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+            // (all_action needs normalisation "menu": the outcomes are the K items.)
+            pg = -AllActionSurrogate(fw.dist, fw.mask, Rows(q, all, K, 0.0).to(dev)).sum() / M;
+            // The afterstate critic learns the return of the action taken.
+            auto taken = pick(batch.outcome);
+            auto after = fw.afterstate_value.gather(1, taken.unsqueeze(1)).squeeze(1);
+            auto after_loss = 0.5 * (after - pick(ret)).pow(2).sum() / M;
+            terms[7] = after_loss.item<double>();
+            pg = pg + t.vf_coef * after_loss;
+          }
+          auto v = ValueLoss(fw.value, pick(batch.old_value), pick(ret), t.vf_clip, M);
+          auto ent = MenuEntropy(fw.dist, fw.mask).sum() / M;
+          torch::Tensor loss = pg + t.vf_coef * v - t.ent_coef * ent;
+          if (use_ref && t.kl.placement == "loss") {
+            auto ref = Rows(batch.ref_dist, idx, K, -INFINITY).to(dev);
+            auto kl = MenuKl(fw.dist, ref, fw.mask).sum() / M;
+            loss = loss + t.kl.coef * kl;
+            terms[4] = kl.item<double>();
+          }
+          loss.backward();
+          c.budget.update.AddForwardBackward(model->config(), fw.cost);
+          terms[1] = pg.item<double>();
+          terms[2] = v.item<double>();
+          terms[3] = ent.item<double>();
+          terms[8] = loss.item<double>();
+        }
+        c.comm.AllReduceGradients(params);
+        terms = c.comm.Sum(terms, "loss terms");
+        if (!std::isfinite(terms[8]))
+          throw NumericError(fmt::format("non-finite loss at iteration {}", it),
+                             "weights were not updated; lower the learning rate, check rewards, "
+                             "or resume from the last checkpoint");
         sum_gn += opt_->Step(it, it);
-        sum_pg += pg.item<double>();
-        sum_v += v.item<double>();
-        sum_ent += ent.item<double>();
+        sum_menu_kl += terms[0];
+        epoch_kl += terms[0];
+        sum_pg += terms[1];
+        sum_v += terms[2];
+        sum_ent += terms[3];
+        sum_kl += terms[4];
+        sum_clip += terms[5];
+        sum_akl += terms[6];
+        sum_after += terms[7];
+        ++epoch_updates;
         ++updates;
       }
       ++epochs_run;
@@ -283,13 +326,12 @@ class PpoDecisionTrainer final : public Trainer {
     if (all_action) metrics.push_back({"losses/afterstate_value", sum_after / u});
     metrics.push_back({"losses/grad_norm", sum_gn / u});
     metrics.push_back({"charts/lr", opt_->current_lr()});
-    metrics.push_back({"charts/decisions", static_cast<double>(N)});
+    metrics.push_back({"charts/decisions", static_cast<double>(N_all)});
     metrics.push_back({"charts/epochs", static_cast<double>(epochs_run)});
-    int64_t cut = 0;
+    double cut = 0;
     for (const auto& e : episodes) cut += e.truncated;
-    metrics.push_back(
-        {"charts/truncated_frac",
-         static_cast<double>(cut) / static_cast<double>(std::max<size_t>(episodes.size(), 1))});
+    const auto cut_of = c.comm.Sum({cut, static_cast<double>(episodes.size())}, "truncations");
+    metrics.push_back({"charts/truncated_frac", cut_of[0] / std::max(cut_of[1], 1.0)});
     return metrics;
   }
 

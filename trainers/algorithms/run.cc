@@ -45,6 +45,44 @@ void CheckSameAdapters(const policy::LoraConfig& loaded, const policy::LoraConfi
       "their base model");
 }
 
+// What a checkpoint saw of rank `rank`'s database: checkpoints of a job of N
+// ranks list every shard under "shards"; older ones only rank 0's ids.
+struct ShardMark {
+  bool recorded = false;  // the checkpoint's job had this rank
+  int64_t last_episode_id = 0, last_item_id = 0;
+};
+ShardMark CheckpointShardMark(const nlohmann::json& extra, int rank) {
+  ShardMark m;
+  if (rank == 0) {
+    m.recorded = true;
+    m.last_episode_id = extra.at("last_episode_id").get<int64_t>();
+    m.last_item_id = extra.value("last_item_id", int64_t{0});
+    return m;
+  }
+  const std::string key = std::to_string(rank);
+  if (!extra.contains("shards") || !extra["shards"].contains(key)) return m;
+  const auto& s = extra["shards"][key];
+  m.recorded = true;
+  m.last_episode_id = s.at("last_episode_id").get<int64_t>();
+  m.last_item_id = s.at("last_item_id").get<int64_t>();
+  return m;
+}
+
+// Resuming with fewer ranks: the shards of ranks >= `size` are truncated to
+// the checkpoint (their episodes up to it stay part of the run).
+void TruncateOrphanShards(const std::string& dir, const nlohmann::json& extra, int64_t run_id,
+                          int64_t iteration, int size) {
+  for (int r = size;; ++r) {
+    const fs::path shard = fs::path(dir) / memory::ShardFileName(r);
+    if (!fs::exists(shard)) break;
+    auto s = memory::Store::Open(shard.string(), memory::Store::Mode::kReadWrite);
+    const ShardMark m = CheckpointShardMark(extra, r);
+    if (s->Query(fmt::format("SELECT 1 FROM runs WHERE id = {}", run_id)).rows.empty()) continue;
+    s->TruncateRun(run_id, iteration, m.recorded ? m.last_episode_id : 0);
+    s->EndRun(run_id, "completed");
+  }
+}
+
 }  // namespace
 
 void Recorder::Episodes(const std::vector<agents::EpisodeData>& episodes,
@@ -95,7 +133,8 @@ std::string RunDirectoryOf(const std::string& checkpoint) {
   return "";
 }
 
-Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
+Run::Run(const ExperimentConfig& c, RunOptions options)
+    : cfg(c), comm(options.job ? ProcessComm() : SoloComm()) {
   std::string out_dir = options.out_dir;
   const bool resume = options.resume;
   policy::SetNumThreads(cfg.run.threads);
@@ -112,6 +151,8 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
     for (int k = 2; fs::exists(out_dir); ++k)
       out_dir = (fs::path("runs") / fmt::format("{}-{}-{}", cfg.run.name, Timestamp(), k)).string();
   }
+  // Every rank of a job writes into rank 0's choice.
+  if (comm.distributed()) out_dir = comm.Broadcast(out_dir, 0, "run directory");
   dir = out_dir;
   checkpoints_dir = (fs::path(dir) / options.checkpoints).string();
   std::error_code ec;
@@ -119,11 +160,16 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
   if (ec) throw IoError(fmt::format("cannot create run directory '{}': {}", dir, ec.message()));
   // The store's one-writer lock comes first: a second process pointed at a live
   // run directory is refused before it writes any file there.
-  store = memory::Store::Open((fs::path(dir) / memory::kDatabaseFileName).string(),
-                              memory::Store::Mode::kReadWrite);
-  PointRunsLatestAt(dir);
-  const bool own_files = !options.shared_directory;
+  const int rank = comm.rank();
+  store = memory::Store::Open(
+      (fs::path(dir) / (rank == 0 ? memory::kDatabaseFileName : memory::ShardFileName(rank))).string(),
+      memory::Store::Mode::kReadWrite);
+  ApplyShardIdFloor();
+  if (rank == 0) PointRunsLatestAt(dir);
+  // Rank 0 alone writes the directory's files (config, tokenizer, model.json, checkpoints).
+  const bool own_files = !options.shared_directory && rank == 0;
   if (!own_files) options.config_file.clear();
+  if (rank > 0) options.quiet = true;
   std::string resolved = cfg.raw.ResolvedToml();
   if (!options.config_file.empty()) {
     std::ofstream f(fs::path(dir) / options.config_file);
@@ -225,7 +271,18 @@ Run::Run(const ExperimentConfig& c, RunOptions options) : cfg(c) {
     rec.config_toml = resolved;
     rec.seed = cfg.run.seed;
     rec.allow_cross_split = cfg.memory.allow_cross_split;
-    run_id = writer->BeginRun(rec);
+    // Rank 0 numbers the run; every other rank's shard mirrors that row.
+    int64_t id = rank == 0 ? writer->BeginRun(rec) : 0;
+    if (comm.distributed()) {
+      auto t = torch::tensor({id}, torch::kInt64);
+      comm.Broadcast({t}, 0, "run id");
+      id = t.item<int64_t>();
+      if (rank > 0) {
+        rec.id = id;
+        writer->BeginRun(rec);
+      }
+    }
+    run_id = id;
     make_bank();
   }
   recorder_ = std::make_unique<Recorder>(*writer, run_id, options.record, &times);
@@ -252,19 +309,52 @@ void Run::ResumeStore() {
                   "it was written by an older rlid; start a new run");
   run_id = extra.at("run_id").get<int64_t>();
   const int64_t iteration = extra.at("iteration").get<int64_t>();
-  const int64_t last_episode = extra.at("last_episode_id").get<int64_t>();
-  auto removed = writer->TruncateRun(run_id, iteration, last_episode);
-  writer->ResumeRun(run_id);
+  const ShardMark mine = CheckpointShardMark(extra, comm.rank());
+  memory::TruncateResult removed;
+  if (comm.rank() > 0 && !mine.recorded) {
+    // The checkpoint's job had no rank of this number: a fresh shard of the run.
+    memory::RunRecord rec;
+    rec.id = run_id;
+    rec.name = cfg.run.name;
+    rec.kind = "train";
+    rec.config_toml = cfg.raw.ResolvedToml();
+    rec.seed = cfg.run.seed;
+    rec.allow_cross_split = cfg.memory.allow_cross_split;
+    if (!store->Query(fmt::format("SELECT 1 FROM runs WHERE id = {}", run_id)).rows.empty()) {
+      removed = writer->TruncateRun(run_id, iteration, 0);
+      writer->ResumeRun(run_id);
+    } else {
+      writer->BeginRun(rec);
+    }
+  } else {
+    removed = writer->TruncateRun(run_id, iteration, mine.last_episode_id);
+    writer->ResumeRun(run_id);
+  }
+  ApplyShardIdFloor();
   // The ids continue exactly where the checkpointed run stood (ids handed out
   // but never recorded included), so resumed records match an uninterrupted run.
-  store->episode_ids().Reset(std::max(store->episode_ids().PeekNext(), last_episode + 1));
-  store->item_ids().Reset(
-      std::max(store->item_ids().PeekNext(), extra.value("last_item_id", int64_t{0}) + 1));
+  store->episode_ids().Reset(std::max(store->episode_ids().PeekNext(), mine.last_episode_id + 1));
+  store->item_ids().Reset(std::max(store->item_ids().PeekNext(), mine.last_item_id + 1));
+  // Shards of ranks this job no longer has keep their history up to the checkpoint.
+  if (comm.rank() == 0) TruncateOrphanShards(dir, extra, run_id, iteration, comm.size());
+  if (extra.contains("shards"))
+    for (const auto& [key, v] : extra["shards"].items())
+      if (std::stoi(key) >= comm.size())
+        idle_shards[std::stoi(key)] = {v.at("last_episode_id").get<int64_t>(),
+                                       v.at("last_item_id").get<int64_t>()};
   spdlog::info(
       "resuming run {} from {}: removed {} episodes, {} memory items, {} metrics and {} "
       "checkpoint rows written after it",
       run_id, resume_checkpoint, removed.episodes, removed.memory_items, removed.metrics,
       removed.checkpoints);
+}
+
+void Run::ApplyShardIdFloor() {
+  const int rank = comm.rank();
+  if (rank == 0) return;
+  const int64_t floor = rank * memory::kShardIdStride + 1;
+  store->episode_ids().Reset(std::max(store->episode_ids().PeekNext(), floor));
+  store->item_ids().Reset(std::max(store->item_ids().PeekNext(), floor));
 }
 
 Run::~Run() {

@@ -7,6 +7,7 @@
 // store, the agents::Budget they spend.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "policy/prompt.h"
 #include "policy/sampler.h"
 #include "policy/tokenizer.h"
+#include "trainers/algorithms/dist.h"
 #include "trainers/algorithms/experiment.h"
 
 namespace rlid::trainers {
@@ -72,6 +74,9 @@ struct RunOptions {
   // the run that wrote it): only the store is written, as a new `runs` row;
   // its config.toml, model.json, tokenizer.json and checkpoints stay untouched.
   bool shared_directory = false;
+  // false: this process alone, outside its data-parallel job (the warm start
+  // of `rlid compare --nproc N`, which rank 0 trains while the others wait).
+  bool job = true;
 };
 
 // Points runs/latest at `dir` when `dir` sits directly in ./runs (a symlink
@@ -86,6 +91,9 @@ std::string RunDirectoryOf(const std::string& checkpoint);
 class Run {
  public:
   // Creates the run directory, writes the resolved config, opens the store,
+  // (a data-parallel rank r > 0: its shard, memory::ShardFileName; only rank 0
+  // writes the directory's other files and owns the `runs` row, which the
+  // shards mirror),
   // builds env/tokenizer/model/renderer/bank, and begins a `runs` row — or,
   // with RunOptions::resume, reopens the checkpoint's row after deleting
   // everything recorded after the checkpoint (one transaction) and restores
@@ -104,6 +112,7 @@ class Run {
   void End(const std::string& status);
 
   const ExperimentConfig& cfg;
+  Comm& comm;                   // the job this run is one rank of (ProcessComm)
   std::string dir;              // the run directory
   std::string checkpoints_dir;  // dir / RunOptions::checkpoints
   torch::Device device{torch::kCPU};
@@ -121,11 +130,17 @@ class Run {
   // With RunOptions::resume: the checkpoint the run continues from (weights,
   // trainer state, budget and iteration are Train's to load); empty otherwise.
   std::string resume_checkpoint;
+  // Resumed with fewer ranks than the checkpoint's job had: the last episode
+  // and memory item ids of the shards of ranks >= comm.size() at that
+  // checkpoint (they keep their history; every later checkpoint repeats them).
+  std::map<int, std::pair<int64_t, int64_t>> idle_shards;
 
  private:
   // Finds checkpoints/latest, truncates the store to it, reopens its run row
   // and restores the bank; sets run_id and resume_checkpoint.
   void ResumeStore();
+  // Rank r > 0: ids of its shard start at r * memory::kShardIdStride + 1.
+  void ApplyShardIdFloor();
   std::unique_ptr<policy::TextSampler> sampler_;
   std::unique_ptr<Recorder> recorder_;
   bool ended_ = false;

@@ -77,7 +77,8 @@ std::vector<int64_t> ZeroVarianceGroups(const ShapedScores& s) {
 
 std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_tokens,
                                          const std::vector<agents::EpisodeData>& episodes,
-                                         const std::vector<std::vector<double>>& kl_per_step) {
+                                         const std::vector<std::vector<double>>& kl_per_step,
+                                         Comm* comm) {
   const auto& adv_cfg = cfg.advantage;
   if (adv_cfg.estimator != "grpo" && adv_cfg.estimator != "rloo" &&
       adv_cfg.estimator != "reinforce_pp_baseline")
@@ -85,8 +86,21 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
         fmt::format("token-plane trainers use group advantages; trainer.advantage.estimator = '{}'",
                     adv_cfg.estimator),
         "use grpo, rloo or reinforce_pp_baseline");
-  const ShapedScores sc = ScoreEpisodes(cfg, max_new_tokens, episodes, kl_per_step);
+  ShapedScores sc = ScoreEpisodes(cfg, max_new_tokens, episodes, kl_per_step);
   const bool per_step = cfg.return_mode == "discounted";
+  // The job's scores, rank after rank; this rank's are rows [first, first + n).
+  int64_t first = 0;
+  if (comm && comm->distributed()) {
+    const auto scores = comm->Gather(sc.scores, "advantage scores");
+    const auto groups = comm->Gather(sc.groups, "advantage groups");
+    ShapedScores all;
+    for (int r = 0; r < comm->size(); ++r) {
+      if (r < comm->rank()) first += static_cast<int64_t>(scores[r].size());
+      all.scores.insert(all.scores.end(), scores[r].begin(), scores[r].end());
+      all.groups.insert(all.groups.end(), groups[r].begin(), groups[r].end());
+    }
+    sc = std::move(all);
+  }
   std::vector<TokenSample> samples;
   if (sc.scores.empty()) return samples;
   AdvantageInputs in;
@@ -95,10 +109,10 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
   in.groups = sc.groups;
   auto adv = ComputeAdvantages(adv_cfg, in).advantages.select(1, 0).contiguous();
   auto a = adv.accessor<double, 1>();
-  int64_t row = 0;
+  int64_t row = first;
   for (size_t e = 0; e < episodes.size(); ++e) {
     for (size_t t = 0; t < episodes[e].steps.size(); ++t) {
-      const double value = a[per_step ? row : static_cast<int64_t>(e)];
+      const double value = a[per_step ? row : first + static_cast<int64_t>(e)];
       ++row;
       if (episodes[e].steps[t].response.empty()) continue;
       samples.push_back({&episodes[e].steps[t], static_cast<int>(e), value});
@@ -109,11 +123,18 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
 
 std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<TokenSample>& samples,
                                                    int64_t size, Rng* rng) {
+  std::vector<uint64_t> hashes;
+  for (const auto& smp : samples) hashes.push_back(smp.step->prompt.hash);
+  return PromptMinibatches(hashes, size, rng);
+}
+
+std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<uint64_t>& prompt_hashes,
+                                                   int64_t size, Rng* rng) {
   if (size <= 0) throw InternalError(fmt::format("minibatch size must be > 0, found {}", size));
   std::unordered_map<uint64_t, size_t> bucket_of;
   std::vector<std::vector<size_t>> buckets;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    auto [it, inserted] = bucket_of.emplace(samples[i].step->prompt.hash, buckets.size());
+  for (size_t i = 0; i < prompt_hashes.size(); ++i) {
+    auto [it, inserted] = bucket_of.emplace(prompt_hashes[i], buckets.size());
     if (inserted) buckets.emplace_back();
     buckets[it->second].push_back(i);
   }
@@ -246,8 +267,8 @@ Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, in
     agents::AgentContext rctx = c.agent;
     rctx.iteration = round_it;  // sampler streams of this round
     const int64_t tokens_before = c.budget.generated_tokens;
-    auto eps = agents::RunTokenEpisodes(rctx, TrainSpecs(t, c.seed, round_it), envs::Split::kTrain,
-                                        /*greedy=*/false, c.budget);
+    auto eps = agents::RunTokenEpisodes(rctx, RankSpecs(TrainSpecs(t, c.seed, round_it), c.comm),
+                                        envs::Split::kTrain, /*greedy=*/false, c.budget);
     out.generated.tokens += c.budget.generated_tokens - tokens_before;
     ScoreOld(c, eps, sopts);
     auto kl = KlPerStep(c, eps);
@@ -259,23 +280,39 @@ Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, in
       by_group[eps[i].spec.group].push_back(i);
     }
     out.generated.groups += static_cast<int64_t>(by_group.size());
+    // Groups that may train (non-zero variance), in order. The job keeps the
+    // first `want` of them over rounds and ranks, in one process's order (round,
+    // then rank, then group), numbered job-wide.
+    int64_t candidates = 0;
+    for (const auto& [g, members] : by_group)
+      candidates += std::find(zero.begin(), zero.end(), g) == zero.end();
+    int64_t before_me = 0, job_candidates = 0;
+    {
+      const auto all = c.comm.Gather(std::vector<int64_t>{candidates}, "kept groups");
+      for (int r = 0; r < c.comm.size(); ++r) {
+        if (r < c.comm.rank()) before_me += all[r][0];
+        job_candidates += all[r][0];
+      }
+    }
+    int64_t next = kept_groups + before_me;  // job-wide index of this rank's next kept group
     for (auto& [g, members] : by_group) {
       const bool zero_variance = std::find(zero.begin(), zero.end(), g) != zero.end();
-      const bool keep = kept_groups < want && !zero_variance;
+      const bool keep = next < want && !zero_variance;
       Work& w = keep ? out.kept_work : out.dropped_work;
       w.groups += 1;
       for (size_t i : members) {
         w.AddEpisode(eps[i]);
         if (keep) {
-          eps[i].spec.group = static_cast<int>(kept_groups);  // distinct across rounds
+          eps[i].spec.group = static_cast<int>(next);  // distinct across rounds and ranks
           out.kept.push_back(std::move(eps[i]));
           if (!kl.empty()) out.kept_kl.push_back(kl[i]);
         } else {
           out.dropped.push_back(std::move(eps[i]));
         }
       }
-      if (keep) ++kept_groups;
+      if (!zero_variance) ++next;
     }
+    kept_groups = std::min(want, kept_groups + job_candidates);
     ++out.rounds;
   }
   if (kept_groups < want) {
@@ -358,6 +395,89 @@ LossBatch BuildLossInputs(IterationContext& c, const std::vector<TokenSample>& s
 
 }  // namespace
 
+namespace {
+
+// How the job combines a per-rank metric of the token loss: "sum" for terms
+// already divided by the job's counts, "mean" for means over the rank's loss
+// tokens (weighted by them).
+const std::map<std::string, std::string>& MetricReduction() {
+  static const std::map<std::string, std::string> m = {
+      {"pg_loss", "sum"},          {"kl", "sum"},
+      {"clip_frac", "mean"},       {"clip_frac_lower", "mean"},
+      {"approx_kl", "mean"},       {"engine/kl", "mean"},
+      {"engine/ratio_mean", "mean"}, {"engine/capped_frac", "mean"},
+      {"engine/weight_mean", "mean"}, {"engine/masked_frac", "mean"},
+      {"engine/logp_gap_abs", "mean"}};
+  return m;
+}
+
+// The job's values of this rank's `local` metrics (keys of MetricReduction):
+// sums, or token-weighted means with this rank's `tokens` as the weight. A
+// key no rank reported stays absent.
+std::map<std::string, double> ReduceMetrics(const std::map<std::string, double>& local,
+                                            double tokens, Comm& comm) {
+  for (const auto& [k, v] : local)
+    if (!MetricReduction().count(k))
+      throw InternalError(fmt::format("loss metric '{}' has no rule for combining ranks", k),
+                          "add it to MetricReduction in token_trainer.cc");
+  if (!comm.distributed()) return local;
+  std::vector<double> v;
+  for (const auto& [k, how] : MetricReduction()) {
+    auto it = local.find(k);
+    const bool has = it != local.end();
+    v.push_back(has ? (how == "sum" ? it->second : it->second * tokens) : 0.0);
+    v.push_back(has ? (how == "sum" ? 1.0 : tokens) : 0.0);
+  }
+  v = comm.Sum(v, "loss metrics");
+  std::map<std::string, double> out;
+  size_t i = 0;
+  for (const auto& [k, how] : MetricReduction()) {
+    const double value = v[i], weight = v[i + 1];
+    i += 2;
+    if (weight <= 0) continue;
+    out[k] = how == "sum" ? value : value / weight;
+  }
+  return out;
+}
+
+// Where the job's responses are: the ranks' samples in one process's order
+// (by kept group, then as each rank listed them), with their prompt hashes.
+struct JobSamples {
+  std::vector<int> rank;          // owner of the i-th response of the job
+  std::vector<size_t> local;      // its index in the owner's samples
+  std::vector<uint64_t> hashes;   // its prompt hash
+};
+JobSamples GatherSamples(const std::vector<TokenSample>& samples,
+                         const std::vector<agents::EpisodeData>& kept, Comm& comm) {
+  std::vector<int64_t> mine;  // (kept group, prompt hash) per sample
+  for (const auto& smp : samples) {
+    mine.push_back(kept[smp.episode].spec.group);
+    mine.push_back(static_cast<int64_t>(smp.step->prompt.hash));
+  }
+  const auto all = comm.Gather(mine, "response layout");
+  struct Row {
+    int64_t group;
+    int rank;
+    size_t local;
+    uint64_t hash;
+  };
+  std::vector<Row> rows;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r)
+    for (size_t i = 0; 2 * i < all[r].size(); ++i)
+      rows.push_back({all[r][2 * i], r, i, static_cast<uint64_t>(all[r][2 * i + 1])});
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.group < b.group; });
+  JobSamples js;
+  for (const auto& row : rows) {
+    js.rank.push_back(row.rank);
+    js.local.push_back(row.local);
+    js.hashes.push_back(row.hash);
+  }
+  return js;
+}
+
+}  // namespace
+
 Metrics TokenTrainer::Iterate(IterationContext& c) {
   const TrainerConfig& t = c.cfg;
   const int64_t it = c.iteration;
@@ -368,60 +488,95 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
   sopts.temperature =
       sampler.options().temperature > 0 ? sampler.options().temperature : 1.0;  // match the sampler
 
-  // ---- 1. rollout: groups on train seeds, scored by the training forward -----------
-  //         (old / reference log-probs; DAPO resamples zero-variance groups)
+  // ---- 1. rollout: this rank's groups on train seeds, scored by the training forward --
+  //         (old / reference log-probs; DAPO resamples zero-variance groups, job-wide)
   const double t_rollout = Seconds();
   Rollout ro = CollectGroups(c, sopts, max_new_tokens);
   Metrics metrics;
   {
     std::vector<agents::EpisodeData> generated = ro.kept;
     generated.insert(generated.end(), ro.dropped.begin(), ro.dropped.end());
-    metrics = RolloutMetrics(generated);
+    metrics = RolloutMetrics(generated, &c.comm);
   }
   c.budget.groups_generated += ro.generated.groups;
   c.budget.groups_kept += ro.kept_work.groups;
   c.recorder.Episodes(ro.kept, c.agent);
   c.recorder.Episodes(ro.dropped, c.agent);
 
-  // ---- 2. advantages -----------------------------------------------------------------
-  auto samples = TokenAdvantages(t, max_new_tokens, ro.kept, ro.kept_kl);
+  // ---- 2. advantages over the job's groups -------------------------------------------
+  auto samples = TokenAdvantages(t, max_new_tokens, ro.kept, ro.kept_kl, &c.comm);
   const int64_t N = static_cast<int64_t>(samples.size());
-  if (N > 0)
-    for (const auto& kv : EngineMetrics(t.loss.engine, samples)) metrics.push_back(kv);
+  const JobSamples job = GatherSamples(samples, ro.kept, c.comm);
+  const int64_t N_all = static_cast<int64_t>(job.rank.size());
+  {
+    std::map<std::string, double> local;
+    double tokens = 0;
+    if (N > 0) {
+      for (const auto& [k, v] : EngineMetrics(t.loss.engine, samples)) local[k] = v;
+      for (const auto& smp : samples) tokens += static_cast<double>(smp.step->response.size());
+    }
+    for (const auto& [k, v] : ReduceMetrics(local, tokens, c.comm)) metrics.push_back({k, v});
+  }
   LossConfig loss_cfg = t.loss;
   if (loss_cfg.aggregation == "seq_mean_token_sum_norm" && loss_cfg.aggregation_norm <= 0)
     loss_cfg.aggregation_norm = max_new_tokens;  // Dr. GRPO's constant: the longest answer
   KlConfig kl_cfg = t.kl;
   if (kl_cfg.placement != "loss" || !c.agent.ref_model) kl_cfg.coef = 0;
 
-  // ---- 3. gradient signal-to-noise at the rollout weights ------------------------------
-  if (t.grad_snr_every > 0 && it % t.grad_snr_every == 0)
+  // ---- 3. gradient signal-to-noise at the rollout weights (rank 0's responses) --------
+  if (t.grad_snr_every > 0 && it % t.grad_snr_every == 0 && c.comm.rank() == 0)
     for (const auto& kv : Snr(c, samples, loss_cfg, sopts)) metrics.push_back(kv);
 
-  // ---- 4. epochs x minibatches -------------------------------------------------------
+  // ---- 4. epochs x minibatches of the job's responses ---------------------------------
+  // Every rank cuts the same prompt-bucketed minibatches of the N_all responses,
+  // computes the loss of the ones it holds with the minibatch's global token and
+  // sequence counts, and the gradients are summed over ranks.
   const double t_update = Seconds();
+  const std::vector<torch::Tensor> params = TrainableParameters(model).tensors;
   Rng shuffle = Rng::Stream(c.seed, "minibatches", it);
   std::map<std::string, double> sums;
   double sum_loss = 0, sum_gn = 0;
   int64_t updates = 0, epochs_run = 0;
   model->train();
-  for (int64_t epoch = 0; epoch < t.epochs && N > 0; ++epoch) {
+  for (int64_t epoch = 0; epoch < t.epochs && N_all > 0; ++epoch) {
     double epoch_kl = 0;
     int64_t epoch_updates = 0;
-    for (const auto& mb : PromptMinibatches(samples, t.minibatch_size, &shuffle)) {
+    for (const auto& mb : PromptMinibatches(job.hashes, t.minibatch_size, &shuffle)) {
       ThrowIfInterrupted();  // between optimiser steps
-      auto lb = BuildLossInputs(c, samples, mb, sopts, kl_cfg);
-      auto res = PolicyLoss(loss_cfg, kl_cfg, lb.in);
-      CheckFinite(res.loss, "loss", it);
+      std::vector<size_t> which;  // this rank's responses of the minibatch
+      for (size_t k : mb)
+        if (job.rank[k] == c.comm.rank()) which.push_back(job.local[k]);
       opt_->ZeroGrad();
-      res.loss.backward();
-      c.budget.update.AddForwardBackward(model->config(), lb.cost);
+      LossBatch lb;
+      GlobalCounts local{0, 0};
+      if (!which.empty()) {
+        lb = BuildLossInputs(c, samples, which, sopts, kl_cfg);
+        local = LocalCounts(loss_cfg, lb.in);
+      }
+      const auto counts = c.comm.Sum({local.tokens, local.sequences}, "token counts");
+      std::map<std::string, double> local_metrics;
+      double loss_value = 0;
+      if (!which.empty()) {
+        lb.in.counts = GlobalCounts{counts[0], counts[1]};
+        auto res = PolicyLoss(loss_cfg, kl_cfg, lb.in);
+        res.loss.backward();
+        c.budget.update.AddForwardBackward(model->config(), lb.cost);
+        loss_value = res.loss.item<double>();
+        for (const auto& [k, v] : res.metrics)
+          if (k.rfind("engine/", 0) != 0)
+            local_metrics[k] = v;  // engine/* is reported once, on the whole batch
+      }
+      c.comm.AllReduceGradients(params);
+      loss_value = c.comm.Sum(loss_value, "loss");
+      if (!std::isfinite(loss_value))
+        throw NumericError(fmt::format("non-finite loss at iteration {}", it),
+                           "weights were not updated; lower the learning rate, check rewards, or "
+                           "resume from the last checkpoint");
       sum_gn += opt_->Step(it, it);
-      sum_loss += res.loss.item<double>();
-      for (const auto& [k, v] : res.metrics)
-        if (k.rfind("engine/", 0) != 0)
-          sums[k] += v;  // engine/* is reported once, on the whole batch
-      if (res.metrics.count("approx_kl")) epoch_kl += res.metrics.at("approx_kl");
+      sum_loss += loss_value;
+      const auto reduced = ReduceMetrics(local_metrics, local.tokens, c.comm);
+      for (const auto& [k, v] : reduced) sums[k] += v;
+      if (reduced.count("approx_kl")) epoch_kl += reduced.at("approx_kl");
       ++epoch_updates;
       ++updates;
     }
@@ -440,15 +595,20 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
   metrics.push_back({"losses/grad_norm", sum_gn / u});
   metrics.push_back({"charts/lr", opt_->current_lr()});
   metrics.push_back({"charts/epochs", static_cast<double>(epochs_run)});
-  metrics.push_back({"charts/responses", static_cast<double>(N)});
+  metrics.push_back({"charts/responses", static_cast<double>(N_all)});
   metrics.push_back({"time/rollout_and_scoring_s", t_update - t_rollout});
   metrics.push_back({"sampling/rounds", static_cast<double>(ro.rounds)});
   const std::pair<const char*, const Work*> kinds[] = {
       {"generated", &ro.generated}, {"kept", &ro.kept_work}, {"dropped", &ro.dropped_work}};
+  std::vector<double> work;
+  for (const auto& [name, w] : kinds)
+    for (int64_t x : {w->groups, w->samples, w->tokens}) work.push_back(static_cast<double>(x));
+  work = c.comm.Sum(work, "sampling counts");
+  size_t i = 0;
   for (const auto& [name, w] : kinds) {
-    metrics.push_back({fmt::format("sampling/{}_groups", name), static_cast<double>(w->groups)});
-    metrics.push_back({fmt::format("sampling/{}_samples", name), static_cast<double>(w->samples)});
-    metrics.push_back({fmt::format("sampling/{}_tokens", name), static_cast<double>(w->tokens)});
+    metrics.push_back({fmt::format("sampling/{}_groups", name), work[i++]});
+    metrics.push_back({fmt::format("sampling/{}_samples", name), work[i++]});
+    metrics.push_back({fmt::format("sampling/{}_tokens", name), work[i++]});
   }
   return metrics;
 }

@@ -60,10 +60,13 @@ ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
                            const std::vector<std::vector<double>>& kl_per_step = {});
 
 // Group-relative advantages of ScoreEpisodes, one per response; steps without
-// a response get no sample. Exposed for tests.
+// a response get no sample. With a distributed `comm` the estimator sees every
+// rank's scores (groups are numbered job-wide), so batch-level statistics are
+// the job's. Exposed for tests.
 std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_tokens,
                                          const std::vector<agents::EpisodeData>& episodes,
-                                         const std::vector<std::vector<double>>& kl_per_step = {});
+                                         const std::vector<std::vector<double>>& kl_per_step = {},
+                                         Comm* comm = nullptr);
 
 // Groups (by spec.group) whose shaped scores are all equal — std exactly 0, no
 // gradient: DAPO's filter drops them. It uses the scores the advantages use.
@@ -74,6 +77,9 @@ std::vector<int64_t> ZeroVarianceGroups(const ShapedScores& s);
 // that prompt once: prompt buckets are shuffled by `rng` (in first-seen order
 // when rng is null), concatenated, and cut every `size` responses.
 std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<TokenSample>& samples,
+                                                   int64_t size, Rng* rng);
+// The same over the responses' prompt hashes.
+std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<uint64_t>& prompt_hashes,
                                                    int64_t size, Rng* rng);
 
 }  // namespace rlid::trainers

@@ -60,18 +60,30 @@ void PruneCheckpoints(const std::string& checkpoints_dir, int64_t keep) {
 
 std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
   // Only called from Train after CheckParametersFinite passed on these weights.
-  // Everything recorded so far is committed first, so a checkpoint never
-  // exists without the episodes and metrics that came before it.
+  // Everything recorded so far is committed first (by every rank), so a
+  // checkpoint never exists without the episodes and metrics that came before it.
   run.recorder().Flush();
   agents::StageTimer timer(&run.times.checkpoint);
   fs::path dir = fs::path(run.checkpoints_dir) / fmt::format("iter_{:06d}", iteration);
+  const auto ids = run.comm.Gather(std::vector<int64_t>{run.store->episode_ids().PeekNext() - 1,
+                                                        run.store->item_ids().PeekNext() - 1},
+                                   "checkpoint ids");
+  if (run.comm.rank() != 0) return dir.string();  // rank 0 writes the job's checkpoint
   nlohmann::json extra = {{"iteration", iteration},
                           {"budget", BudgetJson(run.budget)},
                           {"algorithm", run.cfg.trainer.algorithm},
                           {"seed", run.cfg.run.seed},
                           {"run_id", run.run_id},
-                          {"last_episode_id", run.store->episode_ids().PeekNext() - 1},
-                          {"last_item_id", run.store->item_ids().PeekNext() - 1}};
+                          {"ranks", run.comm.size()},
+                          {"last_episode_id", ids[0][0]},
+                          {"last_item_id", ids[0][1]}};
+  // What every other rank's shard had committed (resume truncates each to it).
+  for (size_t r = 1; r < ids.size(); ++r)
+    extra["shards"][std::to_string(r)] = {{"last_episode_id", ids[r][0]},
+                                          {"last_item_id", ids[r][1]}};
+  for (const auto& [r, last] : run.idle_shards)
+    extra["shards"][std::to_string(r)] = {{"last_episode_id", last.first},
+                                          {"last_item_id", last.second}};
   policy::SaveCheckpoint(dir.string(), run.model, run.tokenizer, extra,
                          [&](const std::string& tmp) { trainer.SaveState(tmp); });
   // "latest" is a relative symlink to the newest complete checkpoint (usable
@@ -95,6 +107,25 @@ bool BudgetReached(const TrainerConfig& t, const agents::Budget& b) {
   return false;
 }
 
+std::vector<agents::EpisodeSpec> RankSpecs(const std::vector<agents::EpisodeSpec>& specs,
+                                           const Comm& comm) {
+  if (!comm.distributed()) return specs;
+  std::vector<int64_t> group_start;  // index of each group's first spec
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (i == 0 || specs[i].group != specs[i - 1].group) group_start.push_back(static_cast<int64_t>(i));
+  const int64_t groups = static_cast<int64_t>(group_start.size());
+  if (groups < comm.size())
+    throw ConfigError(
+        fmt::format("{} ranks but an iteration has only {} env-seed groups "
+                    "(episodes_per_iteration / group_size); every rank needs at least one",
+                    comm.size(), groups),
+        "raise trainer.episodes_per_iteration or use fewer ranks (--nproc)");
+  const auto [g0, g1] = RankBlock(groups, comm.rank(), comm.size());
+  const int64_t begin = group_start[g0];
+  const int64_t end = g1 < groups ? group_start[g1] : static_cast<int64_t>(specs.size());
+  return {specs.begin() + begin, specs.begin() + end};
+}
+
 std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t run_seed,
                                             int64_t iteration) {
   const int64_t groups = cfg.episodes_per_iteration / cfg.group_size;
@@ -115,10 +146,9 @@ std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t r
   return specs;
 }
 
-Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes) {
-  double n = std::max<size_t>(episodes.size(), 1);
+Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* comm) {
   double success = 0, ret = 0, invalid = 0, steps = 0, mass = 0, menu_h = 0, row_h = 0;
-  int64_t decision_steps = 0;
+  double decision_steps = 0;
   for (const auto& e : episodes) {
     success += e.success;
     ret += e.ret;
@@ -130,12 +160,20 @@ Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes) {
       ++decision_steps;
     }
   }
+  double n = static_cast<double>(episodes.size());
+  if (comm && comm->distributed()) {
+    auto t = comm->Sum({n, success, ret, invalid, steps, mass, menu_h, row_h, decision_steps},
+                       "rollout metrics");
+    n = t[0], success = t[1], ret = t[2], invalid = t[3], steps = t[4], mass = t[5];
+    menu_h = t[6], row_h = t[7], decision_steps = t[8];
+  }
+  n = std::max(n, 1.0);
   Metrics m = {{"rollout/success", success / n},
                {"rollout/return", ret / n},
                {"rollout/length", steps / n},
                {"rollout/invalid_rate", steps > 0 ? invalid / steps : 0.0}};
   if (decision_steps > 0) {
-    double d = static_cast<double>(decision_steps);
+    const double d = decision_steps;
     m.push_back({"policy/candidate_mass", mass / d});
     m.push_back({"policy/menu_entropy", menu_h / d});
     m.push_back({"policy/row_entropy", row_h / d});
@@ -173,10 +211,12 @@ void CheckWeightGrowth(double before, double after, double limit, double lr, int
 }
 
 EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t episodes,
-                    bool greedy, agents::Budget& budget, Recorder* recorder) {
+                    bool greedy, agents::Budget& budget, Recorder* recorder, Comm* comm) {
   agents::StageTimer timer(agent.times ? &agent.times->eval : nullptr);
+  const bool dist = comm && comm->distributed();
   std::vector<agents::EpisodeSpec> specs;
   for (int64_t i = 0; i < episodes; ++i) {
+    if (dist && i % comm->size() != comm->rank()) continue;
     agents::EpisodeSpec spec;
     spec.env_seed = envs::SplitSeed(envs::Split::kTest, static_cast<uint64_t>(i));
     spec.stream = kEvalStreamBase + static_cast<uint64_t>(i) + (greedy ? 0 : uint64_t{1} << 30);
@@ -195,16 +235,9 @@ EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t epi
       plane == policy::Plane::kDecision
           ? agents::RunDecisionEpisodes(agent, specs, envs::Split::kTest, greedy, scratch)
           : agents::RunTokenEpisodes(agent, specs, envs::Split::kTest, greedy, scratch);
-  budget.eval += scratch.rollout;
   if (recorder) recorder->Episodes(eps, agent);
   EvalResult r;
-  // Episodes an env failure dropped ([env] on_error) are not in `eps`: rates
-  // are over the episodes that were played to the end.
-  r.episodes = static_cast<int64_t>(eps.size());
-  if (scratch.episodes_dropped > 0)
-    spdlog::warn("evaluation: {} of {} episodes dropped after env failures; rates are over the "
-                 "other {}",
-                 scratch.episodes_dropped, episodes, eps.size());
+  double played = static_cast<double>(eps.size()), dropped = scratch.episodes_dropped;
   double steps = 0, invalid = 0, p_opt = 0, measured = 0;
   for (const auto& e : eps) {
     r.success += e.success;
@@ -214,6 +247,25 @@ EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t epi
     for (const auto& st : e.steps)
       if (st.p_optimal >= 0) p_opt += st.p_optimal, measured += 1;
   }
+  agents::StageCompute work = scratch.rollout;
+  if (dist) {
+    auto t = comm->Sum({played, dropped, r.success, r.ret, steps, invalid, p_opt, measured,
+                        static_cast<double>(work.forwards), static_cast<double>(work.backwards),
+                        static_cast<double>(work.tokens), work.flops},
+                       "evaluation");
+    played = t[0], dropped = t[1], r.success = t[2], r.ret = t[3], steps = t[4], invalid = t[5];
+    p_opt = t[6], measured = t[7];
+    work.forwards = static_cast<int64_t>(t[8]), work.backwards = static_cast<int64_t>(t[9]);
+    work.tokens = static_cast<int64_t>(t[10]), work.flops = t[11];
+  }
+  budget.eval += work;
+  // Episodes an env failure dropped ([env] on_error) are not in `eps`: rates
+  // are over the episodes that were played to the end.
+  r.episodes = static_cast<int64_t>(played);
+  if (dropped > 0 && (!dist || comm->rank() == 0))
+    spdlog::warn("evaluation: {} of {} episodes dropped after env failures; rates are over the "
+                 "other {}",
+                 dropped, episodes, r.episodes);
   double n = std::max<int64_t>(r.episodes, 1);
   r.success /= n, r.ret /= n, r.length = steps / n;
   r.invalid_rate = steps > 0 ? invalid / steps : 0;
@@ -267,6 +319,19 @@ Metrics SnrMetrics(const GradientSnr& g) {
           {"grad/snr_episodes", static_cast<double>(g.episodes)}};
 }
 
+agents::Budget ReduceBudget(const agents::Budget& before, const agents::Budget& after, Comm& comm) {
+  if (!comm.distributed()) return after;
+  const auto b = before.Metrics(), a = after.Metrics();  // the same keys, in the same order
+  std::vector<double> delta;
+  for (size_t i = 0; i < a.size(); ++i) delta.push_back(a[i].second - b[i].second);
+  delta = comm.Sum(delta, "budget");
+  std::map<std::string, double> m;
+  for (size_t i = 0; i < a.size(); ++i) m[a[i].first] = b[i].second + delta[i];
+  agents::Budget out = agents::Budget::FromMetrics(m);
+  out.wall_seconds = after.wall_seconds;
+  return out;
+}
+
 namespace {
 
 // Greedy (and sampled) evaluation metrics at the current weights.
@@ -274,7 +339,7 @@ Metrics EvalMetrics(Run& run, policy::Plane plane, int64_t iteration, TrainResul
   const auto& t = run.cfg.trainer;
   Metrics m;
   auto g = Evaluate(run.Agent(plane, iteration), plane, t.eval_episodes, /*greedy=*/true,
-                    run.budget, &run.recorder());
+                    run.budget, &run.recorder(), &run.comm);
   m.push_back({"eval/success", g.success});
   m.push_back({"eval/return", g.ret});
   m.push_back({"eval/length", g.length});
@@ -284,7 +349,7 @@ Metrics EvalMetrics(Run& run, policy::Plane plane, int64_t iteration, TrainResul
   result.final_greedy = g;
   if (t.eval_sampled) {
     auto sm = Evaluate(run.Agent(plane, iteration), plane, t.eval_episodes, /*greedy=*/false,
-                       run.budget, &run.recorder());
+                       run.budget, &run.recorder(), &run.comm);
     m.push_back({"eval/success_sampled", sm.success});
     m.push_back({"eval/return_sampled", sm.ret});
     m.push_back({"eval/invalid_rate_sampled", sm.invalid_rate});
@@ -319,30 +384,49 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
     start = meta.at("extra").at("iteration").get<int64_t>() + 1;
     run.budget = BudgetFromJson(meta.at("extra").at("budget"));
     spdlog::info("resumed from {} at iteration {}", dir.string(), start);
-  } else if (t.eval_at_start) {
+  }
+  Comm& comm = run.comm;
+  const bool lead = comm.rank() == 0;  // rank 0 records metrics and checkpoints, and reports
+  if (comm.distributed()) {
+    // Every rank starts from rank 0's weights (fresh, loaded or resumed).
+    std::vector<torch::Tensor> state;
+    for (const auto& p : run.model->parameters()) state.push_back(p);
+    for (const auto& b : run.model->buffers()) state.push_back(b);
+    comm.Broadcast(state, 0, "initial weights");
+    run.SyncSampler();
+  }
+  if (!opt.resume && t.eval_at_start) {
     // The starting point of the learning curve: 0 env steps, the initial weights.
     agents::Budget empty;
     Metrics m = EvalMetrics(run, plane, -1, result);
     for (const auto& kv : empty.Metrics()) m.push_back(kv);
-    run.recorder().Metrics(-1, m);
+    if (lead) run.recorder().Metrics(-1, m);
   }
   double t_start = Now();
   agents::StageTimes logged = run.times;  // time/* metrics are the stage times since the last metrics
   for (int64_t it = start; it < t.iterations; ++it) {
     ThrowIfInterrupted();
+    comm.Mark(fmt::format("iteration {}", it));
+    comm.MaybeInjectFault(it);
     const agents::StageTimes before = run.times;
+    const agents::Budget budget_before = run.budget;
     double t0 = Now();
     IterationContext ctx{it, t, run.cfg.run.seed, run.Agent(plane, it), run.budget,
-                         run.recorder()};
+                         run.recorder(), comm};
     // LibTorch's global generator (LoRA dropout) is re-seeded every iteration,
-    // so a resumed run draws what an uninterrupted one does.
-    torch::manual_seed(Rng::DeriveSeed(run.cfg.run.seed, "torch_global", static_cast<uint64_t>(it)));
+    // so a resumed run draws what an uninterrupted one does; every rank has a
+    // stream of its own (rank 0's is a single process's).
+    const std::string torch_stream =
+        comm.rank() == 0 ? std::string("torch_global") : fmt::format("torch_global/rank{}", comm.rank());
+    torch::manual_seed(Rng::DeriveSeed(run.cfg.run.seed, torch_stream, static_cast<uint64_t>(it)));
     const double norm_before = t.max_weight_growth > 0 ? TrainableNorm(run.model) : 0.0;
     Metrics m = trainer.Iterate(ctx);
     CheckParametersFinite(run.model, it);
     if (t.max_weight_growth > 0)
       CheckWeightGrowth(norm_before, TrainableNorm(run.model), t.max_weight_growth, t.optim.lr, it);
-    const double iteration_s = Now() - t0;
+    // The job's budget: what every rank spent; its wall-clock is the slowest rank's.
+    run.budget = ReduceBudget(budget_before, run.budget, comm);
+    const double iteration_s = comm.Max(Now() - t0, "iteration time");
     run.budget.wall_seconds += iteration_s;
     run.times.AddUnclaimedToUpdate(before, iteration_s);
     bool last = it + 1 == t.iterations || BudgetReached(t, run.budget);
@@ -352,14 +436,14 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
     m.push_back({"time/iteration_s", iteration_s});
     for (const auto& kv : run.times.Delta(logged)) m.push_back(kv);
     logged = run.times;
-    run.recorder().Metrics(it, m);
+    if (lead) run.recorder().Metrics(it, m);
     result.iterations = it + 1;
     std::string written;
     if (last || (t.checkpoint_every > 0 && (it + 1) % t.checkpoint_every == 0)) {
       result.final_checkpoint = WriteCheckpoint(run, trainer, it);
       written = fs::path(result.final_checkpoint).filename().string();
     }
-    if (!opt.quiet) {
+    if (!opt.quiet && lead) {
       double elapsed = Now() - t_start;
       // Progress by iterations, or by the budget when a budget stops the run.
       double frac = static_cast<double>(it + 1 - start) / static_cast<double>(t.iterations - start);
@@ -392,6 +476,7 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
     }
   }
   run.recorder().Flush();
+  comm.Barrier("end of training");  // no rank leaves before rank 0's last checkpoint is written
   return result;
 }
 

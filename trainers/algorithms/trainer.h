@@ -24,8 +24,11 @@ struct IterationContext {
   const TrainerConfig& cfg;     // [trainer]
   uint64_t seed = 0;            // run seed (train seeds, minibatch order)
   agents::AgentContext agent;   // plays episodes: env, policy, renderer, memory, rollout engine
-  agents::Budget& budget;       // what the iteration spends
-  Recorder& recorder;           // episodes into the store
+  agents::Budget& budget;       // what this rank spends (Train sums the ranks' spending)
+  Recorder& recorder;           // episodes into the store (this rank's)
+  // The job: a data-parallel trainer rolls out its rank's share of the train
+  // seeds (RankSpecs) and normalises every loss by the job's global counts.
+  Comm& comm;
 };
 
 class Trainer {
@@ -54,8 +57,13 @@ struct EvalResult {
 // Test-split episodes 0..n-1 (the same seeds at every evaluation), greedy or
 // sampled, in `agent`'s plane. The model work counts as budget.eval; records go
 // to `recorder` when it records episodes (null: nowhere).
+// With a distributed `comm`, rank r plays the episodes i with i % size == r
+// (the streams are the episodes', so the result equals one process's) and
+// every rank returns the job's totals; the job's evaluation work is added to
+// budget.eval on every rank.
 EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t episodes,
-                    bool greedy, agents::Budget& budget, Recorder* recorder);
+                    bool greedy, agents::Budget& budget, Recorder* recorder,
+                    Comm* comm = nullptr);
 
 // Throws NumericError naming the first parameter with a NaN/Inf entry and the
 // iteration (the non-finite guard: such weights are never checkpointed).
@@ -71,8 +79,20 @@ void CheckWeightGrowth(double before, double after, double limit, double lr, int
 std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t run_seed,
                                             int64_t iteration);
 
-// Summary metrics of a batch of episodes ("rollout/success", ...).
-Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes);
+// The share of `specs` (TrainSpecs order) rank comm.rank() plays: a contiguous
+// block of whole groups, so group advantages need no other rank and the
+// ranks' episodes, concatenated in rank order, are one process's batch.
+// ConfigError when there are fewer groups than ranks.
+std::vector<agents::EpisodeSpec> RankSpecs(const std::vector<agents::EpisodeSpec>& specs,
+                                           const Comm& comm);
+
+// Summary metrics of a batch of episodes ("rollout/success", ...); with a
+// distributed `comm`, of every rank's episodes together.
+Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* comm = nullptr);
+
+// The job's budget after an iteration: `before` plus every rank's spending
+// (after - before), summed over ranks. wall_seconds is the caller's.
+agents::Budget ReduceBudget(const agents::Budget& before, const agents::Budget& after, Comm& comm);
 
 // Signal-to-noise ratio of a per-episode policy-gradient estimate, measured
 // the same way in both planes: g_i = the gradient of episode i's term of the

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -306,22 +307,31 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
       ExperimentConfig::FromConfig(BaseConfig(config_path, sets));  // validates every section
   const std::string env_name = envs::MakeEnv(base_exp->env_section)->Info().name;
 
+  // A data-parallel compare (--nproc N): every arm x seed trains on all ranks;
+  // rank 0 alone trains the warm start, collects the results and writes the report.
+  Comm& comm = ProcessComm();
+  const bool lead = comm.rank() == 0;
   result.run_dir =
       out_dir.empty()
           ? (fs::path("runs") / fmt::format("{}-compare-{}", base_exp->run.name, Timestamp()))
                 .string()
           : out_dir;
+  result.run_dir = comm.Broadcast(result.run_dir, 0, "compare directory");
   fs::create_directories(result.run_dir);
   const std::string db = (fs::path(result.run_dir) / memory::kDatabaseFileName).string();
   // Held to the end: a second compare (or train) on this directory is refused
   // before anything here is written, and the arms' stores join it.
-  memory::WriterLock lock(db);
-  std::ofstream(fs::path(result.run_dir) / "compare.toml") << base.DocumentToml();
+  std::optional<memory::WriterLock> lock;
+  if (lead) lock.emplace(db);
+  comm.Barrier("compare lock");
+  if (lead) std::ofstream(fs::path(result.run_dir) / "compare.toml") << base.DocumentToml();
   double t0 =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 
   // ---- one shared warm start -------------------------------------------------------
-  if (cc.warm_start == "sft" || cc.warm_start == "none") {
+  if (!lead) {
+    // Rank 0 trains it (below); the path comes with the broadcast after.
+  } else if (cc.warm_start == "sft" || cc.warm_start == "none") {
     Config c = BaseConfig(config_path, sets);
     c.ApplyOverride(fmt::format("run.seed={}", cc.seeds.front()));
     auto exp = ExperimentConfig::FromConfig(std::move(c));
@@ -329,7 +339,8 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
                  .kind = cc.warm_start == "sft" ? "sft" : "init",
                  .arm = "warm_start",
                  .config_file = "config-warm_start.toml",
-                 .quiet = quiet});
+                 .quiet = quiet,
+                 .job = false});
     if (cc.warm_start == "sft") {
       if (!quiet)
         spdlog::info("warm start: behaviour cloning ({} oracle episodes)", exp->sft.episodes);
@@ -348,7 +359,13 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
     policy::LoadCheckpoint(cc.warm_start);  // fail early on a bad path
   }
 
-  result.chance = ChanceLevel(*base_exp, cc.chance_episodes);
+  // The others wait for rank 0's warm start as long as it takes (it may take
+  // longer than run.dist_timeout_s), and stop if rank 0 dies.
+  if (comm.distributed()) {
+    if (lead) comm.Post("warm_start", result.warm_start);
+    else result.warm_start = comm.AwaitPost("warm_start", 0);
+  }
+  if (lead) result.chance = ChanceLevel(*base_exp, cc.chance_episodes);
 
   // ---- every arm x seed from the same start, same budget --------------------------------
   std::map<std::string, std::string> resolved_by_arm;
@@ -403,6 +420,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
         run_id = s.run_id;
         resolved_by_arm.emplace(arm.name, exp->raw.ResolvedToml());
       }
+      if (!lead) continue;
       auto r = Collect(db, run_id, arm, policy::PlaneName(trainer->plane()), seed,
                        cc.success_threshold, cc.success_metric == "sampled");
       result.runs.push_back(r);
@@ -412,6 +430,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
       overall.Update(static_cast<int64_t>(result.runs.size()), fmt::format("(last: {} seed {})", arm.name, seed));
     }
   }
+  if (!lead) return result;  // rank 0 reports
   result.arms = Summarise(result.runs, cc.arms);
   result.table = FormatSummaryTable(result.arms, cc);
   result.verdict = Verdict(result.arms, env_name, result.chance);

@@ -35,7 +35,7 @@ class TokenRun {
   trainers::Metrics Iterate(int64_t it) {
     trainers::IterationContext ctx{it, cfg_->trainer, cfg_->run.seed,
                                    session_->Agent(trainer_->plane(), it), session_->budget,
-                                   session_->recorder()};
+                                   session_->recorder(), session_->comm};
     auto m = trainer_->Iterate(ctx);
     session_->recorder().Metrics(it, m);
     session_->recorder().Flush();

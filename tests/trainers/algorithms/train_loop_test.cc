@@ -29,6 +29,7 @@
 #include "policy/runtime.h"
 #include "policy/tokenizer_corpus.h"
 #include "tests/agents/fixtures.h"
+#include "tests/cli/run_cli.h"
 #include "trainers/algorithms/trainer.h"
 
 namespace rlid::trainers {
@@ -732,17 +733,8 @@ struct Cli {
 
 // Runs `rlid ARGS` (in directory `cwd` when given) and returns its exit code and output.
 Cli RunRlid(const std::string& args, const fs::path& cwd = {}) {
-  const char* bin = std::getenv("RLID_BIN");
-  std::string exe = fs::absolute(bin ? bin : (fs::path(RLID_BINARY_DIR) / "rlid").string()).string();
-  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd.string() + "' && ") + exe + " " + args + " 2>&1";
-  Cli r{-1, ""};
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  const auto r = rlid::testing::RunRlidProcess(args, cwd);
+  return {r.code, r.out};
 }
 
 // Runs `rlid ARGS`, sends `sig` once its output contains `after`, and returns

@@ -1,0 +1,212 @@
+// Data-parallel training on c10d (Gloo on the CPU), through the real
+// executable: `rlid train --nproc 2` gives one process's update (parameters
+// within 1e-6 after 3 iterations) for decision PPO, GRPO, DAPO's coordinated
+// dynamic sampling and LoRA; every rank's episodes are in the run's database
+// as one (rlid sql over the attached shards); a rank that dies or freezes
+// stops the others with a message naming it; --resume continues with another
+// number of ranks.
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "memory/store.h"
+#include "policy/checkpoint.h"
+#include "tests/agents/fixtures.h"
+#include "tests/cli/run_cli.h"
+
+namespace rlid::trainers {
+namespace {
+
+namespace fs = std::filesystem;
+using rlid::testing::RunRlidProcess;
+using rlid::testing::TempDir;
+
+std::string Config(const std::string& name) {
+  return (fs::path(RLID_SOURCE_DIR) / "configs" / name).string();
+}
+
+// Short runs: 3 iterations, a checkpoint after each, a small evaluation.
+// adam_eps = 1e-6: a minibatch's gradient summed over two ranks differs from
+// one process's in the last float bits, and AdamW's step g / (|g| + eps)
+// magnifies that for entries with |g| near eps (cancellations, the tied
+// embedding's unseen rows) to ~1e-6 at the default eps = 1e-8 (measured); at
+// 1e-6 the runs agree to ~1e-7, while a wrong normaliser moves weights by ~lr.
+const std::string kShort =
+    "--set trainer.iterations=3 --set trainer.eval_every=0 --set trainer.eval_episodes=8 "
+    "--set trainer.checkpoint_every=1 --set trainer.adam_eps=1e-6 --threads 1";
+
+// The largest |a - b| over the parameters of two checkpoints.
+double MaxParamDiff(const std::string& a, const std::string& b) {
+  auto ma = policy::LoadCheckpoint(a).model;
+  auto mb = policy::LoadCheckpoint(b).model;
+  auto pa = ma->named_parameters(), pb = mb->named_parameters();
+  EXPECT_EQ(pa.size(), pb.size());
+  double worst = 0;
+  for (const auto& p : pa) {
+    const auto& q = pb[p.key()];
+    worst = std::max(worst, (p.value().to(torch::kFloat64) - q.to(torch::kFloat64)).abs().max().item<double>());
+  }
+  return worst;
+}
+
+// Trains `config` once in one process and once with --nproc 2; returns the
+// largest parameter difference of their final checkpoints.
+double OneVsTwoRanks(const TempDir& tmp, const std::string& config, const std::string& extra) {
+  auto one = RunRlidProcess(fmt::format("train {} {} {} --out one", Config(config), kShort, extra), tmp.path());
+  EXPECT_EQ(one.code, 0) << one.out;
+  auto two = RunRlidProcess(
+      fmt::format("train {} {} {} --out two --nproc 2", Config(config), kShort, extra), tmp.path());
+  EXPECT_EQ(two.code, 0) << two.out;
+  EXPECT_NE(two.out.find("data-parallel job: 2 ranks (gloo)"), std::string::npos) << two.out;
+  return MaxParamDiff((tmp.path() / "one/checkpoints/iter_000002").string(),
+                      (tmp.path() / "two/checkpoints/iter_000002").string());
+}
+
+// `rlid sql DIR "SQL"` as CSV, without its header line.
+std::string Sql(const TempDir& tmp, const std::string& dir, const std::string& sql) {
+  auto r = RunRlidProcess(fmt::format("sql {} \"{}\" --csv", dir, sql), tmp.path());
+  EXPECT_EQ(r.code, 0) << r.out;
+  return r.out.substr(r.out.find('\n') + 1);
+}
+
+TEST(Dist, TwoRanksGiveOneProcessUpdateDecisionPpo) {
+  TempDir tmp("dist_ppo");
+  const double diff = OneVsTwoRanks(tmp, "bandit_ppo.toml", "");
+  EXPECT_LT(diff, 1e-6);
+  // The trajectories are the same too: one process's episodes = the two ranks' together.
+  const std::string q =
+      "SELECT COUNT(*), SUM(e.success), SUM(s.action), ROUND(SUM(s.logp_rollout), 4) FROM episodes e "
+      "JOIN steps s ON s.episode_id = e.id WHERE e.split = 'train'";
+  EXPECT_EQ(Sql(tmp, "one", q), Sql(tmp, "two", q));
+  EXPECT_TRUE(fs::exists(tmp.path() / "two" / memory::ShardFileName(1)));
+  // Views see every rank's rows, and episode ids stay unique across the files.
+  EXPECT_EQ(Sql(tmp, "one", "SELECT COUNT(*) FROM v_step_provenance"),
+            Sql(tmp, "two", "SELECT COUNT(*) FROM v_step_provenance"));
+  EXPECT_EQ(Sql(tmp, "two", "SELECT COUNT(DISTINCT id) = COUNT(*) FROM episodes"), "1\n");
+  // Rank 0 alone wrote the metrics, with the job's totals.
+  const std::string m =
+      "SELECT key, ROUND(value, 6) FROM metrics WHERE key IN ('budget/env_steps', "
+      "'rollout/success', 'charts/decisions', 'eval/success') ORDER BY iteration, key";
+  EXPECT_EQ(Sql(tmp, "one", m), Sql(tmp, "two", m));
+}
+
+TEST(Dist, TwoRanksGiveOneProcessUpdateGrpo) {
+  TempDir tmp("dist_grpo");
+  EXPECT_LT(OneVsTwoRanks(tmp, "grpo_bandit.toml", ""), 1e-6);
+  const std::string q =
+      "SELECT COUNT(*), SUM(s.invalid), ROUND(SUM(s.logp_rollout), 3) FROM episodes e JOIN steps s "
+      "ON s.episode_id = e.id WHERE e.split = 'train'";
+  EXPECT_EQ(Sql(tmp, "one", q), Sql(tmp, "two", q));
+}
+
+TEST(Dist, DapoDynamicSamplingIsCoordinatedAcrossRanks) {
+  // Zero-variance groups are dropped and refilled in later rounds; the job
+  // keeps the same groups, in the same order, as one process.
+  TempDir tmp("dist_dapo");
+  // 1% of one AdamW step (lr 5e-4): DAPO's token-mean over clip-higher terms
+  // leaves float rounding at ~1e-6 after 3 iterations (measured 1.0e-6).
+  EXPECT_LT(OneVsTwoRanks(tmp, "dapo_bandit.toml", ""), 5e-6);
+  const std::string m =
+      "SELECT key, value FROM metrics WHERE key LIKE 'sampling/%' ORDER BY iteration, key";
+  EXPECT_EQ(Sql(tmp, "one", m), Sql(tmp, "two", m));
+}
+
+TEST(Dist, TwoRanksGiveOneProcessUpdateWithLora) {
+  TempDir tmp("dist_lora");
+  EXPECT_LT(OneVsTwoRanks(tmp, "bandit_lora.toml", "--set policy.lora.dropout=0"), 1e-6);
+}
+
+// A rank that dies, or freezes, at iteration 1: the job stops within the
+// timeout, non-zero, with a message naming the rank.
+void ExpectFaultNamesRank(const std::string& kind) {
+  TempDir tmp("dist_fault_" + kind);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = RunRlidProcess(
+      fmt::format("train {} {} --set run.dist_timeout_s=5 --out run --nproc 2", Config("bandit_ppo.toml"),
+                  kShort),
+      tmp.path(), fmt::format("RLID_FAULT_INJECT=rank=1,iteration=1,kind={}", kind));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_LT(seconds, 60) << r.out;
+  EXPECT_NE(r.out.find("rank 1 stopped responding"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("distributed error"), std::string::npos) << r.out;
+  // What was written before the fault is intact: rank 0's checkpoint of iteration 0.
+  EXPECT_TRUE(fs::exists(tmp.path() / "run/checkpoints/iter_000000/rlid.json")) << r.out;
+}
+
+TEST(Dist, DeadRankStopsTheJobNamingIt) { ExpectFaultNamesRank("exit"); }
+TEST(Dist, FrozenRankStopsTheJobNamingIt) { ExpectFaultNamesRank("hang"); }
+
+TEST(Dist, ResumeWithAnotherNumberOfRanks) {
+  // 2 ranks for iterations 0-1, killed; resumed by 1 process for iteration 2:
+  // the same weights as an uninterrupted one-process run.
+  TempDir tmp("dist_resume");
+  const std::string cfg = Config("bandit_ppo.toml");
+  auto one = RunRlidProcess(fmt::format("train {} {} --out one", cfg, kShort), tmp.path());
+  ASSERT_EQ(one.code, 0) << one.out;
+  auto two = RunRlidProcess(fmt::format("train {} {} --out run --nproc 2", cfg, kShort),
+                            tmp.path(), "RLID_FAULT_INJECT=rank=0,iteration=2,kind=exit");
+  ASSERT_NE(two.code, 0) << two.out;
+  ASSERT_TRUE(fs::exists(tmp.path() / "run/checkpoints/iter_000001"));
+  auto resumed = RunRlidProcess(fmt::format("train {} {} --out run --resume", cfg, kShort), tmp.path());
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_LT(MaxParamDiff((tmp.path() / "one/checkpoints/iter_000002").string(),
+                         (tmp.path() / "run/checkpoints/iter_000002").string()),
+            1e-6);
+  // The run holds each iteration's episodes once: rank 1's shard was cut back to
+  // the checkpoint, and iteration 2 came from the one resumed process.
+  const std::string q =
+      "SELECT iteration, COUNT(*) FROM episodes WHERE split = 'train' GROUP BY iteration ORDER BY iteration";
+  EXPECT_EQ(Sql(tmp, "one", q), Sql(tmp, "run", q));
+  // And back to two ranks for one more iteration.
+  auto again = RunRlidProcess(
+      fmt::format("train {} {} --set trainer.iterations=4 --out run --resume --nproc 2", cfg, kShort),
+      tmp.path());
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_EQ(Sql(tmp, "run", "SELECT COUNT(*) FROM episodes WHERE split = 'train' AND iteration = 3"),
+            "64\n");
+}
+
+TEST(Dist, CompareRunsItsArmsDataParallel) {
+  // Rank 0 trains the warm start while rank 1 waits; every arm x seed then
+  // trains on both ranks; rank 0 writes the report.
+  TempDir tmp("dist_compare");
+  auto r = RunRlidProcess(
+      fmt::format("compare {} --set compare.seeds=[1] --set compare.budget_value=128 "
+                  "--set sft.episodes=32 --set sft.epochs=1 --set trainer.eval_episodes=8 "
+                  "--threads 1 --quiet --out cmp --nproc 2",
+                  Config("quickstart.toml")),
+      tmp.path());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("report:"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(tmp.path() / "cmp/report.html"));
+  // Every arm's training episodes are split over the two files, half each.
+  const std::string q =
+      "SELECT ru.arm, COUNT(*) FROM episodes e JOIN runs ru ON ru.id = e.run_id WHERE e.split = "
+      "'train' AND ru.kind = 'compare' GROUP BY ru.arm ORDER BY ru.arm";
+  EXPECT_EQ(Sql(tmp, "cmp", q), "grpo,128\ngspo,128\nppo_decision,128\n");
+  EXPECT_EQ(Sql(tmp, "cmp/" + memory::ShardFileName(1),
+                "SELECT COUNT(*) FROM episodes WHERE split = 'train'"),
+            "192\n");
+}
+
+TEST(Dist, BadWorldVariablesAreConfigErrors) {
+  TempDir tmp("dist_env");
+  auto r = RunRlidProcess(fmt::format("train {} {} --out run", Config("bandit_ppo.toml"), kShort),
+                          tmp.path(), "WORLD_SIZE=2 RANK=5");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("RANK='5'"), std::string::npos) << r.out;
+  auto few = RunRlidProcess(
+      fmt::format("train {} {} --set trainer.episodes_per_iteration=1 --out few --nproc 2",
+                  Config("bandit_ppo.toml"), kShort),
+      tmp.path());
+  EXPECT_NE(few.code, 0) << few.out;
+  EXPECT_NE(few.out.find("every rank needs at least one"), std::string::npos) << few.out;
+}
+
+}  // namespace
+}  // namespace rlid::trainers
