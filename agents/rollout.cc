@@ -350,6 +350,32 @@ class Lockstep {
   int64_t retired_ = 0;
 };
 
+// The episodes of lockstep group g that act now, each with its prepared step:
+// finished asynchronous steps are filed, finished episodes retired and free
+// lanes refilled first (env time). None act: retired again, both empty.
+struct GroupSteps {
+  std::vector<Slot*> slots;
+  std::vector<StepData> steps;
+};
+GroupSteps PrepareGroup(AgentContext& ctx, Lockstep& lockstep, int g, policy::Plane plane,
+                        Budget& budget, double* env_seconds) {
+  GroupSteps out;
+  {
+    StageTimer timer(env_seconds);
+    FinishPending(ctx, lockstep.Active(g));
+    lockstep.Retire(budget);
+    for (Slot* s : lockstep.Fill(g, budget)) {
+      if (s->done || s->pending) continue;
+      Guarded(ctx, *s, [&] {
+        out.steps.push_back(PrepareStep(ctx, *s, plane));
+        out.slots.push_back(s);
+      });
+    }
+  }
+  if (out.slots.empty()) lockstep.Retire(budget);
+  return out;
+}
+
 // Decoding settings for one rollout call: temperature 0 when greedy, and a
 // token limit (0: the sampler's own); the previous settings come back after.
 class SamplerScope {
@@ -476,25 +502,10 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
     for (int g = 0; g < lockstep.groups(); ++g) {
       ThrowIfInterrupted();  // between steps: every finished episode is whole
       // One readout forward for every active episode of this group.
-      std::vector<Slot*> slots;
-      std::vector<StepData> steps;
+      auto [slots, steps] =
+          PrepareGroup(ctx, lockstep, g, policy::Plane::kDecision, budget, env_seconds);
+      if (slots.empty()) continue;
       std::vector<policy::ReadoutRequest> reqs;
-      {
-        StageTimer timer(env_seconds);
-        FinishPending(ctx, lockstep.Active(g));
-        lockstep.Retire(budget);
-        for (Slot* s : lockstep.Fill(g, budget)) {
-          if (s->done || s->pending) continue;
-          Guarded(ctx, *s, [&] {
-            steps.push_back(PrepareStep(ctx, *s, policy::Plane::kDecision));
-            slots.push_back(s);
-          });
-        }
-      }
-      if (slots.empty()) {
-        lockstep.Retire(budget);
-        continue;
-      }
       torch::Tensor dist, wlogp, value, mass, rowh, menuh, after, ref_log_p, log_p_other, span;
       {
         StageTimer timer(readout_seconds);
@@ -648,7 +659,7 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
                 "env with oracle reasoning such as arith");
           step.response_text = worked->OracleReasoning();
           step.response = ctx.renderer->ThoughtTokens(step.response_text);
-          step.readout_suffix = ctx.renderer->AfterThought("\n");
+          step.readout_suffix = ctx.renderer->AnswerPrefixTokens();
         }
         CountAttempt(s, budget);
         ApplyChoice(ctx, s, step);
@@ -714,24 +725,8 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
   while (lockstep.Running()) {
     for (int g = 0; g < lockstep.groups(); ++g) {
       ThrowIfInterrupted();  // between steps: every finished episode is whole
-      std::vector<Slot*> slots;
-      std::vector<StepData> steps;
-      {
-        StageTimer timer(env_seconds);
-        FinishPending(ctx, lockstep.Active(g));
-        lockstep.Retire(budget);
-        for (Slot* s : lockstep.Fill(g, budget)) {
-          if (s->done || s->pending) continue;
-          Guarded(ctx, *s, [&] {
-            steps.push_back(PrepareStep(ctx, *s, policy::Plane::kToken));
-            slots.push_back(s);
-          });
-        }
-      }
-      if (slots.empty()) {
-        lockstep.Retire(budget);
-        continue;
-      }
+      auto [slots, steps] = PrepareGroup(ctx, lockstep, g, policy::Plane::kToken, budget, env_seconds);
+      if (slots.empty()) continue;
       std::optional<StageTimer> sampling(std::in_place, readout_seconds);
       std::vector<StepData*> pointers;
       for (auto& st : steps) pointers.push_back(&st);

@@ -216,8 +216,10 @@ std::vector<TokenId> PromptRenderer::ThoughtTokens(const std::string& thought) c
 }
 
 std::vector<TokenId> PromptRenderer::AfterThought(const std::string& thought_text) const {
-  return EncodeCached(thought_text.find('\n') != std::string::npos ? cfg_.answer_prefix
-                                                                   : "\n" + cfg_.answer_prefix);
+  return thought_text.find('\n') != std::string::npos ? AnswerPrefixTokens()
+                                                      : EncodeCached("\n" + cfg_.answer_prefix);
 }
+
+std::vector<TokenId> PromptRenderer::AnswerPrefixTokens() const { return EncodeCached(cfg_.answer_prefix); }
 
 }  // namespace rlid::policy

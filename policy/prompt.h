@@ -102,6 +102,9 @@ class PromptRenderer {
   // decoded text holds a newline), "\n<answer_prefix>" after one the token
   // limit (or end-of-text) cut.
   std::vector<TokenId> AfterThought(const std::string& thought_text) const;
+  // "<answer_prefix>" alone: what follows a scratchpad written through ThoughtTokens
+  // (which ends its line).
+  std::vector<TokenId> AnswerPrefixTokens() const;
   TokenId LabelToken(const std::string& label) const;
   // Encodes with a cache (menu wordings repeat across steps). Thread-safe.
   std::vector<TokenId> EncodeCached(const std::string& text) const;

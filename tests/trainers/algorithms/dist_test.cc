@@ -11,7 +11,10 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "core/launch.h"
 #include "memory/store.h"
 #include "policy/checkpoint.h"
 #include "tests/agents/fixtures.h"
@@ -192,6 +195,33 @@ TEST(Dist, CompareRunsItsArmsDataParallel) {
   EXPECT_EQ(Sql(tmp, "cmp/" + memory::ShardFileName(1),
                 "SELECT COUNT(*) FROM episodes WHERE split = 'train'"),
             "192\n");
+}
+
+TEST(Dist, RanksStartedWithTorchrunVariablesFormOneJob) {
+  // How a multi-machine job starts: every rank is its own `rlid train` with
+  // RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (here both on this machine).
+  TempDir tmp("dist_torchrun");
+  const std::string cfg = Config("bandit_ppo.toml");
+  auto one = RunRlidProcess(fmt::format("train {} {} --out one", cfg, kShort), tmp.path());
+  ASSERT_EQ(one.code, 0) << one.out;
+  const int port = FreeLocalPort();
+  rlid::testing::CliOutput ranks[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ranks[r] = RunRlidProcess(
+          fmt::format("train {} {} --out two", cfg, kShort), tmp.path(),
+          fmt::format("RANK={} LOCAL_RANK={} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", r, r,
+                      port));
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(ranks[0].code, 0) << ranks[0].out;
+  ASSERT_EQ(ranks[1].code, 0) << ranks[1].out;
+  EXPECT_NE(ranks[0].out.find("ppo_decision finished 3 iterations"), std::string::npos) << ranks[0].out;
+  EXPECT_EQ(ranks[1].out.find("finished"), std::string::npos) << ranks[1].out;  // rank 0 reports
+  EXPECT_LT(MaxParamDiff((tmp.path() / "one/checkpoints/iter_000002").string(),
+                         (tmp.path() / "two/checkpoints/iter_000002").string()),
+            1e-6);
 }
 
 TEST(Dist, BadWorldVariablesAreConfigErrors) {
