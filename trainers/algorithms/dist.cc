@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
@@ -79,11 +80,12 @@ DistEnv DistEnv::FromEnvironment() {
 }
 
 struct Comm::Impl {
-  c10::intrusive_ptr<c10d::TCPStore> store;       // collectives' rendezvous + marks
-  c10::intrusive_ptr<c10d::TCPStore> beat_store;  // the heartbeat thread's own connection
+  c10::intrusive_ptr<c10d::Store> store;       // collectives' rendezvous + marks
+  c10::intrusive_ptr<c10d::Store> beat_store;  // the heartbeat thread's own connection
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   std::string addr;
   int port = 0;
+  std::string host = "rank 0";  // who hosts the store
   Millis timeout{0};
   // Heartbeat: rlid/beat/<rank> += 1 every second until stopped.
   std::thread beat;
@@ -115,19 +117,33 @@ Comm::Comm(const DistEnv& env, const DistOptions& options)
   impl_->addr = env.master_addr;
   impl_->port = env.master_port;
   impl_->timeout = ToMillis(options.timeout_s);
+  // Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) its agent already hosts
+  // the store at MASTER_ADDR:MASTER_PORT: every rank is a client, and keys
+  // live under "/worker/attempt_<restart count>", as PyTorch's own workers do.
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent && std::string(agent) == "True";
+  const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const std::string prefix =
+      fmt::format("/worker/attempt_{}", attempt && *attempt ? attempt : "0");
+  if (agent_store) impl_->host = "torchrun's agent";
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(env.master_port);
-    so.isServer = rank_ == 0;
-    so.numWorkers = size_;
-    so.waitWorkers = true;
+    so.isServer = rank_ == 0 && !agent_store;
+    if (!agent_store) so.numWorkers = size_;
+    so.waitWorkers = !agent_store;
     so.timeout = impl_->timeout;
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     c10d::TCPStoreOptions client = so;
     client.isServer = false;
     client.numWorkers = c10::nullopt;
     client.waitWorkers = false;
-    impl_->beat_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, client);
+    auto open = [&](const c10d::TCPStoreOptions& o) -> c10::intrusive_ptr<c10d::Store> {
+      auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+      if (!agent_store) return tcp;
+      return c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
+    };
+    impl_->store = open(so);
+    impl_->beat_store = open(client);
 #ifdef USE_C10D_NCCL
     if (options.device.is_cuda()) {
       auto o = c10d::ProcessGroupNCCL::Options::create();
@@ -198,11 +214,12 @@ std::string Comm::Diagnose(const std::string& failure) {
     for (int r = 0; r < size_; ++r)
       marks[r] = impl_->store->check({MarkKey(r)}) ? ToString(impl_->store->get(MarkKey(r))) : "?";
   } catch (const std::exception&) {
-    if (rank_ == 0) return failure + "; the job's store (hosted by this rank) did not answer";
+    if (rank_ == 0 && impl_->host == "rank 0")
+      return failure + "; the job's store (hosted by this rank) did not answer";
     return fmt::format(
-        "{}; rank 0, which hosts the job's store at {}:{}, is gone (it exited, was killed or its "
+        "{}; {}, which hosts the job's store at {}:{}, is gone (it exited, was killed or its "
         "machine is unreachable)",
-        failure, impl_->addr, impl_->port);
+        failure, impl_->host, impl_->addr, impl_->port);
   }
   std::vector<std::string> blame;
   for (int r = 0; r < size_; ++r)

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include "core/launch.h"
 #include "memory/store.h"
 #include "policy/checkpoint.h"
@@ -222,6 +224,33 @@ TEST(Dist, RanksStartedWithTorchrunVariablesFormOneJob) {
   EXPECT_LT(MaxParamDiff((tmp.path() / "one/checkpoints/iter_000002").string(),
                          (tmp.path() / "two/checkpoints/iter_000002").string()),
             1e-6);
+}
+
+TEST(Dist, RanksJoinTheStoreTorchrunsAgentHosts) {
+  // Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) the agent hosts the
+  // store; here the test process plays the agent.
+  TempDir tmp("dist_agent");
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(FreeLocalPort());
+  so.isServer = true;
+  so.waitWorkers = false;
+  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  rlid::testing::CliOutput ranks[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ranks[r] = RunRlidProcess(
+          fmt::format("train {} {} --out two", Config("bandit_ppo.toml"), kShort), tmp.path(),
+          fmt::format("RANK={} LOCAL_RANK={} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} "
+                      "TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=3",
+                      r, r, agent->getPort()));
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(ranks[0].code, 0) << ranks[0].out;
+  ASSERT_EQ(ranks[1].code, 0) << ranks[1].out;
+  // The ranks kept their keys under torchrun's worker prefix.
+  EXPECT_TRUE(agent->check({"/worker/attempt_3/rlid/mark/1"}));
+  EXPECT_TRUE(fs::exists(tmp.path() / "two/checkpoints/iter_000002/rlid.json"));
 }
 
 TEST(Dist, BadWorldVariablesAreConfigErrors) {
