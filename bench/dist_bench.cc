@@ -21,11 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double AsDouble(const memory::Value& v) {
-  if (auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
-  if (auto* d = std::get_if<double>(&v)) return *d;
-  return 0;
-}
+using memory::NumericValue;
 
 class DistBench final : public Benchmark {
  public:
@@ -69,13 +65,13 @@ class DistBench final : public Benchmark {
                                        memory::Store::Mode::kReadOnly);
       auto q = store->Query(
           "SELECT SUM(value), COUNT(*) FROM metrics WHERE key = 'time/iteration_s' AND iteration >= 1");
-      seconds[n] = AsDouble(q.rows.at(0).at(0));
+      seconds[n] = NumericValue(q.rows.at(0).at(0));
       auto steps = store->Query(
           "SELECT value FROM metrics WHERE key = 'budget/env_steps' ORDER BY iteration DESC LIMIT 1");
       nlohmann::json j;
       j["ranks"] = n;
       j["train_seconds"] = seconds[n];
-      j["env_steps_total"] = steps.rows.empty() ? 0.0 : AsDouble(steps.rows[0][0]);
+      j["env_steps_total"] = steps.rows.empty() ? 0.0 : NumericValue(steps.rows[0][0]);
       j["seconds_per_iteration"] = seconds[n] / iterations_;
       out["jobs"].push_back(j);
     }

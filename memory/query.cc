@@ -3,6 +3,8 @@
 #include "memory/query.h"
 
 #include <fmt/format.h>
+
+#include <cmath>
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -465,6 +467,12 @@ class QueryScope {
 };
 
 }  // namespace
+
+double NumericValue(const Value& v) {
+  if (auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+  if (auto* d = std::get_if<double>(&v)) return *d;
+  return std::nan("");
+}
 
 QueryOutcome StreamReadOnlyQuery(const Db& db, std::string_view sql, RowSink& sink,
                                  const QueryLimits& limits) {

@@ -24,6 +24,8 @@ struct Blob {
 };
 // NULL, INTEGER, REAL, TEXT, BLOB.
 using Value = std::variant<std::monostate, int64_t, double, std::string, Blob>;
+// An INTEGER or REAL value as a double; NaN for NULL, text and blobs.
+double NumericValue(const Value& v);
 
 struct QueryResult {
   std::vector<std::string> columns;

@@ -409,10 +409,14 @@ void Store::EndRun(int64_t run_id, std::string_view status) {
   RLID_CHECK_EQ(db_.Changes(), 1, "EndRun: no run with id {}", run_id);
 }
 
-void Store::RequireRun(int64_t run_id, std::string_view doing) const {
+bool Store::HasRun(int64_t run_id) const {
   Statement s = db_.Prepare("SELECT 1 FROM runs WHERE id = ?");
   s.Bind(1, run_id);
-  if (!s.Step())
+  return s.Step();
+}
+
+void Store::RequireRun(int64_t run_id, std::string_view doing) const {
+  if (!HasRun(run_id))
     throw ConfigError(
         fmt::format("cannot {} run {}: '{}' has no run with that id", doing, run_id, path()),
         fmt::format("resume from the run directory the checkpoint was written in; "

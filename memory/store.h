@@ -90,6 +90,8 @@ class Store {
   // Continues an existing run (`rlid train --resume`): status 'running' again,
   // ended_at NULL. ConfigError naming the run when the database has no such run.
   void ResumeRun(int64_t run_id);
+  // Whether the database has a `runs` row with this id.
+  bool HasRun(int64_t run_id) const;
   // Removes what a run wrote after a checkpoint, in ONE transaction: its
   // episodes with id > last_episode_id with their steps, menu items, memory
   // reads, the memory items they created and those items' parent edges; its

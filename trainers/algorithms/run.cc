@@ -77,7 +77,7 @@ void TruncateOrphanShards(const std::string& dir, const nlohmann::json& extra, i
     if (!fs::exists(shard)) break;
     auto s = memory::Store::Open(shard.string(), memory::Store::Mode::kReadWrite);
     const ShardMark m = CheckpointShardMark(extra, r);
-    if (s->Query(fmt::format("SELECT 1 FROM runs WHERE id = {}", run_id)).rows.empty()) continue;
+    if (!s->HasRun(run_id)) continue;
     s->TruncateRun(run_id, iteration, m.recorded ? m.last_episode_id : 0);
     s->EndRun(run_id, "completed");
   }
@@ -254,23 +254,23 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
         cfg.memory, run_id, &store->item_ids(),
         [tok](std::string_view text) { return static_cast<int>(tok->Encode(text, false).size()); });
   };
+  memory::RunRecord rec;
+  rec.name = cfg.run.name;
+  rec.arm = options.arm;
+  rec.kind = options.kind;
+  rec.config_toml = resolved;
+  rec.seed = cfg.run.seed;
+  rec.allow_cross_split = cfg.memory.allow_cross_split;
   if (resume) {
     if (!options.record && cfg.memory.enabled)
       throw ConfigError(
           "--resume with memory enabled needs the run's episodes recorded (memory items live in "
           "the store); this run records metrics only",
           "resume without --metrics-only, or with [memory] enabled = false");
-    ResumeStore();
+    ResumeStore(rec);
     make_bank();
     bank->Restore(store->MemoryItems(run_id));
   } else {
-    memory::RunRecord rec;
-    rec.name = cfg.run.name;
-    rec.arm = options.arm;
-    rec.kind = options.kind;
-    rec.config_toml = resolved;
-    rec.seed = cfg.run.seed;
-    rec.allow_cross_split = cfg.memory.allow_cross_split;
     // Rank 0 numbers the run; every other rank's shard mirrors that row.
     int64_t id = rank == 0 ? writer->BeginRun(rec) : 0;
     if (comm.distributed()) {
@@ -293,7 +293,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
   }
 }
 
-void Run::ResumeStore() {
+void Run::ResumeStore(memory::RunRecord rec) {
   fs::path latest = fs::path(checkpoints_dir) / "latest";
   std::error_code ec;
   fs::path name = fs::read_symlink(latest, ec);
@@ -313,17 +313,11 @@ void Run::ResumeStore() {
   memory::TruncateResult removed;
   if (comm.rank() > 0 && !mine.recorded) {
     // The checkpoint's job had no rank of this number: a fresh shard of the run.
-    memory::RunRecord rec;
-    rec.id = run_id;
-    rec.name = cfg.run.name;
-    rec.kind = "train";
-    rec.config_toml = cfg.raw.ResolvedToml();
-    rec.seed = cfg.run.seed;
-    rec.allow_cross_split = cfg.memory.allow_cross_split;
-    if (!store->Query(fmt::format("SELECT 1 FROM runs WHERE id = {}", run_id)).rows.empty()) {
+    if (store->HasRun(run_id)) {
       removed = writer->TruncateRun(run_id, iteration, 0);
       writer->ResumeRun(run_id);
     } else {
+      rec.id = run_id;
       writer->BeginRun(rec);
     }
   } else {
@@ -339,9 +333,10 @@ void Run::ResumeStore() {
   if (comm.rank() == 0) TruncateOrphanShards(dir, extra, run_id, iteration, comm.size());
   if (extra.contains("shards"))
     for (const auto& [key, v] : extra["shards"].items())
-      if (std::stoi(key) >= comm.size())
-        idle_shards[std::stoi(key)] = {v.at("last_episode_id").get<int64_t>(),
-                                       v.at("last_item_id").get<int64_t>()};
+      if (const int r = std::stoi(key); r >= comm.size()) {
+        const ShardMark m = CheckpointShardMark(extra, r);
+        idle_shards[r] = {m.last_episode_id, m.last_item_id};
+      }
   spdlog::info(
       "resuming run {} from {}: removed {} episodes, {} memory items, {} metrics and {} "
       "checkpoint rows written after it",

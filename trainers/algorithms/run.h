@@ -137,8 +137,9 @@ class Run {
 
  private:
   // Finds checkpoints/latest, truncates the store to it, reopens its run row
-  // and restores the bank; sets run_id and resume_checkpoint.
-  void ResumeStore();
+  // (a rank new to the run mirrors `rec` under the run's id) and restores the
+  // bank; sets run_id and resume_checkpoint.
+  void ResumeStore(memory::RunRecord rec);
   // Rank r > 0: ids of its shard start at r * memory::kShardIdStride + 1.
   void ApplyShardIdFloor();
   std::unique_ptr<policy::TextSampler> sampler_;

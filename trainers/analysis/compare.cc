@@ -84,11 +84,7 @@ Config BaseConfig(const std::string& path, const std::vector<std::string>& sets)
   return cfg;
 }
 
-double AsDouble(const memory::Value& v) {
-  if (auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
-  if (auto* d = std::get_if<double>(&v)) return *d;
-  return std::nan("");
-}
+using memory::NumericValue;
 
 // Reads a run's metrics back from the store: {iteration -> {key -> value}}.
 std::map<int64_t, std::map<std::string, double>> ReadMetrics(const std::string& db,
@@ -98,7 +94,7 @@ std::map<int64_t, std::map<std::string, double>> ReadMetrics(const std::string& 
       "SELECT iteration, key, value FROM metrics WHERE run_id = {} ORDER BY iteration", run_id));
   std::map<int64_t, std::map<std::string, double>> out;
   for (const auto& row : q.rows)
-    out[static_cast<int64_t>(AsDouble(row[0]))][std::get<std::string>(row[1])] = AsDouble(row[2]);
+    out[static_cast<int64_t>(NumericValue(row[0]))][std::get<std::string>(row[1])] = NumericValue(row[2]);
   return out;
 }
 
