@@ -87,7 +87,10 @@ int RunCli(int argc, char** argv) {
   CLI::App app{"rlid: reinforcement learning for language agents in the decision plane"};
   app.require_subcommand(1);
   app.fallthrough();  // global flags (--threads, --log-level) also work after the subcommand
-  app.set_version_flag("--version", VersionString());
+  // rlid's version, then the LibTorch it runs on and the devices it sees.
+  app.set_version_flag("--version", [] {
+    return "rlid " + VersionString() + "\n" + policy::RuntimeReport();
+  });
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   std::vector<std::unique_ptr<Command>> commands;

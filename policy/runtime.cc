@@ -4,15 +4,11 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include <cctype>
-#include <fstream>
 #include <thread>
 
-// OpenBLAS's kernel family for this CPU ("SkylakeX", "Haswell", ... or
-// "Prescott", its SSE3 fallback when it does not recognise the CPU, several
-// times slower). Weak: resolved from the OpenBLAS that LibTorch loads, null
-// with another BLAS.
-extern "C" __attribute__((weak)) char* openblas_get_corename();
+#ifdef RLID_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 namespace rlid::policy {
 
@@ -32,58 +28,69 @@ void SetNumThreads(int threads) {
 
 int NumThreads() { return at::get_num_threads(); }
 
-namespace {
-
-std::string BlasName() {
-  std::string blas = "unknown";
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (line.find("openblas-openmp") != std::string::npos) {
-      blas = "OpenBLAS (OpenMP)";
-      break;
-    }
-    if (line.find("openblas-pthread") != std::string::npos) {
-      blas = "OpenBLAS (pthread)";
-      break;
-    }
-    if (line.find("/blas/libblas") != std::string::npos) blas = "reference BLAS (slow!)";
-  }
-  return blas;
+int CudaDeviceCount() {
+#ifdef RLID_TORCH_CUDA
+  return static_cast<int>(torch::cuda::device_count());
+#else
+  return 0;
+#endif
 }
 
-std::string OpenBlasCore() {
-  if (openblas_get_corename == nullptr) return "";
-  const char* core = openblas_get_corename();
-  return core ? core : "";
+namespace {
+
+std::string CpuBlas() {
+  if (at::hasMKL()) return "MKL";
+  if (at::hasLAPACK()) return "LAPACK";
+  return "ATen's own kernels";
+}
+
+// "NVIDIA H200, 139 GiB, sm_90" for GPU i.
+std::string GpuName(int i, bool details) {
+#ifdef RLID_TORCH_CUDA
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(i);
+  if (!details) return p->name;
+  return fmt::format("{}, {:.0f} GiB, sm_{}{}", p->name, p->totalGlobalMem / double(1 << 30),
+                     p->major, p->minor);
+#else
+  return "";
+#endif
+}
+
+// "CUDA 13.0 with 1 GPU (NVIDIA H200)", "CUDA 13.0 compiled in, no GPU", "no CUDA".
+std::string CudaSummary() {
+#ifdef RLID_TORCH_CUDA
+  const int n = CudaDeviceCount();
+  if (n == 0) return "CUDA " RLID_TORCH_CUDA " compiled in, no GPU";
+  std::string names;
+  for (int i = 0; i < n; ++i) names += fmt::format("{}{}", i ? ", " : "", GpuName(i, false));
+  return fmt::format("CUDA " RLID_TORCH_CUDA " with {} GPU{} ({})", n, n == 1 ? "" : "s", names);
+#else
+  return "no CUDA";
+#endif
 }
 
 }  // namespace
 
 std::string TorchSummary() {
-  std::string blas = BlasName();
-  if (blas.rfind("OpenBLAS", 0) == 0 && !OpenBlasCore().empty())
-    blas += fmt::format(", {} kernels", OpenBlasCore());
-  return fmt::format("LibTorch {}, {} threads, BLAS {}", TORCH_VERSION, at::get_num_threads(),
-                     blas);
+  return fmt::format("LibTorch {}, {} threads, CPU BLAS {}, {}", TORCH_VERSION,
+                     at::get_num_threads(), CpuBlas(), CudaSummary());
 }
 
-std::string BlasWarning() {
-  const std::string blas = BlasName();
-  if (blas.rfind("reference", 0) == 0)
-    return "LibTorch runs on the reference BLAS (~25x slower than OpenBLAS): install "
-           "libopenblas0-openmp (scripts/setup.sh does)";
-  std::string core = OpenBlasCore();
-  for (auto& c : core) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (core == "prescott" && __builtin_cpu_supports("avx2"))
-    return fmt::format(
-        "OpenBLAS did not recognise this CPU and runs its SSE3 (Prescott) kernels although the CPU "
-        "has AVX2{}: matrix products are several times slower than they could be. Start rlid with "
-        "OPENBLAS_CORETYPE={} set to use the right kernels (measured on such a VM: torch::mm "
-        "15.5 -> 90 GFLOP/s on one thread, `rlid bench flops`)",
-        __builtin_cpu_supports("avx512f") ? " and AVX-512" : "",
-        __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
-  return "";
+std::string RuntimeReport() {
+  std::string out = fmt::format("LibTorch {} (CPU BLAS {})\n", TORCH_VERSION, CpuBlas());
+#ifdef RLID_TORCH_CUDA
+  out += "CUDA compiled in: yes (CUDA " RLID_TORCH_CUDA ")\n";
+  out += "c10d backends: gloo, nccl\n";
+#else
+  out += "CUDA compiled in: no\nc10d backends: gloo\n";
+#endif
+  out += fmt::format("devices: cpu ({} cores)", std::thread::hardware_concurrency());
+  const int n = CudaDeviceCount();
+  for (int i = 0; i < n; ++i) out += fmt::format(", cuda:{} ({})", i, GpuName(i, true));
+#ifdef RLID_TORCH_CUDA
+  if (n == 0) out += "; no GPU visible to CUDA";
+#endif
+  return out;
 }
 
 }  // namespace rlid::policy

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "tests/agents/fixtures.h"
+#include "tests/test_paths.h"
 
 namespace rlid::agents {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "tests/agents/fixtures.h"
 #include "tests/cli/run_cli.h"
+#include "tests/test_paths.h"
 
 namespace rlid::cli {
 namespace {

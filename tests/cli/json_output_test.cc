@@ -13,6 +13,7 @@
 
 #include "core/rng.h"
 #include "tests/agents/fixtures.h"
+#include "tests/test_paths.h"
 
 namespace rlid::cli {
 namespace {

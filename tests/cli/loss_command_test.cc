@@ -15,6 +15,7 @@
 
 #include "cli/loss_json.h"
 #include "core/error.h"
+#include "tests/test_paths.h"
 
 namespace rlid::cli {
 namespace {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tests/agents/fixtures.h"
+#include "tests/test_paths.h"
 
 namespace rlid {
 namespace {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "tests/test_paths.h"
 
 namespace rlid::testing {
 

@@ -7,6 +7,7 @@
 
 #include "policy/tokenizer.h"
 #include "tests/cli/run_cli.h"
+#include "tests/test_paths.h"
 
 namespace rlid::cli {
 namespace {

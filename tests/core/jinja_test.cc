@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "tests/test_paths.h"
 
 namespace rlid::jinja {
 namespace {

@@ -18,6 +18,7 @@
 #include "envs/conformance.h"
 #include "envs/env.h"
 #include "envs/external.h"
+#include "tests/test_paths.h"
 
 namespace rlid::envs {
 namespace {

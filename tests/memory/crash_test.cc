@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "memory/store.h"
 #include "tests/memory/fixtures.h"
+#include "tests/test_paths.h"
 
 namespace rlid::memory {
 namespace {

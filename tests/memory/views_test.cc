@@ -11,6 +11,7 @@
 #include "memory/memory_bank.h"
 #include "memory/writer.h"
 #include "tests/memory/fixtures.h"
+#include "tests/test_paths.h"
 
 namespace rlid::memory {
 namespace {

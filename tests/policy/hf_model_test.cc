@@ -16,6 +16,7 @@
 #include "policy/safetensors.h"
 #include "tests/agents/fixtures.h"
 #include "tests/cli/run_cli.h"
+#include "tests/test_paths.h"
 
 namespace rlid::policy {
 namespace {

@@ -23,6 +23,7 @@
 #include "policy/sampler.h"
 #include "tests/agents/fixtures.h"
 #include "tests/cli/run_cli.h"
+#include "tests/test_paths.h"
 
 namespace rlid::policy {
 namespace {

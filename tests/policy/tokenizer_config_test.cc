@@ -14,6 +14,7 @@
 #include "policy/prompt.h"
 #include "policy/tokenizer.h"
 #include "tests/agents/fixtures.h"
+#include "tests/test_paths.h"
 
 namespace rlid::policy {
 namespace {

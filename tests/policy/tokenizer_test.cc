@@ -19,6 +19,7 @@
 #include "envs/env.h"
 #include "policy/tokenizer_corpus.h"
 #include "policy/tokenizer_internal.h"
+#include "tests/test_paths.h"
 
 namespace rlid::policy {
 namespace {

@@ -74,6 +74,7 @@ DistEnv DistEnv::FromEnvironment() {
                       "set RANK (0..WORLD_SIZE-1) for every process, or use rlid train --nproc N");
   e.rank = EnvInt("RANK", 0, 0, e.world_size - 1);
   e.local_rank = EnvInt("LOCAL_RANK", e.rank, 0, e.world_size - 1);
+  e.local_world_size = EnvInt("LOCAL_WORLD_SIZE", e.world_size, 1, e.world_size);
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) e.master_addr = a;
   e.master_port = EnvInt("MASTER_PORT", e.master_port, 1, 65535);
   return e;
@@ -82,7 +83,7 @@ DistEnv DistEnv::FromEnvironment() {
 struct Comm::Impl {
   c10::intrusive_ptr<c10d::Store> store;       // collectives' rendezvous + marks
   c10::intrusive_ptr<c10d::Store> beat_store;  // the heartbeat thread's own connection
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<c10d::Backend> pg;  // Gloo or NCCL (c10d backends, used directly)
   std::string addr;
   int port = 0;
   std::string host = "rank 0";  // who hosts the store

@@ -9,6 +9,7 @@
 #include "core/config.h"
 #include "trainers/analysis/compare.h"
 #include "trainers/algorithms/experiment.h"
+#include "tests/test_paths.h"
 
 namespace rlid::trainers {
 namespace {

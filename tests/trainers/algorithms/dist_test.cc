@@ -21,6 +21,7 @@
 #include "policy/checkpoint.h"
 #include "tests/agents/fixtures.h"
 #include "tests/cli/run_cli.h"
+#include "tests/test_paths.h"
 
 namespace rlid::trainers {
 namespace {

@@ -31,6 +31,7 @@
 #include "tests/agents/fixtures.h"
 #include "tests/cli/run_cli.h"
 #include "trainers/algorithms/trainer.h"
+#include "tests/test_paths.h"
 
 namespace rlid::trainers {
 namespace {

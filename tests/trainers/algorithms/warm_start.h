@@ -16,6 +16,7 @@
 #include "tests/build_id.h"
 #include "trainers/algorithms/run.h"
 #include "trainers/algorithms/sft.h"
+#include "tests/test_paths.h"
 
 namespace rlid::testing {
 

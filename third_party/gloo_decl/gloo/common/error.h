@@ -1,0 +1,3 @@
+// Declarations only (see ../../README.md).
+#pragma once
+#include <stdexcept>
