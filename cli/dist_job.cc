@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/launch.h"
+#include "policy/device.h"
+#include "policy/runtime.h"
 
 namespace rlid::cli {
 
@@ -27,6 +29,12 @@ void DistJob::Add(CLI::App& app) {
 bool DistJob::Enter(const trainers::ExperimentConfig& cfg) {
   const char* world = std::getenv("WORLD_SIZE");
   if (nproc_ > 1 && !(world && *world)) {
+    const int gpus = policy::CudaDeviceCount();
+    if (cfg.run.device != "cpu" && cfg.run.device != "auto" && gpus < nproc_)
+      throw ConfigError(
+          fmt::format("--nproc {} with run.device = '{}' needs one GPU per rank, found {}", nproc_,
+                      cfg.run.device, gpus),
+          fmt::format("use --nproc {} or fewer, or run.device = \"cpu\" (Gloo)", std::max(gpus, 1)));
     LaunchResult r = LaunchLocalRanks({.nproc = nproc_, .args = WithoutNproc(CliArgs())});
     if (r.signal != 0) ThrowIfInterrupted();  // stopped like one process: exit code 128 + signal
     if (r.exit_code != 0)
@@ -42,8 +50,12 @@ bool DistJob::Enter(const trainers::ExperimentConfig& cfg) {
   trainers::DistOptions o;
   o.timeout_s = cfg.run.dist_timeout_s;
   o.bucket_mb = cfg.run.dist_bucket_mb;
-  o.device = cfg.run.device == "cuda" ? torch::Device(torch::kCUDA, env.local_rank)
-                                      : torch::Device(torch::kCPU);
+  // One GPU per local rank; "auto" uses GPUs only when every local rank has one,
+  // so that a job never mixes CPU and CUDA ranks.
+  const bool gpus_for_all = policy::CudaDeviceCount() >= env.local_world_size;
+  o.device = cfg.run.device == "auto" && !gpus_for_all
+                 ? torch::Device(torch::kCPU)
+                 : policy::ResolveDevice(cfg.run.device, env.local_rank);
   if (env.rank > 0) {
     // Rank 0 reports; the others only warn, with their rank in every line.
     spdlog::set_pattern(fmt::format("[%H:%M:%S] [rank {}] [%^%l%$] %v", env.rank));

@@ -35,6 +35,7 @@ struct DistEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 1;  // ranks on this machine (LOCAL_WORLD_SIZE; default WORLD_SIZE)
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   // ConfigError naming the variable for malformed or inconsistent values
@@ -62,6 +63,8 @@ class Comm {
   Comm& operator=(const Comm&) = delete;
 
   int rank() const { return rank_; }
+  // Where this rank's tensors live (DistOptions::device; the CPU for a job of one).
+  torch::Device device() const { return options_.device; }
   int size() const { return size_; }
   bool distributed() const { return size_ > 1; }
   const std::string& backend() const { return backend_; }

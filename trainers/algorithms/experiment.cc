@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "core/strings.h"
 #include "policy/checkpoint.h"
+#include "policy/device.h"
 #include "policy/runtime.h"
 #include "policy/tokenizer_corpus.h"
 
@@ -21,7 +22,13 @@ namespace fs = std::filesystem;
 void RunConfig::Load(ConfigNode n) {
   n.Get("name", name, "run name (directory prefix under runs/)");
   n.Get("seed", seed, "run seed; every random stream derives from it");
-  n.GetEnum("device", device, {"cpu", "cuda"}, "where tensors live");
+  n.Get("device", device,
+        "where tensors live: cpu | cuda (cuda:LOCAL_RANK) | cuda:N | auto (CUDA when a GPU is "
+        "present, else the CPU)");
+  if (!policy::IsDeviceSpec(device))
+    throw ConfigError(fmt::format("{}: 'run.device' must be {}, found '{}'", n.Where("device"),
+                                  policy::kDeviceChoices, device),
+                      "\"auto\" uses the GPU when there is one and the CPU otherwise");
   n.Get("threads", threads, "LibTorch intra-op threads (0 = one per core)",
         IntRange::NonNegative());
   n.Get("keep_checkpoints", keep_checkpoints,
@@ -205,6 +212,9 @@ void LoadSampler(ConfigNode n, policy::SamplerOptions& o) {
   n.GetEnum("dtype", o.dtype, {"float32", "bfloat16"},
             "rollout-engine weights (bf16 = a different engine)");
   n.Get("kv_cache", o.kv_cache, "incremental decoding with a KV cache");
+  n.Get("autocast", o.autocast,
+        "on CUDA, a float32 engine runs its matmuls and attention in bf16 (autocast; log-probs "
+        "stay float32); no effect on the CPU");
 }
 }  // namespace
 

@@ -29,7 +29,7 @@ namespace rlid::trainers {
 struct RunConfig {
   std::string name = "run";    // run name (directory prefix under runs/)
   uint64_t seed = 1;           // every random stream derives from it
-  std::string device = "cpu";  // cpu | cuda
+  std::string device = "cpu";  // cpu | cuda | cuda:N | auto (policy::ResolveDevice)
   int threads = 0;             // LibTorch intra-op threads (0 = one per core)
   int64_t keep_checkpoints = 0;  // keep the newest N iteration checkpoints (0 = all)
   // Data-parallel jobs (rlid train --nproc N, or torchrun's variables):

@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "policy/checkpoint.h"
 #include "policy/lora.h"
+#include "policy/device.h"
 #include "policy/runtime.h"
 
 namespace rlid::trainers {
@@ -138,13 +139,8 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
   std::string out_dir = options.out_dir;
   const bool resume = options.resume;
   policy::SetNumThreads(cfg.run.threads);
-  if (cfg.run.device == "cuda") {
-    if (!torch::cuda::is_available())
-      throw ConfigError(
-          "run.device = 'cuda' but no CUDA device is available to this LibTorch build",
-          "use device = 'cpu' (Debian's libtorch is CPU-only)");
-    device = torch::Device(torch::kCUDA);
-  }
+  // A job's ranks resolved run.device when they joined (one GPU per local rank).
+  device = comm.distributed() ? comm.device() : policy::ResolveDevice(cfg.run.device);
   // Run directory.
   if (out_dir.empty()) {
     out_dir = (fs::path("runs") / fmt::format("{}-{}", cfg.run.name, Timestamp())).string();
@@ -289,7 +285,6 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
   if (!options.quiet) {
     spdlog::info("run directory {} ({} parameters, {})", dir, model->config().NumParameters(),
                  policy::TorchSummary());
-    if (auto w = policy::BlasWarning(); !w.empty()) spdlog::warn("{}", w);
   }
 }
 
