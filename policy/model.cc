@@ -530,18 +530,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     v = torch::cat({pv.to(v.scalar_type()), v}, 2);
   }
   if (kv_out) *kv_out = {k, v};
-  const int64_t S = k.size(2);
-  // Group query heads by their key/value head instead of copying K/V:
-  // q [B, Hkv, G*T, hd] @ k^T [B, Hkv, hd, S] -> [B, Hkv, G, T, S].
-  auto qg = q.reshape({B, kv_heads_, G * T, head_dim_});
-  auto scores = torch::matmul(qg, k.transpose(2, 3)).view({B, kv_heads_, G, T, S});
-  scores = scores.to(ComputeType(q.scalar_type())) + mask_add.unsqueeze(1);  // + [B|1, 1, 1, T, S]
-  auto attn = torch::softmax(scores, -1).to(v.scalar_type()).view({B, kv_heads_, G * T, S});
-  auto out = torch::matmul(attn, v)  // [B, Hkv, G*T, hd]
-                 .view({B, heads_, T, head_dim_})
-                 .transpose(1, 2)
-                 .reshape({B, T, heads_ * head_dim_});
-  return o_proj(out);
+  // softmax(q k^T + mask) v through LibTorch's fused attention (flash/memory-
+  // efficient kernels on CPU and CUDA, the math kernel otherwise): q [B, H, T, hd],
+  // k, v [B, Hkv, S, hd], the additive mask [B|1, 1, T, S]; grouped-query heads
+  // share their K/V head without copies (enable_gqa). q already carries the scale.
+  auto out = at::scaled_dot_product_attention(q, k, v, mask_add.to(q.scalar_type()),
+                                              /*dropout_p=*/0.0, /*is_causal=*/false,
+                                              /*scale=*/1.0, /*enable_gqa=*/G > 1);
+  return o_proj(out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
 }
 
 MlpImpl::MlpImpl(const ModelConfig& cfg, torch::Dtype dt) {
@@ -676,6 +672,13 @@ torch::Tensor TransformerLMImpl::CausalMask(const torch::Tensor& lengths, int64_
   return (causal.unsqueeze(0) & valid.unsqueeze(1)).unsqueeze(1);  // [B, 1, T, T]
 }
 
+void TransformerLMImpl::CheckPosition(int64_t max_position_used) const {
+  if (max_position_used >= cfg_.max_position)
+    throw ConfigError(fmt::format("sequence position {} exceeds policy.max_position = {}",
+                                  max_position_used, cfg_.max_position),
+                      "shorten prompts (hide afterstates/memory) or raise policy.max_position");
+}
+
 torch::Tensor TransformerLMImpl::CausalMaskFromAttention(const torch::Tensor& attention_mask) {
   const int64_t T = attention_mask.size(1);
   auto ar = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(attention_mask.device()));
@@ -693,17 +696,17 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
   const int64_t P = past && !past->empty() ? (*past)[0].k.size(2) : 0;
   RLID_CHECK_EQ(mask.size(-1), P + T, "mask key length must equal past + new tokens");
   RLID_CHECK_EQ(mask.size(-2), T);
-  if (positions.numel() > 0) {
-    int64_t max_pos = positions.max().item<int64_t>();
-    if (max_pos >= cfg_.max_position)
-      throw ConfigError(fmt::format("sequence position {} exceeds policy.max_position = {}", max_pos,
-                                    cfg_.max_position),
-                        "shorten prompts (hide afterstates/memory) or raise policy.max_position");
-  }
+  if (positions.is_cpu() && positions.numel() > 0) CheckPosition(positions.max().item<int64_t>());
   auto x = model->embed_tokens(ids);
   // RoPE tables in float32 (float64 for a float64 model), never in bf16.
   const auto ft = ComputeType(x.scalar_type());
-  auto inv_freq = torch::tensor(inv_freq_, torch::TensorOptions().dtype(torch::kFloat64)).to(ids.device(), ft);
+  if (!inv_freq_on_device_.defined() || inv_freq_on_device_.device() != ids.device() ||
+      inv_freq_on_device_.scalar_type() != ft) {
+    c10::InferenceMode normal_tensor(false);  // also usable by autograd when made during sampling
+    inv_freq_on_device_ =
+        torch::tensor(inv_freq_, torch::TensorOptions().dtype(torch::kFloat64)).to(ids.device(), ft);
+  }
+  const auto& inv_freq = inv_freq_on_device_;
   auto freqs = positions.to(ft).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
   auto emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);   // [B, 1, T, hd]
   auto cos = emb.cos(), sin = emb.sin();

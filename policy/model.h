@@ -257,6 +257,12 @@ class TransformerLMImpl : public torch::nn::Module {
   void set_checkpointing(bool on) { checkpointing_ = on; }
   bool checkpointing() const { return checkpointing_; }
 
+  // ConfigError when a sequence reaches position `max_position_used` >=
+  // max_position. forward() checks CPU positions itself; callers on an
+  // accelerator check their host-side positions here, so that a forward never
+  // waits for the device to report a maximum.
+  void CheckPosition(int64_t max_position_used) const;
+
   // The LoRA adapters attached (policy::AttachLora), or nullopt.
   const std::optional<LoraConfig>& lora() const { return lora_; }
   void set_lora(std::optional<LoraConfig> c) { lora_ = std::move(c); }
@@ -268,6 +274,7 @@ class TransformerLMImpl : public torch::nn::Module {
  private:
   ModelConfig cfg_;
   std::vector<double> inv_freq_;  // RoPE inverse frequencies after scaling
+  torch::Tensor inv_freq_on_device_;  // inv_freq_ where the last forward ran (no upload per call)
   double rope_scale_ = 1.0;       // cos/sin scale (yarn)
   std::optional<LoraConfig> lora_;
   bool checkpointing_ = false;

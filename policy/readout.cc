@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "policy/device.h"
 
 namespace rlid::policy {
 namespace {
@@ -37,7 +38,7 @@ void CheckIds(const std::vector<TokenId>& ids, int64_t vocab, const char* what, 
 }
 
 torch::Tensor IndexTensor(const std::vector<int64_t>& v, const torch::Device& device) {
-  return torch::tensor(v, torch::kInt64).to(device);
+  return HostToDevice(v, device);
 }
 
 // One distinct wording of a row after deduplication and end-token handling.
@@ -272,6 +273,7 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
     if (C < kMinSharedPrefix) C = 0;
   }
   torch::Tensor hidden;  // [B, L, D]
+  if (pos.numel() > 0) model->CheckPosition(pos.max().item<int64_t>());  // on the host copy
   ids = ids.to(device), pos = pos.to(device), mask = mask.to(device);
   if (C > 0) {
     auto pre = model->forward(ids.slice(0, 0, 1).slice(1, 0, C), pos.slice(0, 0, 1).slice(1, 0, C),
@@ -447,6 +449,7 @@ torch::Tensor NaiveRealisationLogProbs(TransformerLM& model, const std::vector<T
   auto positions = torch::arange(P + n, torch::TensorOptions().dtype(torch::kInt64).device(device)).view({1, P + n});
   auto mask = TransformerLMImpl::CausalMask(
       torch::full({1}, P + n, torch::TensorOptions().dtype(torch::kInt64).device(device)), P + n);
+  model->CheckPosition(P + n - 1);
   auto hidden = model->forward(ids, positions, mask).hidden.squeeze(0).slice(0, P - 1, P + n - 1);  // [n, D]
   auto logp = torch::log_softmax(model->Logits(hidden), -1);                                       // [n, V]
   auto targets = torch::tensor(std::vector<int64_t>(wording.begin(), wording.end()), torch::kInt64).to(device);

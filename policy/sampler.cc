@@ -7,6 +7,7 @@
 #include "policy/sampler.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -14,14 +15,41 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "policy/device.h"
 #include "core/rng.h"
 #include "policy/lora.h"
 
 namespace rlid::policy {
 namespace {
 
+// bf16 autocast for CUDA ops while alive (when `on`); restores the previous
+// state and drops autocast's cast cache at the outermost exit.
+class CudaBf16Autocast {
+ public:
+  explicit CudaBf16Autocast(bool on) : on_(on) {
+    if (!on_) return;
+    was_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+    was_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~CudaBf16Autocast() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCUDA, was_enabled_);
+    at::autocast::set_autocast_dtype(at::kCUDA, was_dtype_);
+  }
+  CudaBf16Autocast(const CudaBf16Autocast&) = delete;
+  CudaBf16Autocast& operator=(const CudaBf16Autocast&) = delete;
+
+ private:
+  bool on_, was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
 torch::Tensor IndexTensor(const std::vector<int64_t>& v, const torch::Device& device) {
-  return torch::tensor(v, torch::kInt64).to(device);
+  return HostToDevice(v, device);
 }
 
 }  // namespace
@@ -101,8 +129,7 @@ void TextSampler::SyncWeights(TransformerLM& train_model) {
                       "build the sampler from the training model's ModelConfig");
 }
 
-void TextSampler::Draw(const torch::Tensor& logits, const torch::Tensor& u, std::vector<int64_t>& tokens,
-                       std::vector<float>& logprobs) const {
+TextSampler::Drawn TextSampler::Draw(const torch::Tensor& logits, const torch::Tensor& u) const {
   torch::Tensor tok, lp;
   if (options_.temperature == 0.0) {
     tok = logits.argmax(-1);
@@ -112,14 +139,11 @@ void TextSampler::Draw(const torch::Tensor& logits, const torch::Tensor& u, std:
     auto logp = torch::log_softmax(scaled, -1);
     auto kept = TopPFilter(scaled, options_.top_p);
     auto cdf = torch::softmax(kept.to(torch::kFloat64), -1).cumsum(-1);  // [A, V]
-    auto x = (u.to(logits.device()) * cdf.select(1, cdf.size(1) - 1)).unsqueeze(1);
+    auto x = (u * cdf.select(1, cdf.size(1) - 1)).unsqueeze(1);
     tok = torch::searchsorted(cdf, x, /*out_int32=*/false, /*right=*/true).squeeze(1).clamp_max(cdf.size(1) - 1);
     lp = logp.gather(1, tok.unsqueeze(1)).squeeze(1);
   }
-  auto tok_cpu = tok.to(torch::kCPU, torch::kInt64).contiguous();
-  auto lp_cpu = lp.to(torch::kCPU, torch::kFloat32).contiguous();
-  tokens.assign(tok_cpu.data_ptr<int64_t>(), tok_cpu.data_ptr<int64_t>() + tok_cpu.numel());
-  logprobs.assign(lp_cpu.data_ptr<float>(), lp_cpu.data_ptr<float>() + lp_cpu.numel());
+  return {tok.to(torch::kInt64), lp.to(torch::kFloat32)};
 }
 
 std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std::vector<TokenId>>& prompts,
@@ -149,7 +173,10 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
                                       vocab));
     Pmax = std::max<int64_t>(Pmax, prompts[i].size());
   }
-  torch::NoGradGuard no_grad;
+  // Inference mode (no autograd bookkeeping at all, not just no graph): nothing
+  // made here leaves as a tensor, the results are host vectors.
+  c10::InferenceMode inference;
+  CudaBf16Autocast autocast(device_.is_cuda() && options_.autocast && options_.dtype == "float32");
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   const int64_t rows = N * n;
 
@@ -168,6 +195,7 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
   cost_.logit_rows += N;
   auto len_t = IndexTensor(lengths, device_);
   auto pos = torch::arange(Pmax, i64.device(device_)).unsqueeze(0).expand({N, Pmax}).contiguous();
+  engine_->CheckPosition(Pmax - 1);
   auto enc = engine_->forward(ids.to(device_), pos, TransformerLMImpl::CausalMask(len_t, Pmax), nullptr,
                               options_.kv_cache);
   auto first_logits = engine_->Logits(
@@ -193,23 +221,36 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
     key_valid = ar.unsqueeze(0) < len_t.index_select(0, IndexTensor(row_prompt, device_)).unsqueeze(1);
   }
 
+  // Uniforms for every (row, step): 53 bits of a counter-based hash of (row
+  // seed, step), made on the host and uploaded once, [rows, max_new_tokens].
+  const int64_t max_new = options_.max_new_tokens;
+  std::vector<double> u_host(static_cast<size_t>(rows * max_new));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t step = 0; step < max_new; ++step)
+      u_host[r * max_new + step] =
+          static_cast<double>(Rng::DeriveSeed(row_seeds[r], "u", step) >> 11) * 0x1.0p-53;
+  const auto u_all = HostToDevice(u_host, device_).view({rows, max_new});
+  // On the device, aligned with `active`: the row indices and prompt lengths.
+  auto active_dev = IndexTensor(active, device_);
+  auto active_len = len_t.index_select(0, IndexTensor(row_prompt, device_));
+
   for (int step = 0; step < options_.max_new_tokens; ++step) {
-    // Counter-based uniforms in [0, 1): 53 bits of a hash of (row seed, step).
-    std::vector<double> u_active;
-    for (int64_t r : active)
-      u_active.push_back(static_cast<double>(Rng::DeriveSeed(row_seeds[r], "u", step) >> 11) * 0x1.0p-53);
-    auto u = torch::tensor(u_active, torch::kFloat64);
-    std::vector<int64_t> tok;
-    std::vector<float> lp;
-    Draw(logits, u, tok, lp);
-    tokens_generated_ += static_cast<int64_t>(tok.size());
+    const Drawn drawn = Draw(logits, u_all.index_select(0, active_dev).select(1, step));
+    // The decode loop's one device -> host copy per token: the stop test needs
+    // the tokens (their log-probs travel with them; both exact in float64).
+    auto host = torch::stack({drawn.tokens.to(torch::kFloat64), drawn.logprobs.to(torch::kFloat64)})
+                    .to(torch::kCPU);
+    const double* tok = host.data_ptr<double>();
+    const double* lp = tok + host.size(1);
+    tokens_generated_ += static_cast<int64_t>(active.size());
     std::vector<int64_t> keep;  // positions within `active` that continue
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t r = active[a];
       auto& res = results[r / n][r % n];
-      generated[r].push_back(static_cast<TokenId>(tok[a]));
-      res.tokens.push_back(static_cast<TokenId>(tok[a]));
-      res.logprobs.push_back(lp[a]);
+      const auto t = static_cast<TokenId>(tok[a]);
+      generated[r].push_back(t);
+      res.tokens.push_back(t);
+      res.logprobs.push_back(static_cast<float>(lp[a]));
       if (stop && stop(generated[r])) {
         res.finish = "stop";
       } else if (static_cast<int>(generated[r].size()) >= options_.max_new_tokens) {
@@ -222,6 +263,13 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
     std::vector<int64_t> next_active;
     for (int64_t a : keep) next_active.push_back(active[a]);
     const int64_t A = static_cast<int64_t>(next_active.size());
+    torch::Tensor next_tokens = drawn.tokens;
+    if (keep.size() != active.size()) {
+      auto sel = IndexTensor(keep, device_);
+      next_tokens = next_tokens.index_select(0, sel);
+      active_dev = active_dev.index_select(0, sel);
+      active_len = active_len.index_select(0, sel);
+    }
 
     if (options_.kv_cache) {
       if (keep.size() != active.size()) {
@@ -230,15 +278,14 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
           if (kv.k.size(0) == static_cast<int64_t>(active.size())) kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
         key_valid = key_valid.index_select(0, sel);
       }
-      auto in = torch::zeros({A, 1}, i64);
-      auto in_pos = torch::zeros({A, 1}, i64);
-      for (int64_t a = 0; a < A; ++a) {
-        const int64_t r = next_active[a];
-        in[a][0] = generated[r].back();
-        in_pos[a][0] = lengths[row_prompt[r]] + step;
-      }
+      // The next input is the drawn token, at position prompt length + step, on the device.
+      auto in = next_tokens.view({A, 1});
+      auto in_pos = (active_len + step).view({A, 1});
+      int64_t max_pos = 0;
+      for (int64_t r : next_active) max_pos = std::max(max_pos, lengths[row_prompt[r]] + step);
+      engine_->CheckPosition(max_pos);
       key_valid = torch::cat({key_valid, torch::ones({A, 1}, key_valid.options())}, 1);
-      auto out = engine_->forward(in.to(device_), in_pos.to(device_), key_valid.view({A, 1, 1, -1}), &past, true);
+      auto out = engine_->forward(in, in_pos, key_valid.view({A, 1, 1, -1}), &past, true);
       past = std::move(out.present);
       logits = engine_->Logits(out.hidden.select(1, 0));
       cost_.calls += 1;
@@ -265,6 +312,7 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
       cost_.calls += 1;
       cost_.logit_rows += A;
       auto seq_pos = torch::arange(T, i64.device(device_)).unsqueeze(0).expand({A, T}).contiguous();
+      engine_->CheckPosition(T - 1);
       auto h = engine_->forward(seq.to(device_), seq_pos, TransformerLMImpl::CausalMask(IndexTensor(seq_len, device_), T))
                    .hidden;
       logits = engine_->Logits(h.reshape({A * T, -1}).index_select(0, IndexTensor(seq_last, device_)));

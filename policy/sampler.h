@@ -23,6 +23,9 @@ struct SamplerOptions {
   int max_new_tokens = 16;      // >= 1
   std::string dtype = "float32";  // engine weights: float32 | bfloat16
   bool kv_cache = true;         // false: recompute the whole sequence every step
+  // On CUDA, a float32 engine's forward runs under bf16 autocast (matmuls and
+  // attention in bf16, norms, softmax and log-probs in float32); ignored on the CPU.
+  bool autocast = true;
 };
 
 struct SampleResult {
@@ -81,9 +84,12 @@ class TextSampler {
   TransformerLM& engine() { return engine_; }
 
  private:
-  // Draws one token per row from logits [A, V] with uniforms u [A] (float64, CPU).
-  void Draw(const torch::Tensor& logits, const torch::Tensor& u, std::vector<int64_t>& tokens,
-            std::vector<float>& logprobs) const;
+  // One token per row from logits [A, V] with uniforms u [A] (float64), on the
+  // logits' device: tokens [A] int64 and their log-probs [A] float32.
+  struct Drawn {
+    torch::Tensor tokens, logprobs;
+  };
+  Drawn Draw(const torch::Tensor& logits, const torch::Tensor& u) const;
 
   SamplerOptions options_;
   torch::Device device_;

@@ -109,6 +109,7 @@ ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>&
       out.cost.calls = 1;
       const int64_t B = static_cast<int64_t>(seqs.size());
       auto pos = torch::arange(L, i64).unsqueeze(0).expand({B, L}).contiguous();
+      model->CheckPosition(L - 1);
       auto h = model->forward(PackIds(seqs, L).to(device), pos,
                               TransformerLMImpl::CausalMask(IndexTensor(lengths, device), L))
                    .hidden;
@@ -143,6 +144,7 @@ ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>&
   out.cost.calls = 1;
   auto ppos = torch::arange(Pmax, i64).unsqueeze(0).expand({U, Pmax}).contiguous();
   auto plen_t = IndexTensor(plen, device);
+  model->CheckPosition(Pmax - 1);
   auto enc = model->forward(PackIds(prompts, Pmax).to(device), ppos, TransformerLMImpl::CausalMask(plen_t, Pmax),
                             nullptr, /*return_present=*/true);
   std::vector<int64_t> first_idx;  // hidden rows of the last prompt token, per response
@@ -197,6 +199,10 @@ ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>&
     auto pos = torch::where(ar_t.unsqueeze(0) < IndexTensor(cont_len, device).unsqueeze(1),
                             plen_t.index_select(0, group_t).unsqueeze(1) + ar_t.unsqueeze(0),
                             torch::zeros({1, 1}, i64));
+    int64_t max_pos = 0;
+    for (size_t m = 0; m < cont_len.size(); ++m)
+      max_pos = std::max(max_pos, plen[cont_group[m]] + cont_len[m] - 1);
+    model->CheckPosition(max_pos);
     auto h = model->forward(PackIds(conts, T2).to(device), pos, mask, &past).hidden;
     hidden_rows = torch::cat({hidden_rows, h.reshape({M * T2, -1}).index_select(0, IndexTensor(cont_idx, device))});
   }
