@@ -8,14 +8,15 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 
 #include "core/registry.h"
+#include "envs/env.h"
+#include "policy/prompt.h"
+#include "policy/readout.h"
 #include "policy/tokenizer.h"
 
-namespace rlid::envs {
-class Env;
-}
 
 namespace rlid::bench {
 
@@ -43,5 +44,20 @@ double PeakRssBytes();
 // its ids lie far below a pretrained model's vocabulary, so env prompts can be
 // fed to a model of any size.
 policy::Tokenizer SmallEnvTokenizer(const envs::Env& env);
+
+// What the benchmarks feed a model: the first n states (seeds 0..n-1) of
+// `env` rendered by `renderer`, as menu readouts (all wordings, the
+// tokenizer's end token) and as token-plane prompts.
+struct MenuPrompts {
+  std::vector<policy::ReadoutRequest> readouts;
+  std::vector<std::vector<policy::TokenId>> token_prompts;
+  int64_t readout_prompt_tokens = 0;  // summed over the readouts
+};
+MenuPrompts RenderMenuPrompts(const envs::Env& env, const policy::PromptRenderer& renderer, int64_t n);
+
+// Writes a random BF16 checkpoint shaped exactly like Qwen3-0.6B (HF names and
+// config.json; `layers` decoder layers, 28 in the real model) plus a bandit
+// SmallEnvTokenizer to `dir`, one tensor at a time from a seeded stream.
+void GenerateQwen3ShapedCheckpoint(const std::filesystem::path& dir, int64_t layers);
 
 }  // namespace rlid::bench
