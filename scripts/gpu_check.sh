@@ -33,7 +33,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   ldd build/rlid build/rlid_tests | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
       libtorch*|libc10*|libcaffe2*|libgomp*|libshm*|libnv*|libcu*|libnccl*|libcudnn*|libcufile*) ;;
-      libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++*|libgcc_s*) ;;
+      libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libutil.so*|ld-linux*|libstdc++*|libgcc_s*) ;;
       *) cp -L "$lib" "$dir/lib/" ;;
     esac
   done
