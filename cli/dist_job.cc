@@ -50,12 +50,7 @@ bool DistJob::Enter(const trainers::ExperimentConfig& cfg) {
   trainers::DistOptions o;
   o.timeout_s = cfg.run.dist_timeout_s;
   o.bucket_mb = cfg.run.dist_bucket_mb;
-  // One GPU per local rank; "auto" uses GPUs only when every local rank has one,
-  // so that a job never mixes CPU and CUDA ranks.
-  const bool gpus_for_all = policy::CudaDeviceCount() >= env.local_world_size;
-  o.device = cfg.run.device == "auto" && !gpus_for_all
-                 ? torch::Device(torch::kCPU)
-                 : policy::ResolveDevice(cfg.run.device, env.local_rank);
+  o.device = policy::ResolveDevice(cfg.run.device, env.local_rank, env.local_world_size);
   if (env.rank > 0) {
     // Rank 0 reports; the others only warn, with their rank in every line.
     spdlog::set_pattern(fmt::format("[%H:%M:%S] [rank {}] [%^%l%$] %v", env.rank));

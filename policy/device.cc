@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "core/error.h"
@@ -36,19 +37,20 @@ bool IsDeviceSpec(const std::string& spec) {
   return spec == "cpu" || spec == "auto" || CudaIndex(spec) >= -1;
 }
 
-torch::Device ResolveDevice(const std::string& spec, int local_rank) {
+torch::Device ResolveDevice(const std::string& spec, int local_rank, int local_ranks) {
   if (!IsDeviceSpec(spec))
     throw ConfigError(fmt::format("unknown device '{}'", spec),
                       fmt::format("run.device is one of {}", kDeviceChoices));
   if (spec == "cpu") return torch::kCPU;
   const int gpus = CudaDeviceCount();
   if (spec == "auto") {
-    if (gpus > local_rank) {
+    if (gpus >= std::max(local_ranks, local_rank + 1)) {
       spdlog::info("run.device = auto: using cuda:{} ({})", local_rank, TorchSummary());
       return {torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank)};
     }
     spdlog::info("run.device = auto: using the CPU ({})",
-                 gpus == 0 ? Found(0) : fmt::format("rank {} has no GPU of its own", local_rank));
+                 gpus == 0 ? Found(0)
+                           : fmt::format("{} GPU(s) for {} local ranks", gpus, local_ranks));
     return torch::kCPU;
   }
   int index = CudaIndex(spec);

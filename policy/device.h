@@ -13,11 +13,13 @@ namespace rlid::policy {
 // The device names `run.device` accepts, for config validation and hints.
 inline constexpr const char* kDeviceChoices = "\"cpu\", \"cuda\", \"cuda:N\" or \"auto\"";
 
-// Resolves `spec`. "auto" is CUDA device `local_rank` when a GPU is present,
-// else the CPU, and logs which; "cuda" is device `local_rank` (one GPU per
-// rank). Throws ConfigError naming the device asked for and the devices found
-// when the GPU is absent or the index is out of range.
-torch::Device ResolveDevice(const std::string& spec, int local_rank = 0);
+// Resolves `spec` for local rank `local_rank` of `local_ranks` on this machine.
+// "auto" is CUDA device `local_rank` when every local rank has a GPU of its
+// own (so a job never mixes CPU and CUDA ranks), else the CPU, and logs which;
+// "cuda" is device `local_rank` (one GPU per rank). Throws ConfigError naming
+// the device asked for and the devices found when the GPU is absent or the
+// index is out of range.
+torch::Device ResolveDevice(const std::string& spec, int local_rank = 0, int local_ranks = 1);
 
 // True for the spellings ResolveDevice accepts (without looking for devices).
 bool IsDeviceSpec(const std::string& spec);

@@ -235,7 +235,7 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
   auto active_len = len_t.index_select(0, IndexTensor(row_prompt, device_));
 
   for (int step = 0; step < options_.max_new_tokens; ++step) {
-    const Drawn drawn = Draw(logits, u_all.index_select(0, active_dev).select(1, step));
+    const Drawn drawn = Draw(logits, u_all.select(1, step).index_select(0, active_dev));
     // The decode loop's one device -> host copy per token: the stop test needs
     // the tokens (their log-probs travel with them; both exact in float64).
     auto host = torch::stack({drawn.tokens.to(torch::kFloat64), drawn.logprobs.to(torch::kFloat64)})
@@ -264,20 +264,19 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
     for (int64_t a : keep) next_active.push_back(active[a]);
     const int64_t A = static_cast<int64_t>(next_active.size());
     torch::Tensor next_tokens = drawn.tokens;
-    if (keep.size() != active.size()) {
+    if (keep.size() != active.size()) {  // drop finished rows from every per-row tensor
       auto sel = IndexTensor(keep, device_);
       next_tokens = next_tokens.index_select(0, sel);
       active_dev = active_dev.index_select(0, sel);
       active_len = active_len.index_select(0, sel);
-    }
-
-    if (options_.kv_cache) {
-      if (keep.size() != active.size()) {
-        auto sel = IndexTensor(keep, device_);
+      if (options_.kv_cache) {
         for (auto& kv : past)
           if (kv.k.size(0) == static_cast<int64_t>(active.size())) kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
         key_valid = key_valid.index_select(0, sel);
       }
+    }
+
+    if (options_.kv_cache) {
       // The next input is the drawn token, at position prompt length + step, on the device.
       auto in = next_tokens.view({A, 1});
       auto in_pos = (active_len + step).view({A, 1});
