@@ -30,8 +30,6 @@ double Gb(double bytes) { return bytes / 1e9; }
 class AuditMemoryBench : public Benchmark {
  public:
   void AddOptions(CLI::App& app) override {
-    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")
-        ->capture_default_str();
     app.add_option("--states", states_, "bandit test states the checks run on")
         ->capture_default_str();
     app.add_option("--mc-samples", mc_samples_, "Monte-Carlo draws per state (Rao-Blackwell)")
@@ -42,6 +40,7 @@ class AuditMemoryBench : public Benchmark {
   }
 
   nlohmann::json Run() override {
+    threads_ = cli::GlobalThreads().value_or(1);  // rlid --threads N
     policy::SetNumThreads(threads_);
     auto env = envs::MakeEnv("bandit");
     auto tok = SmallEnvTokenizer(*env);

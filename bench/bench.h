@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <string>
 
+#include "cli/command.h"
 #include "core/registry.h"
 #include "envs/env.h"
 #include "policy/prompt.h"

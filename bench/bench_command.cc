@@ -28,6 +28,7 @@ class BenchCommand : public cli::Command {
         result["benchmark"] = name;
         // Speeds depend on where they were measured: say so next to the numbers.
         if (!result.contains("runtime")) result["runtime"] = policy::TorchSummary();
+        result["intra_op_threads"] = policy::NumThreads();  // rlid --threads N (0: one per core)
         std::cout << cli::DumpJson(result, 2) << std::endl;
         if (!out_.empty()) {
           std::ofstream f(out_);

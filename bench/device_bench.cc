@@ -66,11 +66,10 @@ class DeviceBench : public Benchmark {
         ->capture_default_str();
     app.add_option("--lora-rank", lora_rank_, "LoRA rank on the Qwen3-shaped model")
         ->capture_default_str();
-    app.add_option("--threads", threads_, "CPU intra-op threads (0 = one per core)")
-        ->capture_default_str();
   }
 
   nlohmann::json Run() override {
+    threads_ = cli::GlobalThreads().value_or(0);  // rlid --threads N
     policy::SetNumThreads(threads_);
     std::vector<std::string> devices = devices_.empty() ? DefaultDevices() : Split(devices_, ',');
     for (const auto& d : devices) policy::ResolveDevice(d);  // a missing GPU fails before any work

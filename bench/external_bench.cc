@@ -66,14 +66,13 @@ class ExternalBench : public Benchmark {
     app.add_option("--workers", workers_, "worker processes compared with 1")->capture_default_str();
     app.add_option("--episodes", episodes_, "episodes per rollout (overlap)")->capture_default_str();
     app.add_option("--num-envs", num_envs_, "episodes in lockstep (overlap)")->capture_default_str();
-    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")
-        ->capture_default_str();
   }
 
   nlohmann::json Run() override {
     if (steps_ < 1 || workers_ < 2 || episodes_ < 1 || num_envs_ < 2 || delay_ms_ < 0)
       throw ConfigError("rlid bench external: --steps, --episodes >= 1; --workers, --num-envs >= 2; "
                         "--delay-ms >= 0");
+    threads_ = cli::GlobalThreads().value_or(0);  // rlid --threads N
     policy::SetNumThreads(threads_);
     const std::string self = SelfExe();
     nlohmann::json out = {{"env", env_}};

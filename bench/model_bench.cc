@@ -50,7 +50,6 @@ class ModelBench : public Benchmark {
         ->capture_default_str();
     app.add_option("--dtype", dtype_, "compute dtype of the loaded weights: float32 | bfloat16")
         ->capture_default_str();
-    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")->capture_default_str();
     app.add_option("--prefill-tokens", prefill_tokens_, "tokens of the timed prefill forward")
         ->capture_default_str();
     app.add_option("--batch", batch_, "states per batched readout")->capture_default_str();
@@ -80,6 +79,7 @@ class ModelBench : public Benchmark {
     }
     // Before this process starts LibTorch's thread pool (fork() and OpenMP do not mix).
     nlohmann::json train = lora_rank_ > 0 ? TrainInChild() : nlohmann::json();
+    threads_ = cli::GlobalThreads().value_or(0);  // rlid --threads N
     policy::SetNumThreads(threads_);
     const double rss_before = PeakRssBytes();
     policy::LoadOptions lo;

@@ -68,9 +68,9 @@ class ReadoutBench : public Benchmark {
   void AddOptions(CLI::App& app) override {
     app.add_option("--preset", preset_, "model preset")->capture_default_str();
     app.add_option("--seconds", seconds_, "time per measurement")->capture_default_str();
-    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")->capture_default_str();
   }
   nlohmann::json Run() override {
+    threads_ = cli::GlobalThreads().value_or(0);  // rlid --threads N
     policy::SetNumThreads(threads_);
     policy::TransformerLM model(BenchConfig(preset_));
     model->InitWeights(1);
@@ -154,9 +154,9 @@ class FlopsBench : public Benchmark {
     app.add_option("--batch", batch_, "sequences per step")->capture_default_str();
     app.add_option("--seq", seq_, "tokens per sequence")->capture_default_str();
     app.add_option("--seconds", seconds_, "time per measurement")->capture_default_str();
-    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")->capture_default_str();
   }
   nlohmann::json Run() override {
+    threads_ = cli::GlobalThreads().value_or(0);  // rlid --threads N
     policy::SetNumThreads(threads_);
     nlohmann::json out = {{"preset", preset_}, {"runtime", policy::TorchSummary()}};
     Progress progress("bench flops: measurements", 2, true, /*every_s=*/0);
@@ -217,9 +217,9 @@ class SampleBench : public Benchmark {
     app.add_option("--group", group_, "samples per prompt")->capture_default_str();
     app.add_option("--new-tokens", new_tokens_, "tokens generated per sample")->capture_default_str();
     app.add_option("--seconds", seconds_, "time per measurement")->capture_default_str();
-    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")->capture_default_str();
   }
   nlohmann::json Run() override {
+    threads_ = cli::GlobalThreads().value_or(0);  // rlid --threads N
     policy::SetNumThreads(threads_);
     auto cfg = BenchConfig(preset_);
     policy::TransformerLM model(cfg);

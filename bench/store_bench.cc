@@ -142,7 +142,7 @@ class StoreBench : public Benchmark {
         ->capture_default_str();
     app.add_option("--steps", shape_.steps, "steps per episode")->capture_default_str();
     app.add_option("--menu", shape_.menu, "menu items per step")->capture_default_str();
-    app.add_option("--threads", threads_, "submitting threads in the queue run")
+    app.add_option("--submitters", threads_, "threads submitting episodes in the queue run")
         ->capture_default_str();
     app.add_option("--latency-episodes", latency_episodes_, "episodes timed one by one")
         ->capture_default_str();

@@ -36,14 +36,13 @@ class TrainBench final : public Benchmark {
     app.add_option("--algorithm", algorithm_, "trainer")->capture_default_str();
     app.add_option("--episodes", episodes_, "episodes per iteration (all in lockstep)")
         ->capture_default_str();
-    app.add_option("--threads", threads_, "intra-op threads (0 = one per core)")
-        ->capture_default_str();
     app.add_option("--set", sets_, "config override, e.g. --set env.size=3 (repeatable)");
     app.add_option("--dir", dir_,
                    "scratch directory for the two runs (default: a new temp directory, removed)");
   }
 
   nlohmann::json Run() override {
+    threads_ = cli::GlobalThreads().value_or(0);  // rlid --threads N
     if (iterations_ < 1)
       throw ConfigError(fmt::format("--iterations must be >= 1, found {}", iterations_));
     const std::string toml =

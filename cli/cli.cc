@@ -33,6 +33,8 @@ std::optional<int>& ThreadsFlag() {
 }
 }  // namespace
 
+std::optional<int> GlobalThreads() { return ThreadsFlag(); }
+
 std::vector<std::string> WithGlobalOverrides(std::vector<std::string> sets) {
   if (ThreadsFlag()) sets.push_back(fmt::format("run.threads={}", *ThreadsFlag()));
   return sets;

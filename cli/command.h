@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct EnvOptions {
 
 // Reads a config file (or an empty one), applies --set overrides.
 Config LoadConfig(const std::string& path, const std::vector<std::string>& sets);
+
+// `rlid --threads N` as given on the command line (nullopt when absent): the
+// one intra-op thread count every command uses (before or after the subcommand).
+std::optional<int> GlobalThreads();
 
 // `sets` followed by the config overrides that global flags given on the
 // command line imply: `rlid --threads N ...` appends "run.threads=N", so the
