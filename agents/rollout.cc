@@ -52,6 +52,11 @@ struct Slot {
   std::optional<StepData> pending;
 };
 
+std::vector<EpisodeData> WithMode(std::vector<EpisodeData> episodes, EpisodeMode mode) {
+  for (auto& e : episodes) e.mode = mode;
+  return episodes;
+}
+
 Slot StartEpisode(AgentContext& ctx, const EpisodeSpec& spec, envs::Split split,
                   policy::Plane plane, int64_t& local_ids) {
   Slot s;
@@ -100,8 +105,13 @@ StepData PrepareStep(AgentContext& ctx, Slot& s, policy::Plane plane) {
     step.memory = ctx.bank->Retrieve(step.observation, s.data.id);
     for (const auto& r : step.memory) memory_texts.push_back(r.item.content);
   }
+  const size_t n = std::min(s.data.steps.size(), static_cast<size_t>(ctx.renderer->config().history_steps));
+  for (size_t i = s.data.steps.size() - n; i < s.data.steps.size(); ++i) {
+    const StepData& before = s.data.steps[i];
+    step.history.push_back({before.observation, before.item >= 0 ? before.menu.items[before.item].command : ""});
+  }
   step.prompt = ctx.renderer->Render(ctx.env->Instructions(), step.observation, memory_texts,
-                                     step.menu, plane);
+                                     step.menu, plane, step.history);
   return step;
 }
 
@@ -602,7 +612,7 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
       lockstep.Retire(budget);
     }
   }
-  return lockstep.Finished();
+  return WithMode(lockstep.Finished(), greedy ? EpisodeMode::kGreedy : EpisodeMode::kSampled);
 }
 
 policy::StopFn EndOfThought(const policy::Tokenizer& tok) {
@@ -675,7 +685,7 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
     budget.episodes += 1;
     out.push_back(std::move(s.data));
   }
-  return out;
+  return WithMode(std::move(out), EpisodeMode::kScripted);
 }
 
 // ---- token plane ------------------------------------------------------------------
@@ -754,7 +764,7 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
       lockstep.Retire(budget);
     }
   }
-  return lockstep.Finished();
+  return WithMode(lockstep.Finished(), greedy ? EpisodeMode::kGreedy : EpisodeMode::kSampled);
 }
 
 // ---- records ------------------------------------------------------------------------
@@ -766,6 +776,10 @@ memory::EpisodeRecord ToRecord(const EpisodeData& e, const AgentContext& ctx) {
   r.env = ctx.env->Info().name;
   r.seed = e.spec.env_seed;
   r.split = envs::SplitName(e.split);
+  r.mode = e.mode == EpisodeMode::kScripted ? "scripted"
+           : e.split == envs::Split::kTrain ? "rollout"
+           : e.mode == EpisodeMode::kGreedy ? "greedy"
+                                            : "sampled";
   r.plane = policy::PlaneName(e.plane);
   r.policy_version = ctx.policy_version;
   r.iteration = ctx.iteration;
@@ -790,6 +804,7 @@ memory::EpisodeRecord ToRecord(const EpisodeData& e, const AgentContext& ctx) {
     sr.reward = s.reward;
     sr.invalid = s.invalid;
     sr.invalid_reason = s.invalid_reason;
+    sr.history_steps = static_cast<int>(s.history.size());
     sr.realisation = s.realisation;
     sr.state_hash = s.state_hash;
     if (s.item >= 0) sr.afterstate_hash = s.menu.items[s.item].afterstate_hash;

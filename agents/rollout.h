@@ -65,6 +65,8 @@ struct StepData {
   policy::RenderedPrompt prompt;
   envs::Menu menu;                        // as shown (labels may be permuted)
   std::vector<memory::Retrieved> memory;  // items in the prompt
+  // The episode's earlier steps the prompt showed (prompt.history_steps), oldest first.
+  std::vector<policy::HistoryTurn> history;
   uint64_t state_hash = 0;  // env State::Hash() before acting
   // Decision plane (rollout readout; in the decision plane rollout = training forward).
   std::vector<float> log_p;                     // per menu item (unnormalised with "other")
@@ -103,10 +105,15 @@ struct StepData {
   bool terminal = false;
 };
 
+// How an episode's actions were chosen (episodes.mode: a train-split episode
+// the policy sampled is a "rollout", a test-split one an evaluation).
+enum class EpisodeMode { kSampled, kGreedy, kScripted };
+
 struct EpisodeData {
   int64_t id = 0;  // store episode id
   EpisodeSpec spec;
   envs::Split split = envs::Split::kTrain;
+  EpisodeMode mode = EpisodeMode::kSampled;
   policy::Plane plane = policy::Plane::kDecision;
   std::vector<StepData> steps;
   std::vector<memory::MemoryItem> new_items;

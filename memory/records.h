@@ -112,6 +112,9 @@ struct StepRecord {
   uint64_t state_hash = 0;                  // env State::Hash() before acting; 0: not recorded
   std::optional<uint64_t> afterstate_hash;  // the chosen action's afterstate; none if invalid
   int optimal = -1;  // 1: one of the oracle's optimal actions; 0: not (invalid: 0); -1: no oracle
+  // Earlier steps of the episode its prompt showed (steps t - n .. t - 1;
+  // prompt.history_steps), so the prompt's provenance is exact.
+  int history_steps = 0;
 };
 
 struct EpisodeRecord {
@@ -121,6 +124,9 @@ struct EpisodeRecord {
   uint64_t seed = 0;
   std::string split = "train";     // "train" | "test"
   std::string plane = "decision";  // "decision" | "token"
+  // How its actions were chosen: "rollout" (training, sampled), "greedy" or
+  // "sampled" (evaluation on test seeds), "scripted" (oracle demonstrations).
+  std::string mode = "rollout";
   int64_t policy_version = 0;
   int64_t iteration = 0;
   double ret = 0.0;

@@ -348,6 +348,60 @@ FROM steps s JOIN episodes e ON e.id = s.episode_id
 GROUP BY e.run_id, e.split, e.plane, e.iteration;
 )sql";
 
+// Episodes say how their actions were chosen, and v_run_budget splits what
+// training spent from what evaluation played, with the budget's definitions.
+constexpr const char* kEpisodeModeSql = R"sql(
+-- How the episode's actions were chosen: 'rollout' (a training rollout,
+-- sampled from the policy), 'greedy' or 'sampled' (an evaluation on test
+-- seeds: argmax or sampled), 'scripted' (oracle demonstrations of a warm
+-- start); NULL for episodes recorded before schema 5.
+ALTER TABLE episodes ADD COLUMN mode TEXT
+  CHECK (mode IN ('rollout', 'greedy', 'sampled', 'scripted'));
+
+-- How many earlier steps of its episode the step's prompt showed
+-- (prompt.history_steps: steps t - history_steps .. t - 1, oldest first);
+-- NULL for steps recorded before schema 5.
+ALTER TABLE steps ADD COLUMN history_steps INTEGER CHECK (history_steps >= 0);
+
+-- Per run, what training spent and what evaluation played. episodes and
+-- env_steps count the train split: env_steps is exactly budget/env_steps
+-- (every decision attempt, invalid ones included), the quantity compare's
+-- budget matches. eval_* count the test split (evaluations, both modes).
+-- step_prompt_tokens sums the stored prompts' lengths (budget/prompt_tokens,
+-- in budget_metrics, also counts the wordings the readout reads).
+DROP VIEW v_run_budget;
+CREATE VIEW v_run_budget AS
+SELECT ru.id                              AS run_id,
+       ru.name                            AS name,
+       ru.arm                             AS arm,
+       ru.kind                            AS kind,
+       ru.status                          AS status,
+       COALESCE(st.episodes, 0)           AS episodes,
+       COALESCE(st.env_steps, 0)          AS env_steps,
+       COALESCE(st.invalid_steps, 0)      AS invalid_steps,
+       COALESCE(st.prompt_tokens, 0)      AS step_prompt_tokens,
+       COALESCE(st.generated_tokens, 0)   AS generated_tokens,
+       COALESCE(ev.episodes, 0)           AS eval_episodes,
+       COALESCE(ev.env_steps, 0)          AS eval_env_steps,
+       (SELECT json_group_object(b.key, b.value) FROM (
+          SELECT m.key AS key, m.value AS value FROM metrics m
+          WHERE m.run_id = ru.id AND m.key LIKE 'budget/%'
+            AND m.rowid = (SELECT MAX(m2.rowid) FROM metrics m2
+                           WHERE m2.run_id = m.run_id AND m2.key = m.key)
+          ORDER BY m.key) b)              AS budget_metrics
+FROM runs ru
+LEFT JOIN (SELECT e.run_id AS run_id, COUNT(DISTINCT e.id) AS episodes, COUNT(s.episode_id) AS env_steps,
+                  SUM(s.invalid) AS invalid_steps, SUM(s.prompt_tokens) AS prompt_tokens,
+                  SUM(s.generated_tokens) AS generated_tokens
+           FROM episodes e LEFT JOIN steps s ON s.episode_id = e.id
+           WHERE e.split = 'train' GROUP BY e.run_id) st
+  ON st.run_id = ru.id
+LEFT JOIN (SELECT e.run_id AS run_id, COUNT(DISTINCT e.id) AS episodes, COUNT(s.episode_id) AS env_steps
+           FROM episodes e LEFT JOIN steps s ON s.episode_id = e.id
+           WHERE e.split = 'test' GROUP BY e.run_id) ev
+  ON ev.run_id = ru.id;
+)sql";
+
 // runs.status also admits 'crashed' (a run whose process died while it was
 // 'running'). SQLite cannot alter a CHECK constraint; widening the allowed set
 // by editing the stored CREATE TABLE text is the procedure SQLite documents
@@ -387,6 +441,10 @@ const std::vector<Migration>& Migrations() {
        kProvenanceSql},
       {4, "runs.status 'crashed': a run left 'running' by a process that no longer exists", "",
        AllowCrashedStatus},
+      {5,
+       "episodes.mode (rollout | greedy | sampled | scripted); steps.history_steps; "
+       "v_run_budget counts training (train split) and evaluation (eval_*) apart",
+       kEpisodeModeSql},
   };
   return kMigrations;
 }

@@ -349,13 +349,13 @@ void Store::Prepare() {
   st_->end_run = db_.Prepare("UPDATE runs SET status = ?, ended_at = ? WHERE id = ?");
   st_->episode = db_.Prepare(
       "INSERT INTO episodes(id, run_id, env, seed, split, plane, policy_version, iteration, ret, "
-      "success, length, truncated, committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "success, length, truncated, committed_at, mode) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   st_->prompt = db_.Prepare("INSERT OR IGNORE INTO prompts(hash, text, tokens) VALUES (?, ?, ?)");
   st_->step = db_.Prepare(
       "INSERT INTO steps(episode_id, t, observation, prompt_hash, prompt_tokens, action, label, "
       "command, generated_text, generated_tokens, logp_rollout, logp_train, value, reward, "
-      "invalid, invalid_reason, realisation, state_hash, afterstate_hash, optimal) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "invalid, invalid_reason, realisation, state_hash, afterstate_hash, optimal, history_steps) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   st_->menu = db_.Prepare(
       "INSERT INTO menu_items(episode_id, t, position, action, label, command, afterstate, "
       "probability, realisations) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
@@ -585,7 +585,8 @@ void Store::WriteEpisodeRows(const EpisodeRecord& e) {
       .Bind(10, e.success)
       .Bind(11, e.length)
       .Bind(12, e.truncated)
-      .Bind(13, NowIso8601());
+      .Bind(13, NowIso8601())
+      .Bind(14, e.mode);
   st_->episode.Run();
   for (const StepRecord& s : e.steps) {
     const uint64_t hash = s.prompt_hash != 0 ? s.prompt_hash : HashBytes(s.prompt);
@@ -635,6 +636,7 @@ void Store::WriteEpisodeRows(const EpisodeRecord& e) {
       st_->step.BindNull(20);
     else
       st_->step.Bind(20, s.optimal);
+    st_->step.Bind(21, s.history_steps);
     st_->step.Run();
     for (const MenuItemRecord& m : s.menu) {
       nlohmann::json real = nlohmann::json::array();

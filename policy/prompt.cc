@@ -30,6 +30,10 @@ void PromptConfig::Load(ConfigNode n) {
             "wrap prompts in the model's chat template when it has one (auto) or not (none)");
   n.Get("enable_thinking", enable_thinking, "chat templates that read it (Qwen3): allow <think>");
   n.Get("date_string", date_string, "the date templates that print one (Llama 3.x) see");
+  n.Get("history_steps", history_steps,
+        "show the episode's last N observations and actions taken, oldest first (chat "
+        "templates: as turns); 0 = only the current observation",
+        IntRange::Closed(0, 64));
   if (answer_prefix.empty() || answer_prefix.back() == ' ')
     throw ConfigError(fmt::format("{}: 'prompt.answer_prefix' must be non-empty and not end with "
                                   "a space, found '{}'",
@@ -105,9 +109,12 @@ std::vector<TokenId> PromptRenderer::EncodeCached(const std::string& text) const
 
 PromptParts RenderPromptParts(const PromptConfig& cfg, const std::string& instructions,
                               const std::string& observation, const std::vector<std::string>& memory,
-                              const envs::Menu& menu, Plane plane) {
+                              const envs::Menu& menu, Plane plane,
+                              const std::vector<HistoryTurn>& history) {
   PromptParts p;
   if (cfg.show_instructions) p.system = instructions;
+  const size_t shown = std::min(history.size(), static_cast<size_t>(cfg.history_steps));
+  p.history.assign(history.end() - static_cast<std::ptrdiff_t>(shown), history.end());
   std::string& text = p.user;
   if (cfg.show_memory && !memory.empty()) {
     text += "Memory:\n";
@@ -137,20 +144,36 @@ PromptParts RenderPromptParts(const PromptConfig& cfg, const std::string& instru
 
 std::string RenderPromptText(const PromptConfig& cfg, const std::string& instructions,
                              const std::string& observation, const std::vector<std::string>& memory,
-                             const envs::Menu& menu, Plane plane) {
-  const PromptParts p = RenderPromptParts(cfg, instructions, observation, memory, menu, plane);
-  return (p.system.empty() ? "" : p.system + "\n") + p.user + p.answer_start;
+                             const envs::Menu& menu, Plane plane,
+                             const std::vector<HistoryTurn>& history) {
+  const PromptParts p = RenderPromptParts(cfg, instructions, observation, memory, menu, plane, history);
+  std::string earlier;
+  if (!p.history.empty()) {
+    earlier = "Earlier steps:\n";
+    for (const auto& h : p.history)
+      earlier += h.observation + "\n=> " + (h.action.empty() ? "(no valid action)" : h.action) + "\n";
+    earlier += "Now:\n";
+  }
+  return (p.system.empty() ? "" : p.system + "\n") + earlier + p.user + p.answer_start;
 }
 
 RenderedPrompt PromptRenderer::Render(const std::string& instructions,
                                       const std::string& observation,
                                       const std::vector<std::string>& memory,
-                                      const envs::Menu& menu, Plane plane) const {
+                                      const envs::Menu& menu, Plane plane,
+                                      const std::vector<HistoryTurn>& history) const {
   RenderedPrompt out;
   if (chat_) {
-    const PromptParts p = RenderPromptParts(cfg_, instructions, observation, memory, menu, plane);
+    const PromptParts p = RenderPromptParts(cfg_, instructions, observation, memory, menu, plane, history);
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (!p.system.empty()) messages.push_back({{"role", "system"}, {"content", p.system}});
+    // Earlier steps as turns: what the agent saw, then what it did.
+    for (const auto& h : p.history) {
+      messages.push_back({{"role", "user"}, {"content", h.observation}});
+      messages.push_back({{"role", "assistant"},
+                          {"content", cfg_.answer_prefix + " " +
+                                          (h.action.empty() ? "(no valid action)" : h.action)}});
+    }
     std::string user = p.user;
     if (!user.empty() && user.back() == '\n') user.pop_back();
     messages.push_back({{"role", "user"}, {"content", user}});
@@ -165,7 +188,7 @@ RenderedPrompt PromptRenderer::Render(const std::string& instructions,
     // tokens (BOS included) as text, and they encode as their ids.
     out.tokens = tok_.Encode(out.text, /*allow_special=*/true);
   } else {
-    out.text = RenderPromptText(cfg_, instructions, observation, memory, menu, plane);
+    out.text = RenderPromptText(cfg_, instructions, observation, memory, menu, plane, history);
     out.tokens = tok_.Encode(out.text, /*allow_special=*/false);
     if (tok_.config().add_bos) out.tokens.insert(out.tokens.begin(), *tok_.bos_id());
   }

@@ -46,25 +46,40 @@ struct PromptConfig {
   bool enable_thinking = false;  // chat templates that read it (Qwen3): allow a <think> block
   // Templates that print a date (Llama 3.x) get this one, so prompts do not change by day.
   std::string date_string = "26 Jul 2024";
+  // Multi-turn prompts: the episode's last N observations and the actions
+  // taken there, oldest first (chat templates: as user/assistant turns), the
+  // same in both planes. 0 = only the current observation.
+  int history_steps = 0;
   void Load(ConfigNode n);
+};
+
+// One earlier step of the episode as a prompt shows it: what was observed and
+// the command of the action taken there ("" when the answer named no action).
+struct HistoryTurn {
+  std::string observation;
+  std::string action;
 };
 
 // The prompt in its parts: the system turn (instructions), the user turn
 // (memory, observation, menu and any request), and how the answer starts.
 struct PromptParts {
   std::string system;        // "" when instructions are hidden or empty
+  std::vector<HistoryTurn> history;  // earlier steps, oldest first (at most history_steps)
   std::string user;
   std::string answer_start;  // the answer prefix ("Action:") or "Reasoning:"
 };
 PromptParts RenderPromptParts(const PromptConfig& cfg, const std::string& instructions,
                               const std::string& observation, const std::vector<std::string>& memory,
-                              const envs::Menu& menu, Plane plane);
+                              const envs::Menu& menu, Plane plane,
+                              const std::vector<HistoryTurn>& history = {});
 
 // The prompt text alone (no tokenizer): also used to build tokenizer corpora
-// that contain exactly what the model will read.
+// that contain exactly what the model will read. History comes first, one
+// "<observation>\n=> <action>" entry per earlier step.
 std::string RenderPromptText(const PromptConfig& cfg, const std::string& instructions,
                              const std::string& observation, const std::vector<std::string>& memory,
-                             const envs::Menu& menu, Plane plane);
+                             const envs::Menu& menu, Plane plane,
+                             const std::vector<HistoryTurn>& history = {});
 
 struct RenderedPrompt {
   std::string text;
@@ -81,9 +96,11 @@ class PromptRenderer {
   ~PromptRenderer();
   bool uses_chat_template() const { return chat_ != nullptr; }
 
+  // `history`: the episode's earlier steps, oldest first; the last
+  // config().history_steps of them are shown.
   RenderedPrompt Render(const std::string& instructions, const std::string& observation,
                         const std::vector<std::string>& memory, const envs::Menu& menu,
-                        Plane plane) const;
+                        Plane plane, const std::vector<HistoryTurn>& history = {}) const;
   // Readout wordings per menu item: {label token} first, then (all = true)
   // every realisation as " " + wording.
   std::vector<std::vector<std::vector<TokenId>>> Realisations(const envs::Menu& menu,

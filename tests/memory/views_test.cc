@@ -453,9 +453,16 @@ TEST_F(ViewsFixture, LabelCalibrationAndRunBudget) {
   EXPECT_NEAR(D(cal.rows[1][6]), 0.4 / 3, 1e-12);
   EXPECT_DOUBLE_EQ(D(cal.rows[1][7]), 0.0);
 
+  // An evaluation episode of two steps: counted apart from training's budget.
+  EpisodeRecord ev = Episode(store->NewEpisodeId());
+  ev.split = "test";
+  ev.mode = "greedy";
+  ev.steps = {Step(0, "a"), Step(1, "b")};
+  ev.length = 2;
+  store->WriteEpisode(ev);
   auto b =
-      Q("SELECT episodes, env_steps, invalid_steps, prompt_tokens, generated_tokens, "
-        "budget_metrics FROM v_run_budget");
+      Q("SELECT episodes, env_steps, invalid_steps, step_prompt_tokens, generated_tokens, "
+        "budget_metrics, eval_episodes, eval_env_steps FROM v_run_budget");
   ASSERT_EQ(b.rows.size(), 1u);
   EXPECT_EQ(I(b.rows[0][0]), 3);
   EXPECT_EQ(I(b.rows[0][1]), 3);
@@ -463,6 +470,10 @@ TEST_F(ViewsFixture, LabelCalibrationAndRunBudget) {
   EXPECT_EQ(I(b.rows[0][3]), 60);
   EXPECT_EQ(I(b.rows[0][4]), 7);
   EXPECT_EQ(S(b.rows[0][5]), "{}");
+  EXPECT_EQ(I(b.rows[0][6]), 1);
+  EXPECT_EQ(I(b.rows[0][7]), 2);
+  auto modes = Q("SELECT mode, COUNT(*) FROM episodes GROUP BY mode ORDER BY mode");
+  EXPECT_EQ(FormatCsv(modes), "mode,COUNT(*)\ngreedy,1\nrollout,3\n");
 }
 
 }  // namespace

