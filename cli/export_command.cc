@@ -22,7 +22,9 @@ class ExportCommand final : public Command {
     app.add_flag("--merge", merge_,
                  "fold LoRA adapters into the base weights and write a plain model directory "
                  "(without it an adapter checkpoint is written as a PEFT adapter directory)");
-    app.add_option("--dtype", dtype_, "weights written: float32 or bfloat16")
+    app.add_option("--dtype", dtype_,
+                   "weights written: float32 or bfloat16 (default: the base model's dtype, as its "
+                   "config.json says; float32 for other dtypes)")
         ->check(CLI::IsMember({"float32", "bfloat16"}));
     app.callback([this] { Run(); });
   }
@@ -32,6 +34,14 @@ class ExportCommand final : public Command {
     policy::LoadOptions lo;
     lo.require_tokenizer = false;
     auto ck = policy::LoadCheckpoint(checkpoint_, torch::kCPU, lo);
+    if (dtype_.empty()) {
+      const std::string& source = ck.model->config().source_dtype;
+      dtype_ = source == "bfloat16" ? "bfloat16" : "float32";
+      if (source != dtype_)
+        std::cout << fmt::format("note: the base model is {}; writing {} (rlid writes float32 or "
+                                 "bfloat16; choose with --dtype)\n",
+                                 source, dtype_);
+    }
     policy::ExportOptions eo;
     eo.merge = merge_;
     eo.dtype = dtype_ == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
@@ -49,7 +59,7 @@ class ExportCommand final : public Command {
       std::cout << "note: the checkpoint has no tokenizer.json, so the export has none either\n";
   }
 
-  std::string checkpoint_, out_, dtype_ = "float32";
+  std::string checkpoint_, out_, dtype_;  // dtype_ "" = the base's
   bool merge_ = false;
 };
 

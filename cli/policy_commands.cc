@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -31,18 +32,38 @@ namespace {
 // Checkpoint + env + prompt settings shared by readout and sample.
 struct PolicyOptions {
   std::string checkpoint;
-  std::string config;
   EnvOptions env;
+  std::string dtype = "float32";
   bool no_afterstates = false;
   bool json = false;
 
-  void Add(CLI::App& app) {
+  void Add(CLI::App& app, const std::string& dtype_help) {
     app.add_option("--checkpoint", checkpoint,
                    "checkpoint directory (rlid policy init / sft / train)")
         ->required();
     env.Add(app);
+    app.add_option("--dtype", dtype, dtype_help)
+        ->check(CLI::IsMember({"float32", "bfloat16"}))
+        ->capture_default_str();
     app.add_flag("--no-afterstates", no_afterstates, "hide afterstates in the prompt");
     app.add_flag("--json", json, "print JSON");
+  }
+
+  // [env], [prompt] and the rest of an experiment config from --config, --env
+  // and --set (a key of no section is an env key: --set size=9), checked
+  // before any weights load.
+  std::unique_ptr<trainers::ExperimentConfig> Resolve() const {
+    static const std::set<std::string> kSections = {"run",    "env",    "tokenizer", "policy",
+                                                    "prompt", "readout", "sampler",  "memory",
+                                                    "trainer", "sft"};
+    Config c = LoadConfig(env.config, {});
+    if (!env.env.empty()) c.ApplyOverride("env.name=" + env.env);
+    for (const auto& s : env.sets) {
+      const std::string section = s.substr(0, std::min(s.find('.'), s.find('=')));
+      c.ApplyOverride(kSections.count(section) ? s : "env." + s);
+    }
+    c.ApplyOverride("policy.init=" + checkpoint);
+    return trainers::ExperimentConfig::FromConfig(std::move(c));
   }
 };
 
@@ -55,14 +76,19 @@ struct Loaded {
   policy::RenderedPrompt prompt;
 };
 
-Loaded Load(const PolicyOptions& o, policy::Plane plane, policy::PromptConfig pc = {}) {
+Loaded Load(const PolicyOptions& o, policy::Plane plane) {
+  const auto cfg = o.Resolve();
   Loaded l;
-  l.ck = policy::LoadCheckpoint(o.checkpoint);
-  l.env = o.env.Make();
+  l.env = envs::MakeEnv(cfg->env_section);
   l.state = l.env->NewState(o.env.seed);
   if (l.state->IsTerminal())
     throw ConfigError("the initial state is terminal; nothing to read out");
+  policy::PromptConfig pc = cfg->prompt;
   if (o.no_afterstates) pc.show_afterstates = false;
+  policy::LoadOptions lo;
+  const bool bf16 = o.dtype == "bfloat16" || cfg->policy_dtype == "bfloat16";  // --set policy.dtype too
+  lo.dtype = bf16 ? torch::kBFloat16 : torch::kFloat32;
+  l.ck = policy::LoadCheckpoint(o.checkpoint, torch::kCPU, lo);
   l.renderer = std::make_unique<policy::PromptRenderer>(pc, l.ck.tokenizer);
   l.menu = l.state->CompileMenu();
   if (pc.label_order == "shuffle") {
@@ -155,7 +181,7 @@ class PolicyCommand : public Command {
     init->callback([this] { Init(); });
 
     auto* readout = app.add_subcommand("readout", "p(a|s) for every menu item in one forward pass");
-    ro_.Add(*readout);
+    ro_.Add(*readout, "weights: float32 | bfloat16 (the value head stays float32)");
     readout->add_option("--realisations", realisations_, "all | labels")->capture_default_str();
     readout->add_option("--normalisation", normalisation_, "menu | other")->capture_default_str();
     readout->callback([this] { Readout(); });
@@ -167,14 +193,12 @@ class PolicyCommand : public Command {
         "always valid JSON), \"text_hex\" holds the exact bytes in hex, and \"text_is_utf8\" "
         "says whether \"text\" is exact. \"matched\" is the menu wording (label, command or "
         "alias) the answer compiled by.");
-    sa_.Add(*sample);
+    sa_.Add(*sample, "weights and rollout engine: float32 | bfloat16");
     sample->add_option("-n,--num", num_, "samples")->capture_default_str();
     sample->add_option("--temperature", sopts_.temperature, "sampling temperature (0 = greedy)")
         ->capture_default_str();
     sample->add_option("--top-p", sopts_.top_p, "nucleus mass")->capture_default_str();
     sample->add_option("--max-new-tokens", sopts_.max_new_tokens, "longest answer")
-        ->capture_default_str();
-    sample->add_option("--dtype", sopts_.dtype, "rollout engine: float32 | bfloat16")
         ->capture_default_str();
     sample->add_option("--sample-seed", sample_seed_, "sampling seed")->capture_default_str();
     sample->callback([this] { Sample(); });
@@ -281,6 +305,7 @@ class PolicyCommand : public Command {
 
   void Sample() {
     auto l = Load(sa_, policy::Plane::kToken);
+    sopts_.dtype = sa_.dtype;
     policy::TextSampler sampler(l.ck.model->config(), sopts_, torch::kCPU);
     sampler.SyncWeights(l.ck.model);
     const auto& tok = l.ck.tokenizer;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -100,6 +101,40 @@ TEST(ReadmeSql, ExamplesReturnRowsWhereTheySayTheyDo) {
       EXPECT_EQ(Rows(keys, q), 0);
     }
   }
+  // Query 5 means what the summary table means: per arm (one seed here), its
+  // env_steps is the table's env steps and its final_sampled the table's test
+  // (sampled) success.
+  const std::string& q5 = queries.at(4);
+  ASSERT_NE(q5.find("final_sampled"), std::string::npos) << q5;
+  auto [rc5, csv] = Shell(Bin() + " sql " + quick + " --csv " + Quote(q5) + " 2>&1");
+  ASSERT_EQ(rc5, 0) << csv;
+  std::ifstream summary_in(quick + "/summary.txt");
+  std::stringstream summary;
+  summary << summary_in.rdbuf();
+  const std::regex table_row(R"(^(\S+)\s+(?:decision|token)\s+([0-9.]+) ± [0-9.]+.*?\s(\d+) \([-+][0-9.]+%\))");
+  std::map<std::string, std::pair<std::string, std::string>> table;  // arm -> (success, env steps)
+  std::string line;
+  for (std::istringstream lines(summary.str()); std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, table_row)) table[m[1]] = {m[2], m[3]};
+  }
+  ASSERT_EQ(table.size(), 3u) << summary.str();
+  std::istringstream rows(csv);
+  std::getline(rows, line);
+  ASSERT_EQ(line, "arm,seed,env_steps,eval_env_steps,generated_tokens,flops,final_sampled,final_greedy");
+  int checked = 0;
+  while (std::getline(rows, line)) {
+    std::vector<std::string> f;
+    for (std::istringstream cells(line); std::getline(cells, f.emplace_back(), ',');) {}
+    f.pop_back();
+    ASSERT_EQ(f.size(), 8u) << line;
+    ASSERT_TRUE(table.count(f[0])) << line;
+    EXPECT_EQ(f[2], table[f[0]].second) << "env steps of " << f[0];
+    EXPECT_GT(std::stoll(f[3]), 0) << "the evaluations' steps are counted apart";
+    EXPECT_NEAR(std::stod(f[6]), std::stod(table[f[0]].first), 5e-4) << "success of " << f[0];
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
 }
 
 }  // namespace

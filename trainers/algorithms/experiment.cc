@@ -33,6 +33,9 @@ void RunConfig::Load(ConfigNode n) {
         IntRange::NonNegative());
   n.Get("keep_checkpoints", keep_checkpoints,
         "keep only the newest N iteration checkpoints (0 = keep all)", IntRange::NonNegative());
+  n.GetEnum("optimizer_state", optimizer_state, {"latest", "all"},
+            "which checkpoints keep the optimizer state: latest (the one --resume continues "
+            "from; older ones keep their weights only) | all");
   n.Get("dist_timeout_s", dist_timeout_s,
         "data-parallel jobs: how long rendezvous and every collective wait for the other ranks",
         Range::Positive());

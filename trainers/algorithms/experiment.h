@@ -32,6 +32,9 @@ struct RunConfig {
   std::string device = "cpu";  // cpu | cuda | cuda:N | auto (policy::ResolveDevice)
   int threads = 0;             // LibTorch intra-op threads (0 = one per core)
   int64_t keep_checkpoints = 0;  // keep the newest N iteration checkpoints (0 = all)
+  // Which checkpoints keep optimizer.pt: "latest" (resume's; older ones keep
+  // weights only, which is 2/3 less for Adam on LoRA) | "all".
+  std::string optimizer_state = "latest";
   // Data-parallel jobs (rlid train --nproc N, or torchrun's variables):
   double dist_timeout_s = 300;   // rendezvous and every collective wait this long for a rank
   int64_t dist_bucket_mb = 25;   // gradient all-reduce bucket size

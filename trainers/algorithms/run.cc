@@ -17,6 +17,7 @@
 #include "policy/lora.h"
 #include "policy/device.h"
 #include "policy/runtime.h"
+#include "trainers/algorithms/optim.h"
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;
@@ -88,6 +89,8 @@ void TruncateOrphanShards(const std::string& dir, const nlohmann::json& extra, i
 
 void Recorder::Episodes(const std::vector<agents::EpisodeData>& episodes,
                         const agents::AgentContext& ctx) {
+  for (const auto& e : episodes)
+    if (e.split == envs::Split::kTrain && e.mode == agents::EpisodeMode::kSampled) rollouts_.Add(e);
   if (!record_) return;
   agents::StageTimer timer(times_ ? &times_->logging : nullptr);
   for (const auto& e : episodes) writer_.Submit(agents::ToRecord(e, ctx));
@@ -134,29 +137,75 @@ std::string RunDirectoryOf(const std::string& checkpoint) {
   return "";
 }
 
+bool HoldsRun(const std::string& dir) {
+  std::error_code ec;
+  const fs::path d(dir);
+  for (const char* f : {memory::kDatabaseFileName, "config.toml", "checkpoints", "compare.toml"})
+    if (fs::exists(d / f, ec)) return true;
+  return false;
+}
+
+void RefuseExistingRun(const std::string& dir, const std::string& command) {
+  if (!HoldsRun(dir)) return;
+  const std::string fresh = "give a new --out directory (or none: runs/<name>-<timestamp>)";
+  throw ConfigError(
+      fmt::format("--out '{}' already holds a run; a new run there would overwrite its config.toml "
+                  "and move its checkpoints/latest",
+                  dir),
+      command == "train"
+          ? fmt::format("continue that run with `rlid train CONFIG --out {} --resume`, or {}", dir, fresh)
+          : fresh);
+}
+
+namespace {
+
+// runs/<name>-<timestamp>[-k] when `out_dir` is empty.
+std::string ChooseRunDirectory(const std::string& out_dir, const std::string& name) {
+  if (!out_dir.empty()) return out_dir;
+  std::string d = (fs::path("runs") / fmt::format("{}-{}", name, Timestamp())).string();
+  for (int k = 2; fs::exists(d); ++k)
+    d = (fs::path("runs") / fmt::format("{}-{}-{}", name, Timestamp(), k)).string();
+  return d;
+}
+
+}  // namespace
+
 Run::Run(const ExperimentConfig& c, RunOptions options)
     : cfg(c), comm(options.job ? ProcessComm() : SoloComm()) {
-  std::string out_dir = options.out_dir;
   const bool resume = options.resume;
+  evaluation_ = options.kind == "eval";
   policy::SetNumThreads(cfg.run.threads);
   // A job's ranks resolved run.device when they joined (one GPU per local rank).
   device = comm.distributed() ? comm.device() : policy::ResolveDevice(cfg.run.device);
-  // Run directory.
-  if (out_dir.empty()) {
-    out_dir = (fs::path("runs") / fmt::format("{}-{}", cfg.run.name, Timestamp())).string();
-    for (int k = 2; fs::exists(out_dir); ++k)
-      out_dir = (fs::path("runs") / fmt::format("{}-{}-{}", cfg.run.name, Timestamp(), k)).string();
-  }
+  const int rank = comm.rank();
+  std::string out_dir = ChooseRunDirectory(options.out_dir, cfg.run.name);
+  if (options.new_run_directory && !resume && rank == 0) RefuseExistingRun(out_dir, options.kind);
   // Every rank of a job writes into rank 0's choice.
   if (comm.distributed()) out_dir = comm.Broadcast(out_dir, 0, "run directory");
   dir = out_dir;
   checkpoints_dir = (fs::path(dir) / options.checkpoints).string();
+  // What a bad config, env or policy.init can fail on comes before any file is made.
+  env = envs::MakeEnv(cfg.env_section);
+  nlohmann::json loaded;  // what policy.init loaded (model.json)
+  if (!cfg.init_checkpoint.empty()) {
+    loaded = LoadInitModel();
+  } else {
+    const bool saved = resume && fs::exists(fs::path(dir) / "tokenizer.json");
+    tokenizer = saved ? policy::Tokenizer::FromDirectory(dir) : MakeTokenizer(cfg, *env);
+  }
+  renderer = std::make_unique<policy::PromptRenderer>(cfg.prompt, tokenizer);
+  const double lora_dropout = cfg.init_checkpoint.empty()
+                                  ? (cfg.lora.enabled() ? cfg.lora.dropout : 0.0)
+                                  : (model->lora() ? model->lora()->dropout : 0.0);
+  if (cfg.gradient_checkpointing && device.type() != torch::kCPU && lora_dropout > 0)
+    throw ConfigError("policy.gradient_checkpointing with LoRA dropout is exact on the CPU only (the "
+                      "recomputation restores the CPU generator's state)",
+                      "set policy.lora.dropout = 0 or policy.gradient_checkpointing = false");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError(fmt::format("cannot create run directory '{}': {}", dir, ec.message()));
   // The store's one-writer lock comes first: a second process pointed at a live
   // run directory is refused before it writes any file there.
-  const int rank = comm.rank();
   store = memory::Store::Open(
       (fs::path(dir) / (rank == 0 ? memory::kDatabaseFileName : memory::ShardFileName(rank))).string(),
       memory::Store::Mode::kReadWrite);
@@ -174,35 +223,10 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
                     "is the directory writable?");
     f << "# resolved config of this run (rlid " << VersionString() << ")\n" << resolved;
   }
-  env = envs::MakeEnv(cfg.env_section);
   if (own_files) policy::RemoveOrphanCheckpoints(checkpoints_dir);  // left by a killed run
-  // Model + tokenizer.
-  const bool bf16_base = cfg.policy_dtype == "bfloat16";
   if (!cfg.init_checkpoint.empty()) {
-    // policy.dtype applies to a frozen base: that of LoRA adapters, new or loaded.
-    const bool adapters = cfg.lora.enabled() || policy::IsAdapterDirectory(cfg.init_checkpoint);
-    policy::LoadOptions lo;
-    lo.dtype = adapters && bf16_base ? torch::kBFloat16 : torch::kFloat32;
-    auto ck = policy::LoadCheckpoint(cfg.init_checkpoint, device, lo);
-    tokenizer = ck.tokenizer;
-    model = ck.model;
-    if (cfg.lora.enabled()) {
-      if (model->lora()) {
-        CheckSameAdapters(*model->lora(), cfg.lora, cfg.init_checkpoint);  // continue training them
-      } else {
-        policy::LoraConfig lc = cfg.lora;
-        lc.base_model = fs::absolute(cfg.init_checkpoint).lexically_normal().string();
-        policy::AttachLora(model, lc, Rng::DeriveSeed(cfg.run.seed, "lora"));
-      }
-    }
-    // The [policy] size keys describe a fresh model; record what was loaded instead.
-    nlohmann::json loaded = {{"path", fs::absolute(cfg.init_checkpoint).string()},
-                             {"weight_files", ck.weight_files},
-                             {"parameters", model->config().NumParameters()},
-                             {"dtype", c10::toString(model->dtype())},
-                             {"config", ck.hf_config}};
-    if (model->lora()) loaded["lora"] = LoraJson(*model->lora());
     if (own_files) std::ofstream(fs::path(dir) / "model.json") << loaded.dump(2) << "\n";
+    // The [policy] size keys describe a fresh model; record what was loaded instead.
     std::string note = fmt::format(
         "\n# policy.init loaded {} ({} parameters, model_type {}, {} layers, hidden {}); the\n"
         "# [policy] size keys above do not apply to it. Its config.json is in model.json.\n",
@@ -211,38 +235,13 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
     resolved += note;
     if (!options.config_file.empty()) std::ofstream(fs::path(dir) / options.config_file, std::ios::app) << note;
   } else {
-    fs::path saved = fs::path(dir) / "tokenizer.json";
-    tokenizer = resume && fs::exists(saved) ? policy::Tokenizer::FromDirectory(dir)
-                                            : MakeTokenizer(cfg, *env);
-    policy::ModelConfig mc = cfg.model;
-    mc.vocab_size = tokenizer.VocabSize();
-    model = policy::TransformerLM(mc);
-    model->InitWeights(Rng::DeriveSeed(cfg.run.seed, "init"));
-    model->to(device);
-    if (cfg.lora.enabled()) {
-      // Adapter checkpoints name their base: the fresh model is saved once as the
-      // run's base (resume rebuilds the same weights from the seed).
-      const fs::path base = fs::absolute(fs::path(dir) / "base").lexically_normal();
-      if (!fs::exists(base / "rlid.json")) policy::SaveCheckpoint(base.string(), model, tokenizer, {{"kind", "lora_base"}});
-      if (bf16_base) {
-        model->to(torch::kBFloat16);
-        model->value_head->to(torch::kFloat32);
-      }
-      policy::LoraConfig lc = cfg.lora;
-      lc.base_model = base.string();
-      policy::AttachLora(model, lc, Rng::DeriveSeed(cfg.run.seed, "lora"));
-    }
+    BuildFreshModel();
   }
-  if (cfg.gradient_checkpointing && device.type() != torch::kCPU && model->lora() && model->lora()->dropout > 0)
-    throw ConfigError("policy.gradient_checkpointing with LoRA dropout is exact on the CPU only (the "
-                      "recomputation restores the CPU generator's state)",
-                      "set policy.lora.dropout = 0 or policy.gradient_checkpointing = false");
   model->set_checkpointing(cfg.gradient_checkpointing);
   if (own_files) tokenizer.SaveDirectory(dir);
-  renderer = std::make_unique<policy::PromptRenderer>(cfg.prompt, tokenizer);
-  if (cfg.trainer.kl.coef > 0)
+  if (cfg.trainer.kl.coef > 0 && !evaluation_)
     ref_model = model->lora() ? policy::ShareBaseWeights(model)  // adapters off, no copy
-                              : policy::CloneModel(model, bf16_base ? torch::kBFloat16 : torch::kFloat32);
+                              : policy::CloneModel(model, cfg.policy_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
   writer = std::make_unique<memory::Writer>(*store);
   const policy::Tokenizer* tok = &tokenizer;
   auto make_bank = [&] {
@@ -283,9 +282,59 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
   }
   recorder_ = std::make_unique<Recorder>(*writer, run_id, options.record, &times);
   if (!options.quiet) {
-    spdlog::info("run directory {} ({} parameters, {})", dir, model->config().NumParameters(),
-                 policy::TorchSummary());
+    int64_t trainable = 0;
+    for (const auto& p : TrainableParameters(model).tensors) trainable += p.numel();
+    spdlog::info("run directory {} ({} trainable of {} parameters, {})", dir, trainable,
+                 model->config().NumParameters(), policy::TorchSummary());
   }
+}
+
+nlohmann::json Run::LoadInitModel() {
+  // policy.dtype applies to frozen weights: a LoRA base (adapters new or
+  // loaded), or the whole model of an evaluation.
+  const bool frozen = evaluation_ || cfg.lora.enabled() || policy::IsAdapterDirectory(cfg.init_checkpoint);
+  policy::LoadOptions lo;
+  lo.dtype = frozen && cfg.policy_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  auto ck = policy::LoadCheckpoint(cfg.init_checkpoint, device, lo);
+  tokenizer = ck.tokenizer;
+  model = ck.model;
+  if (cfg.lora.enabled()) {
+    if (model->lora()) {
+      CheckSameAdapters(*model->lora(), cfg.lora, cfg.init_checkpoint);  // continue training them
+    } else {
+      policy::LoraConfig lc = cfg.lora;
+      lc.base_model = fs::absolute(cfg.init_checkpoint).lexically_normal().string();
+      policy::AttachLora(model, lc, Rng::DeriveSeed(cfg.run.seed, "lora"));
+    }
+  }
+  nlohmann::json loaded = {{"path", fs::absolute(cfg.init_checkpoint).string()},
+                           {"weight_files", ck.weight_files},
+                           {"parameters", model->config().NumParameters()},
+                           {"dtype", c10::toString(model->dtype())},
+                           {"config", ck.hf_config}};
+  if (model->lora()) loaded["lora"] = LoraJson(*model->lora());
+  return loaded;
+}
+
+void Run::BuildFreshModel() {
+  policy::ModelConfig mc = cfg.model;
+  mc.vocab_size = tokenizer.VocabSize();
+  model = policy::TransformerLM(mc);
+  model->InitWeights(Rng::DeriveSeed(cfg.run.seed, "init"));
+  model->to(device);
+  if (!cfg.lora.enabled()) return;
+  // Adapter checkpoints name their base: the fresh model is saved once as the
+  // run's base (resume rebuilds the same weights from the seed).
+  const fs::path base = fs::absolute(fs::path(dir) / "base").lexically_normal();
+  if (!fs::exists(base / "rlid.json"))
+    policy::SaveCheckpoint(base.string(), model, tokenizer, {{"kind", "lora_base"}});
+  if (cfg.policy_dtype == "bfloat16") {
+    model->to(torch::kBFloat16);
+    model->value_head->to(torch::kFloat32);
+  }
+  policy::LoraConfig lc = cfg.lora;
+  lc.base_model = base.string();
+  policy::AttachLora(model, lc, Rng::DeriveSeed(cfg.run.seed, "lora"));
 }
 
 void Run::ResumeStore(memory::RunRecord rec) {

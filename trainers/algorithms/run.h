@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "policy/prompt.h"
 #include "policy/sampler.h"
 #include "policy/tokenizer.h"
+#include "trainers/algorithms/diagnostics.h"
 #include "trainers/algorithms/dist.h"
 #include "trainers/algorithms/experiment.h"
 
@@ -45,12 +47,16 @@ class Recorder {
   void Flush();
   int64_t run_id() const { return run_id_; }
   bool records_episodes() const { return record_; }
+  // What the training rollouts submitted since the last call did (recorded or
+  // not), for the run diagnostics; resets the tally.
+  EpisodeTally TakeRolloutTally() { return std::exchange(rollouts_, {}); }
 
  private:
   memory::Writer& writer_;
   int64_t run_id_;
   bool record_;
   agents::StageTimes* times_;
+  EpisodeTally rollouts_;
 };
 
 struct RunOptions {
@@ -77,7 +83,17 @@ struct RunOptions {
   // false: this process alone, outside its data-parallel job (the warm start
   // of `rlid compare --nproc N`, which rank 0 trains while the others wait).
   bool job = true;
+  // A new run of its own (train and sft without --resume): a directory that
+  // already holds a run is refused (RefuseExistingRun) before anything is made.
+  bool new_run_directory = false;
 };
+
+// True when `dir` holds a run: its store, a resolved config or checkpoints.
+bool HoldsRun(const std::string& dir);
+// ConfigError (exit 2) when `dir` holds a run: a new run there would overwrite
+// its config.toml and move its checkpoints/latest, so a later --resume would
+// continue the wrong weights. `command` (train | sft | compare) shapes the hint.
+void RefuseExistingRun(const std::string& dir, const std::string& command);
 
 // Points runs/latest at `dir` when `dir` sits directly in ./runs (a symlink
 // replaced atomically); elsewhere it does nothing. Every run directory a
@@ -90,7 +106,9 @@ std::string RunDirectoryOf(const std::string& checkpoint);
 
 class Run {
  public:
-  // Creates the run directory, writes the resolved config, opens the store,
+  // Builds the env, tokenizer and loaded model first (a bad config, policy.init
+  // or env creates nothing), then creates the run directory, writes the
+  // resolved config, opens the store,
   // (a data-parallel rank r > 0: its shard, memory::ShardFileName; only rank 0
   // writes the directory's other files and owns the `runs` row, which the
   // shards mirror),
@@ -136,6 +154,12 @@ class Run {
   std::map<int, std::pair<int64_t, int64_t>> idle_shards;
 
  private:
+  // Loads policy.init (+ new or continued LoRA adapters) into model and
+  // tokenizer; returns what was loaded, for model.json.
+  nlohmann::json LoadInitModel();
+  // A model of the [policy] size keys for the run's tokenizer, initialised
+  // from the run seed; with LoRA its base is saved once in dir/base.
+  void BuildFreshModel();
   // Finds checkpoints/latest, truncates the store to it, reopens its run row
   // (a rank new to the run mirrors `rec` under the run's id) and restores the
   // bank; sets run_id and resume_checkpoint.
@@ -145,6 +169,7 @@ class Run {
   std::unique_ptr<policy::TextSampler> sampler_;
   std::unique_ptr<Recorder> recorder_;
   bool ended_ = false;
+  bool evaluation_ = false;  // kind "eval": nothing trains, policy.dtype applies to every weight
 };
 
 }  // namespace rlid::trainers

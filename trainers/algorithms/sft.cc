@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "policy/checkpoint.h"
 #include "policy/scoring.h"
+#include "trainers/algorithms/diagnostics.h"
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;
@@ -54,6 +55,7 @@ SftResult RunSft(Run& s, bool quiet) {
     for (const auto& st : e.steps) steps.push_back(&st);
   }
   result.demo_success /= std::max<size_t>(episodes.size(), 1);
+  if (auto w = DemonstrationsWarning(result.demo_success, c.random_action_frac)) spdlog::warn("sft: {}", *w);
   result.examples = static_cast<int64_t>(steps.size());
   if (steps.empty())
     throw ConfigError("rlid sft: the demonstrations contain no decisions", "raise sft.episodes");
@@ -71,8 +73,9 @@ SftResult RunSft(Run& s, bool quiet) {
       p.menu = st->menu;
       std::vector<std::string> memory;
       for (const auto& r : st->memory) memory.push_back(r.item.content);
+      p.history = st->history;
       p.prompt = plain_renderer.Render(s.env->Instructions(), st->observation, memory, st->menu,
-                                       policy::Plane::kDecision);
+                                       policy::Plane::kDecision, st->history);
       plain_steps.push_back(std::move(p));
     }
   }
@@ -183,7 +186,10 @@ SftResult RunSft(Run& s, bool quiet) {
   fs::path dir = fs::path(s.dir) / "checkpoints" / "sft";
   policy::SaveCheckpoint(
       dir.string(), s.model, s.tokenizer,
-      {{"kind", "sft"}, {"examples", result.examples}, {"seed", s.cfg.run.seed}});
+      {{"kind", "sft"},
+       {"examples", result.examples},
+       {"seed", s.cfg.run.seed},
+       {"config_toml", s.cfg.raw.ResolvedToml()}});
   s.recorder().Checkpoint(c.epochs, dir.string());
   s.recorder().Flush();
   result.checkpoint = dir.string();

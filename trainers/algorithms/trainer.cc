@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -58,6 +59,18 @@ void PruneCheckpoints(const std::string& checkpoints_dir, int64_t keep) {
   }
 }
 
+// Removes optimizer.pt from every iteration checkpoint but `latest` (only
+// --resume reads it, and only from checkpoints/latest).
+void DropOlderOptimizerState(const std::string& checkpoints_dir, const fs::path& latest) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(checkpoints_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.path() == latest || e.is_symlink() || name.rfind("iter_", 0) != 0) continue;
+    if (fs::remove(e.path() / "optimizer.pt", ec) && !ec)
+      spdlog::debug("removed the optimizer state of {} (run.optimizer_state = \"latest\")", name);
+  }
+}
+
 std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
   // Only called from Train after CheckParametersFinite passed on these weights.
   // Everything recorded so far is committed first (by every rank), so a
@@ -76,7 +89,9 @@ std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
                           {"run_id", run.run_id},
                           {"ranks", run.comm.size()},
                           {"last_episode_id", ids[0][0]},
-                          {"last_item_id", ids[0][1]}};
+                          {"last_item_id", ids[0][1]},
+                          // what `rlid eval` evaluates under by default (env parameters included)
+                          {"config_toml", run.cfg.raw.ResolvedToml()}};
   // What every other rank's shard had committed (resume truncates each to it).
   for (size_t r = 1; r < ids.size(); ++r)
     extra["shards"][std::to_string(r)] = {{"last_episode_id", ids[r][0]},
@@ -94,6 +109,7 @@ std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
   fs::create_directory_symlink(dir.filename(), tmp);
   fs::rename(tmp, latest);
   run.recorder().Checkpoint(iteration, dir.string());
+  if (run.cfg.run.optimizer_state == "latest") DropOlderOptimizerState(run.checkpoints_dir, dir);
   if (run.cfg.run.keep_checkpoints > 0) PruneCheckpoints(run.checkpoints_dir, run.cfg.run.keep_checkpoints);
   return dir.string();
 }
@@ -334,6 +350,17 @@ agents::Budget ReduceBudget(const agents::Budget& before, const agents::Budget& 
 
 namespace {
 
+// Logs each diagnostic that this iteration's rollouts trigger, once per run
+// and kind (trainers/algorithms/diagnostics.h).
+void WarnIfNotLearning(const EpisodeTally& rollouts, const OracleReference& oracle,
+                       policy::Plane plane, int64_t iteration, std::set<std::string>& warned) {
+  auto warn = [&](const char* kind, const std::optional<std::string>& message) {
+    if (message && warned.insert(kind).second) spdlog::warn("iteration {}: {}", iteration, *message);
+  };
+  if (plane == policy::Plane::kToken) warn("invalid", InvalidAnswersWarning(rollouts));
+  warn("early_end", EarlyEndWarning(rollouts, oracle));
+}
+
 // Greedy (and sampled) evaluation metrics at the current weights.
 Metrics EvalMetrics(Run& run, policy::Plane plane, int64_t iteration, TrainResult& result) {
   const auto& t = run.cfg.trainer;
@@ -402,6 +429,10 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
     for (const auto& kv : empty.Metrics()) m.push_back(kv);
     if (lead) run.recorder().Metrics(-1, m);
   }
+  // How the env's oracle plays (the early-end check compares the policy with it).
+  const OracleReference oracle = lead ? MeasureOracle(run.Agent(plane, start), 16) : OracleReference{};
+  run.recorder().TakeRolloutTally();  // only this loop's rollouts count
+  std::set<std::string> warned;  // diagnostics already logged (each kind once per run)
   double t_start = Now();
   agents::StageTimes logged = run.times;  // time/* metrics are the stage times since the last metrics
   for (int64_t it = start; it < t.iterations; ++it) {
@@ -437,6 +468,7 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
     for (const auto& kv : run.times.Delta(logged)) m.push_back(kv);
     logged = run.times;
     if (lead) run.recorder().Metrics(it, m);
+    if (lead) WarnIfNotLearning(run.recorder().TakeRolloutTally(), oracle, plane, it, warned);
     result.iterations = it + 1;
     std::string written;
     if (last || (t.checkpoint_every > 0 && (it + 1) % t.checkpoint_every == 0)) {

@@ -98,6 +98,8 @@ std::map<int64_t, std::map<std::string, double>> ReadMetrics(const std::string& 
   return out;
 }
 
+}  // namespace
+
 ArmSeedResult Collect(const std::string& db, int64_t run_id, const ArmSpec& arm,
                       const std::string& plane, uint64_t seed, double threshold, bool sampled) {
   ArmSeedResult r;
@@ -159,6 +161,8 @@ ArmSeedResult Collect(const std::string& db, int64_t run_id, const ArmSpec& arm,
   if (snr_n) r.grad_snr = snr_sum / snr_n;
   return r;
 }
+
+namespace {
 
 // Test success of the uniform-random menu policy on the test seeds (the same
 // interface both planes act through), for the curves' chance level.
@@ -312,6 +316,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
           ? (fs::path("runs") / fmt::format("{}-compare-{}", base_exp->run.name, Timestamp()))
                 .string()
           : out_dir;
+  if (lead) RefuseExistingRun(result.run_dir, "compare");
   result.run_dir = comm.Broadcast(result.run_dir, 0, "compare directory");
   fs::create_directories(result.run_dir);
   const std::string db = (fs::path(result.run_dir) / memory::kDatabaseFileName).string();
@@ -347,7 +352,8 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
                      r.decision_greedy.success, r.token_greedy.success, r.checkpoint);
     } else {
       result.warm_start = (fs::path(result.run_dir) / "checkpoints" / "init").string();
-      policy::SaveCheckpoint(result.warm_start, s.model, s.tokenizer, {{"kind", "init"}});
+      policy::SaveCheckpoint(result.warm_start, s.model, s.tokenizer,
+                             {{"kind", "init"}, {"config_toml", exp->raw.ResolvedToml()}});
     }
     s.End("completed");
   } else {

@@ -83,6 +83,11 @@ struct CompareResult {
 CompareResult RunCompare(const std::string& config_path, const std::vector<std::string>& sets,
                          const std::string& out_dir, bool quiet = false);
 
+// One run's learning curve and final numbers, read back from its metrics in
+// the store `db` (`sampled`: the sampled policy's test success, else greedy).
+ArmSeedResult Collect(const std::string& db, int64_t run_id, const ArmSpec& arm,
+                      const std::string& plane, uint64_t seed, double threshold, bool sampled);
+
 // Per arm: the mean over seeds of every run's final numbers.
 std::vector<ArmSummary> Summarise(const std::vector<ArmSeedResult>& runs,
                                   const std::vector<ArmSpec>& arms);

@@ -128,7 +128,7 @@ std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeed
                             (dir / (p.name + (svg ? ".svg" : ".png"))).string());
       script += fmt::format(
           "set xlabel '{}'\nset ylabel 'test success ({})'\nset yrange [-0.02:1.05]\n"
-          "set key bottom right\nset grid\nset style fill transparent solid 0.15 noborder\n",
+          "set key outside below horizontal\nset grid\nset style fill transparent solid 0.15 noborder\n",
           p.xlabel, metric);
       script += "plot ";
       for (size_t i = 0; i < arms.size(); ++i) {
@@ -156,49 +156,26 @@ std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeed
   return svgs;
 }
 
-std::string RenderReportHtml(const CompareResult& result, const ReportInputs& in) {
+namespace {
+
+// The page head, its title and the verdict paragraph.
+std::string Head(const std::string& title, const std::string& verdict) {
+  return "<!doctype html><html><head><meta charset='utf-8'><title>" + Html(title) +
+         "</title><style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+         "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #bbb;padding:4px "
+         "8px;text-align:right}"
+         "th{background:#eee}td:first-child,td:nth-child(2){text-align:left}code,pre{background:#"
+         "f6f6f6}"
+         ".verdict{font-size:15px;background:#f3f8ee;padding:10px;border-left:4px solid "
+         "#6a4}</style></head><body><h1>" +
+         Html(title) + "</h1><p class='verdict' id='verdict'>" + Html(verdict) + "</p>";
+}
+
+// The summary table (one row per arm), what its columns mean, the chance
+// level, and the gap between every pair of arms.
+std::string ResultsSection(const CompareResult& result) {
   const CompareConfig& cc = result.config;
-  std::string html =
-      "<!doctype html><html><head><meta charset='utf-8'><title>rlid compare — " +
-      Html(in.env_name) +
-      "</title><style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-      "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #bbb;padding:4px "
-      "8px;text-align:right}"
-      "th{background:#eee}td:first-child,td:nth-child(2){text-align:left}code,pre{background:#"
-      "f6f6f6}"
-      ".verdict{font-size:15px;background:#f3f8ee;padding:10px;border-left:4px solid "
-      "#6a4}</style></head><body>";
-  html += "<h1>Decision plane vs token plane on " + Html(in.env_name) + "</h1>";
-  html += "<p class='verdict' id='verdict'>" + Html(result.verdict) + "</p>";
-  html += "<h2>Setup</h2><ul>";
-  html += fmt::format(
-      "<li><b>Budget</b>: {} = {:g} per arm and seed (each arm stops at the first iteration that "
-      "reaches it; what it used, and the overshoot, are in the table).</li>",
-      cc.budget, cc.budget_value);
-  std::vector<std::string> seed_text;
-  for (auto s : cc.seeds) seed_text.push_back(std::to_string(s));
-  html += "<li><b>Seeds</b>: " + Join(seed_text, ", ") +
-          " (every arm ran every seed; test success is evaluated on the same " +
-          std::to_string(in.eval_episodes) + " test-split seeds).</li>";
-  html +=
-      "<li><b>Shared interface</b>: every arm started from the same warm-start checkpoint <code>" +
-      Html(result.warm_start) +
-      "</code> and used the same env, the same prompt renderer (identical prompt text in both "
-      "planes, afterstates " +
-      std::string(in.show_afterstates ? "shown" : "hidden") + ", labels " + in.label_order +
-      "), the same memory settings (memory " + (in.memory_enabled ? "on" : "off") +
-      ") and the same evaluation seeds.</li>";
-  html += "<li><b>Differences between arms</b> (resolved configs, relative to " +
-          Html(cc.arms.front().name) + "):<ul>";
-  for (size_t i = 0; i < cc.arms.size(); ++i) {
-    const auto& diff = in.arm_diffs[i].second;
-    html += "<li><b>" + Html(cc.arms[i].name) + "</b> (" + Html(cc.arms[i].algorithm) +
-            "): " + (diff.empty() ? std::string("no other differences") : Html(Join(diff, "; "))) +
-            "</li>";
-  }
-  html += "</ul></li>";
-  html += fmt::format("<li><b>Wall-clock</b> of the whole comparison: {:.0f} s.</li></ul>",
-                      in.total_seconds);
+  std::string html;
   auto overshoot = [&](double used, const char* kind) -> std::string {
     if (cc.budget != kind || cc.budget_value <= 0) return "";
     return fmt::format(" ({:+.1f}%)", 100.0 * (used / cc.budget_value - 1));
@@ -258,22 +235,85 @@ std::string RenderReportHtml(const CompareResult& result, const ReportInputs& in
       }
     html += "</table>";
   }
-  html +=
-      "<p>Per-seed runs are rows of the <code>runs</code> table in <code>rlid.db</code>; "
-      "every step, menu, prompt and memory read is queryable with <code>rlid sql " +
-      Html(result.run_dir) + "</code>.</p>";
+  return html;
+}
+
+// The learning-curve figures.
+std::string CurvesSection(const std::vector<fs::path>& plots) {
+  std::string html;
   html += "<h2>Learning curves</h2>";
-  if (in.plots.empty()) html += "<p>(plots not rendered: gnuplot unavailable)</p>";
-  for (const auto& svg : in.plots) {
+  if (plots.empty()) html += "<p>(plots not rendered: gnuplot unavailable)</p>";
+  for (const auto& svg : plots) {
     std::string content = ReadFile(svg);
     auto pos = content.find("<svg");
     html += "<figure class='plot'>" + (pos == std::string::npos ? content : content.substr(pos)) +
             "<figcaption>" + Html(svg.stem().string()) +
-            ": mean over seeds, band = min..max; the first point is the shared warm start at 0 "
-            "env steps</figcaption></figure>";
+            ": mean over seeds, band = min..max; the first point is the starting weights at 0 "
+            "env steps (when evaluated: trainer.eval_at_start)</figcaption></figure>";
   }
+  return html;
+}
+
+}  // namespace
+
+std::string RenderReportHtml(const CompareResult& result, const ReportInputs& in) {
+  const CompareConfig& cc = result.config;
+  std::string html = Head("Decision plane vs token plane on " + in.env_name, result.verdict);
+  html += "<h2>Setup</h2><ul>";
+  html += fmt::format(
+      "<li><b>Budget</b>: {} = {:g} per arm and seed (each arm stops at the first iteration that "
+      "reaches it; what it used, and the overshoot, are in the table).</li>",
+      cc.budget, cc.budget_value);
+  std::vector<std::string> seed_text;
+  for (auto s : cc.seeds) seed_text.push_back(std::to_string(s));
+  html += "<li><b>Seeds</b>: " + Join(seed_text, ", ") +
+          " (every arm ran every seed; test success is evaluated on the same " +
+          std::to_string(in.eval_episodes) + " test-split seeds).</li>";
+  html +=
+      "<li><b>Shared interface</b>: every arm started from the same warm-start checkpoint <code>" +
+      Html(result.warm_start) +
+      "</code> and used the same env, the same prompt renderer (identical prompt text in both "
+      "planes, afterstates " +
+      std::string(in.show_afterstates ? "shown" : "hidden") + ", labels " + in.label_order +
+      "), the same memory settings (memory " + (in.memory_enabled ? "on" : "off") +
+      ") and the same evaluation seeds.</li>";
+  html += "<li><b>Differences between arms</b> (resolved configs, relative to " +
+          Html(cc.arms.front().name) + "):<ul>";
+  for (size_t i = 0; i < cc.arms.size(); ++i) {
+    const auto& diff = in.arm_diffs[i].second;
+    html += "<li><b>" + Html(cc.arms[i].name) + "</b> (" + Html(cc.arms[i].algorithm) +
+            "): " + (diff.empty() ? std::string("no other differences") : Html(Join(diff, "; "))) +
+            "</li>";
+  }
+  html += "</ul></li>";
+  html += fmt::format("<li><b>Wall-clock</b> of the whole comparison: {:.0f} s.</li></ul>",
+                      in.total_seconds);
+  html += ResultsSection(result);
+  html +=
+      "<p>Per-seed runs are rows of the <code>runs</code> table in <code>rlid.db</code>; "
+      "every step, menu, prompt and memory read is queryable with <code>rlid sql " +
+      Html(result.run_dir) + "</code>.</p>";
+  html += CurvesSection(in.plots);
   html += "<h2>Reproduce</h2><pre>rlid compare " + Html(in.config_path) +
           (in.sets.empty() ? "" : " --set " + Html(Join(in.sets, " --set "))) +
+          "</pre><p>Generated by rlid " + Html(VersionString()) + ".</p></body></html>\n";
+  return html;
+}
+
+std::string RenderRunReportHtml(const CompareResult& result, const std::vector<fs::path>& plots,
+                                const std::vector<std::string>& runs) {
+  std::string html = Head("rlid runs in " + result.run_dir, result.verdict);
+  html += "<h2>Runs</h2><ul>";
+  for (const auto& r : runs) html += "<li>" + Html(r) + "</li>";
+  html += "</ul>";
+  html += ResultsSection(result);
+  html += "<p>Every step, menu, prompt and memory read is queryable with <code>rlid sql " +
+          Html(result.run_dir) + "</code>; the metrics as CSV: <code>rlid sql " +
+          Html(result.run_dir) +
+          " --csv \"SELECT run_id, iteration, key, value FROM metrics ORDER BY run_id, key, "
+          "iteration\"</code>.</p>";
+  html += CurvesSection(plots);
+  html += "<h2>Reproduce</h2><pre>rlid report " + Html(result.run_dir) +
           "</pre><p>Generated by rlid " + Html(VersionString()) + ".</p></body></html>\n";
   return html;
 }

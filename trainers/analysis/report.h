@@ -1,5 +1,6 @@
-// Rendering of `rlid compare` results: learning-curve plots (gnuplot) and the
-// self-contained report.html. Pure presentation over CompareResult.
+// Rendering of `rlid compare` (and `rlid report`) results: learning-curve
+// plots (gnuplot) and the self-contained report.html. Pure presentation over
+// CompareResult.
 #pragma once
 
 #include <filesystem>
@@ -35,5 +36,10 @@ std::vector<std::filesystem::path> RenderPlots(const std::filesystem::path& dir,
                                                const std::string& metric, double chance);
 
 std::string RenderReportHtml(const CompareResult& result, const ReportInputs& in);
+
+// `rlid report DIR`: the same results table and curves for the runs of any run
+// directory (`runs`: one line per run, listed at the top).
+std::string RenderRunReportHtml(const CompareResult& result, const std::vector<std::filesystem::path>& plots,
+                                const std::vector<std::string>& runs);
 
 }  // namespace rlid::trainers
