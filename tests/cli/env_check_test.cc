@@ -38,6 +38,80 @@ TEST(EnvCheck, BrokenEnvExitsOneAndSaysWhy) {
   EXPECT_NE(o.err.find("conformance checks failed for env 'hostile'"), std::string::npos) << o.err;
 }
 
+const std::string kHostile = kSource + "/tests/data/external/hostile.py";
+
+// How often `part` occurs in `text`.
+size_t Count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+TEST(EnvCheck, AShortAfterstateWithoutItsHashSaysWhatToSend) {
+  const auto o = RunRlid({"env", "check", "--command", "python3 " + kHostile + " short_afterstate",
+                          "--seeds", "2"});
+  EXPECT_EQ(o.code, 1) << o.out << o.err;
+  EXPECT_NE(o.out.find("FAILED   menu"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("the afterstate of 'go left', 'went left'"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("is not the state that action leads to, 'end'"), std::string::npos) << o.out;
+  // The fix, once, naming what to send.
+  EXPECT_EQ(Count(o.out, "to fix:"), 1u) << o.out;
+  EXPECT_NE(o.out.find("also send 'afterstate_hash': the 'state_hash' of the state the action "
+                       "leads to"),
+            std::string::npos)
+      << o.out;
+}
+
+TEST(EnvCheck, MessagesShowNoSourcePathsOrInternalChecks) {
+  for (const char* mode : {"dup_actions", "shared_wording", "short_afterstate", "crash_on_reset",
+                           "error_on_reset", "no_menu"}) {
+    const auto o = RunRlid({"env", "check", "--command", "python3 " + kHostile + " " + mode,
+                            "--seeds", "2"});
+    EXPECT_EQ(o.code, 1) << mode << ": " << o.out << o.err;
+    const std::string all = o.out + o.err;
+    EXPECT_EQ(all.find(".cc:"), std::string::npos) << mode << ": " << all;
+    EXPECT_EQ(all.find("check failed"), std::string::npos) << mode << ": " << all;
+    EXPECT_EQ(all.find("internal"), std::string::npos) << mode << ": " << all;
+    EXPECT_NE(o.out.find("to fix: "), std::string::npos) << mode << ": " << o.out;
+  }
+  const auto dup = RunRlid({"env", "check", "--command", "python3 " + kHostile + " dup_actions",
+                            "--seeds", "2"});
+  EXPECT_NE(dup.out.find("duplicate action 0: menu items 0 and 1 both have it; give each item its "
+                         "own action id"),
+            std::string::npos)
+      << dup.out;
+}
+
+// A process that crashes at every reset, or refuses every reset, is one
+// error, not one per check.
+TEST(EnvCheck, AnEnvThatCannotPlayAnEpisodeIsReportedOnce) {
+  for (const auto& [mode, words] :
+       std::vector<std::pair<std::string, std::string>>{{"crash_on_reset", "crashing at reset"},
+                                                        {"error_on_reset", "cannot make seed"}}) {
+    const auto o = RunRlid({"env", "check", "--command", "python3 " + kHostile + " " + mode,
+                            "--seeds", "2"});
+    EXPECT_EQ(o.code, 1) << mode << ": " << o.out << o.err;
+    EXPECT_EQ(Count(o.out, words), 1u) << mode << ": " << o.out;
+    EXPECT_EQ(Count(o.out, "stopped by an error"), 1u) << mode << ": " << o.out;
+    EXPECT_EQ(Count(o.out, "not run: the env cannot play an episode; see determinism"), 7u)
+        << mode << ": " << o.out;
+    EXPECT_NE(o.out.find("hostile: 1 passed, 7 skipped, 1 failed"), std::string::npos) << o.out;
+    EXPECT_NE(o.err.find("1 of 9 conformance checks failed for env 'hostile' (7 more not run"),
+              std::string::npos)
+        << o.err;
+  }
+  // An error on some steps only (action 1): the env plays, the checks run,
+  // and a check stopped by the error another check showed refers to it.
+  const auto o = RunRlid({"env", "check", "--command", "python3 " + kHostile + " error_on_right",
+                          "--seeds", "4"});
+  EXPECT_EQ(o.code, 1) << o.out << o.err;
+  EXPECT_EQ(Count(o.out, "cannot go right"), 1u) << o.out;
+  EXPECT_NE(o.out.find("stopped by the same error as the determinism check (above)"),
+            std::string::npos)
+      << o.out;
+  EXPECT_EQ(Count(o.out, "not run"), 0u) << o.out;
+}
+
 TEST(EnvCheck, BuiltInJsonAndBadFlags) {
   const auto o = RunRlid({"env", "check", "--env", "maze", "--only", "menu", "--json"});
   ASSERT_EQ(o.code, 0) << o.err;
