@@ -4,8 +4,11 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fmt/format.h>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "tests/agents/fixtures.h"
@@ -110,6 +113,36 @@ TEST(EnvCheck, AnEnvThatCannotPlayAnEpisodeIsReportedOnce) {
             std::string::npos)
       << o.out;
   EXPECT_EQ(Count(o.out, "not run"), 0u) << o.out;
+}
+
+// A user following docs/external_env.md ("Installing the helper"): the
+// example copied out of the checkout, the helper installed with pip (offline,
+// into a folder of its own instead of an environment) and `rlid env check`
+// run there with that folder on PYTHONPATH.
+TEST(EnvCheck, TheExampleChecksOutsideTheCheckoutWithTheHelperInstalled) {
+  if (std::system("python3 -m pip --version > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 has no pip";
+  const rlid::testing::TempDir dir("helper_outside");
+  const auto env_dir = dir.path() / "my_env", site = dir.path() / "site";
+  std::filesystem::create_directories(env_dir);
+  std::filesystem::copy_file(kSource + "/envs/external/python/examples/courier.py",
+                             env_dir / "courier.py");
+  const std::string pip = fmt::format(
+      "PYTHONDONTWRITEBYTECODE=1 python3 -m pip install --quiet --no-index --target '{}' "
+      "'{}/envs/external/python' > '{}/pip.log' 2>&1",
+      site.string(), kSource, dir.str());
+  ASSERT_EQ(std::system(pip.c_str()), 0) << [&] {
+    std::ifstream in(dir.path() / "pip.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  // The copy finds no helper of the checkout's: without the installed one it cannot start.
+  const std::string check = "env check --command 'python3 courier.py' --seeds 2";
+  const auto without = testing::RunRlidProcess(check, env_dir);
+  EXPECT_NE(without.code, 0) << without.out;
+  EXPECT_NE(without.out.find("No module named 'rlid_env'"), std::string::npos) << without.out;
+  const auto with = testing::RunRlidProcess(check, env_dir, "PYTHONPATH='" + site.string() + "'");
+  EXPECT_EQ(with.code, 0) << with.out;
+  EXPECT_NE(with.out.find("courier: 9 passed, 0 skipped, 0 failed"), std::string::npos) << with.out;
 }
 
 TEST(EnvCheck, BuiltInJsonAndBadFlags) {
