@@ -2,6 +2,7 @@
 // and external envs; a broken env exits 1 and says which check failed and why.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -113,6 +114,25 @@ TEST(EnvCheck, AnEnvThatCannotPlayAnEpisodeIsReportedOnce) {
             std::string::npos)
       << o.out;
   EXPECT_EQ(Count(o.out, "not run"), 0u) << o.out;
+}
+
+// An env whose helper process left the process group (setsid) and keeps
+// writing to the env's stderr used to hang `rlid env check` at its end for
+// as long as that process lived. (`timeout` bounds the test if it regresses.)
+TEST(EnvCheck, EndsWhenAProcessTheEnvStartedKeepsItsStderrOpen) {
+  const rlid::testing::TempDir dir("setsid_env");
+  const std::string pidfile = dir.str() + "/grandchild.pid";
+  const auto o = testing::RunRlidProcess(
+      fmt::format("env check --command \"python3 {}/tests/data/external/grandchild.py "
+                  "setsid_stderr {} serve\" --seeds 2 --only determinism",
+                  kSource, pidfile),
+      {}, "timeout -s KILL 30");
+  pid_t grandchild = -1;
+  std::ifstream(pidfile) >> grandchild;
+  if (grandchild > 0) ::kill(grandchild, SIGKILL);
+  EXPECT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("grandchild: 1 passed, 0 skipped, 0 failed"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("stopped reading its stderr"), std::string::npos) << o.out;
 }
 
 // A user following docs/external_env.md ("Installing the helper"): the
