@@ -5,8 +5,8 @@
 
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli/command.h"
 #include "cli/json_output.h"
@@ -254,8 +254,8 @@ class EnvCommand : public Command {
       failed += r.status == envs::ConformanceResult::Status::kFailed;
       passed += r.status == envs::ConformanceResult::Status::kPassed;
       skipped += r.status == envs::ConformanceResult::Status::kSkipped;
-      not_run += r.status == envs::ConformanceResult::Status::kSkipped &&
-                 r.note.starts_with("not run:");
+      not_run +=
+          r.status == envs::ConformanceResult::Status::kSkipped && r.note.starts_with("not run:");
     }
     if (json_) {
       nlohmann::json j = {{"env", info.name}, {"seeds", conformance_.seeds}, {"checks", nlohmann::json::array()}};

@@ -1,13 +1,12 @@
 #include "core/subprocess.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <array>
 #include <atomic>
@@ -90,12 +89,12 @@ std::string Quote(const std::string& s) {
 
 // What the forked child needs, prepared before the fork.
 struct ExecPlan {
-  std::vector<char*> argv;              // null-terminated
-  std::vector<std::string> paths;       // where argv[0] may be, in PATH order
+  std::vector<char*> argv;         // null-terminated
+  std::vector<std::string> paths;  // where argv[0] may be, in PATH order
   std::vector<const char*> path_ptrs;
-  const char* cwd = nullptr;            // chdir here first (nullptr: stay)
-  std::array<int, 3> fds{};             // become the child's stdin, stdout, stderr
-  int report_fd = -1;                   // {stage, errno} go here when exec fails
+  const char* cwd = nullptr;  // chdir here first (nullptr: stay)
+  std::array<int, 3> fds{};   // become the child's stdin, stdout, stderr
+  int report_fd = -1;         // {stage, errno} go here when exec fails
   pid_t parent = -1;
 };
 
@@ -152,8 +151,10 @@ std::vector<std::string> ProgramPaths(const std::string& program) {
   bool denied = false;
   for (const char* path : p.path_ptrs) {
     ::execve(path, p.argv.data(), environ);
-    if (errno == EACCES) denied = true;
-    else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE) break;
+    if (errno == EACCES)
+      denied = true;
+    else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE)
+      break;
   }
   if (denied && (errno == ENOENT || errno == ENOTDIR || errno == ESTALE)) errno = EACCES;
   fail(kStageExec);
@@ -190,7 +191,9 @@ class Spawner {
   }
 
  private:
-  Spawner() : owner_(::getpid()) { std::thread([this] { Loop(); }).detach(); }
+  Spawner() : owner_(::getpid()) {
+    std::thread([this] { Loop(); }).detach();
+  }
 
   void Loop() {
     // No signal handler runs here (nor, until it resets the mask, in a child).
@@ -264,15 +267,16 @@ ChildProcess::ChildProcess(ChildOptions options) : opt_(std::move(options)) {
   fds = {in[1], out[0], err[0], report[0]};
   if (pid_ < 0) {
     close_all();
-    throw IoError(fmt::format("cannot start `{}`: fork failed: {}", CommandLine(),
-                              std::strerror(fork_errno)),
-                  "too many processes or too little memory? try fewer env workers");
+    throw IoError(
+        fmt::format("cannot start `{}`: fork failed: {}", CommandLine(), std::strerror(fork_errno)),
+        "too many processes or too little memory? try fewer env workers");
   }
   // The child reports {stage, errno} when it cannot exec; EOF means exec worked.
   int failure[2] = {0, 0};
   size_t got = 0;
   while (got < sizeof(failure)) {
-    const ssize_t n = ::read(report[0], reinterpret_cast<char*>(failure) + got, sizeof(failure) - got);
+    const ssize_t n =
+        ::read(report[0], reinterpret_cast<char*>(failure) + got, sizeof(failure) - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got += static_cast<size_t>(n);
@@ -290,10 +294,11 @@ ChildProcess::ChildProcess(ChildOptions options) : opt_(std::move(options)) {
       throw IoError(fmt::format("cannot start `{}`: cannot enter directory '{}': {}", CommandLine(),
                                 opt_.cwd, std::strerror(e)),
                     "check [env] cwd");
-    throw IoError(fmt::format("cannot start `{}`: {}{}", CommandLine(), std::strerror(e),
-                              opt_.cwd.empty() ? "" : fmt::format(" (in directory '{}')", opt_.cwd)),
-                  e == ENOENT ? "check that the program exists and is on PATH (or give its path)"
-                              : "check the command and the directory it runs in");
+    throw IoError(
+        fmt::format("cannot start `{}`: {}{}", CommandLine(), std::strerror(e),
+                    opt_.cwd.empty() ? "" : fmt::format(" (in directory '{}')", opt_.cwd)),
+        e == ENOENT ? "check that the program exists and is on PATH (or give its path)"
+                    : "check the command and the directory it runs in");
   }
   in_fd_ = in[1], out_fd_ = out[0], err_fd_ = err[0];
   SetNonBlocking(in_fd_);
@@ -383,9 +388,10 @@ void ChildProcess::StderrLoop() {
   double tokens = kLogBurst, refilled = Now();
   int64_t suppressed = 0;
   auto report_suppressed = [&] {
-    spdlog::info("[{}] ({} stderr lines suppressed: rlid logs at most {} lines a second of an "
-                 "env's stderr after the first {})",
-                 name, suppressed, kLogPerSecond, kLogBurst);
+    spdlog::info(
+        "[{}] ({} stderr lines suppressed: rlid logs at most {} lines a second of an "
+        "env's stderr after the first {})",
+        name, suppressed, kLogPerSecond, kLogBurst);
     suppressed = 0;
   };
   auto emit = [&](std::string line) {
@@ -444,9 +450,10 @@ void ChildProcess::StderrLoop() {
   if (!partial.empty()) emit(partial);
   if (suppressed > 0) report_suppressed();
   if (cut)
-    spdlog::info("[{}] stopped reading its stderr: the process exited, but a process it started "
-                 "outside its process group still holds the pipe open; its output is not shown",
-                 name);
+    spdlog::info(
+        "[{}] stopped reading its stderr: the process exited, but a process it started "
+        "outside its process group still holds the pipe open; its output is not shown",
+        name);
   stderr_done_ = true;
 }
 

@@ -82,7 +82,7 @@ class ChildProcess {
   pid_t pid_ = -1;
   int in_fd_ = -1, out_fd_ = -1, err_fd_ = -1;
   std::atomic<bool> exited_{false};  // read by the stderr thread
-  std::atomic<double> exit_time_{0};  // when exited_ was set (steady clock, s)
+  std::atomic<double> exit_time_{0};      // when exited_ was set (steady clock, s)
   std::atomic<bool> stderr_done_{false};  // the stderr thread has stopped
   int status_ = 0;
   std::string buffer_;  // stdout bytes read past the last line

@@ -167,12 +167,14 @@ void PlayAll(const Env& env, const ConformanceOptions& o, uint64_t rng_offset, V
 void CheckInfo(const Env& env, const ConformanceOptions&, Report& rep, ConformanceResult&) {
   const auto info = env.Info();
   rep.Expect(!info.name.empty(), kFixInfo, [] { return std::string("Info().name is empty"); });
-  rep.Expect(!info.summary.empty(), kFixInfo, [] { return std::string("Info().summary is empty"); });
+  rep.Expect(!info.summary.empty(), kFixInfo,
+             [] { return std::string("Info().summary is empty"); });
   rep.Expect(info.step_limit > 0, kFixInfo, [&] {
     return fmt::format("Info().step_limit must be > 0, found {}", info.step_limit);
   });
-  rep.Expect(!env.Instructions().empty(),
-             kFixInfo, [] { return std::string("Instructions() is empty (the rules shown in every prompt)"); });
+  rep.Expect(!env.Instructions().empty(), kFixInfo, [] {
+    return std::string("Instructions() is empty (the rules shown in every prompt)");
+  });
 }
 
 void CheckDeterminism(const Env& env, const ConformanceOptions& o, Report& rep,
@@ -230,9 +232,8 @@ void CheckClone(const Env& env, const ConformanceOptions& o, Report& rep, Confor
       auto legal = s->LegalActions();
       s->Apply(legal[rng.UniformInt(legal.size())]);
     }
-    rep.Expect(s->LegalActions().empty() && s->CompileMenu().items.empty(), kFixTerminal, [&] {
-      return fmt::format("seed {}: a terminal state still offers actions", seed);
-    });
+    rep.Expect(s->LegalActions().empty() && s->CompileMenu().items.empty(), kFixTerminal,
+               [&] { return fmt::format("seed {}: a terminal state still offers actions", seed); });
     ++r.covered;
   }
 }
@@ -263,18 +264,20 @@ void CheckMenu(const Env& env, const ConformanceOptions& o, Report& rep, Conform
       if (it.afterstate.empty()) {
         ++without;
         if (o.require_afterstates)
-          rep.Fail(fmt::format("seed {} step {}: {} has no afterstate", seed, t, Quoted(it.command)),
-                   kFixAfterstate);
+          rep.Fail(
+              fmt::format("seed {} step {}: {} has no afterstate", seed, t, Quoted(it.command)),
+              kFixAfterstate);
         continue;
       }
       ++with_afterstates;
       auto child = s.Clone();
       child->Apply(it.action);
       rep.Expect(it.afterstate_hash == child->Hash(), kFixAfterstate, [&] {
-        return fmt::format("seed {} step {}: the afterstate of {}, {} (id {:016x}), is not the "
-                           "state that action leads to, {} (id {:016x})",
-                           seed, t, Quoted(it.command), Quoted(it.afterstate), it.afterstate_hash,
-                           Quoted(child->Observation()), child->Hash());
+        return fmt::format(
+            "seed {} step {}: the afterstate of {}, {} (id {:016x}), is not the "
+            "state that action leads to, {} (id {:016x})",
+            seed, t, Quoted(it.command), Quoted(it.afterstate), it.afterstate_hash,
+            Quoted(child->Observation()), child->Hash());
       });
       if (auto* ms = dynamic_cast<MenuState*>(child.get()))
         rep.Expect(it.afterstate == ms->AfterstateText(), kFixBuiltIn, [&] {
@@ -350,11 +353,13 @@ void CheckCompile(const Env& env, const ConformanceOptions& o, Report& rep, Conf
       std::string junk(bytes.UniformInt(300), '\0');
       for (char& ch : junk) ch = static_cast<char>(bytes.UniformInt(256));
       const auto res = s.Compile(junk);
-      rep.Expect(res.valid() ? menu.IndexOfAction(res.action) >= 0 : !res.reason.empty(), kFixGarbage, [&] {
-        return fmt::format("seed {} step {}: random bytes compiled to {}", seed, t,
-                           res.valid() ? fmt::format("action {}, not on the menu", res.action)
-                                       : std::string("invalid without a reason"));
-      });
+      rep.Expect(res.valid() ? menu.IndexOfAction(res.action) >= 0 : !res.reason.empty(),
+                 kFixGarbage, [&] {
+                   return fmt::format("seed {} step {}: random bytes compiled to {}", seed, t,
+                                      res.valid()
+                                          ? fmt::format("action {}, not on the menu", res.action)
+                                          : std::string("invalid without a reason"));
+                 });
     }
     ++r.covered;
     return true;
@@ -370,19 +375,20 @@ void CheckLabels(const Env& env, const ConformanceOptions& o, Report& rep, Confo
     try {
       ValidateMenu(menu);
     } catch (const Error& e) {
-      rep.Fail(fmt::format("seed {}: the shuffled menu is invalid: {}", seed,
-                           AuthorMessage(e.what())),
-               kFixMenu);
+      rep.Fail(
+          fmt::format("seed {}: the shuffled menu is invalid: {}", seed, AuthorMessage(e.what())),
+          kFixMenu);
       continue;
     }
     for (size_t i = 0; i < menu.size(); ++i) {
       rep.Expect(menu.items[i].label == LabelFor(static_cast<int>(i)), kFixBuiltIn, [&] {
         return fmt::format("seed {}: shuffled item {} is labelled {}", seed, i, menu.items[i].label);
       });
-      rep.Expect(menu.Compile(menu.items[i].label).action == menu.items[i].action, kFixBuiltIn, [&] {
-        return fmt::format("seed {}: shuffled label {} does not compile to its action", seed,
-                           menu.items[i].label);
-      });
+      rep.Expect(menu.Compile(menu.items[i].label).action == menu.items[i].action, kFixBuiltIn,
+                 [&] {
+                   return fmt::format("seed {}: shuffled label {} does not compile to its action",
+                                      seed, menu.items[i].label);
+                 });
     }
     ++r.covered;
   }
@@ -605,8 +611,8 @@ std::vector<ConformanceResult> RunConformance(
       if (!r.error.empty()) {
         for (const auto& earlier : out) {
           if (earlier.error.empty() || !SameError(earlier.error, r.error)) continue;
-          r.failures = {fmt::format("stopped by the same error as the {} check (above)",
-                                    earlier.check)};
+          r.failures = {
+              fmt::format("stopped by the same error as the {} check (above)", earlier.check)};
           r.fixes.clear();
           break;
         }

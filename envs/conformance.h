@@ -34,7 +34,7 @@ struct ConformanceResult {
   std::vector<std::string> failures;  // the first max_failures, each with seed and step
   int64_t failure_count = 0;
   std::vector<std::string> fixes;  // how to fix the failures, each kind once
-  std::string error;  // the error that stopped the check early ("" when none)
+  std::string error;               // the error that stopped the check early ("" when none)
   std::string note;  // why skipped, or what was covered ("4 of 4 graphs")
   int64_t covered = 0;  // instances (graph check: graphs) actually checked
   double seconds = 0;

@@ -720,17 +720,18 @@ class ExternalState : public State, public CutState, public AsyncState, public F
     for (size_t k = 0; k < s.menu.items.size(); ++k) {
       const MenuItem& item = s.menu.items[k];
       if (auto [at, fresh] = item_of_action.emplace(item.action, k); !fresh)
-        worker_->Fail(what, fmt::format("duplicate action {}: menu items {} and {} both have it; "
-                                        "give each item its own action id",
-                                        item.action, at->second, k),
+        worker_->Fail(what,
+                      fmt::format("duplicate action {}: menu items {} and {} both have it; "
+                                  "give each item its own action id",
+                                  item.action, at->second, k),
                       false);
       for (const auto& w : item.realisations)
         if (auto [at, fresh] = item_of_wording.emplace(ToLower(w), k); !fresh && at->second != k)
-          worker_->Fail(what, fmt::format("the wording '{}' names two actions ({} in menu item {}, "
-                                          "{} in item {}): a command or realisation must name one "
-                                          "action; drop it from one of the items",
-                                          w, s.menu.items[at->second].action, at->second,
-                                          item.action, k),
+          worker_->Fail(what,
+                        fmt::format("the wording '{}' names two actions ({} in menu item {}, "
+                                    "{} in item {}): a command or realisation must name one "
+                                    "action; drop it from one of the items",
+                                    w, s.menu.items[at->second].action, at->second, item.action, k),
                         false);
     }
     AssignDefaultLabels(s.menu);

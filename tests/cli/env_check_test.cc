@@ -1,13 +1,12 @@
 // `rlid env check`: the conformance suite from the command line, on built-in
 // and external envs; a broken env exits 1 and says which check failed and why.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <fmt/format.h>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -52,8 +51,8 @@ size_t Count(const std::string& text, const std::string& part) {
 }
 
 TEST(EnvCheck, AShortAfterstateWithoutItsHashSaysWhatToSend) {
-  const auto o = RunRlid({"env", "check", "--command", "python3 " + kHostile + " short_afterstate",
-                          "--seeds", "2"});
+  const auto o = RunRlid(
+      {"env", "check", "--command", "python3 " + kHostile + " short_afterstate", "--seeds", "2"});
   EXPECT_EQ(o.code, 1) << o.out << o.err;
   EXPECT_NE(o.out.find("FAILED   menu"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("the afterstate of 'go left', 'went left'"), std::string::npos) << o.out;
@@ -69,8 +68,8 @@ TEST(EnvCheck, AShortAfterstateWithoutItsHashSaysWhatToSend) {
 TEST(EnvCheck, MessagesShowNoSourcePathsOrInternalChecks) {
   for (const char* mode : {"dup_actions", "shared_wording", "short_afterstate", "crash_on_reset",
                            "error_on_reset", "no_menu"}) {
-    const auto o = RunRlid({"env", "check", "--command", "python3 " + kHostile + " " + mode,
-                            "--seeds", "2"});
+    const auto o =
+        RunRlid({"env", "check", "--command", "python3 " + kHostile + " " + mode, "--seeds", "2"});
     EXPECT_EQ(o.code, 1) << mode << ": " << o.out << o.err;
     const std::string all = o.out + o.err;
     EXPECT_EQ(all.find(".cc:"), std::string::npos) << mode << ": " << all;
@@ -78,8 +77,8 @@ TEST(EnvCheck, MessagesShowNoSourcePathsOrInternalChecks) {
     EXPECT_EQ(all.find("internal"), std::string::npos) << mode << ": " << all;
     EXPECT_NE(o.out.find("to fix: "), std::string::npos) << mode << ": " << o.out;
   }
-  const auto dup = RunRlid({"env", "check", "--command", "python3 " + kHostile + " dup_actions",
-                            "--seeds", "2"});
+  const auto dup = RunRlid(
+      {"env", "check", "--command", "python3 " + kHostile + " dup_actions", "--seeds", "2"});
   EXPECT_NE(dup.out.find("duplicate action 0: menu items 0 and 1 both have it; give each item its "
                          "own action id"),
             std::string::npos)
@@ -89,11 +88,10 @@ TEST(EnvCheck, MessagesShowNoSourcePathsOrInternalChecks) {
 // A process that crashes at every reset, or refuses every reset, is one
 // error, not one per check.
 TEST(EnvCheck, AnEnvThatCannotPlayAnEpisodeIsReportedOnce) {
-  for (const auto& [mode, words] :
-       std::vector<std::pair<std::string, std::string>>{{"crash_on_reset", "crashing at reset"},
-                                                        {"error_on_reset", "cannot make seed"}}) {
-    const auto o = RunRlid({"env", "check", "--command", "python3 " + kHostile + " " + mode,
-                            "--seeds", "2"});
+  for (const auto& [mode, words] : std::vector<std::pair<std::string, std::string>>{
+           {"crash_on_reset", "crashing at reset"}, {"error_on_reset", "cannot make seed"}}) {
+    const auto o =
+        RunRlid({"env", "check", "--command", "python3 " + kHostile + " " + mode, "--seeds", "2"});
     EXPECT_EQ(o.code, 1) << mode << ": " << o.out << o.err;
     EXPECT_EQ(Count(o.out, words), 1u) << mode << ": " << o.out;
     EXPECT_EQ(Count(o.out, "stopped by an error"), 1u) << mode << ": " << o.out;
@@ -106,8 +104,8 @@ TEST(EnvCheck, AnEnvThatCannotPlayAnEpisodeIsReportedOnce) {
   }
   // An error on some steps only (action 1): the env plays, the checks run,
   // and a check stopped by the error another check showed refers to it.
-  const auto o = RunRlid({"env", "check", "--command", "python3 " + kHostile + " error_on_right",
-                          "--seeds", "4"});
+  const auto o = RunRlid(
+      {"env", "check", "--command", "python3 " + kHostile + " error_on_right", "--seeds", "4"});
   EXPECT_EQ(o.code, 1) << o.out << o.err;
   EXPECT_EQ(Count(o.out, "cannot go right"), 1u) << o.out;
   EXPECT_NE(o.out.find("stopped by the same error as the determinism check (above)"),

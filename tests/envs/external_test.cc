@@ -4,10 +4,10 @@
 // process can misbehave (crash, hang, garbage, wrong types, bad menus, wrong
 // protocol) ends as an EnvError or ConfigError that names the env, the message
 // and its last output, quickly, never as a hang or a crash of rlid.
-#include <gtest/gtest.h>
+#include "envs/external.h"
 
 #include <fmt/format.h>
-
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,15 +16,14 @@
 #include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
-#include <thread>
 #include <set>
+#include <thread>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/subprocess.h"
 #include "envs/conformance.h"
 #include "envs/env.h"
-#include "envs/external.h"
 #include "tests/test_paths.h"
 
 namespace rlid::envs {
@@ -293,8 +292,9 @@ TEST(External, ConfigErrors) {
             std::string::npos);
   EXPECT_NE(ErrorOf<IoError>([] { External({"/nonexistent/rlid-env"}); }).find("cannot start"),
             std::string::npos);
-  const std::string no_dir =
-      ErrorOf<IoError>([] { External({kServer, "maze"}, {"cwd=\"/nonexistent/dir\""}); });
+  const std::string no_dir = ErrorOf<IoError>([] {
+    External({kServer, "maze"}, {"cwd=\"/nonexistent/dir\""});
+  });
   EXPECT_NE(no_dir.find("cannot enter directory '/nonexistent/dir': No such file or directory"),
             std::string::npos)
       << no_dir;

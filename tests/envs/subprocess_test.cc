@@ -2,15 +2,16 @@
 // leave behind: a grandchild that leaves the process group and keeps stderr
 // open, one that stays in the group after the child exits, a child whose rlid
 // is SIGKILLed, and a stderr flood. rlid must neither hang nor leak them.
-#include <gtest/gtest.h>
+#include "core/subprocess.h"
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fmt/format.h>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -20,7 +21,6 @@
 #include <thread>
 
 #include "core/log.h"
-#include "core/subprocess.h"
 #include "tests/test_paths.h"
 
 namespace rlid {
@@ -58,10 +58,12 @@ bool WaitUntil(const std::function<bool()>& done, double timeout_s) {
 // The pid a test process wrote to `path`, or -1 when none came within 10 s.
 pid_t ReadPid(const std::string& path) {
   pid_t pid = -1;
-  WaitUntil([&] {
-    std::ifstream in(path);
-    return static_cast<bool>(in >> pid);
-  }, 10.0);
+  WaitUntil(
+      [&] {
+        std::ifstream in(path);
+        return static_cast<bool>(in >> pid);
+      },
+      10.0);
   return pid;
 }
 
@@ -105,11 +107,11 @@ TEST(ChildProcess, AGrandchildInTheProcessGroupDiesWithTheChild) {
 // is then SIGKILLed must not live on.
 TEST(ChildProcess, AnEnvChildDiesWhenItsRlidIsKilled) {
   const TempPath pidfile("orphan.pid");
-  const std::string hang = fmt::format("echo $$ > '{0}.tmp' && mv '{0}.tmp' '{0}' && exec sleep 30",
-                                       pidfile.str());
+  const std::string hang =
+      fmt::format("echo $$ > '{0}.tmp' && mv '{0}.tmp' '{0}' && exec sleep 30", pidfile.str());
   // env_server starts the external env and waits (60 s) for its hello reply.
-  ChildProcess rlid(ChildOptions{
-      {kServer, "external", "command=" + nlohmann::json({"sh", "-c", hang}).dump()}});
+  ChildProcess rlid(
+      ChildOptions{{kServer, "external", "command=" + nlohmann::json({"sh", "-c", hang}).dump()}});
   const pid_t env = ReadPid(pidfile.str());
   ASSERT_GT(env, 0);
   ASSERT_TRUE(Alive(env));
