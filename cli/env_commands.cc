@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli/command.h"
 #include "cli/json_output.h"
@@ -219,10 +220,25 @@ class EnvCommand : public Command {
       std::cout << fmt::format("  {:<8} {:<12} {:>7.2f} s  {}{}\n", envs::StatusName(r.status),
                                r.check, r.seconds, r.description,
                                extra.empty() ? "" : " [" + extra + "]");
-      for (const auto& f : r.failures) std::cout << "           - " << f << "\n";
+      // Each failure (its continuation lines indented under it), then each fix once.
+      auto lines = [](const std::string& text, const std::string& first) {
+        std::string out, line;
+        std::istringstream in(text);
+        for (bool head = true; std::getline(in, line); head = false) {
+          const size_t lead = line.find_first_not_of(' ');
+          if (lead == std::string::npos) continue;
+          // An error's hint indents its lines by 2 (under "hint: "), its quotes by 4.
+          out += head ? first + line.substr(lead)
+                      : std::string(13, ' ') + line.substr(std::min<size_t>(lead, 2));
+          out += "\n";
+        }
+        return out;
+      };
+      for (const auto& f : r.failures) std::cout << lines(f, "           - ");
       if (r.failure_count > static_cast<int64_t>(r.failures.size()))
         std::cout << fmt::format("           ({} more failures)\n",
                                  r.failure_count - static_cast<int64_t>(r.failures.size()));
+      for (const auto& f : r.fixes) std::cout << lines(f, "           to fix: ");
       std::cout << std::flush;
     };
     if (only_checks_.empty()) {
@@ -233,11 +249,13 @@ class EnvCommand : public Command {
         print(results.back());
       }
     }
-    int failed = 0, passed = 0, skipped = 0;
+    int failed = 0, passed = 0, skipped = 0, not_run = 0;
     for (const auto& r : results) {
       failed += r.status == envs::ConformanceResult::Status::kFailed;
       passed += r.status == envs::ConformanceResult::Status::kPassed;
       skipped += r.status == envs::ConformanceResult::Status::kSkipped;
+      not_run +=
+          r.status == envs::ConformanceResult::Status::kSkipped && r.note.starts_with("not run:");
     }
     if (json_) {
       nlohmann::json j = {{"env", info.name}, {"seeds", conformance_.seeds}, {"checks", nlohmann::json::array()}};
@@ -248,6 +266,8 @@ class EnvCommand : public Command {
                                               : envs::StatusName(r.status)},
                                {"failures", r.failures},
                                {"failure_count", r.failure_count},
+                               {"fixes", r.fixes},
+                               {"error", r.error},
                                {"note", r.note},
                                {"covered", r.covered},
                                {"seconds", r.seconds}});
@@ -257,10 +277,15 @@ class EnvCommand : public Command {
                                failed);
     }
     if (failed > 0)
-      throw Error(fmt::format("{} of {} conformance checks failed for env '{}'", failed,
-                              results.size(), info.name),
-                  "each failure above names the seed and step; docs/external_env.md lists what "
-                  "each check expects");
+      throw Error(fmt::format("{} of {} conformance checks failed for env '{}'{}", failed,
+                              results.size(), info.name,
+                              not_run > 0 ? fmt::format(" ({} more not run: the env cannot play "
+                                                        "an episode)",
+                                                        not_run)
+                                          : ""),
+                  not_run > 0 ? "fix the error above first, then check again"
+                              : "each failure above names the seed and step and how to fix it; "
+                                "docs/external_env.md lists what each check expects");
   }
 
   EnvOptions show_, play_, graph_, check_, serve_;

@@ -1,17 +1,19 @@
 #include "core/subprocess.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -22,6 +24,13 @@ extern char** environ;
 
 namespace rlid {
 namespace {
+
+// After the child exits, its stderr is read for at most this long (a process
+// it started outside its group may hold the pipe open for ever).
+constexpr double kStderrGraceS = 1.0;
+// Stderr lines logged: the first kLogBurst, then kLogPerSecond a second.
+constexpr int kLogBurst = 100;
+constexpr int kLogPerSecond = 10;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -78,52 +87,218 @@ std::string Quote(const std::string& s) {
   return out + "'";
 }
 
+// What the forked child needs, prepared before the fork.
+struct ExecPlan {
+  std::vector<char*> argv;         // null-terminated
+  std::vector<std::string> paths;  // where argv[0] may be, in PATH order
+  std::vector<const char*> path_ptrs;
+  const char* cwd = nullptr;  // chdir here first (nullptr: stay)
+  std::array<int, 3> fds{};   // become the child's stdin, stdout, stderr
+  int report_fd = -1;         // {stage, errno} go here when exec fails
+  pid_t parent = -1;
+};
+
+// Where the exec failed, as the child reports it.
+constexpr int kStageFds = 1, kStageChdir = 2, kStageExec = 3;
+
+// The files posix_spawnp/execvp would try for `program`.
+std::vector<std::string> ProgramPaths(const std::string& program) {
+  if (program.find('/') != std::string::npos) return {program};
+  const char* env_path = std::getenv("PATH");
+  const std::string path = env_path ? env_path : "/bin:/usr/bin";
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t colon = path.find(':', start);
+    const std::string dir = path.substr(start, colon == std::string::npos ? colon : colon - start);
+    out.push_back((dir.empty() ? "." : dir) + "/" + program);
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return out;
+}
+
+// The forked child, up to exec. Only system calls here: the fork copied a
+// process whose other threads may hold locks (malloc's among them).
+[[noreturn]] void ExecChild(const ExecPlan& p) {
+  // Its own process group: a terminal's Ctrl-C reaches only rlid, which stops
+  // the child, and the group is what rlid kills to stop what the child started.
+  ::setpgid(0, 0);
+  // Die with rlid, even when rlid is SIGKILLed. The signal comes when the
+  // forking thread ends: the spawner thread, which lives as long as rlid.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != p.parent) ::_exit(127);  // rlid died before prctl took effect
+  auto fail = [&](int stage) {
+    const int msg[2] = {stage, errno};
+    [[maybe_unused]] const ssize_t n = ::write(p.report_fd, msg, sizeof(msg));
+    ::_exit(127);
+  };
+  // Lift the pipe ends above 2 first, so that no dup2 below overwrites another.
+  int fds[3];
+  for (int i = 0; i < 3; ++i)
+    if ((fds[i] = ::fcntl(p.fds[i], F_DUPFD_CLOEXEC, 3)) < 0) fail(kStageFds);
+  for (int i = 0; i < 3; ++i)
+    if (::dup2(fds[i], i) < 0) fail(kStageFds);  // the copies at 0-2 stay open across exec
+  if (p.cwd != nullptr && ::chdir(p.cwd) != 0) fail(kStageChdir);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::sigaction(s, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Like execvp: try each PATH entry; a file found but not executable (EACCES)
+  // is reported over a later "not found".
+  bool denied = false;
+  for (const char* path : p.path_ptrs) {
+    ::execve(path, p.argv.data(), environ);
+    if (errno == EACCES)
+      denied = true;
+    else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE)
+      break;
+  }
+  if (denied && (errno == ENOENT || errno == ENOTDIR || errno == ESTALE)) errno = EACCES;
+  fail(kStageExec);
+  ::_exit(127);
+}
+
+// Forks children on one thread that lives as long as rlid: PR_SET_PDEATHSIG
+// fires when the thread that forked the child ends, not the process, so a
+// child forked on a short-lived thread would be killed when that thread ends.
+class Spawner {
+ public:
+  static Spawner& Get() {
+    static Spawner* spawner = new Spawner;  // never destroyed: its thread runs until exit
+    return *spawner;
+  }
+
+  // Forks a child that runs ExecChild(plan); the pid, or -1 with errno set.
+  pid_t Fork(const ExecPlan& plan) {
+    if (::getpid() != owner_) {
+      // This process is a fork of the one that started the spawner thread,
+      // which it does not have: fork here (the child then dies with this thread).
+      const pid_t pid = ::_Fork();
+      if (pid == 0) ExecChild(plan);
+      return pid;
+    }
+    std::lock_guard<std::mutex> one_at_a_time(call_mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    plan_ = &plan;
+    done_ = false;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return done_; });
+    errno = errno_;
+    return pid_;
+  }
+
+ private:
+  Spawner() : owner_(::getpid()) {
+    std::thread([this] { Loop(); }).detach();
+  }
+
+  void Loop() {
+    // No signal handler runs here (nor, until it resets the mask, in a child).
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return plan_ != nullptr; });
+      // _Fork: no atfork handlers (LibTorch's, OpenMP's) run in the child.
+      const pid_t pid = ::_Fork();
+      if (pid == 0) ExecChild(*plan_);
+      pid_ = pid;
+      errno_ = errno;
+      plan_ = nullptr;
+      done_ = true;
+      cv_.notify_all();
+    }
+  }
+
+  const pid_t owner_;
+  std::mutex call_mu_;  // one Fork at a time
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const ExecPlan* plan_ = nullptr;
+  bool done_ = false;
+  pid_t pid_ = -1;
+  int errno_ = 0;
+};
+
 }  // namespace
 
 ChildProcess::ChildProcess(ChildOptions options) : opt_(std::move(options)) {
   if (opt_.argv.empty() || opt_.argv[0].empty())
     throw ConfigError("empty command for a child process", "give the program and its arguments");
-  int in[2], out[2], err[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) throw IoError(fmt::format("pipe: {}", std::strerror(errno)));
-  if (::pipe2(out, O_CLOEXEC) != 0) {
-    ::close(in[0]), ::close(in[1]);
-    throw IoError(fmt::format("pipe: {}", std::strerror(errno)));
+  // Fds to close on every way out of this constructor that has not handed them on.
+  std::vector<int> fds;
+  auto close_all = [&] {
+    for (int fd : fds) ::close(fd);
+  };
+  auto make_pipe = [&](int p[2]) {
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+      const int e = errno;
+      close_all();
+      throw IoError(fmt::format("cannot make a pipe for `{}`: {}", CommandLine(), std::strerror(e)),
+                    "too many open files? raise the limit (ulimit -n) or use fewer env workers");
+    }
+    fds.push_back(p[0]);
+    fds.push_back(p[1]);
+  };
+  int in[2], out[2], err[2], report[2];
+  make_pipe(in);
+  make_pipe(out);
+  make_pipe(err);
+  make_pipe(report);
+
+  // Everything the forked child needs is prepared here: between fork and exec
+  // it may only make system calls (another thread may hold malloc's lock).
+  ExecPlan plan;
+  for (auto& a : opt_.argv) plan.argv.push_back(a.data());
+  plan.argv.push_back(nullptr);
+  plan.paths = ProgramPaths(opt_.argv[0]);
+  for (auto& path : plan.paths) plan.path_ptrs.push_back(path.c_str());
+  plan.cwd = opt_.cwd.empty() ? nullptr : opt_.cwd.c_str();
+  plan.fds = {in[0], out[1], err[1]};
+  plan.report_fd = report[1];
+  plan.parent = ::getpid();
+  pid_ = Spawner::Get().Fork(plan);
+  const int fork_errno = errno;
+  for (int fd : {in[0], out[1], err[1], report[1]}) ::close(fd);
+  fds = {in[1], out[0], err[0], report[0]};
+  if (pid_ < 0) {
+    close_all();
+    throw IoError(
+        fmt::format("cannot start `{}`: fork failed: {}", CommandLine(), std::strerror(fork_errno)),
+        "too many processes or too little memory? try fewer env workers");
   }
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(in[0]), ::close(in[1]), ::close(out[0]), ::close(out[1]);
-    throw IoError(fmt::format("pipe: {}", std::strerror(errno)));
+  // The child reports {stage, errno} when it cannot exec; EOF means exec worked.
+  int failure[2] = {0, 0};
+  size_t got = 0;
+  while (got < sizeof(failure)) {
+    const ssize_t n =
+        ::read(report[0], reinterpret_cast<char*>(failure) + got, sizeof(failure) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  if (!opt_.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, opt_.cwd.c_str());
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t defaults, empty;
-  sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&defaults, s);
-  sigemptyset(&empty);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETSIGMASK);
-  std::vector<char*> argv;
-  for (auto& a : opt_.argv) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int rc = ::posix_spawnp(&pid_, argv[0], &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(in[0]), ::close(out[1]), ::close(err[1]);
-  if (rc != 0) {
-    ::close(in[1]), ::close(out[0]), ::close(err[0]);
+  ::close(report[0]);
+  fds.pop_back();
+  if (got > 0) {
+    int status;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
     pid_ = -1;
-    throw IoError(fmt::format("cannot start `{}`: {}{}", CommandLine(), std::strerror(rc),
-                              opt_.cwd.empty() ? "" : fmt::format(" (in directory '{}')", opt_.cwd)),
-                  rc == ENOENT ? "check that the program exists and is on PATH (or give its path)"
-                               : "check the command and the directory it runs in");
+    close_all();
+    const int e = got == sizeof(failure) ? failure[1] : EIO;
+    if (failure[0] == kStageChdir)
+      throw IoError(fmt::format("cannot start `{}`: cannot enter directory '{}': {}", CommandLine(),
+                                opt_.cwd, std::strerror(e)),
+                    "check [env] cwd");
+    throw IoError(
+        fmt::format("cannot start `{}`: {}{}", CommandLine(), std::strerror(e),
+                    opt_.cwd.empty() ? "" : fmt::format(" (in directory '{}')", opt_.cwd)),
+        e == ENOENT ? "check that the program exists and is on PATH (or give its path)"
+                    : "check the command and the directory it runs in");
   }
   in_fd_ = in[1], out_fd_ = out[0], err_fd_ = err[0];
   SetNonBlocking(in_fd_);
@@ -162,18 +337,28 @@ void ChildProcess::Kill() {
 
 void ChildProcess::Reap(int options) {
   if (pid_ <= 0 || exited_) return;
-  int status = 0;
-  pid_t r;
+  // Wait without reaping first: while the child is a zombie its pid, which is
+  // also its process group's id, cannot be reused, so killing the group cannot
+  // hit a stranger. Whatever the child started in its group dies with it.
+  siginfo_t info{};
+  int r;
   do {
-    r = ::waitpid(pid_, &status, options);
+    r = ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOWAIT | (options & WNOHANG));
   } while (r < 0 && errno == EINTR);
-  if (r == pid_) {
-    exited_ = true;
-    status_ = status;
-  } else if (r < 0) {
+  if (r < 0) {
+    exit_time_ = Now();
     exited_ = true;  // not our child any more (reaped elsewhere): treat as gone
     status_ = 0;
+    return;
   }
+  if (info.si_pid == 0) return;  // still running (WNOHANG)
+  ::kill(-pid_, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  status_ = status;
+  exit_time_ = Now();
+  exited_ = true;
 }
 
 bool ChildProcess::Running() {
@@ -193,22 +378,59 @@ std::string ChildProcess::ExitDescription() {
 }
 
 void ChildProcess::StderrLoop() {
+  const std::string& name = opt_.log_name.empty() ? opt_.argv[0] : opt_.log_name;
   std::string partial;
   char buf[4096];
+  // The log gets a burst of kLogBurst lines, then kLogPerSecond lines a
+  // second; the lines past that are counted and reported as suppressed (the
+  // report costs a line of the budget). err_lines_ keeps the last lines all
+  // the same, for error messages.
+  double tokens = kLogBurst, refilled = Now();
+  int64_t suppressed = 0;
+  auto report_suppressed = [&] {
+    spdlog::info(
+        "[{}] ({} stderr lines suppressed: rlid logs at most {} lines a second of an "
+        "env's stderr after the first {})",
+        name, suppressed, kLogPerSecond, kLogBurst);
+    suppressed = 0;
+  };
   auto emit = [&](std::string line) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    spdlog::info("[{}] {}", opt_.log_name.empty() ? opt_.argv[0] : opt_.log_name, line);
+    const double now = Now();
+    tokens = std::min<double>(kLogBurst, tokens + (now - refilled) * kLogPerSecond);
+    refilled = now;
+    if (suppressed > 0 && tokens >= 2) {
+      report_suppressed();
+      tokens -= 1;
+    }
+    if (suppressed == 0 && tokens >= 1) {
+      spdlog::info("[{}] {}", name, line.size() > 2000 ? line.substr(0, 2000) + "..." : line);
+      tokens -= 1;
+    } else {
+      ++suppressed;
+    }
     std::lock_guard<std::mutex> lock(err_mu_);
     err_lines_.push_back(std::move(line));
     while (err_lines_.size() > 50) err_lines_.pop_front();
   };
+  bool cut = false;
   for (;;) {
+    // Once the child is gone, what it wrote is in the pipe already; a pipe
+    // that stays open is held by a process it started outside its process
+    // group (setsid). That is read for a short grace, not until it ends.
+    if (exited_ && Now() > exit_time_ + kStderrGraceS) {
+      cut = true;
+      break;
+    }
     pollfd p{err_fd_, POLLIN, 0};
     const int r = ::poll(&p, 1, 100);
     if (r < 0 && errno != EINTR) break;
     if (r <= 0) {
-      // The child is gone and the pipe stayed open (a grandchild holds it): stop.
-      if (exited_ || pid_ <= 0) break;
+      if (pid_ <= 0) break;
+      if (exited_) {  // silent since the child exited: nothing more is coming from it
+        cut = true;
+        break;
+      }
       continue;
     }
     const ssize_t n = ::read(err_fd_, buf, sizeof(buf));
@@ -226,6 +448,12 @@ void ChildProcess::StderrLoop() {
     }
   }
   if (!partial.empty()) emit(partial);
+  if (suppressed > 0) report_suppressed();
+  if (cut)
+    spdlog::info(
+        "[{}] stopped reading its stderr: the process exited, but a process it started "
+        "outside its process group still holds the pipe open; its output is not shown",
+        name);
   stderr_done_ = true;
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "core/error.h"
@@ -29,19 +30,21 @@ namespace {
 
 using Status = ConformanceResult::Status;
 
-// Collects the failures of one check.
+// Collects the failures of one check, and once each, how to fix them.
 class Report {
  public:
   Report(ConformanceResult& r, const ConformanceOptions& o) : r_(r), max_(o.max_failures) {}
-  void Fail(std::string message) {
+  void Fail(std::string message, std::string_view fix = {}) {
     r_.status = Status::kFailed;
     if (static_cast<int>(r_.failures.size()) < max_) r_.failures.push_back(std::move(message));
     ++r_.failure_count;
+    if (!fix.empty() && std::find(r_.fixes.begin(), r_.fixes.end(), fix) == r_.fixes.end())
+      r_.fixes.emplace_back(fix);
   }
   // Fails with message() when !ok; returns ok.
   template <class F>
-  bool Expect(bool ok, F&& message) {
-    if (!ok) Fail(message());
+  bool Expect(bool ok, std::string_view fix, F&& message) {
+    if (!ok) Fail(message(), fix);
     return ok;
   }
 
@@ -49,6 +52,54 @@ class Report {
   ConformanceResult& r_;
   int max_;
 };
+
+// How to fix what a check found, as the env's author would do it (the
+// protocol's field names, and the Python helper's where it differs).
+constexpr std::string_view kFixInfo =
+    "send name, summary, step_limit and instructions in the hello reply (Python helper: the "
+    "class attributes of your Env)";
+constexpr std::string_view kFixDeterminism =
+    "make reset(seed) depend only on the seed and step() only on the state and the action: draw "
+    "randomness from a generator made from the seed (random.Random(seed)), never from the global "
+    "random module, the clock, or the order of a set";
+constexpr std::string_view kFixVariety =
+    "build each instance from its seed (random.Random(seed)); instances that differ must differ in "
+    "their task or observation text, or in the 'state_hash' you send";
+constexpr std::string_view kFixMenuPure =
+    "building the menu must not change the state: compute what an action leads to on a copy";
+constexpr std::string_view kFixCopy =
+    "a copy ('clone', or a replay of the actions from reset) must equal its original and share "
+    "no mutable data with it (Python helper: clone() deep-copies the state; override it if your "
+    "state holds something deepcopy cannot copy)";
+constexpr std::string_view kFixTerminal =
+    "a terminal state offers no actions: send no menu once 'terminal' is true";
+constexpr std::string_view kFixMenu =
+    "give each menu item its own action id, and each command and realisation to one action only";
+constexpr std::string_view kFixAfterstate =
+    "an item's afterstate must be the state its action leads to. Send 'afterstate' as that "
+    "state's full observation, or, for a short afterstate text, also send 'afterstate_hash': the "
+    "'state_hash' of the state the action leads to (Python helper: Action(id, command, "
+    "afterstate=text, afterstate_hash=self.state_hash(next_state)), or leave afterstate out and "
+    "the helper computes both)";
+constexpr std::string_view kFixWording =
+    "every label, command and realisation must compile to its action: make each wording a "
+    "phrase of its own that no other item's wording contains (docs/free_text.md has the grammar); "
+    "an env compiler ('compile') is asked only about text the menu grammar rejects";
+constexpr std::string_view kFixGarbage =
+    "your compile_text must reject text that names no action: raise Invalid(\"reason\") (in the "
+    "protocol: reply {\"invalid\": \"reason\"}), and return only actions on the current menu";
+constexpr std::string_view kFixOracle =
+    "oracle(state) must name at least one optimal action in every non-terminal state, following "
+    "its first action must end in success (Step(..., success=True)), and the return it predicts "
+    "(ids, return) must be what that play collects";
+constexpr std::string_view kFixGraph =
+    "the oracle's return must be the best return reachable: its actions are not optimal, or the "
+    "return it predicts is wrong";
+constexpr std::string_view kFixSplits =
+    "use the whole seed: seeds 2i (train) and 2i+1 (test) must give different instances, so do "
+    "not divide or shift the seed before using it";
+// Conditions only a bug in rlid or a built-in env can break.
+constexpr std::string_view kFixBuiltIn = {};
 
 std::string Quoted(std::string_view s) {
   std::string out = "'";
@@ -77,17 +128,17 @@ Traj RandomPlay(const Env& env, uint64_t seed, uint64_t play_seed, Report& rep) 
     t.obs.push_back(s->Observation());
     t.hashes.push_back(s->Hash());
     auto legal = s->LegalActions();
-    if (!rep.Expect(!legal.empty(), [&] {
+    if (!rep.Expect(!legal.empty(), kFixBuiltIn, [&] {
           return fmt::format("seed {} step {}: a non-terminal state without actions", seed,
                              s->StepCount());
         }))
       break;
     auto out = s->Apply(legal[rng.UniformInt(legal.size())]);
-    rep.Expect(std::isfinite(out.reward), [&] {
+    rep.Expect(std::isfinite(out.reward), kFixBuiltIn, [&] {
       return fmt::format("seed {} step {}: non-finite reward {}", seed, s->StepCount(), out.reward);
     });
     t.rewards.push_back(out.reward);
-    if (!rep.Expect(s->StepCount() <= limit, [&] {
+    if (!rep.Expect(s->StepCount() <= limit, kFixBuiltIn, [&] {
           return fmt::format("seed {}: {} steps played, past the step limit {}", seed,
                              s->StepCount(), limit);
         }))
@@ -115,20 +166,22 @@ void PlayAll(const Env& env, const ConformanceOptions& o, uint64_t rng_offset, V
 
 void CheckInfo(const Env& env, const ConformanceOptions&, Report& rep, ConformanceResult&) {
   const auto info = env.Info();
-  rep.Expect(!info.name.empty(), [] { return std::string("Info().name is empty"); });
-  rep.Expect(!info.summary.empty(), [] { return std::string("Info().summary is empty"); });
-  rep.Expect(info.step_limit > 0, [&] {
+  rep.Expect(!info.name.empty(), kFixInfo, [] { return std::string("Info().name is empty"); });
+  rep.Expect(!info.summary.empty(), kFixInfo,
+             [] { return std::string("Info().summary is empty"); });
+  rep.Expect(info.step_limit > 0, kFixInfo, [&] {
     return fmt::format("Info().step_limit must be > 0, found {}", info.step_limit);
   });
-  rep.Expect(!env.Instructions().empty(),
-             [] { return std::string("Instructions() is empty (the rules shown in every prompt)"); });
+  rep.Expect(!env.Instructions().empty(), kFixInfo, [] {
+    return std::string("Instructions() is empty (the rules shown in every prompt)");
+  });
 }
 
 void CheckDeterminism(const Env& env, const ConformanceOptions& o, Report& rep,
                       ConformanceResult& r) {
   for (uint64_t seed = 0; seed < static_cast<uint64_t>(o.seeds); ++seed) {
     const Traj a = RandomPlay(env, seed, 99 + seed, rep), b = RandomPlay(env, seed, 99 + seed, rep);
-    rep.Expect(a == b, [&] {
+    rep.Expect(a == b, kFixDeterminism, [&] {
       size_t t = 0;
       while (t < a.obs.size() && t < b.obs.size() && a.obs[t] == b.obs[t] &&
              (t >= a.hashes.size() || t >= b.hashes.size() || a.hashes[t] == b.hashes[t]))
@@ -139,7 +192,7 @@ void CheckDeterminism(const Env& env, const ConformanceOptions& o, Report& rep,
                          t < b.obs.size() ? Quoted(b.obs[t]) : "(ended)");
     });
     const std::string first = env.NewState(seed)->Observation();
-    rep.Expect(first == env.NewState(seed)->Observation(), [&] {
+    rep.Expect(first == env.NewState(seed)->Observation(), kFixDeterminism, [&] {
       return fmt::format("seed {}: two NewState(seed) show different observations", seed);
     });
     ++r.covered;
@@ -147,7 +200,7 @@ void CheckDeterminism(const Env& env, const ConformanceOptions& o, Report& rep,
   std::set<uint64_t> initial;
   for (uint64_t seed = 0; seed < static_cast<uint64_t>(o.seeds); ++seed)
     initial.insert(env.NewState(seed)->Hash());
-  rep.Expect(static_cast<int>(initial.size()) > o.seeds / 2, [&] {
+  rep.Expect(static_cast<int>(initial.size()) > o.seeds / 2, kFixVariety, [&] {
     return fmt::format("seeds 0..{} give only {} distinct initial states (Hash()): the seed "
                        "barely changes the instance",
                        o.seeds - 1, initial.size());
@@ -163,25 +216,24 @@ void CheckClone(const Env& env, const ConformanceOptions& o, Report& rep, Confor
       const std::string obs = s->Observation();
       const uint64_t h = s->Hash();
       s->CompileMenu();
-      rep.Expect(s->Observation() == obs && s->Hash() == h, [&] {
+      rep.Expect(s->Observation() == obs && s->Hash() == h, kFixMenuPure, [&] {
         return fmt::format("seed {} step {}: CompileMenu() changed the state", seed, t);
       });
       auto c = s->Clone();
-      rep.Expect(c->Hash() == h && c->Observation() == obs, [&] {
+      rep.Expect(c->Hash() == h && c->Observation() == obs, kFixCopy, [&] {
         return fmt::format("seed {} step {}: Clone() differs from the original (hash or "
                            "observation)",
                            seed, t);
       });
       c->Apply(c->LegalActions()[0]);
-      rep.Expect(s->Hash() == h && s->Observation() == obs, [&] {
+      rep.Expect(s->Hash() == h && s->Observation() == obs, kFixCopy, [&] {
         return fmt::format("seed {} step {}: Apply() on a clone changed the original", seed, t);
       });
       auto legal = s->LegalActions();
       s->Apply(legal[rng.UniformInt(legal.size())]);
     }
-    rep.Expect(s->LegalActions().empty() && s->CompileMenu().items.empty(), [&] {
-      return fmt::format("seed {}: a terminal state still offers actions", seed);
-    });
+    rep.Expect(s->LegalActions().empty() && s->CompileMenu().items.empty(), kFixTerminal,
+               [&] { return fmt::format("seed {}: a terminal state still offers actions", seed); });
     ++r.covered;
   }
 }
@@ -194,37 +246,41 @@ void CheckMenu(const Env& env, const ConformanceOptions& o, Report& rep, Conform
     try {
       ValidateMenu(menu);
     } catch (const Error& e) {
-      rep.Fail(fmt::format("seed {} step {}: {}", seed, t, e.what()));
+      rep.Fail(fmt::format("seed {} step {}: {}", seed, t, AuthorMessage(e.what())), kFixMenu);
       return false;
     }
     const auto legal = s.LegalActions();
-    if (!rep.Expect(legal.size() == menu.size(), [&] {
+    if (!rep.Expect(legal.size() == menu.size(), kFixBuiltIn, [&] {
           return fmt::format("seed {} step {}: {} legal actions but {} menu items", seed, t,
                              legal.size(), menu.size());
         }))
       return false;
     for (size_t i = 0; i < menu.size(); ++i) {
       const auto& it = menu.items[i];
-      rep.Expect(it.action == legal[i], [&] {
+      rep.Expect(it.action == legal[i], kFixBuiltIn, [&] {
         return fmt::format("seed {} step {}: menu item {} has action {}, LegalActions()[{}] is {}",
                            seed, t, i, it.action, i, legal[i]);
       });
       if (it.afterstate.empty()) {
         ++without;
         if (o.require_afterstates)
-          rep.Fail(fmt::format("seed {} step {}: {} has no afterstate", seed, t, Quoted(it.command)));
+          rep.Fail(
+              fmt::format("seed {} step {}: {} has no afterstate", seed, t, Quoted(it.command)),
+              kFixAfterstate);
         continue;
       }
       ++with_afterstates;
       auto child = s.Clone();
       child->Apply(it.action);
-      rep.Expect(it.afterstate_hash == child->Hash(), [&] {
-        return fmt::format("seed {} step {}: the afterstate of {} is not the state Clone()+Apply() "
-                           "reaches (afterstate hash {:016x}, stepped state {:016x})",
-                           seed, t, Quoted(it.command), it.afterstate_hash, child->Hash());
+      rep.Expect(it.afterstate_hash == child->Hash(), kFixAfterstate, [&] {
+        return fmt::format(
+            "seed {} step {}: the afterstate of {}, {} (id {:016x}), is not the "
+            "state that action leads to, {} (id {:016x})",
+            seed, t, Quoted(it.command), Quoted(it.afterstate), it.afterstate_hash,
+            Quoted(child->Observation()), child->Hash());
       });
       if (auto* ms = dynamic_cast<MenuState*>(child.get()))
-        rep.Expect(it.afterstate == ms->AfterstateText(), [&] {
+        rep.Expect(it.afterstate == ms->AfterstateText(), kFixBuiltIn, [&] {
           return fmt::format("seed {} step {}: afterstate text of {} differs from the stepped "
                              "state's AfterstateText()",
                              seed, t, Quoted(it.command));
@@ -232,7 +288,7 @@ void CheckMenu(const Env& env, const ConformanceOptions& o, Report& rep, Conform
       int expected = -1;
       for (size_t j = 0; j < i && expected < 0; ++j)
         if (menu.items[j].afterstate_hash == it.afterstate_hash) expected = static_cast<int>(j);
-      rep.Expect(it.same_afterstate_as == expected, [&] {
+      rep.Expect(it.same_afterstate_as == expected, kFixBuiltIn, [&] {
         return fmt::format("seed {} step {}: same_afterstate_as of {} is {}, expected {}", seed, t,
                            Quoted(it.command), it.same_afterstate_as, expected);
       });
@@ -267,13 +323,13 @@ void CheckCompile(const Env& env, const ConformanceOptions& o, Report& rep, Conf
       }
       for (const auto& text : texts) {
         const auto res = s.Compile(text);
-        rep.Expect(res.valid() && res.action == it.action, [&] {
+        rep.Expect(res.valid() && res.action == it.action, kFixWording, [&] {
           return fmt::format("seed {} step {}: {} should compile to {} ({}), got {}", seed, t,
                              Quoted(text), it.label, Quoted(it.command),
                              res.valid() ? fmt::format("action {}", res.action)
                                          : "invalid: " + res.reason);
         });
-        rep.Expect(menu.Compile(text).action == it.action, [&] {
+        rep.Expect(menu.Compile(text).action == it.action, kFixWording, [&] {
           return fmt::format("seed {} step {}: the menu compiles {} to another action", seed, t,
                              Quoted(text));
         });
@@ -287,7 +343,7 @@ void CheckCompile(const Env& env, const ConformanceOptions& o, Report& rep, Conf
     }
     for (const std::string& junk : junks) {
       const auto res = s.Compile(junk);
-      rep.Expect(!res.valid() && !res.reason.empty(), [&] {
+      rep.Expect(!res.valid() && !res.reason.empty(), kFixGarbage, [&] {
         return fmt::format("seed {} step {}: garbage {} {}", seed, t, Quoted(junk),
                            res.valid() ? "was accepted as " + Quoted(res.matched)
                                        : std::string("was rejected without a reason"));
@@ -297,11 +353,13 @@ void CheckCompile(const Env& env, const ConformanceOptions& o, Report& rep, Conf
       std::string junk(bytes.UniformInt(300), '\0');
       for (char& ch : junk) ch = static_cast<char>(bytes.UniformInt(256));
       const auto res = s.Compile(junk);
-      rep.Expect(res.valid() ? menu.IndexOfAction(res.action) >= 0 : !res.reason.empty(), [&] {
-        return fmt::format("seed {} step {}: random bytes compiled to {}", seed, t,
-                           res.valid() ? fmt::format("action {}, not on the menu", res.action)
-                                       : std::string("invalid without a reason"));
-      });
+      rep.Expect(res.valid() ? menu.IndexOfAction(res.action) >= 0 : !res.reason.empty(),
+                 kFixGarbage, [&] {
+                   return fmt::format("seed {} step {}: random bytes compiled to {}", seed, t,
+                                      res.valid()
+                                          ? fmt::format("action {}, not on the menu", res.action)
+                                          : std::string("invalid without a reason"));
+                 });
     }
     ++r.covered;
     return true;
@@ -317,17 +375,20 @@ void CheckLabels(const Env& env, const ConformanceOptions& o, Report& rep, Confo
     try {
       ValidateMenu(menu);
     } catch (const Error& e) {
-      rep.Fail(fmt::format("seed {}: the shuffled menu is invalid: {}", seed, e.what()));
+      rep.Fail(
+          fmt::format("seed {}: the shuffled menu is invalid: {}", seed, AuthorMessage(e.what())),
+          kFixMenu);
       continue;
     }
     for (size_t i = 0; i < menu.size(); ++i) {
-      rep.Expect(menu.items[i].label == LabelFor(static_cast<int>(i)), [&] {
+      rep.Expect(menu.items[i].label == LabelFor(static_cast<int>(i)), kFixBuiltIn, [&] {
         return fmt::format("seed {}: shuffled item {} is labelled {}", seed, i, menu.items[i].label);
       });
-      rep.Expect(menu.Compile(menu.items[i].label).action == menu.items[i].action, [&] {
-        return fmt::format("seed {}: shuffled label {} does not compile to its action", seed,
-                           menu.items[i].label);
-      });
+      rep.Expect(menu.Compile(menu.items[i].label).action == menu.items[i].action, kFixBuiltIn,
+                 [&] {
+                   return fmt::format("seed {}: shuffled label {} does not compile to its action",
+                                      seed, menu.items[i].label);
+                 });
     }
     ++r.covered;
   }
@@ -347,7 +408,7 @@ void CheckOracle(const Env& env, const ConformanceOptions& o, Report& rep, Confo
     bool success = false, stuck = false;
     while (!s->IsTerminal()) {
       const auto best = dynamic_cast<OracleState*>(s.get())->OptimalActions();
-      if (!rep.Expect(!best.empty(), [&] {
+      if (!rep.Expect(!best.empty(), kFixOracle, [&] {
             return fmt::format("seed {} step {}: the oracle names no optimal action", seed,
                                s->StepCount());
           })) {
@@ -359,10 +420,10 @@ void CheckOracle(const Env& env, const ConformanceOptions& o, Report& rep, Confo
       success = success || out.success;
     }
     if (stuck) continue;
-    rep.Expect(success, [&] {
+    rep.Expect(success, kFixOracle, [&] {
       return fmt::format("test seed {}: following the oracle did not succeed", seed);
     });
-    rep.Expect(std::abs(ret - predicted) <= 1e-9, [&] {
+    rep.Expect(std::abs(ret - predicted) <= 1e-9, kFixOracle, [&] {
       return fmt::format("test seed {}: the oracle's play returned {}, OptimalReturn() said {}",
                          seed, ret, predicted);
     });
@@ -391,7 +452,7 @@ void CheckGraph(const Env& env, const ConformanceOptions& o, Report& rep, Confor
     }
     const auto values = OptimalValues(sg);
     const double oracle = dynamic_cast<OracleState*>(s.get())->OptimalReturn();
-    rep.Expect(std::abs(values[sg.root] - oracle) <= 1e-9, [&] {
+    rep.Expect(std::abs(values[sg.root] - oracle) <= 1e-9, kFixGraph, [&] {
       return fmt::format("seed {}: value iteration over the {} states gives {}, the oracle {}",
                          seed, sg.num_states(), values[sg.root], oracle);
     });
@@ -424,12 +485,12 @@ void CheckSplits(const Env& env, const ConformanceOptions& o, Report& rep, Confo
     test.insert(b);
   }
   r.covered = static_cast<int64_t>(pairs);
-  rep.Expect(cross <= within + static_cast<int>(pairs / 10), [&] {
+  rep.Expect(cross <= within + static_cast<int>(pairs / 10), kFixSplits, [&] {
     return fmt::format("train seed 2i and test seed 2i+1 give the same instance in {} of {} pairs "
                        "(neighbouring train seeds: {}): the env ignores the seed's low bit",
                        cross, pairs, within);
   });
-  rep.Expect(test.size() > train.size() / 2, [&] {
+  rep.Expect(test.size() > train.size() / 2, kFixSplits, [&] {
     return fmt::format("the test seeds give {} distinct instances, the train seeds {}",
                        test.size(), train.size());
   });
@@ -465,7 +526,39 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Whether two errors are one, up to the numbers that change between tries
+// (a restarted process's pid, a seed, a request id).
+bool SameError(const std::string& a, const std::string& b) {
+  static const std::regex kNumbers(R"(\d+)");
+  return std::regex_replace(a, kNumbers, "N") == std::regex_replace(b, kNumbers, "N");
+}
+
+// Whether the env fails to play even one episode (reset, menus, steps to the
+// end): then every check would stop with the same error.
+bool CannotPlay(const Env& env) {
+  try {
+    auto s = env.NewState(0);
+    for (int t = 0; !s->IsTerminal() && t <= env.Info().step_limit; ++t) {
+      s->CompileMenu();
+      const auto legal = s->LegalActions();
+      if (legal.empty()) break;
+      s->Apply(legal[0]);
+    }
+  } catch (const Error&) {
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+std::string AuthorMessage(const std::string& message) {
+  // core/check.h's form: "check failed at FILE:LINE: EXPR — MESSAGE".
+  static const std::regex kWithMessage(R"(check failed at \S+:\d+: [^\n]*? — )");
+  static const std::regex kBare(R"(check failed at \S+:\d+: [^\n]*)");
+  return std::regex_replace(std::regex_replace(message, kWithMessage, ""), kBare,
+                            "an internal consistency check failed");
+}
 
 const std::vector<std::string>& ConformanceChecks() {
   static const std::vector<std::string> kNames = [] {
@@ -488,8 +581,9 @@ ConformanceResult RunConformanceCheck(const Env& env, std::string_view check,
     try {
       d.run(env, opt, rep, r);
     } catch (const Error& e) {
-      rep.Fail(fmt::format("stopped by an error: {}{}", e.what(),
-                           e.hint().empty() ? "" : "\n      " + e.hint()));
+      r.error = AuthorMessage(e.what());
+      rep.Fail(fmt::format("stopped by an error: {}{}", r.error,
+                           e.hint().empty() ? "" : "\n" + AuthorMessage(e.hint())));
     }
     r.seconds = Now() - t0;
     return r;
@@ -503,8 +597,29 @@ std::vector<ConformanceResult> RunConformance(
     const Env& env, const ConformanceOptions& opt,
     const std::function<void(const ConformanceResult&)>& on_done) {
   std::vector<ConformanceResult> out;
+  std::string env_broken;  // the check whose error shows the env cannot play at all
   for (const auto& name : ConformanceChecks()) {
-    out.push_back(RunConformanceCheck(env, name, opt));
+    ConformanceResult r;
+    if (!env_broken.empty()) {
+      for (const auto& d : Defs())
+        if (name == d.name) r.description = d.description;
+      r.check = name;
+      r.status = Status::kSkipped;
+      r.note = fmt::format("not run: the env cannot play an episode; see {}", env_broken);
+    } else {
+      r = RunConformanceCheck(env, name, opt);
+      if (!r.error.empty()) {
+        for (const auto& earlier : out) {
+          if (earlier.error.empty() || !SameError(earlier.error, r.error)) continue;
+          r.failures = {
+              fmt::format("stopped by the same error as the {} check (above)", earlier.check)};
+          r.fixes.clear();
+          break;
+        }
+        if (CannotPlay(env)) env_broken = name;
+      }
+    }
+    out.push_back(std::move(r));
     if (on_done) on_done(out.back());
   }
   return out;

@@ -33,11 +33,17 @@ struct ConformanceResult {
   Status status = Status::kPassed;
   std::vector<std::string> failures;  // the first max_failures, each with seed and step
   int64_t failure_count = 0;
+  std::vector<std::string> fixes;  // how to fix the failures, each kind once
+  std::string error;               // the error that stopped the check early ("" when none)
   std::string note;  // why skipped, or what was covered ("4 of 4 graphs")
   int64_t covered = 0;  // instances (graph check: graphs) actually checked
   double seconds = 0;
 };
 const char* StatusName(ConformanceResult::Status s);
+
+// An error's message as an env's author should read it: the source location
+// and expression of a failed internal check (core/check.h) are left out.
+std::string AuthorMessage(const std::string& message);
 
 // The checks, in the order RunConformance runs them.
 const std::vector<std::string>& ConformanceChecks();
@@ -46,6 +52,10 @@ ConformanceResult RunConformanceCheck(const Env& env, std::string_view check,
                                       const ConformanceOptions& opt = {});
 // Every check; `on_done` (optional) sees each result as it finishes. Checks
 // that throw (an external env's process dying, say) fail with the message.
+// An env-level error is reported once: when a check is stopped by an error
+// and the env cannot play even one episode, the remaining checks are skipped
+// (their note says why); a check stopped by the same error as an earlier one
+// refers to it instead of repeating it.
 std::vector<ConformanceResult> RunConformance(
     const Env& env, const ConformanceOptions& opt = {},
     const std::function<void(const ConformanceResult&)>& on_done = {});

@@ -26,6 +26,7 @@
 #include "core/log.h"
 #include "core/strings.h"
 #include "core/subprocess.h"
+#include "envs/conformance.h"
 #include "envs/simple_env.h"
 
 namespace rlid::envs {
@@ -298,7 +299,7 @@ class Worker {
       broken_reason_ = problem;
       child_->Kill();
     }
-    throw EnvError(fmt::format("{}: {}: {}", Where(), what, problem), LastOutput());
+    throw EnvError(fmt::format("{}: {}: {}", Where(), what, problem), LastOutput(problem));
   }
 
   // Marks the worker unusable and stops its process (a failed handshake).
@@ -319,7 +320,7 @@ class Worker {
     if (broken_)
       throw EnvError(fmt::format("{}: {}: this worker stopped earlier ({}); its states were lost",
                                  Where(), what, broken_reason_),
-                     LastOutput());
+                     LastOutput(broken_reason_));
   }
 
   // A reply that carries "error" is the env refusing the request.
@@ -332,20 +333,33 @@ class Worker {
     return r;
   }
 
-  std::string LastOutput() const {
+  // The hint of an EnvError: the process's last words, its command and what
+  // to try for this `problem`.
+  std::string LastOutput(std::string_view problem) const {
     std::string out;
     const auto err = child_->LastStderrLines(5);
     if (!err.empty()) {
       out += "its last stderr lines:";
       for (const auto& l : err) out += "\n    " + Shorten(l, 300);
     }
-    if (!child_->last_stdout_line().empty())
+    // An error reply is the last stdout line: the message quotes it already.
+    const bool replied = problem.starts_with("the env replied with an error");
+    if (!child_->last_stdout_line().empty() && !replied)
       out += fmt::format("{}its last stdout line: {}", out.empty() ? "" : "\n  ",
                          Shorten(child_->last_stdout_line(), 300));
-    if (out.empty()) out = "it printed nothing on stderr";
-    out += fmt::format("\n  command: {}; test the env alone with `rlid env check --command ...`, "
-                       "and raise [env] timeout_s if it is only slow",
-                       child_->CommandLine());
+    if (out.empty() && !replied) out = "it printed nothing on stderr";
+    std::string fix;
+    if (problem.starts_with("no reply within"))
+      fix = "raise [env] timeout_s if the env is only slow; otherwise it is stuck on this request";
+    else if (problem.find("closed its stdout") != std::string_view::npos ||
+             problem.starts_with("cannot send"))
+      fix = "the process exited: its last stderr lines say why; run the command by hand to see it";
+    else if (problem.starts_with("the env replied with an error"))
+      fix = "fix the error the env names (the Python helper prints its traceback to stderr)";
+    else
+      fix = "docs/external_env.md lists every message and its fields";
+    out += fmt::format("{}command: {}\n  to fix: {}", out.empty() ? "" : "\n  ",
+                       child_->CommandLine(), fix);
     return out;
   }
 
@@ -700,11 +714,31 @@ class ExternalState : public State, public CutState, public AsyncState, public F
       if (item.afterstate.empty()) s.env_afterstates = false;
       s.menu.items.push_back(std::move(item));
     }
+    // The menu rules, in the author's terms (ValidateMenu's are rlid's own).
+    std::map<ActionId, size_t> item_of_action;
+    std::map<std::string, size_t> item_of_wording;  // lower-cased, as the compiler matches
+    for (size_t k = 0; k < s.menu.items.size(); ++k) {
+      const MenuItem& item = s.menu.items[k];
+      if (auto [at, fresh] = item_of_action.emplace(item.action, k); !fresh)
+        worker_->Fail(what,
+                      fmt::format("duplicate action {}: menu items {} and {} both have it; "
+                                  "give each item its own action id",
+                                  item.action, at->second, k),
+                      false);
+      for (const auto& w : item.realisations)
+        if (auto [at, fresh] = item_of_wording.emplace(ToLower(w), k); !fresh && at->second != k)
+          worker_->Fail(what,
+                        fmt::format("the wording '{}' names two actions ({} in menu item {}, "
+                                    "{} in item {}): a command or realisation must name one "
+                                    "action; drop it from one of the items",
+                                    w, s.menu.items[at->second].action, at->second, item.action, k),
+                        false);
+    }
     AssignDefaultLabels(s.menu);
     try {
       ValidateMenu(s.menu);
     } catch (const InternalError& e) {
-      worker_->Fail(what, fmt::format("an invalid menu: {}", e.what()), false);
+      worker_->Fail(what, fmt::format("an invalid menu: {}", AuthorMessage(e.what())), false);
     }
     return s;
   }

@@ -1,11 +1,14 @@
 // `rlid env check`: the conformance suite from the command line, on built-in
 // and external envs; a broken env exits 1 and says which check failed and why.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
-
+#include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
-#include <fmt/format.h>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "tests/agents/fixtures.h"
@@ -36,6 +39,128 @@ TEST(EnvCheck, BrokenEnvExitsOneAndSaysWhy) {
   EXPECT_NE(o.out.find("FAILED   determinism"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("duplicate action 0"), std::string::npos) << o.out;
   EXPECT_NE(o.err.find("conformance checks failed for env 'hostile'"), std::string::npos) << o.err;
+}
+
+const std::string kHostile = kSource + "/tests/data/external/hostile.py";
+
+// How often `part` occurs in `text`.
+size_t Count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+TEST(EnvCheck, AShortAfterstateWithoutItsHashSaysWhatToSend) {
+  const auto o = RunRlid(
+      {"env", "check", "--command", "python3 " + kHostile + " short_afterstate", "--seeds", "2"});
+  EXPECT_EQ(o.code, 1) << o.out << o.err;
+  EXPECT_NE(o.out.find("FAILED   menu"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("the afterstate of 'go left', 'went left'"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("is not the state that action leads to, 'end'"), std::string::npos) << o.out;
+  // The fix, once, naming what to send.
+  EXPECT_EQ(Count(o.out, "to fix:"), 1u) << o.out;
+  EXPECT_NE(o.out.find("also send 'afterstate_hash': the 'state_hash' of the state the action "
+                       "leads to"),
+            std::string::npos)
+      << o.out;
+}
+
+TEST(EnvCheck, MessagesShowNoSourcePathsOrInternalChecks) {
+  for (const char* mode : {"dup_actions", "shared_wording", "short_afterstate", "crash_on_reset",
+                           "error_on_reset", "no_menu"}) {
+    const auto o =
+        RunRlid({"env", "check", "--command", "python3 " + kHostile + " " + mode, "--seeds", "2"});
+    EXPECT_EQ(o.code, 1) << mode << ": " << o.out << o.err;
+    const std::string all = o.out + o.err;
+    EXPECT_EQ(all.find(".cc:"), std::string::npos) << mode << ": " << all;
+    EXPECT_EQ(all.find("check failed"), std::string::npos) << mode << ": " << all;
+    EXPECT_EQ(all.find("internal"), std::string::npos) << mode << ": " << all;
+    EXPECT_NE(o.out.find("to fix: "), std::string::npos) << mode << ": " << o.out;
+  }
+  const auto dup = RunRlid(
+      {"env", "check", "--command", "python3 " + kHostile + " dup_actions", "--seeds", "2"});
+  EXPECT_NE(dup.out.find("duplicate action 0: menu items 0 and 1 both have it; give each item its "
+                         "own action id"),
+            std::string::npos)
+      << dup.out;
+}
+
+// A process that crashes at every reset, or refuses every reset, is one
+// error, not one per check.
+TEST(EnvCheck, AnEnvThatCannotPlayAnEpisodeIsReportedOnce) {
+  for (const auto& [mode, words] : std::vector<std::pair<std::string, std::string>>{
+           {"crash_on_reset", "crashing at reset"}, {"error_on_reset", "cannot make seed"}}) {
+    const auto o =
+        RunRlid({"env", "check", "--command", "python3 " + kHostile + " " + mode, "--seeds", "2"});
+    EXPECT_EQ(o.code, 1) << mode << ": " << o.out << o.err;
+    EXPECT_EQ(Count(o.out, words), 1u) << mode << ": " << o.out;
+    EXPECT_EQ(Count(o.out, "stopped by an error"), 1u) << mode << ": " << o.out;
+    EXPECT_EQ(Count(o.out, "not run: the env cannot play an episode; see determinism"), 7u)
+        << mode << ": " << o.out;
+    EXPECT_NE(o.out.find("hostile: 1 passed, 7 skipped, 1 failed"), std::string::npos) << o.out;
+    EXPECT_NE(o.err.find("1 of 9 conformance checks failed for env 'hostile' (7 more not run"),
+              std::string::npos)
+        << o.err;
+  }
+  // An error on some steps only (action 1): the env plays, the checks run,
+  // and a check stopped by the error another check showed refers to it.
+  const auto o = RunRlid(
+      {"env", "check", "--command", "python3 " + kHostile + " error_on_right", "--seeds", "4"});
+  EXPECT_EQ(o.code, 1) << o.out << o.err;
+  EXPECT_EQ(Count(o.out, "cannot go right"), 1u) << o.out;
+  EXPECT_NE(o.out.find("stopped by the same error as the determinism check (above)"),
+            std::string::npos)
+      << o.out;
+  EXPECT_EQ(Count(o.out, "not run"), 0u) << o.out;
+}
+
+// An env whose helper process left the process group (setsid) and keeps
+// writing to the env's stderr used to hang `rlid env check` at its end for
+// as long as that process lived. (`timeout` bounds the test if it regresses.)
+TEST(EnvCheck, EndsWhenAProcessTheEnvStartedKeepsItsStderrOpen) {
+  const rlid::testing::TempDir dir("setsid_env");
+  const std::string pidfile = dir.str() + "/grandchild.pid";
+  const auto o = testing::RunRlidProcess(
+      fmt::format("env check --command \"python3 {}/tests/data/external/grandchild.py "
+                  "setsid_stderr {} serve\" --seeds 2 --only determinism",
+                  kSource, pidfile),
+      {}, "timeout -s KILL 30");
+  pid_t grandchild = -1;
+  std::ifstream(pidfile) >> grandchild;
+  if (grandchild > 0) ::kill(grandchild, SIGKILL);
+  EXPECT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("grandchild: 1 passed, 0 skipped, 0 failed"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("stopped reading its stderr"), std::string::npos) << o.out;
+}
+
+// A user following docs/external_env.md ("Installing the helper"): the
+// example copied out of the checkout, the helper installed with pip (offline,
+// into a folder of its own instead of an environment) and `rlid env check`
+// run there with that folder on PYTHONPATH.
+TEST(EnvCheck, TheExampleChecksOutsideTheCheckoutWithTheHelperInstalled) {
+  if (std::system("python3 -m pip --version > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 has no pip";
+  const rlid::testing::TempDir dir("helper_outside");
+  const auto env_dir = dir.path() / "my_env", site = dir.path() / "site";
+  std::filesystem::create_directories(env_dir);
+  std::filesystem::copy_file(kSource + "/envs/external/python/examples/courier.py",
+                             env_dir / "courier.py");
+  const std::string pip = fmt::format(
+      "PYTHONDONTWRITEBYTECODE=1 python3 -m pip install --quiet --no-index --target '{}' "
+      "'{}/envs/external/python' > '{}/pip.log' 2>&1",
+      site.string(), kSource, dir.str());
+  ASSERT_EQ(std::system(pip.c_str()), 0) << [&] {
+    std::ifstream in(dir.path() / "pip.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  // The copy finds no helper of the checkout's: without the installed one it cannot start.
+  const std::string check = "env check --command 'python3 courier.py' --seeds 2";
+  const auto without = testing::RunRlidProcess(check, env_dir);
+  EXPECT_NE(without.code, 0) << without.out;
+  EXPECT_NE(without.out.find("No module named 'rlid_env'"), std::string::npos) << without.out;
+  const auto with = testing::RunRlidProcess(check, env_dir, "PYTHONPATH='" + site.string() + "'");
+  EXPECT_EQ(with.code, 0) << with.out;
+  EXPECT_NE(with.out.find("courier: 9 passed, 0 skipped, 0 failed"), std::string::npos) << with.out;
 }
 
 TEST(EnvCheck, BuiltInJsonAndBadFlags) {

@@ -124,8 +124,10 @@ TEST(Conformance, CatchesALyingAfterstate) {
   FlawedEnv env(1);
   const auto r = RunConformanceCheck(env, "menu");
   ASSERT_EQ(r.status, ConformanceResult::Status::kFailed);
-  EXPECT_NE(r.failures.at(0).find("not the state Clone()+Apply() reaches"), std::string::npos)
+  EXPECT_NE(r.failures.at(0).find("is not the state that action leads to"), std::string::npos)
       << r.failures.at(0);
+  ASSERT_EQ(r.fixes.size(), 1u);  // once, however many items failed
+  EXPECT_NE(r.fixes[0].find("also send 'afterstate_hash'"), std::string::npos) << r.fixes[0];
   EXPECT_EQ(RunConformanceCheck(FlawedEnv(0), "menu").status, ConformanceResult::Status::kPassed);
 }
 
@@ -136,6 +138,15 @@ TEST(Conformance, CatchesANonDeterministicEnv) {
   EXPECT_NE(r.failures.at(0).find("different"), std::string::npos) << r.failures.at(0);
   EXPECT_EQ(RunConformanceCheck(FlawedEnv(0), "determinism").status,
             ConformanceResult::Status::kPassed);
+}
+
+TEST(Conformance, AuthorMessagesLeaveOutWhereAnInternalCheckFailed) {
+  EXPECT_EQ(AuthorMessage("an invalid menu: check failed at ../envs/menu.cc:73: "
+                          "actions.insert(it.action).second — duplicate action 0"),
+            "an invalid menu: duplicate action 0");
+  EXPECT_EQ(AuthorMessage("check failed at envs/menu.cc:67: a.size() <= 26 (30 vs 26)"),
+            "an internal consistency check failed");
+  EXPECT_EQ(AuthorMessage("reset (seed 0): no 'menu'"), "reset (seed 0): no 'menu'");
 }
 
 TEST(Conformance, UnknownCheckIsAConfigError) {

@@ -4,20 +4,26 @@
 // process can misbehave (crash, hang, garbage, wrong types, bad menus, wrong
 // protocol) ends as an EnvError or ConfigError that names the env, the message
 // and its last output, quickly, never as a hang or a crash of rlid.
-#include <gtest/gtest.h>
+#include "envs/external.h"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/subprocess.h"
 #include "envs/conformance.h"
 #include "envs/env.h"
-#include "envs/external.h"
 #include "tests/test_paths.h"
 
 namespace rlid::envs {
@@ -28,6 +34,7 @@ const std::string kSource = RLID_SOURCE_DIR;
 const std::string kCourier = kSource + "/envs/external/python/examples/courier.py";
 const std::string kHostile = kSource + "/tests/data/external/hostile.py";
 const std::string kLister = kSource + "/tests/data/external/lister.py";
+const std::string kGrandchild = kSource + "/tests/data/external/grandchild.py";
 
 std::string Command(const std::vector<std::string>& argv) {
   return "command=" + nlohmann::json(argv).dump();
@@ -258,11 +265,39 @@ TEST(External, AScriptThatDoesNotStartSaysWhy) {
   EXPECT_NE(err.find("external env `python3 /nonexistent/my_env.py`"), std::string::npos) << err;
 }
 
+// `rlid env check` and `rlid train` used to hang at the end of such an env:
+// its stderr never ended, and rlid waited for that.
+TEST(External, AnEnvWhoseGrandchildKeepsStderrOpenStillEndsPromptly) {
+  const std::string pidfile = (std::filesystem::temp_directory_path() /
+                               fmt::format("rlid_external_{}_setsid.pid", ::getpid()))
+                                  .string();
+  std::filesystem::remove(pidfile);
+  auto env = External({"python3", kGrandchild, "setsid_stderr", pidfile, "serve"});
+  auto s = env->NewState(0);
+  EXPECT_TRUE(s->Apply(1).terminal);
+  s.reset();
+  pid_t grandchild = -1;
+  std::ifstream(pidfile) >> grandchild;  // written before the env answered hello
+  ASSERT_GT(grandchild, 0);
+  auto end = std::async(std::launch::async, [&] { env.reset(); });
+  EXPECT_EQ(end.wait_for(std::chrono::seconds(6)), std::future_status::ready)
+      << "the env's end waits for a stderr its setsid grandchild keeps open";
+  ::kill(grandchild, SIGKILL);  // ends it (and releases a hung env)
+  end.wait();
+  std::filesystem::remove(pidfile);
+}
+
 TEST(External, ConfigErrors) {
   EXPECT_NE(ErrorOf<ConfigError>([] { MakeEnv("external"); }).find("needs 'command'"),
             std::string::npos);
   EXPECT_NE(ErrorOf<IoError>([] { External({"/nonexistent/rlid-env"}); }).find("cannot start"),
             std::string::npos);
+  const std::string no_dir = ErrorOf<IoError>([] {
+    External({kServer, "maze"}, {"cwd=\"/nonexistent/dir\""});
+  });
+  EXPECT_NE(no_dir.find("cannot enter directory '/nonexistent/dir': No such file or directory"),
+            std::string::npos)
+      << no_dir;
   EXPECT_NE(ErrorOf<ConfigError>([] { External({kServer, "maze"}, {"workerz=2"}); })
                 .find("workerz"),
             std::string::npos);

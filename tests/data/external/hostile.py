@@ -16,6 +16,9 @@ def menu():
         items[1]["realisations"] = ["left"]
     if mode == "multiline_command":
         items[0]["command"] = "go\nleft"
+    if mode == "short_afterstate":  # a summary, not the observation the step leads to
+        items[0]["afterstate"] = "went left"
+        items[1]["afterstate"] = "went right"
     return items
 
 
@@ -35,6 +38,10 @@ def reply(req):
     if op == "reset":
         if mode == "error_on_reset":
             return {"error": "cannot make seed %d" % req["seed"]}
+        if mode == "crash_on_reset":
+            sys.stderr.write("hostile: crashing at reset\n")
+            sys.stderr.flush()
+            sys.exit(5)
         if mode == "wrong_type":
             return {"handle": 1, "observation": 42, "menu": menu()}
         if mode == "no_menu":
@@ -43,6 +50,8 @@ def reply(req):
     if op == "step":
         if mode == "nan_reward":
             return {"reward": "NaN", "terminal": True, "observation": "end"}
+        if mode == "error_on_right" and req["action"] == 1:
+            return {"error": "cannot go right"}
         if mode == "hang_on_step":
             time.sleep(3600)
         if mode == "print_on_step":

@@ -1,6 +1,6 @@
 """courier: leave a parcel in the room a note names: a whole rlid env in 45 lines."""
 import os, random, sys
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # uninstalled helper
 from rlid_env import Env, Action, Step, run
 
 ROOMS = ["kitchen", "garden", "attic", "cellar", "garage", "study", "hallway", "bedroom"]
