@@ -1,10 +1,6 @@
 #include "core/config.h"
 
-#include <sys/stat.h>
-
 #include <cctype>
-#include <cerrno>
-#include <cstring>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -13,13 +9,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/strings.h"
 
 namespace rlid {
@@ -52,6 +48,12 @@ struct Config::Impl {
 };
 
 namespace {
+
+// Tables and arrays nest at most kMaxNesting levels (dotted keys, [headers], inline values and
+// --set paths alike) and a key is at most kMaxKeyBytes long: a ConfigError otherwise, before
+// anything recurses that deep. rlid's own configs nest three levels.
+constexpr int kMaxNesting = 64;
+constexpr size_t kMaxKeyBytes = 1024;
 
 std::string JoinPath(const std::string& a, std::string_view b) {
   return a.empty() ? std::string(b) : a + "." + std::string(b);
@@ -175,20 +177,100 @@ bool KeyRoundTrips(std::string_view key) {
   }
 }
 
-void RejectUnwritableKeys(const toml::node& node, const std::string& source) {
+constexpr const char* kNestingHint =
+    "rlid configs nest a few levels deep; is this file really a config?";
+
+bool IsBareKeyChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '+';
+}
+
+// Refuses a dotted key (a.b."c") of more than kMaxNesting segments in TOML text,
+// before toml++ builds (and recursively frees) a table per segment: 200k of them overflow
+// the stack. Skips strings and comments; outside them a chain of dots is a dotted key, a
+// float or a date (a few segments), or invalid TOML.
+void RejectDeepDottedKeys(std::string_view text, const std::string& source) {
+  size_t line = 1;
+  int chain = 0;     // segments of the current dotted chain
+  bool dot = false;  // a '.' followed its last segment
+  auto segment = [&] {
+    chain = dot ? chain + 1 : 1;
+    dot = false;
+    if (chain > kMaxNesting)
+      throw ConfigError(fmt::format("{}:{}: a dotted key has more than {} parts", source, line,
+                                    kMaxNesting),
+                        kNestingHint);
+  };
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const char c = text[i];
+    if (c == '#') {
+      while (i < n && text[i] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      const bool basic = c == '"';
+      if (text.substr(i, 3) == (basic ? "\"\"\"" : "'''")) {  // multi-line string
+        for (i += 3; i < n;) {
+          if (basic && text[i] == '\\') {
+            i += 2;
+          } else if (text[i] == c && text.substr(i, 3) == std::string(3, c)) {
+            while (i < n && text[i] == c) ++i;
+            break;
+          } else {
+            line += text[i++] == '\n';
+          }
+        }
+      } else {
+        for (++i; i < n && text[i] != c && text[i] != '\n'; ++i) {
+          if (basic && text[i] == '\\') ++i;
+        }
+        if (i < n && text[i] == c) ++i;
+      }
+      segment();
+    } else if (IsBareKeyChar(c)) {
+      while (i < n && IsBareKeyChar(text[i])) ++i;
+      segment();
+    } else if (c == '.') {
+      dot = chain > 0;
+      ++i;
+    } else if (c == ' ' || c == '\t') {
+      ++i;
+    } else {
+      line += c == '\n';
+      chain = 0;
+      dot = false;
+      ++i;
+    }
+  }
+}
+
+// Refuses keys that would not survive a write and a read, keys over kMaxKeyBytes,
+// and values nested deeper than kMaxNesting tables and arrays (`depth` is that of
+// `node`), so no later recursion over the document runs deep.
+void RejectUnwritableKeys(const toml::node& node, const std::string& source, int depth = 0) {
+  if (depth > kMaxNesting) {
+    throw ConfigError(fmt::format("{}:{}:{}: tables and arrays nest more than {} levels deep",
+                                  source, node.source().begin.line, node.source().begin.column,
+                                  kMaxNesting),
+                      kNestingHint);
+  }
   if (const toml::table* t = node.as_table()) {
     for (auto&& [k, v] : *t) {
+      const auto& at = k.source().begin.line > 0 ? k.source() : v.source();
+      if (k.str().size() > kMaxKeyBytes) {
+        throw ConfigError(fmt::format("{}:{}:{}: a key is {} bytes long, more than the {} allowed",
+                                      source, at.begin.line, at.begin.column, k.str().size(),
+                                      kMaxKeyBytes),
+                          kNestingHint);
+      }
       if (!KeyRoundTrips(k.str())) {
-        const auto& at = k.source().begin.line > 0 ? k.source() : v.source();
         throw ConfigError(fmt::format("{}:{}:{}: key {} cannot be written back as TOML", source,
                                       at.begin.line, at.begin.column,
                                       TomlKey(k.str())),
                           kKeyHint);
       }
-      RejectUnwritableKeys(v, source);
+      RejectUnwritableKeys(v, source, depth + 1);
     }
   } else if (const toml::array* a = node.as_array()) {
-    for (const toml::node& v : *a) RejectUnwritableKeys(v, source);
+    for (const toml::node& v : *a) RejectUnwritableKeys(v, source, depth + 1);
   }
 }
 
@@ -197,6 +279,7 @@ void RejectUnwritableKeys(const toml::node& node, const std::string& source) {
 Config Config::FromString(std::string_view text, std::string source_name) {
   Config cfg;
   cfg.impl_->source = source_name;
+  RejectDeepDottedKeys(text, source_name);
   try {
     cfg.impl_->doc = toml::parse(text, std::string_view(source_name));
   } catch (const toml::parse_error& e) {
@@ -215,30 +298,7 @@ Config Config::FromConverted(std::string_view toml_text, std::string source_name
 }
 
 Config Config::FromFile(const std::string& path) {
-  // stat before opening: a FIFO would block the open, a device never ends.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw IoError(fmt::format("cannot open config file '{}': {}", path, std::strerror(errno)),
-                  "check the path; example configs live in configs/");
-  if (!S_ISREG(st.st_mode))
-    throw IoError(fmt::format("config file '{}' is not a regular file", path),
-                  "pass a TOML file (not a directory, FIFO or device)");
-  if (static_cast<uint64_t>(st.st_size) > kMaxConfigBytes)
-    throw IoError(fmt::format("config file '{}' is {} bytes; configs are limited to {} bytes", path,
-                              st.st_size, kMaxConfigBytes),
-                  "is this really a TOML config?");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw IoError(fmt::format("cannot open config file '{}'", path),
-                  "check the path; example configs live in configs/");
-  // Read at most one byte past the limit (files that grow, /proc entries of size 0).
-  std::string text(kMaxConfigBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (text.size() > kMaxConfigBytes)
-    throw IoError(fmt::format("config file '{}' is larger than the {} bytes configs are limited to",
-                              path, kMaxConfigBytes));
-  return FromString(text, path);
+  return FromString(ReadRegularFile(path, kMaxConfigBytes, "config file"), path);
 }
 
 const std::string& Config::source_name() const { return impl_->source; }
@@ -255,6 +315,12 @@ void Config::ApplyOverride(std::string_view assignment) {
                       "write keys and values as UTF-8 text");
   std::string path(Trim(assignment.substr(0, eq)));
   std::string value(Trim(assignment.substr(eq + 1)));
+  if (path.size() > kMaxKeyBytes * kMaxNesting ||
+      std::count(path.begin(), path.end(), '.') >= kMaxNesting)
+    throw ConfigError(
+        fmt::format("bad override key '{}{}': more than {} parts", path.substr(0, 60),
+                    path.size() > 60 ? "..." : "", kMaxNesting),
+        "rlid keys nest a few levels deep: write the full path, e.g. trainer.loss.clip_high");
   for (const std::string& part : Split(path, '.'))
     if (!part.empty() && !KeyRoundTrips(part))
       throw ConfigError(
@@ -279,13 +345,15 @@ void Config::ApplyOverride(std::string_view assignment) {
   }
   toml::node_view<toml::node> parsed;
   toml::table holder;
+  const std::string text = "v = " + value;
+  RejectDeepDottedKeys(text, "--set " + path);
   try {
-    std::string text = "v = " + value;
     holder = toml::parse(std::string_view(text), std::string_view("--set"));
   } catch (const toml::parse_error&) {
     holder = toml::table{};
     holder.insert("v", value);  // not TOML: take the text as a string
   }
+  RejectUnwritableKeys(*holder.get("v"), "--set " + path, static_cast<int>(parts.size()));
   t->insert_or_assign(parts.back(), *holder.get("v"));
   impl_->overridden.insert(path);
 }

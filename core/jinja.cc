@@ -588,6 +588,7 @@ struct Node {
 }  // namespace internal
 
 struct Template::Program {
+  std::string name;  // says which template in messages; may be empty
   std::string source;
   std::vector<size_t> line_starts;
   std::vector<internal::NodePtr> body;
@@ -598,7 +599,8 @@ struct Template::Program {
     return fmt::format("{}:{}", line, pos - line_starts[line - 1] + 1);
   }
   [[noreturn]] void Fail(size_t pos, const std::string& message, std::string hint = {}) const {
-    throw ConfigError(fmt::format("chat template {}: {}", Where(pos), message), std::move(hint));
+    const std::string which = name.empty() ? "chat template" : fmt::format("chat template of {}", name);
+    throw ConfigError(fmt::format("{} {}: {}", which, Where(pos), message), std::move(hint));
   }
 };
 
@@ -1904,9 +1906,30 @@ class Interpreter {
           "if it is legitimate");
     }
   }
-  void Append(std::string& out, std::string_view add, size_t pos) const {
+  void Append(std::string& out, std::string_view add, size_t pos) {
     CheckSize(out.size() + add.size(), pos);
+    Charge(add.size(), pos);
     out += add;
+  }
+  // Interpreted operations plus bytes read or written by string operations share max_work;
+  // charged before the work it pays for, so a runaway stops within one operation's cost.
+  void Charge(size_t n, size_t pos) {
+    if (n > options_.max_work - std::min(effort_, options_.max_work)) {
+      program_.Fail(pos,
+                    fmt::format("the template exceeded max_work={} (interpreted operations plus "
+                                "bytes of strings read and written)",
+                                options_.max_work),
+                    "real chat templates need a small fraction of this; check for loops over "
+                    "large strings, or raise RenderOptions::max_work");
+    }
+    effort_ += n;
+  }
+  // What an operation on `v` reads: a string's bytes, a container's elements.
+  static size_t Weight(const Value& v) {
+    if (v.type == Type::kString) return v.string->size();
+    if (v.IsArray()) return v.array->size();
+    if (v.IsContainer() && v.object) return v.object->entries.size();
+    return 0;
   }
   // For-loop iterations, range() elements and built array elements share one budget.
   void Spend(size_t n, size_t pos) {
@@ -2212,6 +2235,7 @@ class Interpreter {
 
   Value Eval(const Node& n, const EnvPtr& env) {
     DepthGuard guard(*this, n.pos);
+    Charge(1, n.pos);
     switch (n.kind) {
       case Kind::kText:
       case Kind::kString:
@@ -2245,13 +2269,13 @@ class Interpreter {
       case Kind::kMember:
         return EvalMember(n, env);
       case Kind::kCall:
-        return EvalCall(n, env);
+        return Charged(EvalCall(n, env), n.pos);
       case Kind::kUnary:
         return EvalUnary(n, env);
       case Kind::kBinary:
-        return EvalBinary(n, env);
+        return Charged(EvalBinary(n, env), n.pos);
       case Kind::kFilter:
-        return ApplyFilter(Eval(*n.x, env), *n.y, env);
+        return Charged(ApplyFilter(Eval(*n.x, env), *n.y, env), n.pos);
       case Kind::kTest: {
         const Value operand = Eval(*n.x, env);
         const bool result = RunTest(n.str, operand, nullptr, n);
@@ -2294,6 +2318,12 @@ class Interpreter {
         break;
     }
     Fail(n, "unexpected expression here");
+  }
+
+  // Charges what a call, operator or filter produced.
+  Value Charged(Value v, size_t pos) {
+    Charge(Weight(v), pos);
+    return v;
   }
 
   void EvalSet(const Node& n, const EnvPtr& env) {
@@ -2827,6 +2857,7 @@ class Interpreter {
         Fail(n, fmt::format("slice {} must be numeric or undefined", what));
       return v.number;
     };
+    Charge(Weight(object), n.pos);
     const auto start = part(n.x, "start");
     const auto stop = part(n.y, "stop");
     const double step = part(n.z, "step").value_or(1);
@@ -2857,6 +2888,7 @@ class Interpreter {
     if (op == "and") return Truthy(left) ? Eval(*n.y, env) : left;
     if (op == "or") return Truthy(left) ? left : Eval(*n.y, env);
     const Value right = Eval(*n.y, env);
+    Charge(Weight(left) + Weight(right), n.pos);
     if (op == "==") return Bool(LooseEquals(left, right, n.pos));
     if (op == "!=") return Bool(!LooseEquals(left, right, n.pos));
     if (left.type == Type::kUndefined || right.type == Type::kUndefined) {
@@ -2970,6 +3002,9 @@ class Interpreter {
 
   Value StringMethod(const std::string& name, const std::string& s, const Array& args,
                      const Node& at) {
+    size_t reads = s.size();
+    for (const Value& arg : args) reads += Weight(arg);
+    Charge(reads, at.pos);
     if (name == "upper") return String(ChangeCase(s, true));
     if (name == "lower") return String(ChangeCase(s, false));
     // The reference's strip/lstrip/rstrip ignore their argument and trim all whitespace.
@@ -3323,6 +3358,7 @@ class Interpreter {
   }
 
   Value ApplyFilter(const Value& operand, const Node& filter, const EnvPtr& env) {
+    Charge(Weight(operand), filter.pos);
     if (filter.kind == Kind::kIdentifier) return ApplyNamedFilter(operand, filter.str, filter);
     if (filter.kind != Kind::kCall || filter.x->kind != Kind::kIdentifier) {
       Fail(filter, "a filter must be a name or a call");
@@ -3646,7 +3682,8 @@ class Interpreter {
   const Program& program_;
   const RenderOptions& options_;
   int depth_ = 0;
-  size_t work_ = 0;
+  size_t work_ = 0;    // spent of max_loop_iterations
+  size_t effort_ = 0;  // spent of max_work
   std::vector<std::shared_ptr<Object>> namespaces_;
 };
 
@@ -3696,11 +3733,12 @@ std::string RenderJson(const Program& program, const Json& context, const Render
 
 }  // namespace internal
 
-Template Template::Parse(std::string_view source) {
+Template Template::Parse(std::string_view source, std::string name) {
   if (source.size() >= std::numeric_limits<uint32_t>::max()) {
     throw ConfigError("chat template is larger than 4 GiB", "pass a real template");
   }
   auto program = std::make_shared<Program>();
+  program->name = std::move(name);
   program->source = std::string(source);
   program->line_starts.push_back(0);
   for (size_t i = 0; i < source.size(); ++i) {

@@ -15,7 +15,7 @@
 namespace rlid::jinja {
 
 // Bounds that turn a runaway template into a ConfigError instead of a hang, a stack
-// overflow or an out-of-memory kill.
+// overflow or an out-of-memory kill. The defaults sit far above what real chat templates need.
 struct RenderOptions {
   // Largest string any value (the output included) may reach, in bytes.
   size_t max_output_bytes = size_t{16} << 20;
@@ -26,6 +26,13 @@ struct RenderOptions {
   // nesting of the context and of printed values. Each level costs a few C++ stack frames,
   // so keep it in the hundreds (the parser separately caps template nesting at 200).
   int max_depth = 400;
+  // Interpreted operations (one per expression or statement evaluated) plus the bytes that
+  // string operations read and write (output, ~ and +, comparisons, methods, filters,
+  // slices), summed over one render. Qwen3's template costs about 12 units per byte of
+  // conversation (990k for a 20-turn, 80 KB one: tests/core/jinja_test.cc, JinjaLimits), so
+  // the default covers some 5 MB of messages, ten times a 128k-token context; a runaway (a
+  // loop over a multi-megabyte string) stops within a fraction of a second.
+  size_t max_work = size_t{1} << 26;
   // The local time strftime_now() reads; unset means the current local time.
   std::optional<std::tm> now;
 };
@@ -34,7 +41,8 @@ class Template {
  public:
   // Throws ConfigError naming line:column for a syntax error or a construct outside the
   // supported subset (e.g. {% include %}), with a hint on what to write instead.
-  static Template Parse(std::string_view source);
+  // `name` (e.g. "tokenizer 'models/qwen3'") says in every error which template failed.
+  static Template Parse(std::string_view source, std::string name = {});
 
   // `context` must be a JSON object; its keys become template variables (a key may not reuse
   // a global's name: namespace, range, raise_exception, strftime_now, true/false/none and

@@ -77,7 +77,8 @@ PromptRenderer::PromptRenderer(PromptConfig cfg, Tokenizer tokenizer)
   for (int i = 0; i < envs::kMaxMenuSize; ++i) label_tokens_.push_back(tok_.RequireLabelToken(envs::LabelFor(i)));
   if (cfg_.chat_template == "auto" && !tok_.config().chat_template.empty()) {
     try {
-      chat_ = std::make_unique<const jinja::Template>(jinja::Template::Parse(tok_.config().chat_template));
+      chat_ = std::make_unique<const jinja::Template>(jinja::Template::Parse(
+          tok_.config().chat_template, fmt::format("tokenizer '{}'", tok_.source())));
     } catch (const ConfigError& e) {
       throw ConfigError(fmt::format("the chat template of tokenizer '{}' cannot be used: {}",
                                     tok_.source(), e.what()),

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <cmath>
 #include <limits>
@@ -235,6 +236,65 @@ TEST(Config, KeysTomlCannotWriteBackAreRefused) {
   EXPECT_THROW(cfg.ApplyOverride("env.c\tlip_high=0.2"), ConfigError);
   cfg.ApplyOverride("env.name=it's");  // values may
   EXPECT_NO_THROW(Config::FromString(cfg.DocumentToml(), "doc"));
+}
+
+// A dotted key of 200k parts made toml++ build (and free, recursively) 200k nested tables:
+// SIGSEGV. Nesting is bounded before anything recurses: in a file, under [env.params], in a
+// --set key and in a --set value.
+TEST(Config, DeepNestingIsAConfigError) {
+  auto dotted = [](int parts) {
+    std::string key = "a";
+    for (int i = 1; i < parts; ++i) key += ".a";
+    return key;
+  };
+  auto error = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("rlid_config_deep_{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "deep.toml") << dotted(200'000) << " = 1\n";
+  EXPECT_EQ(error([&] { Config::FromFile((dir / "deep.toml").string()); }),
+            (dir / "deep.toml").string() + ":1: a dotted key has more than 64 parts");
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(error([&] { Config::FromString("[env.params]\n" + dotted(50'000) + " = 1\n", "x"); }),
+            "x:2: a dotted key has more than 64 parts");
+  EXPECT_EQ(error([&] { Config::FromString("[" + dotted(1000) + "]\n", "x"); }),
+            "x:1: a dotted key has more than 64 parts");
+  // Headers, dotted keys and inline values add up.
+  EXPECT_NE(error([&] { Config::FromString("[" + dotted(40) + "]\n" + dotted(40) + " = 1\n", "x"); })
+                .find("nest more than 64 levels"),
+            std::string::npos);
+  EXPECT_NE(error([&] {
+              Config::FromString("v = " + std::string(100, '[') + std::string(100, ']'), "x");
+            }).find("nest more than 64 levels"),
+            std::string::npos);
+  EXPECT_NE(error([&] { Config::FromString(std::string(2000, 'k') + " = 1\n", "x"); })
+                .find("more than the 1024 allowed"),
+            std::string::npos);
+  Config cfg;
+  EXPECT_NE(error([&] { cfg.ApplyOverride(dotted(200'000) + "=1"); }).find("more than 64 parts"),
+            std::string::npos);
+  EXPECT_NE(error([&] { cfg.ApplyOverride("env.params." + dotted(50'000) + "=1"); })
+                .find("more than 64 parts"),
+            std::string::npos);
+  EXPECT_NE(error([&] { cfg.ApplyOverride("env.params.x={" + dotted(50'000) + "=1}"); })
+                .find("more than 64 parts"),
+            std::string::npos);
+  EXPECT_NE(error([&] { cfg.ApplyOverride("env.params.x=" + std::string(100, '[') + std::string(100, ']')); })
+                .find("nest more than 64 levels"),
+            std::string::npos);
+  // Within the bounds, and dots inside strings and comments are no keys.
+  std::string fine = dotted(60) + " = 1\ns = \"" + dotted(1000) + "\"\nt = '" + dotted(1000) +
+                     "'\nm = \"\"\"\n" + dotted(1000) + "\n\"\"\"\n# " + dotted(1000) +
+                     "\nf = [1.5, 2e+3, 1979-05-27T07:32:00.999]\n";
+  EXPECT_EQ(error([&] { Config::FromString(fine, "x"); }), "");
+  EXPECT_EQ(error([&] { cfg.ApplyOverride("env.params." + dotted(60) + "=1"); }), "");
 }
 
 TEST(Strings, IsValidUtf8) {

@@ -1,0 +1,82 @@
+// ReadRegularFile: stat, a non-blocking open, fstat again (the path may have been swapped
+// in between), then reads of at most max_bytes + 1 bytes.
+#include "core/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace rlid {
+namespace {
+
+[[noreturn]] void NotRegular(const std::string& path, std::string_view what, mode_t mode) {
+  const char* kind = S_ISDIR(mode)                      ? "a directory"
+                     : S_ISFIFO(mode)                   ? "a FIFO"
+                     : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
+                     : S_ISSOCK(mode)                   ? "a socket"
+                                                        : "not a regular file";
+  throw IoError(fmt::format("{} '{}' is not a regular file: it is {}", what, path, kind),
+                "name a regular file (not a directory, FIFO or device)");
+}
+
+[[noreturn]] void TooLarge(const std::string& path, std::string_view what, uint64_t max_bytes) {
+  throw IoError(
+      fmt::format("{} '{}' is larger than the {} bytes such files are limited to", what, path,
+                  max_bytes),
+      "check that the path names the right file");
+}
+
+}  // namespace
+
+std::string ReadRegularFile(const std::string& path, uint64_t max_bytes, std::string_view what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw IoError(fmt::format("cannot open {} '{}': {}", what, path, std::strerror(errno)),
+                  "check the path");
+  }
+  if (!S_ISREG(st.st_mode)) NotRegular(path, what, st.st_mode);
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) TooLarge(path, what, max_bytes);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    throw IoError(fmt::format("cannot open {} '{}': {}", what, path, std::strerror(errno)),
+                  "check the path and its permissions");
+  }
+  std::string out;
+  try {
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) NotRegular(path, what, st.st_mode);
+    // One byte past the limit tells a file that grew (or a /proc entry of size 0) apart.
+    out.resize(static_cast<size_t>(std::min<uint64_t>(static_cast<uint64_t>(st.st_size), max_bytes) + 1));
+    size_t got = 0;
+    while (true) {
+      if (got == out.size()) {
+        if (out.size() > max_bytes) TooLarge(path, what, max_bytes);
+        out.resize(static_cast<size_t>(std::min<uint64_t>(uint64_t{out.size()} * 2, max_bytes + 1)));
+      }
+      const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        throw IoError(fmt::format("error while reading {} '{}': {}", what, path,
+                                  std::strerror(errno)));
+      }
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    if (got > max_bytes) TooLarge(path, what, max_bytes);
+    out.resize(got);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace rlid

@@ -1,0 +1,23 @@
+// Reading the small files rlid takes from users (configs, tokenizers, checkpoint JSON,
+// chat templates) whole into memory: only regular files, only up to a stated size, so a
+// FIFO, /dev/zero or a directory named where a file belongs is an IoError, never a hang.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace rlid {
+
+// Size limits per kind of file, far above what real ones need.
+inline constexpr uint64_t kMaxJsonFileBytes = uint64_t{64} << 20;        // config.json & co.
+inline constexpr uint64_t kMaxTokenizerFileBytes = uint64_t{256} << 20;  // tokenizer.json
+
+// The bytes of the regular file at `path` (symlinks followed), at most `max_bytes`.
+// Throws IoError naming `what` ("tokenizer file", "checkpoint config") and the path when the
+// file is missing or unreadable, is not a regular file (checked with stat before opening,
+// and the open is non-blocking, so a FIFO or device is never read), or is larger than
+// `max_bytes` (also when it grows past it while being read).
+std::string ReadRegularFile(const std::string& path, uint64_t max_bytes, std::string_view what);
+
+}  // namespace rlid
