@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -306,8 +307,15 @@ class PolicyCommand : public Command {
   void Sample() {
     auto l = Load(sa_, policy::Plane::kToken);
     sopts_.dtype = sa_.dtype;
-    policy::TextSampler sampler(l.ck.model->config(), sopts_, torch::kCPU);
-    sampler.SyncWeights(l.ck.model);
+    // The loaded weights are the engine (no second copy), unless adapters must be merged.
+    std::optional<policy::TextSampler> engine;
+    if (l.ck.model->lora() || l.ck.model->dtype() != (sopts_.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32)) {
+      engine.emplace(l.ck.model->config(), sopts_, torch::kCPU);
+      engine->SyncWeights(l.ck.model);
+    } else {
+      engine.emplace(l.ck.model, sopts_);
+    }
+    policy::TextSampler& sampler = *engine;
     const auto& tok = l.ck.tokenizer;
     auto res = sampler.Sample(
         {l.prompt.tokens}, num_,

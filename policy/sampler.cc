@@ -97,6 +97,19 @@ TextSampler::TextSampler(const ModelConfig& config, SamplerOptions options, torc
   engine_->eval();
 }
 
+TextSampler::TextSampler(TransformerLM model, SamplerOptions options)
+    : options_(std::move(options)), device_(model->device()) {
+  ValidateOptions(options_);
+  const auto dtype = options_.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  if (model->lora() || model->dtype() != dtype)
+    throw InternalError(fmt::format("TextSampler: a model to sample with in place must have no "
+                                    "LoRA adapters and be {}",
+                                    options_.dtype));
+  engine_ = std::move(model);
+  for (auto& p : engine_->parameters()) p.set_requires_grad(false);
+  engine_->eval();
+}
+
 void TextSampler::SetOptions(const SamplerOptions& options) {
   if (options.dtype != options_.dtype)
     throw InternalError(fmt::format("TextSampler::SetOptions cannot change the engine dtype ({} -> {})",

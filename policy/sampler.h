@@ -49,6 +49,11 @@ torch::Tensor TopPFilter(const torch::Tensor& logits, double top_p);
 class TextSampler {
  public:
   TextSampler(const ModelConfig& config, SamplerOptions options, torch::Device device);
+  // Samples with `model` itself as the engine, without a copy of its weights:
+  // for a model nothing trains afterwards (rlid policy sample, evaluation).
+  // The model is frozen (requires_grad off) and put in eval mode; it must have
+  // no LoRA adapters and be in options.dtype (InternalError otherwise).
+  TextSampler(TransformerLM model, SamplerOptions options);
 
   // Copies (and casts) the training model's weights, LoRA adapters merged into
   // them; call after every update.

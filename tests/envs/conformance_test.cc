@@ -45,10 +45,15 @@ TEST_P(EnvConformance, Passes) {
   EXPECT_EQ(r.status, ConformanceResult::Status::kPassed)
       << env_name << " " << check << ": " << StatusName(r.status) << " (" << r.failure_count
       << " failures) " << r.note << failures;
-  if (check == "info") EXPECT_EQ(env->Info().name, env_name);
-  if (check == "oracle") EXPECT_EQ(r.covered, opt.seeds);
-  if (check == "graph") EXPECT_GE(r.covered, MinGraphSeedsChecked(env_name)) << r.note;
-  if (check == "menu") EXPECT_GT(r.covered, 0);
+  if (check == "info") {
+    EXPECT_EQ(env->Info().name, env_name);
+  } else if (check == "oracle") {
+    EXPECT_EQ(r.covered, opt.seeds);
+  } else if (check == "graph") {
+    EXPECT_GE(r.covered, MinGraphSeedsChecked(env_name)) << r.note;
+  } else if (check == "menu") {
+    EXPECT_GT(r.covered, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllRegistered, EnvConformance,

@@ -194,6 +194,25 @@ TEST(TextSampler, Bf16EngineHasSmallNonZeroGap) {
   EXPECT_LT(max, 0.3);
 }
 
+// A model nothing trains afterwards is the engine itself: no second copy of
+// its weights, and the same samples as a copying engine.
+TEST(TextSampler, SamplesWithAFrozenModelInPlace) {
+  TransformerLM m = TrainModel(4);
+  SamplerOptions o;
+  o.max_new_tokens = 5;
+  TextSampler copying = MakeSampler(m, o);
+  const void* weights = m->model->embed_tokens->weight.data_ptr();
+  TextSampler in_place(m, o);
+  EXPECT_EQ(in_place.engine()->model->embed_tokens->weight.data_ptr(), weights);
+  EXPECT_NE(copying.engine()->model->embed_tokens->weight.data_ptr(), weights);
+  auto never = [](const std::vector<TokenId>&) { return false; };
+  const auto a = copying.Sample({{1, 2, 3}}, 3, never, 7), b = in_place.Sample({{1, 2, 3}}, 3, never, 7);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(a[0][k].tokens, b[0][k].tokens);
+  SamplerOptions bf16 = o;
+  bf16.dtype = "bfloat16";
+  EXPECT_THROW(TextSampler(m, bf16), InternalError);  // a float32 model is no bfloat16 engine
+}
+
 TEST(TextSampler, RejectsBadOptionsAndInputs) {
   SamplerOptions o;
   o.dtype = "float16";

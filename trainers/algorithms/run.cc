@@ -24,6 +24,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Parameters the optimiser updates (LoRA: the adapters and the value head).
+int64_t TrainableCount(policy::TransformerLM& model) {
+  int64_t n = 0;
+  for (const auto& p : TrainableParameters(model).tensors) n += p.numel();
+  return n;
+}
+
 nlohmann::json LoraJson(const policy::LoraConfig& c) {
   return {{"rank", c.rank},
           {"alpha", c.alpha},
@@ -228,9 +235,9 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
     if (own_files) std::ofstream(fs::path(dir) / "model.json") << loaded.dump(2) << "\n";
     // The [policy] size keys describe a fresh model; record what was loaded instead.
     std::string note = fmt::format(
-        "\n# policy.init loaded {} ({} parameters, model_type {}, {} layers, hidden {}); the\n"
+        "\n# policy.init loaded {} ({} parameters, {} of them trainable, model_type {}, {} layers, hidden {}); the\n"
         "# [policy] size keys above do not apply to it. Its config.json is in model.json.\n",
-        loaded["path"].get<std::string>(), model->config().NumParameters(),
+        loaded["path"].get<std::string>(), model->config().NumParameters(), TrainableCount(model),
         model->config().ModelType(), model->config().num_layers, model->config().hidden_size);
     resolved += note;
     if (!options.config_file.empty()) std::ofstream(fs::path(dir) / options.config_file, std::ios::app) << note;
@@ -282,9 +289,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
   }
   recorder_ = std::make_unique<Recorder>(*writer, run_id, options.record, &times);
   if (!options.quiet) {
-    int64_t trainable = 0;
-    for (const auto& p : TrainableParameters(model).tensors) trainable += p.numel();
-    spdlog::info("run directory {} ({} trainable of {} parameters, {})", dir, trainable,
+    spdlog::info("run directory {} ({} trainable of {} parameters, {})", dir, TrainableCount(model),
                  model->config().NumParameters(), policy::TorchSummary());
   }
 }
@@ -310,6 +315,7 @@ nlohmann::json Run::LoadInitModel() {
   nlohmann::json loaded = {{"path", fs::absolute(cfg.init_checkpoint).string()},
                            {"weight_files", ck.weight_files},
                            {"parameters", model->config().NumParameters()},
+                           {"trainable_parameters", TrainableCount(model)},
                            {"dtype", c10::toString(model->dtype())},
                            {"config", ck.hf_config}};
   if (model->lora()) loaded["lora"] = LoraJson(*model->lora());
@@ -408,8 +414,13 @@ Run::~Run() {
 
 policy::TextSampler& Run::Sampler() {
   if (!sampler_) {
-    sampler_ = std::make_unique<policy::TextSampler>(model->config(), cfg.sampler, device);
-    sampler_->SyncWeights(model);
+    const auto engine_dtype = cfg.sampler.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    if (evaluation_ && !model->lora() && model->dtype() == engine_dtype) {
+      sampler_ = std::make_unique<policy::TextSampler>(model, cfg.sampler);  // nothing trains: no copy
+    } else {
+      sampler_ = std::make_unique<policy::TextSampler>(model->config(), cfg.sampler, device);
+      sampler_->SyncWeights(model);
+    }
   }
   return *sampler_;
 }

@@ -183,8 +183,15 @@ Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* c
     n = t[0], success = t[1], ret = t[2], invalid = t[3], steps = t[4], mass = t[5];
     menu_h = t[6], row_h = t[7], decision_steps = t[8];
   }
-  n = std::max(n, 1.0);
-  Metrics m = {{"rollout/success", success / n},
+  if (n == 0) {
+    // Every episode was dropped ([env] on_error = "drop_episode"): nothing was
+    // measured, so no rate is recorded (a 0 would read as a measured failure).
+    spdlog::warn("every rollout episode of this iteration was dropped after env failures: no "
+                 "rollout/* metrics for it (budget/episodes_dropped counts them)");
+    return {{"rollout/episodes", 0.0}};
+  }
+  Metrics m = {{"rollout/episodes", n},
+               {"rollout/success", success / n},
                {"rollout/return", ret / n},
                {"rollout/length", steps / n},
                {"rollout/invalid_rate", steps > 0 ? invalid / steps : 0.0}};
@@ -367,20 +374,29 @@ Metrics EvalMetrics(Run& run, policy::Plane plane, int64_t iteration, TrainResul
   Metrics m;
   auto g = Evaluate(run.Agent(plane, iteration), plane, t.eval_episodes, /*greedy=*/true,
                     run.budget, &run.recorder(), &run.comm);
+  result.final_greedy = g;
+  if (g.episodes == 0) {
+    // Every test episode was dropped after env failures: nothing measured.
+    spdlog::warn("evaluation at iteration {}: every test episode was dropped after env failures; "
+                 "no eval/* rates recorded",
+                 iteration);
+    return {{"eval/episodes", 0.0}};
+  }
   m.push_back({"eval/success", g.success});
   m.push_back({"eval/return", g.ret});
   m.push_back({"eval/length", g.length});
   m.push_back({"eval/invalid_rate", g.invalid_rate});
   m.push_back({"eval/episodes", static_cast<double>(g.episodes)});
   if (g.p_optimal >= 0) m.push_back({"eval/p_optimal", g.p_optimal});
-  result.final_greedy = g;
   if (t.eval_sampled) {
     auto sm = Evaluate(run.Agent(plane, iteration), plane, t.eval_episodes, /*greedy=*/false,
                        run.budget, &run.recorder(), &run.comm);
-    m.push_back({"eval/success_sampled", sm.success});
-    m.push_back({"eval/return_sampled", sm.ret});
-    m.push_back({"eval/invalid_rate_sampled", sm.invalid_rate});
     result.final_sampled = sm;
+    if (sm.episodes > 0) {
+      m.push_back({"eval/success_sampled", sm.success});
+      m.push_back({"eval/return_sampled", sm.ret});
+      m.push_back({"eval/invalid_rate_sampled", sm.invalid_rate});
+    }
   }
   return m;
 }
@@ -497,9 +513,13 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
         eval = fmt::format(" | test greedy {:.2f}", Find(m, "eval/success"));
       if (!std::isnan(Find(m, "eval/success_sampled")))
         eval += fmt::format(" sampled {:.2f}", Find(m, "eval/success_sampled"));
-      spdlog::info("{}[{}] train success {:.2f} return {:+.3f}{}{} | ETA {}",
-                   opt.label.empty() ? "" : opt.label + " ", where, Find(m, "rollout/success"),
-                   Find(m, "rollout/return"), eval, written.empty() ? "" : " | saved " + written,
+      const std::string train =
+          std::isnan(Find(m, "rollout/success"))
+              ? "train: every episode dropped"
+              : fmt::format("train success {:.2f} return {:+.3f}", Find(m, "rollout/success"),
+                            Find(m, "rollout/return"));
+      spdlog::info("{}[{}] {}{}{} | ETA {}", opt.label.empty() ? "" : opt.label + " ", where, train,
+                   eval, written.empty() ? "" : " | saved " + written,
                    FormatDuration(elapsed * (1 - frac) / frac));
     }
     if (BudgetReached(t, run.budget)) {

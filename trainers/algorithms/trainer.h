@@ -86,8 +86,10 @@ std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t r
 std::vector<agents::EpisodeSpec> RankSpecs(const std::vector<agents::EpisodeSpec>& specs,
                                            const Comm& comm);
 
-// Summary metrics of a batch of episodes ("rollout/success", ...); with a
-// distributed `comm`, of every rank's episodes together.
+// Summary metrics of a batch of episodes ("rollout/episodes", "rollout/success",
+// ...); with a distributed `comm`, of every rank's episodes together. No
+// episode at all (every one dropped after env failures) gives only
+// rollout/episodes = 0: a rate of nothing is not recorded as 0.
 Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* comm = nullptr);
 
 // The job's budget after an iteration: `before` plus every rank's spending

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "tests/cli/run_cli.h"
+#include "trainers/algorithms/trainer.h"
 
 namespace rlid::trainers {
 namespace {
@@ -77,6 +78,23 @@ TEST(Diagnostics, EpisodesEndingFarEarlierThanTheOraclesWarn) {
   for (int i = 0; i < 10; ++i) short_winning.Add(Episode(1, 0, true));
   EXPECT_FALSE(EarlyEndWarning(short_winning, oracle));
   EXPECT_FALSE(EarlyEndWarning(early, OracleReference{}));
+}
+
+// An iteration whose episodes were all dropped after env failures measured
+// nothing: no rate is recorded (a 0 would read as a measured failure).
+TEST(Diagnostics, NoEpisodesGiveNoRolloutRates) {
+  const Metrics none = RolloutMetrics({});
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_EQ(none[0].first, "rollout/episodes");
+  EXPECT_EQ(none[0].second, 0.0);
+  const Metrics one = RolloutMetrics({Episode(2, 0, true)});
+  auto find = [&](const std::string& key) {
+    for (const auto& [k, v] : one)
+      if (k == key) return v;
+    return -1.0;
+  };
+  EXPECT_EQ(find("rollout/success"), 1.0);
+  EXPECT_EQ(find("rollout/episodes"), 1.0);
 }
 
 // GRPO from a random model (no warm start): the answers are noise.
