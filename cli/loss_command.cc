@@ -15,6 +15,7 @@
 #include "cli/loss_json.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/strings.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/kl.h"
@@ -319,10 +320,7 @@ json ReadJson(const std::string& path) {
   if (path == "-") {
     text << std::cin.rdbuf();
   } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-      throw IoError(fmt::format("cannot open '{}'", path), "check the path, or pass - for stdin");
-    text << in.rdbuf();
+    text << ReadRegularFile(path, kMaxJsonFileBytes, "loss input file");
   }
   try {
     return json::parse(text.str());

@@ -16,6 +16,7 @@
 #include "cli/command.h"
 #include "cli/json_output.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/rng.h"
@@ -134,11 +135,10 @@ torch::Tensor ReadIdMatrix(const nlohmann::json& doc, const std::string& key, co
 }
 
 LogitsInput ReadLogitsInput(const std::string& path, const policy::ModelConfig& mc) {
-  std::ifstream in(path);
-  if (!in) throw IoError(fmt::format("cannot open '{}'", path));
+  const std::string text = ReadRegularFile(path, kMaxJsonFileBytes, "logits input file");
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(in);
+    doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(fmt::format("'{}' is not valid JSON: {}", path, e.what()));
   }

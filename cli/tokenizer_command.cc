@@ -13,6 +13,7 @@
 #include "cli/json_output.h"
 #include "core/check.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "envs/env.h"
 #include "policy/tokenizer.h"
 #include "policy/tokenizer_corpus.h"
@@ -32,9 +33,7 @@ std::string ArgOrStdin(const std::string& arg, bool given) {
 }
 
 std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(fmt::format("cannot read corpus file '{}'", path), "check the path");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return ReadRegularFile(path, kMaxCorpusFileBytes, "corpus file");
 }
 
 std::vector<TokenId> ParseIds(const std::string& text) {

@@ -12,6 +12,7 @@ namespace rlid {
 // Size limits per kind of file, far above what real ones need.
 inline constexpr uint64_t kMaxJsonFileBytes = uint64_t{64} << 20;        // config.json & co.
 inline constexpr uint64_t kMaxTokenizerFileBytes = uint64_t{256} << 20;  // tokenizer.json
+inline constexpr uint64_t kMaxCorpusFileBytes = uint64_t{4} << 30;       // tokenizer training text
 
 // The bytes of the regular file at `path` (symlinks followed), at most `max_bytes`.
 // Throws IoError naming `what` ("tokenizer file", "checkpoint config") and the path when the

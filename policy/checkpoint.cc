@@ -17,6 +17,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "policy/lora.h"
 #include "policy/safetensors.h"
@@ -45,10 +46,9 @@ std::string NowIso() {
 }  // namespace
 
 nlohmann::json ReadJsonFile(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  if (!in) throw IoError(fmt::format("cannot open '{}'", p.string()));
+  const std::string text = ReadRegularFile(p.string(), kMaxJsonFileBytes, "JSON file");
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw IoError(fmt::format("'{}' is not valid JSON: {}", p.string(), e.what()));
   }

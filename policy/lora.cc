@@ -44,8 +44,13 @@ std::vector<std::pair<std::string, LinearImpl*>> Projections(TransformerLM& mode
 
 }  // namespace
 
+// Far above useful ranks (LoRA's are 4-256; a rank above a projection's width adds nothing),
+// so a hostile value is a ConfigError, not an allocation of terabytes.
+constexpr int64_t kMaxRank = 16384;
+
 void LoraConfig::Load(ConfigNode n) {
-  n.Get("rank", rank, "LoRA rank r (0 = no adapters: every weight trains)", IntRange::NonNegative());
+  n.Get("rank", rank, "LoRA rank r (0 = no adapters: every weight trains)",
+        IntRange::Closed(0, kMaxRank));
   n.Get("alpha", alpha, "LoRA alpha; the adapter output is scaled by alpha / rank", Range::Positive());
   n.Get("dropout", dropout,
         "dropout on the adapter input, in gradient forwards only (rollouts and the PPO "
@@ -65,6 +70,9 @@ void LoraConfig::Load(ConfigNode n) {
 
 void LoraConfig::Validate() const {
   if (rank <= 0) throw ConfigError(fmt::format("policy.lora.rank must be >= 1, found {}", rank));
+  if (rank > kMaxRank)
+    throw ConfigError(fmt::format("policy.lora.rank must be at most {}, found {}", kMaxRank, rank),
+                      "LoRA ranks are typically 4 to 256");
   if (!(alpha > 0)) throw ConfigError(fmt::format("policy.lora.alpha must be > 0, found {}", alpha));
   if (!(dropout >= 0 && dropout < 1))
     throw ConfigError(fmt::format("policy.lora.dropout must be in [0, 1), found {}", dropout));
@@ -163,6 +171,7 @@ LoraConfig ReadAdapterConfig(const std::string& dir) {
       throw bad(key, "(per-module ranks or alphas) is not supported");
   LoraConfig c;
   try {
+    if (!j.at("r").is_number_integer()) throw bad("r", fmt::format("= {} is not an integer", j["r"].dump()));
     c.rank = j.at("r").get<int64_t>();
     c.alpha = j.at("lora_alpha").get<double>();
     c.dropout = j.value("lora_dropout", 0.0);

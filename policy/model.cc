@@ -17,6 +17,22 @@ namespace rlid::policy {
 
 // ---- config ---------------------------------------------------------------------
 
+namespace {
+
+// Upper bounds on the sizes, far above any released dense decoder (Llama 3.1 405B: 126
+// layers, D = 16384, SwiGLU 53248, 128 heads; Gemma 3: vocabulary 262k; Llama 4: a 10M-token
+// context), so a typo or a hostile config.json is a ConfigError instead of a request for
+// terabytes or a loop that never ends. Products of them stay far inside int64.
+constexpr int64_t kMaxVocabSize = int64_t{1} << 22;         // 4,194,304
+constexpr int64_t kMaxHiddenSize = int64_t{1} << 16;        // 65,536
+constexpr int64_t kMaxIntermediateSize = int64_t{1} << 18;  // 262,144
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 1024;  // query heads and key/value heads
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kMaxPosition = int64_t{1} << 24;  // 16,777,216 tokens
+
+}  // namespace
+
 void ModelConfig::ApplyPreset(const std::string& name) {
   // Few wide heads: on CPU the attention matmuls are only efficient with head_dim 64
   // (measured with `rlid bench flops`: 20k vs 15k train tokens/s for 4 heads of 24).
@@ -39,19 +55,20 @@ void ModelConfig::Load(ConfigNode n) {
   n.GetEnum("preset", preset, {"tiny", "small", "base", "custom"},
             "model size preset; the fields below override it");
   ApplyPreset(preset);
-  const IntRange size = IntRange::Positive();
-  n.Get("hidden_size", hidden_size, "model width D", size);
-  n.Get("intermediate_size", intermediate_size, "SwiGLU hidden width", size);
-  n.Get("num_layers", num_layers, "decoder layers", size);
-  n.Get("num_heads", num_heads, "query heads (a multiple of num_kv_heads)", size);
-  n.Get("num_kv_heads", num_kv_heads, "key/value heads (grouped-query attention)", size);
-  n.Get("head_dim", head_dim, "per-head width (explicit, as in Qwen3; even)", size);
+  auto size = [](int64_t max) { return IntRange::Closed(1, max); };
+  n.Get("hidden_size", hidden_size, "model width D", size(kMaxHiddenSize));
+  n.Get("intermediate_size", intermediate_size, "SwiGLU hidden width", size(kMaxIntermediateSize));
+  n.Get("num_layers", num_layers, "decoder layers", size(kMaxLayers));
+  n.Get("num_heads", num_heads, "query heads (a multiple of num_kv_heads)", size(kMaxHeads));
+  n.Get("num_kv_heads", num_kv_heads, "key/value heads (grouped-query attention)",
+        size(kMaxHeads));
+  n.Get("head_dim", head_dim, "per-head width (explicit, as in Qwen3; even)", size(kMaxHeadDim));
   n.Get("rope_theta", rope_theta, "RoPE base", Range::Positive());
   n.Get("rms_norm_eps", rms_norm_eps, "RMSNorm epsilon", Range::Positive());
   n.Get("qk_norm", qk_norm, "RMSNorm on queries and keys (Qwen3)");
   n.Get("attention_bias", attention_bias, "biases on q/k/v projections (Qwen2)");
   n.Get("tie_embeddings", tie_embeddings, "LM head shares the token embedding");
-  n.Get("max_position", max_position, "longest sequence in tokens", size);
+  n.Get("max_position", max_position, "longest sequence in tokens", size(kMaxPosition));
   try {
     Validate();
   } catch (const ConfigError& e) {
@@ -63,14 +80,22 @@ void ModelConfig::Validate() const {
   auto positive = [](const char* name, int64_t v) {
     if (v < 1) throw ConfigError(fmt::format("'policy.{}' must be >= 1, found {}", name, v));
   };
-  positive("vocab_size", vocab_size);
-  positive("hidden_size", hidden_size);
-  positive("intermediate_size", intermediate_size);
-  positive("num_layers", num_layers);
-  positive("num_heads", num_heads);
-  positive("num_kv_heads", num_kv_heads);
-  positive("head_dim", head_dim);
-  positive("max_position", max_position);
+  auto size = [&](const char* name, int64_t v, int64_t max) {
+    positive(name, v);
+    if (v > max) {
+      throw ConfigError(fmt::format("'policy.{}' must be at most {}, found {}", name, max, v),
+                        "no released model is this large; check the value (policy/model.cc "
+                        "states the bounds)");
+    }
+  };
+  size("vocab_size", vocab_size, kMaxVocabSize);
+  size("hidden_size", hidden_size, kMaxHiddenSize);
+  size("intermediate_size", intermediate_size, kMaxIntermediateSize);
+  size("num_layers", num_layers, kMaxLayers);
+  size("num_heads", num_heads, kMaxHeads);
+  size("num_kv_heads", num_kv_heads, kMaxHeads);
+  size("head_dim", head_dim, kMaxHeadDim);
+  size("max_position", max_position, kMaxPosition);
   auto positive_finite = [](const char* name, double v) {
     if (!(v > 0) || !std::isfinite(v))
       throw ConfigError(fmt::format("'policy.{}' must be a finite number > 0, found {}", name, v));
@@ -271,15 +296,24 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
   c.num_heads = rd.Get<int64_t>("num_attention_heads");
   c.num_kv_heads = rd.Get<int64_t>("num_key_value_heads", c.num_heads);
   // Sizes and divisors by their config.json names, before anything divides by them.
-  for (const auto& [field, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
-                                 {"hidden_size", c.hidden_size},
-                                 {"intermediate_size", c.intermediate_size},
-                                 {"num_hidden_layers", c.num_layers},
-                                 {"num_attention_heads", c.num_heads},
-                                 {"num_key_value_heads", c.num_kv_heads}})
+  struct SizeField {
+    const char* field;
+    int64_t value, max;
+  };
+  for (const auto& [field, v, max] :
+       {SizeField{"vocab_size", c.vocab_size, kMaxVocabSize},
+        SizeField{"hidden_size", c.hidden_size, kMaxHiddenSize},
+        SizeField{"intermediate_size", c.intermediate_size, kMaxIntermediateSize},
+        SizeField{"num_hidden_layers", c.num_layers, kMaxLayers},
+        SizeField{"num_attention_heads", c.num_heads, kMaxHeads},
+        SizeField{"num_key_value_heads", c.num_kv_heads, kMaxHeads}}) {
     if (v < 1)
       throw ConfigError(fmt::format("config.json: {} = {} must be >= 1", field, v),
                         "config.json is damaged or does not describe a decoder language model");
+    if (v > max)
+      throw ConfigError(fmt::format("config.json: {} = {} exceeds the {} rlid allows", field, v, max),
+                        "no released model is this large; config.json is damaged or hostile");
+  }
   if (c.num_heads % c.num_kv_heads != 0)
     throw ConfigError(fmt::format("config.json: num_attention_heads = {} is not a multiple of "
                                   "num_key_value_heads = {}",
@@ -302,6 +336,12 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
       c.rope = ReadRope(j["rope_scaling"], "rope_scaling", rd);
     }
   }
+  // transformers also reads a top-level partial_rotary_factor (moving it into the rope
+  // parameters); rlid rotates whole heads, so anything else would silently change the model.
+  const double partial_rotary = rd.Get<double>("partial_rotary_factor", 1.0);
+  if (partial_rotary != 1.0)
+    Unsupported("partial_rotary_factor", fmt::format("{}", partial_rotary),
+                "rlid rotates the whole head (partial rotary embeddings are not implemented)");
   c.rms_norm_eps = rd.Get<double>("rms_norm_eps", 1e-6);
   c.tie_embeddings = rd.Get<bool>("tie_word_embeddings", false);
   c.qk_norm = type == "qwen3";

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/hash.h"
 #include "policy/tokenizer_internal.h"
 
@@ -596,12 +597,7 @@ Tokenizer::Tokenizer() {
 }
 
 Tokenizer Tokenizer::FromFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(fmt::format("cannot read tokenizer file '{}'", path), "check the path");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw IoError(fmt::format("error while reading tokenizer file '{}'", path));
-  return FromJsonString(ss.str(), path);
+  return FromJsonString(ReadRegularFile(path, kMaxTokenizerFileBytes, "tokenizer file"), path);
 }
 
 std::string Tokenizer::ToJsonString() const {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/hash.h"
 #include "policy/tokenizer.h"
 #include "policy/tokenizer_internal.h"
@@ -29,11 +30,7 @@ struct Tokenizer::Format {
 namespace {
 
 std::string ReadText(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw IoError(fmt::format("cannot read '{}'", p.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return ReadRegularFile(p.string(), kMaxJsonFileBytes, "tokenizer metadata file");
 }
 
 Json ReadJsonFile(const fs::path& p) {

@@ -5,15 +5,19 @@
 
 #include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/error.h"
 #include "policy/safetensors.h"
+#include "policy/tokenizer.h"
 #include "tests/agents/fixtures.h"
 
 namespace rlid::policy {
@@ -79,6 +83,56 @@ TEST(Checkpoint, UnfinishedCheckpointsAreRefusedAndRemoved) {
   EXPECT_TRUE(fs::exists(live));  // its writer (this process) still runs
   EXPECT_TRUE(fs::exists(dir.path() / "iter_000001" / "rlid.json"));
   EXPECT_NO_THROW(LoadCheckpoint((dir.path() / "iter_000001").string()));
+}
+
+// Every file a checkpoint load reads whole is a regular file: a FIFO in its place blocked
+// the load forever and /dev/zero grew memory without end. Now each is an IoError naming the
+// file, raised without opening it for a blocking read.
+TEST(Checkpoint, NonRegularFilesAreRefusedWithoutBlocking) {
+  auto env = envs::MakeEnv("bandit");
+  auto tok = testing::EnvTokenizer(*env);
+  auto model = testing::TinyModel(tok);
+  testing::TempDir dir("ckpt_fifo");
+  const fs::path ckpt = dir.path() / "c";
+  SaveCheckpoint(ckpt.string(), model, tok);
+  const fs::path adapter = dir.path() / "adapter";
+  fs::create_directories(adapter);
+  auto error_of = [](const std::function<void()>& load) -> std::string {
+    try {
+      load();
+    } catch (const IoError& e) {
+      return e.what();
+    }
+    return "loaded";
+  };
+  struct Case {
+    fs::path file;
+    std::function<void()> load;
+  };
+  const std::vector<Case> cases = {
+      {ckpt / "config.json", [&] { LoadCheckpoint(ckpt.string()); }},
+      {ckpt / "tokenizer.json", [&] { LoadCheckpoint(ckpt.string()); }},
+      {adapter / "adapter_config.json", [&] { LoadCheckpoint(adapter.string()); }},
+      {dir.path() / "tokenizer.json", [&] { Tokenizer::FromPath((dir.path() / "tokenizer.json").string()); }},
+  };
+  for (const Case& c : cases) {
+    const fs::path saved = c.file.string() + ".saved";
+    if (fs::exists(c.file)) fs::rename(c.file, saved);
+    ASSERT_EQ(::mkfifo(c.file.c_str(), 0644), 0) << c.file;
+    std::string error = error_of(c.load);
+    EXPECT_NE(error.find("'" + c.file.string() + "' is not a regular file: it is a FIFO"),
+              std::string::npos)
+        << error;
+    fs::remove(c.file);
+    fs::create_symlink("/dev/zero", c.file);
+    error = error_of(c.load);
+    EXPECT_NE(error.find("'" + c.file.string() + "' is not a regular file: it is a device"),
+              std::string::npos)
+        << error;
+    fs::remove(c.file);
+    if (fs::exists(saved)) fs::rename(saved, c.file);
+  }
+  EXPECT_EQ(error_of([&] { LoadCheckpoint(ckpt.string()); }), "loaded");
 }
 
 TEST(Checkpoint, BadCheckpointsFailClearly) {

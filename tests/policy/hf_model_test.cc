@@ -200,6 +200,15 @@ TEST(HfConfig, UnsupportedSettingsNameTheField) {
       {"not a multiple of num_key_value_heads", [](json& j) { j["num_key_value_heads"] = 3; }},
       {"hidden_size = -64", [](json& j) { j["hidden_size"] = -64; }},
       {"head_dim = 0", [](json& j) { j["head_dim"] = 0; }},
+      // transformers reads a top-level partial_rotary_factor too; rlid rotates whole heads.
+      {"config.json: partial_rotary_factor = 0.5", [](json& j) { j["partial_rotary_factor"] = 0.5; }},
+      // Sizes no model has: refused before anything is allocated.
+      {"num_hidden_layers = 100000 exceeds the 1024", [](json& j) { j["num_hidden_layers"] = 100000; }},
+      {"vocab_size = 1000000000000 exceeds", [](json& j) { j["vocab_size"] = int64_t{1'000'000'000'000}; }},
+      {"hidden_size = 9223372036854775807 exceeds", [](json& j) { j["hidden_size"] = INT64_MAX; }},
+      {"num_hidden_layers", [](json& j) { j["num_hidden_layers"] = 1e5; }},  // not an integer
+      {"'policy.head_dim' must be at most 1024", [](json& j) { j["head_dim"] = 4096; }},
+      {"'policy.max_position' must be at most", [](json& j) { j["max_position_embeddings"] = int64_t{1} << 40; }},
   };
   for (const auto& c : cases) {
     json j = base;
@@ -213,6 +222,7 @@ TEST(HfConfig, UnsupportedSettingsNameTheField) {
   }
   json ok = base;
   ok["num_experts"] = 0;  // dense models sometimes state zero experts
+  ok["partial_rotary_factor"] = 1.0;
   EXPECT_NO_THROW(ModelConfig::FromJson(ok));
 }
 

@@ -360,6 +360,10 @@ TEST(Lora, AdapterConfigsRlidCannotRunAreConfigErrorsNamingTheField) {
                "base_model_name_or_path");
   // Rank in the config and in the file disagree: the tensor is named.
   expect_error("rank", [](json& j) { j["r"] = 8; }, "lora_A.weight");
+  // Ranks no adapter has, and non-integers, before anything is allocated.
+  expect_error("huge_rank", [](json& j) { j["r"] = int64_t{1'000'000'000'000}; },
+               "policy.lora.rank must be at most 16384, found 1000000000000");
+  expect_error("float_rank", [](json& j) { j["r"] = 1e12; }, "r = 1000000000000.0 is not an integer");
   // Fewer targets than the file holds: the unused tensor is named.
   expect_error("fewer", [](json& j) { j["target_modules"] = {"q_proj"}; }, "does not use");
   // "all-linear" is PEFT's name for every projection.
@@ -411,6 +415,9 @@ TEST(LoraConfig, KeysAreCheckedWhereTheyAreRead) {
   EXPECT_NE(error_of("policy.lora.target_modules=[]").find("empty"), std::string::npos);
   EXPECT_NE(error_of("policy.lora.dropout=1").find("policy.lora.dropout"), std::string::npos);
   EXPECT_NE(error_of("policy.lora.rank=-1").find("policy.lora.rank"), std::string::npos);
+  EXPECT_NE(error_of("policy.lora.rank=1000000000000").find("'policy.lora.rank' must be in [0, 16384]"),
+            std::string::npos)
+      << error_of("policy.lora.rank=1000000000000");
   EXPECT_NE(error_of("policy.lora.alpha=0").find("policy.lora.alpha"), std::string::npos);
 }
 

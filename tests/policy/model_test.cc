@@ -158,9 +158,10 @@ TEST(Model, LoadRejectsEveryBadSizeNamingKeyAndPosition) {
                           "num_kv_heads", "head_dim", "max_position"}) {
     std::string msg = LoadError(std::string(key) + " = 0");
     const size_t column = std::string(key).size() + 4;  // the value's position
-    EXPECT_NE(msg.find(fmt::format("m.toml:2:{}: 'policy.{}' must be >= 1, found 0", column, key)),
+    EXPECT_NE(msg.find(fmt::format("m.toml:2:{}: 'policy.{}' must be in [1, ", column, key)),
               std::string::npos)
         << msg;
+    EXPECT_NE(msg.find("], found 0"), std::string::npos) << msg;
   }
   for (const char* key : {"rope_theta", "rms_norm_eps"}) {
     std::string msg = LoadError(std::string(key) + " = 0.0");
@@ -178,6 +179,24 @@ TEST(Model, LoadRejectsEveryBadSizeNamingKeyAndPosition) {
   EXPECT_NE(msg.find("m.toml"), std::string::npos) << msg;
   EXPECT_NE(msg.find("not a multiple of num_kv_heads = 2"), std::string::npos) << msg;
   EXPECT_EQ(LoadError("preset = 'small'\nnum_layers = 1"), "");
+  // Sizes no model has are refused before anything is allocated.
+  msg = LoadError("num_layers = 100000");
+  EXPECT_NE(msg.find("'policy.num_layers' must be in [1, 1024], found 100000"), std::string::npos)
+      << msg;
+  msg = LoadError("hidden_size = 9223372036854775807");
+  EXPECT_NE(msg.find("'policy.hidden_size' must be in [1, 65536]"), std::string::npos) << msg;
+  msg = LoadError("max_position = 1e12");
+  EXPECT_NE(msg.find("max_position"), std::string::npos) << msg;
+  ModelConfig huge_vocab = Tiny();
+  huge_vocab.vocab_size = int64_t{1'000'000'000'000};
+  try {
+    huge_vocab.Validate();
+    ADD_FAILURE() << "vocab_size = 1e12 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'policy.vocab_size' must be at most 4194304"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Model, ConfigJsonWithoutHeadsIsAConfigError) {

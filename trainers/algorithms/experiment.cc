@@ -19,8 +19,52 @@
 namespace rlid::trainers {
 namespace fs = std::filesystem;
 
+namespace {
+
+// Upper bounds on the counts a run allocates or loops over per iteration, far above any run
+// on one machine, so a typo (episodes_per_iteration = 2^31) is a ConfigError at load time,
+// not an allocation that fails (or a rollout that runs for days) much later.
+constexpr int64_t kMaxEpisodes = int64_t{1} << 20;      // per iteration, eval, SFT, corpus
+constexpr int64_t kMaxBatch = int64_t{1} << 24;         // minibatch / SFT batch
+constexpr int64_t kMaxLockstepEnvs = int64_t{1} << 16;  // num_envs
+constexpr int64_t kMaxEpochs = int64_t{1} << 16;        // passes over one batch
+constexpr int64_t kMaxNewTokens = int64_t{1} << 20;     // one answer
+constexpr int64_t kMaxTokenizerVocab = int64_t{1} << 22;
+constexpr size_t kMaxRunNameBytes = 128;
+
+// run.name becomes a directory name under runs/: a single path component of at most
+// kMaxRunNameBytes, not starting with '.' or '-', without '/', '\\' or control characters.
+// Throws ConfigError citing `where`.
+void ValidateRunName(const std::string& name, const std::string& where) {
+  std::string problem;
+  if (name.empty()) {
+    problem = "is empty";
+  } else if (name.size() > kMaxRunNameBytes) {
+    problem = fmt::format("is {} bytes long (at most {})", name.size(), kMaxRunNameBytes);
+  } else if (name.front() == '.' || name.front() == '-') {
+    problem = fmt::format("starts with '{}'", name.front());
+  } else {
+    for (char c : name) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '/' || c == '\\' || u < 0x20 || u == 0x7f) {
+        problem = "holds a path separator or a control character";
+        break;
+      }
+    }
+  }
+  if (problem.empty()) return;
+  throw ConfigError(
+      fmt::format("{}: 'run.name' names a directory under runs/, but \"{}\" {}", where,
+                  name.size() > kMaxRunNameBytes ? name.substr(0, 40) + "..." : name, problem),
+      "use a plain name such as \"maze_ppo\" (letters, digits, '_', '-', '.'); --out DIR "
+      "chooses the whole directory");
+}
+
+}  // namespace
+
 void RunConfig::Load(ConfigNode n) {
   n.Get("name", name, "run name (directory prefix under runs/)");
+  ValidateRunName(name, n.Where("name"));
   n.Get("seed", seed, "run seed; every random stream derives from it");
   n.Get("device", device,
         "where tensors live: cpu | cuda (cuda:LOCAL_RANK) | cuda:N | auto (CUDA when a GPU is "
@@ -46,9 +90,9 @@ void RunConfig::Load(ConfigNode n) {
 void TokenizerConfig::Load(ConfigNode n) {
   n.Get("path", path, "tokenizer.json to use; empty = train one from env text");
   n.Get("vocab_size", vocab_size, "vocabulary size when training (256 bytes + merges)",
-        IntRange::AtLeast(257));
+        IntRange::Closed(257, kMaxTokenizerVocab));
   n.Get("corpus_episodes", corpus_episodes, "random-play episodes for the training corpus",
-        IntRange::Positive());
+        IntRange::Closed(1, kMaxEpisodes));
 }
 
 void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
@@ -56,15 +100,17 @@ void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
   // ---- every algorithm ----
   n.Get("iterations", iterations, "outer iterations (rollout -> update)", IntRange::Positive());
   n.Get("episodes_per_iteration", episodes_per_iteration, "rollout episodes per iteration",
-        IntRange::Positive());
-  n.Get("group_size", group_size, "episodes per env seed (group advantages)", IntRange::Positive());
+        IntRange::Closed(1, kMaxEpisodes));
+  n.Get("group_size", group_size, "episodes per env seed (group advantages)",
+        IntRange::Closed(1, kMaxEpisodes));
   n.Get("train_seed_pool", train_seed_pool, "> 0: draw train seeds from this many; 0 = fresh seeds",
         IntRange::NonNegative());
   n.Get("num_envs", num_envs, "episodes played in lockstep (one forward per step)",
-        IntRange::Positive());
-  n.Get("epochs", epochs, "passes over each rollout batch", IntRange::Positive());
+        IntRange::Closed(1, kMaxLockstepEnvs));
+  n.Get("epochs", epochs, "passes over each rollout batch", IntRange::Closed(1, kMaxEpochs));
   n.Get("minibatch_size", minibatch_size,
-        "decisions (decision plane) or responses (token plane) per step", IntRange::Positive());
+        "decisions (decision plane) or responses (token plane) per step",
+        IntRange::Closed(1, kMaxBatch));
   n.Get("target_kl", target_kl,
         decision
             ? "stop an iteration's epochs once the epoch's mean exact KL(old || new) of the "
@@ -75,10 +121,12 @@ void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
         "measure the per-episode policy-gradient SNR every k iterations (0 = off)",
         IntRange::NonNegative());
   n.Get("grad_snr_episodes", grad_snr_episodes,
-        "episodes per gradient-SNR measurement (the same in both planes)", IntRange::AtLeast(2));
+        "episodes per gradient-SNR measurement (the same in both planes)",
+        IntRange::Closed(2, kMaxEpisodes));
   n.Get("eval_every", eval_every, "evaluate on test seeds every k iterations (0 = only at the end)",
         IntRange::NonNegative());
-  n.Get("eval_episodes", eval_episodes, "test episodes per evaluation", IntRange::Positive());
+  n.Get("eval_episodes", eval_episodes, "test episodes per evaluation",
+        IntRange::Closed(1, kMaxEpisodes));
   n.Get("eval_sampled", eval_sampled, "also evaluate the sampled policy (besides greedy)");
   n.Get("eval_at_start", eval_at_start,
         "also evaluate the initial weights (logged at iteration -1, 0 env steps)");
@@ -187,11 +235,11 @@ void TrainerConfig::Load(ConfigNode n) {
 }
 
 void SftConfig::Load(ConfigNode n) {
-  n.Get("episodes", episodes, "oracle episodes on train seeds", IntRange::Positive());
+  n.Get("episodes", episodes, "oracle episodes on train seeds", IntRange::Closed(1, kMaxEpisodes));
   n.Get("random_action_frac", random_action_frac,
         "fraction of random actions (imperfect demonstrations)", Range::Unit());
-  n.Get("epochs", epochs, "passes over the demonstrations", IntRange::Positive());
-  n.Get("batch_size", batch_size, "decisions per optimiser step", IntRange::Positive());
+  n.Get("epochs", epochs, "passes over the demonstrations", IntRange::Closed(1, kMaxEpochs));
+  n.Get("batch_size", batch_size, "decisions per optimiser step", IntRange::Closed(1, kMaxBatch));
   n.Get("lr", lr, "learning rate", Range::Positive());
   n.Get("label_weight", label_weight, "decision plane: cross-entropy on the label readout",
         Range::NonNegative());
@@ -211,7 +259,8 @@ void LoadSampler(ConfigNode n, policy::SamplerOptions& o) {
   n.Get("temperature", o.temperature, "token plane sampling temperature (0 = greedy)",
         Range::NonNegative());
   n.Get("top_p", o.top_p, "nucleus mass (1 = off)", Range::Closed(0, 1).OpenLow());
-  n.Get("max_new_tokens", o.max_new_tokens, "longest answer in tokens", IntRange::Positive());
+  n.Get("max_new_tokens", o.max_new_tokens, "longest answer in tokens",
+        IntRange::Closed(1, kMaxNewTokens));
   n.GetEnum("dtype", o.dtype, {"float32", "bfloat16"},
             "rollout-engine weights (bf16 = a different engine)");
   n.Get("kv_cache", o.kv_cache, "incremental decoding with a KV cache");
