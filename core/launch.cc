@@ -12,11 +12,13 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
+#include "core/strings.h"
 
 namespace rlid {
 namespace {
@@ -25,6 +27,16 @@ std::string Describe(int status) {
   if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return fmt::format("was killed by {}", SignalName(WTERMSIG(status)));
   return "stopped";
+}
+
+// Whether process `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): state T or t in /proc.
+bool IsStopped(pid_t pid) {
+  std::ifstream f(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  std::getline(f, stat);
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return paren != std::string::npos && paren + 2 < stat.size() &&
+         (stat[paren + 2] == 'T' || stat[paren + 2] == 't');
 }
 
 double Now() {
@@ -67,6 +79,7 @@ LaunchResult LaunchLocalRanks(const LaunchOptions& options) {
   std::vector<pid_t> pids(n, -1);
   std::vector<int> status(n, 0);
   std::vector<bool> done(n, false);
+  std::vector<std::string> notes(n);  // why the launcher killed a rank
   std::vector<std::string> argv_s = {"rlid"};
   argv_s.insert(argv_s.end(), options.args.begin(), options.args.end());
   auto kill_all = [&](int sig) {
@@ -134,6 +147,16 @@ LaunchResult LaunchLocalRanks(const LaunchOptions& options) {
       forwarded = sig;
     }
     if (first_failed >= 0 && Now() - failed_at > options.grace_s) {
+      std::vector<std::string> late;
+      for (int r = 0; r < n; ++r) {
+        if (done[r]) continue;
+        const bool frozen = IsStopped(pids[r]);
+        notes[r] = fmt::format(" after it did not stop within {:g} s of rank {}'s failure{}",
+                               options.grace_s, first_failed, frozen ? " (it was frozen: stopped)" : "");
+        late.push_back(fmt::format("rank {}{}", r, frozen ? " (frozen: stopped)" : ""));
+      }
+      spdlog::error("{} did not stop within {:g} s of rank {}'s failure; killing {}", Join(late, ", "),
+                    options.grace_s, first_failed, late.size() == 1 ? "it" : "them");
       kill_all(SIGKILL);  // works on a frozen (SIGSTOPped) rank too
       failed_at = Now() + 1e9;
     }
@@ -146,7 +169,8 @@ LaunchResult LaunchLocalRanks(const LaunchOptions& options) {
   res.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 7;
   res.summary = fmt::format("rank {} of {} {} first", first_failed, n, Describe(st));
   for (int r = 0; r < n; ++r)
-    if (r != first_failed) res.summary += fmt::format("; rank {} {}", r, Describe(status[r]));
+    if (r != first_failed)
+      res.summary += fmt::format("; rank {} {}{}", r, Describe(status[r]), notes[r]);
   return res;
 }
 

@@ -3,7 +3,8 @@
 // LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT = a free port), passes
 // them its stdout and stderr, forwards SIGINT/SIGTERM/SIGHUP, and watches
 // them: when one rank fails, the others get `grace_s` to stop on their own
-// (they name the failed rank themselves) and are then killed. No networking
+// (they name the failed rank themselves) and are then killed (the summary
+// names them, and which were frozen: stopped by a signal). No networking
 // here; the ranks meet through c10d (trainers/algorithms/dist.h).
 #pragma once
 

@@ -15,7 +15,9 @@
 // counter and a progress mark ("iteration 3 update") in the store, and the
 // failing rank reads them (a rank whose heartbeat stopped is dead or frozen; a
 // live rank whose mark lags is stuck). A rank that cannot reach the store at
-// all learns that rank 0, its host, is gone.
+// all learns that rank 0, its host, is gone, or frozen when the store stops
+// answering: every store call returns within the timeout too (c10d's own
+// TCPStore client would wait for a frozen or silent server forever).
 #pragma once
 
 #include <torch/torch.h>
@@ -45,9 +47,13 @@ struct DistEnv {
 
 // Job settings ([run] dist_* keys).
 struct DistOptions {
-  double timeout_s = 300;   // rendezvous and every collective
+  double timeout_s = 300;   // rendezvous, every collective and every store call
   int64_t bucket_mb = 25;   // gradient all-reduce bucket size
   torch::Device device{torch::kCPU};
+  // What every rank must agree on, as "path = value" lines (the resolved
+  // config less the keys that may differ per rank). Rank 0 compares every
+  // rank's at the rendezvous and refuses a job whose ranks differ.
+  std::string config;
 };
 
 class Comm {
@@ -55,8 +61,11 @@ class Comm {
   // A job of one: every collective returns its input.
   Comm();
   // Joins the job `env` describes (a job of one when env.world_size == 1):
-  // TCPStore rendezvous (rank 0 hosts it), then the process group. DistError
-  // when the other ranks do not all arrive within the timeout.
+  // TCPStore rendezvous (rank 0 hosts it), the config check, then the process
+  // group. DistError when the store does not answer or the other ranks do not
+  // all arrive within the timeout (each step waits at most timeout_s);
+  // ConfigError, on every rank, naming the rank and the keys, when a rank's
+  // options.config differs from rank 0's.
   Comm(const DistEnv& env, const DistOptions& options);
   ~Comm();
   Comm(const Comm&) = delete;
@@ -109,6 +118,7 @@ class Comm {
   template <typename Op>
   auto Guard(const char* what, Op&& op) -> decltype(op());
   std::string Diagnose(const std::string& failure);
+  void CheckIn();
   void AllReduce(torch::Tensor& t, bool max, const char* what);
   std::vector<torch::Tensor> AllGather(const torch::Tensor& t, const char* what);
 

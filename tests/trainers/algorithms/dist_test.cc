@@ -4,11 +4,17 @@
 // dynamic sampling and LoRA; every rank's episodes are in the run's database
 // as one (rlid sql over the attached shards); a rank that dies or freezes
 // stops the others with a message naming it; --resume continues with another
-// number of ranks.
+// number of ranks; a frozen store host, a silent program on MASTER_PORT and
+// ranks started with different configs end the job with a clear error.
 #include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -125,19 +131,46 @@ TEST(Dist, TwoRanksGiveOneProcessUpdateWithLora) {
   EXPECT_LT(OneVsTwoRanks(tmp, "bandit_lora.toml", "--set policy.lora.dropout=0"), 1e-6);
 }
 
+// `rlid ARGS` killed after `limit_s` (a hang fails the test instead of stalling the suite).
+rlid::testing::CliOutput RunBounded(const std::string& args, const fs::path& cwd,
+                                    const std::string& env, int limit_s, double* seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = RunRlidProcess(args, cwd, fmt::format("{} timeout -k 5 {}", env, limit_s));
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+// Seconds from the first log line "[HH:MM:SS] ..." holding `marker` until
+// now (the log's local time of day); -1 when no line holds it. Fault tests
+// time the job from the fault on: start-up is slow on a loaded machine.
+int SecondsSinceLogLine(const std::string& out, const std::string& marker) {
+  const size_t at = out.find(marker);
+  if (at == std::string::npos) return -1;
+  const size_t nl = out.rfind('\n', at);
+  int h = 0, m = 0, s = 0;
+  if (std::sscanf(out.c_str() + (nl == std::string::npos ? 0 : nl + 1), "[%d:%d:%d]", &h, &m, &s) != 3)
+    return -1;
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  const int now_s = local.tm_hour * 3600 + local.tm_min * 60 + local.tm_sec;
+  return (now_s - (h * 3600 + m * 60 + s) + 86400) % 86400;
+}
+
 // A rank that dies, or freezes, at iteration 1: the job stops within the
 // timeout, non-zero, with a message naming the rank.
 void ExpectFaultNamesRank(const std::string& kind) {
   TempDir tmp("dist_fault_" + kind);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto r = RunRlidProcess(
+  double seconds = 0;
+  auto r = RunBounded(
       fmt::format("train {} {} --set run.dist_timeout_s=5 --out run --nproc 2", Config("bandit_ppo.toml"),
                   kShort),
-      tmp.path(), fmt::format("RLID_FAULT_INJECT=rank=1,iteration=1,kind={}", kind));
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(r.code, 0) << r.out;
-  EXPECT_LT(seconds, 60) << r.out;
+      tmp.path(), fmt::format("RLID_FAULT_INJECT=rank=1,iteration=1,kind={}", kind), 240, &seconds);
+  EXPECT_EQ(r.code, 7) << r.out;  // a distributed error, not 124/137 (the bound)
+  // From the fault to the end (start-up is slow on a loaded machine).
+  const int since = SecondsSinceLogLine(r.out, "RLID_FAULT_INJECT: rank 1");
+  EXPECT_GE(since, 0) << r.out;
+  EXPECT_LT(since, 60) << r.out;
   EXPECT_NE(r.out.find("rank 1 stopped responding"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("distributed error"), std::string::npos) << r.out;
   // What was written before the fault is intact: rank 0's checkpoint of iteration 0.
@@ -146,6 +179,120 @@ void ExpectFaultNamesRank(const std::string& kind) {
 
 TEST(Dist, DeadRankStopsTheJobNamingIt) { ExpectFaultNamesRank("exit"); }
 TEST(Dist, FrozenRankStopsTheJobNamingIt) { ExpectFaultNamesRank("hang"); }
+
+TEST(Dist, FrozenStoreHostStopsTheJobNamingIt) {
+  // Rank 0 hosts the store and freezes (SIGSTOP) at iteration 1: rank 1's
+  // collective times out, its store calls (diagnosis, heartbeat) must too, so
+  // it exits, and the launcher kills the frozen rank 0 after its grace (15 s).
+  TempDir tmp("dist_fault_host");
+  double seconds = 0;
+  auto r = RunBounded(fmt::format("train {} {} --set run.dist_timeout_s=3 --out run --nproc 2",
+                                  Config("bandit_ppo.toml"), kShort),
+                      tmp.path(), "RLID_FAULT_INJECT=rank=0,iteration=1,kind=hang", 240, &seconds);
+  EXPECT_EQ(r.code, 7) << r.out;  // not 124/137: the bound above did not have to stop it
+  // From the freeze to the end: about 3 + 3 + 3 s for rank 1, then the 15 s grace.
+  const int since = SecondsSinceLogLine(r.out, "RLID_FAULT_INJECT: rank 0 hang");
+  EXPECT_GE(since, 0) << r.out;
+  EXPECT_LT(since, 60) << r.out;
+  EXPECT_NE(r.out.find("rank 0, which hosts the job's store"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("did not answer within 3 s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 0 was killed by signal 9 after it did not stop within 15 s"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("(it was frozen: stopped)"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(tmp.path() / "run/checkpoints/iter_000000/rlid.json")) << r.out;
+}
+
+// A program on a port that accepts connections and never answers.
+class SilentServer {
+ public:
+  SilentServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+    accepter_ = std::thread([this] {
+      while (true) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;  // shut down
+        conns_.push_back(c);
+      }
+    });
+  }
+  ~SilentServer() {
+    ::shutdown(fd_, SHUT_RDWR);  // wakes accept()
+    accepter_.join();
+    for (int c : conns_) ::close(c);
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1, port_ = 0;
+  std::vector<int> conns_;
+  std::thread accepter_;
+};
+
+TEST(Dist, SilentProgramOnMasterPortFailsWithinTheTimeout) {
+  // c10d's handshake waits for the server's answer without a limit; the
+  // rendezvous as a whole must still end within dist_timeout_s (+ slack).
+  TempDir tmp("dist_silent");
+  SilentServer server;
+  for (int rank : {1, 0}) {
+    double seconds = 0;
+    auto r = RunBounded(
+        fmt::format("train {} {} --set run.dist_timeout_s=2 --out run", Config("bandit_ppo.toml"), kShort),
+        tmp.path(),
+        fmt::format("RANK={} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", rank, server.port()),
+        120, &seconds);
+    EXPECT_EQ(r.code, 7) << "rank " << rank << ": " << r.out;  // not 124/137 (the bound)
+    EXPECT_LT(seconds, 90) << r.out;  // 2 s + 2 s slack, plus start-up on a loaded machine
+    EXPECT_NE(r.out.find(fmt::format("rank {} of 2 could not join the job at 127.0.0.1:{} within 2 s",
+                                     rank, server.port())),
+              std::string::npos)
+        << r.out;
+    // A client learns the store did not answer; rank 0 cannot listen on the port.
+    if (rank == 1) {
+      EXPECT_NE(r.out.find("did not answer 'connect'"), std::string::npos) << r.out;
+    }
+  }
+}
+
+TEST(Dist, RanksWithDifferentConfigsAreRefused) {
+  // Hand-started ranks must train one config: rank 0 compares every rank's
+  // resolved config at the rendezvous and names the rank and the keys.
+  TempDir tmp("dist_mismatch");
+  const int port = FreeLocalPort();
+  rlid::testing::CliOutput ranks[2];
+  double seconds[2] = {0, 0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ranks[r] = RunBounded(
+          fmt::format("train {} {} --set trainer.iterations=1 --set run.dist_timeout_s=20 {} --out two",
+                      Config("bandit_ppo.toml"), kShort,
+                      r == 1 ? "--set trainer.episodes_per_iteration=32 --set run.seed=9" : ""),
+          tmp.path(),
+          fmt::format("RANK={} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", r, port), 120,
+          &seconds[r]);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r].code, 2) << "rank " << r << ": " << ranks[r].out;
+    EXPECT_NE(ranks[r].out.find("rank 1's config differs from rank 0's"), std::string::npos)
+        << ranks[r].out;
+    EXPECT_NE(ranks[r].out.find("trainer.episodes_per_iteration = 64 on rank 0, 32 on rank 1"),
+              std::string::npos)
+        << ranks[r].out;
+    EXPECT_NE(ranks[r].out.find("run.seed = 1 on rank 0, 9 on rank 1"), std::string::npos) << ranks[r].out;
+  }
+  EXPECT_FALSE(fs::exists(tmp.path() / "two")) << "refused before the run directory exists";
+}
 
 TEST(Dist, ResumeWithAnotherNumberOfRanks) {
   // 2 ranks for iterations 0-1, killed; resumed by 1 process for iteration 2:
