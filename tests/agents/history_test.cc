@@ -79,6 +79,23 @@ TEST(History, RolloutsOfBothPlanesShowTheEpisodeSoFarAndRecordIt) {
     }
   }
   EXPECT_GT(checked, 0) << "no episode was long enough to show two earlier steps";
+  // The history is part of the prompt the model reads, so its tokens are
+  // prompt tokens the budget counts (TrainLoop.BudgetCountersAgreeWithTheStore:
+  // budget/prompt_tokens covers every step's prompt).
+  policy::PromptConfig bare = pc;
+  bare.history_steps = 0;
+  const policy::PromptRenderer bare_renderer(bare, tok);
+  for (const auto& e : decision)
+    for (const auto& s : e.steps) {
+      const auto without = bare_renderer.Render(env->Instructions(), s.observation, {}, s.menu,
+                                                policy::Plane::kDecision);
+      if (s.history.empty()) {
+        EXPECT_EQ(s.prompt.tokens, without.tokens);
+      } else {
+        EXPECT_GT(s.prompt.tokens.size(), without.tokens.size());
+      }
+    }
+  EXPECT_GT(b.prompt_tokens, 0);
   writer.Flush();
   auto q = store->Query("SELECT COUNT(*) FROM steps WHERE history_steps != MIN(t, 2)");
   EXPECT_EQ(std::get<int64_t>(q.rows[0][0]), 0);
