@@ -1,8 +1,11 @@
-// `rlid tokenizer encode|decode|train`: inspect HF tokenizer.json files and
-// train rlid's compact BPE vocabulary on env text (see docs/tokenizer.md).
+// `rlid tokenizer encode|decode|chat|train`: inspect HF tokenizer.json files and
+// chat templates, and train rlid's compact BPE vocabulary on env text (see
+// docs/tokenizer.md). --batch forms take a JSON file of many inputs, so a
+// reference check (tests/live/) pays the tokenizer's load time once.
 #include <fmt/format.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -14,6 +17,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/jinja.h"
 #include "envs/env.h"
 #include "policy/tokenizer.h"
 #include "policy/tokenizer_corpus.h"
@@ -36,14 +40,27 @@ std::string ReadFile(const std::string& path) {
   return ReadRegularFile(path, kMaxCorpusFileBytes, "corpus file");
 }
 
-std::vector<TokenId> ParseIds(const std::string& text) {
-  nlohmann::json j;
+// Largest --batch file read, in bytes.
+constexpr uint64_t kMaxBatchFileBytes = 256ull << 20;
+
+// A --batch file: a JSON array (of `what`), else a ConfigError naming the file.
+nlohmann::ordered_json ReadBatch(const std::string& path, std::string_view what,
+                                 std::string_view example) {
+  const std::string text = ReadRegularFile(path, kMaxBatchFileBytes, "--batch file");
+  nlohmann::ordered_json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(fmt::format("token ids are not valid JSON: {}", e.what()),
-                      "pass a JSON array such as [9707, 11, 1879]");
+    throw ConfigError(fmt::format("--batch file '{}' is not valid JSON: {}", path, e.what()),
+                      fmt::format("write a JSON array of {}, e.g. {}", what, example));
   }
+  if (!j.is_array())
+    throw ConfigError(fmt::format("--batch file '{}' holds a JSON {}, not an array", path, j.type_name()),
+                      fmt::format("write a JSON array of {}, e.g. {}", what, example));
+  return j;
+}
+
+std::vector<TokenId> IdsFromJson(const nlohmann::ordered_json& j) {
   if (!j.is_array())
     throw ConfigError(fmt::format("expected a JSON array of token ids, found {}", j.type_name()),
                       "pass a JSON array such as [9707, 11, 1879]");
@@ -57,6 +74,60 @@ std::vector<TokenId> ParseIds(const std::string& text) {
   return ids;
 }
 
+std::vector<TokenId> ParseIds(const std::string& text) {
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(fmt::format("token ids are not valid JSON: {}", e.what()),
+                      "pass a JSON array such as [9707, 11, 1879]");
+  }
+  return IdsFromJson(j);
+}
+
+// The chat template of --template: a .jinja file, or a model directory (its
+// tokenizer_config.json / chat_template.jinja, as FromDirectory reads them).
+struct ChatTemplateSource {
+  std::string source;
+  std::string bos_token, eos_token;  // from the model directory; "" for a .jinja file
+};
+
+ChatTemplateSource LoadChatTemplate(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec))
+    return {ReadRegularFile(path, kMaxBatchFileBytes, "chat template"), "", ""};
+  const Tokenizer tok = Tokenizer::FromDirectory(path);
+  if (tok.config().chat_template.empty())
+    throw ConfigError(fmt::format("model directory '{}' has no chat template", path),
+                      "pass the template itself: --template FILE.jinja");
+  return {tok.config().chat_template, tok.config().bos_token, tok.config().eos_token};
+}
+
+// As transformers' apply_chat_template: the tokenizer's special tokens are
+// variables, unless the context sets them itself.
+nlohmann::ordered_json WithSpecialTokens(nlohmann::ordered_json context, const ChatTemplateSource& src) {
+  if (!src.bos_token.empty() && !context.contains("bos_token")) context["bos_token"] = src.bos_token;
+  if (!src.eos_token.empty() && !context.contains("eos_token")) context["eos_token"] = src.eos_token;
+  return context;
+}
+
+// One context rendered: {"text", "text_hex"}, or {"error"} when the template
+// raises or the context is not an object (a reference may raise too).
+nlohmann::json RenderOne(const jinja::Template& tmpl, nlohmann::ordered_json context,
+                         const ChatTemplateSource& src) {
+  nlohmann::json out;
+  if (!context.is_object()) {
+    out["error"] = fmt::format("a context must be a JSON object, found {}", context.type_name());
+    return out;
+  }
+  try {
+    TextWithBytes(out, "text", tmpl.Render(WithSpecialTokens(std::move(context), src)));
+  } catch (const ConfigError& e) {
+    out["error"] = e.what();
+  }
+  return out;
+}
+
 class TokenizerCommand : public Command {
  public:
   void Setup(CLI::App& app) override {
@@ -66,10 +137,25 @@ class TokenizerCommand : public Command {
     encode->add_option("--tokenizer", encode_path_, "tokenizer.json, or a model directory (adds its tokenizer_config.json)")
         ->required();
     encode->add_option("text", text_, "text to encode; '-' or nothing reads stdin");
+    encode->add_option("--batch", batch_,
+                       "encode every string of this JSON array file instead; prints an array of id arrays")
+        ->excludes("text");
     encode->add_flag("--no-special", no_special_,
                      "encode special tokens such as <|im_start|> as plain text");
     encode->callback([this, encode] {
       const Tokenizer tok = Tokenizer::FromPath(encode_path_);
+      if (!batch_.empty()) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto& t : ReadBatch(batch_, "strings", R"(["hello", "wörld"])")) {
+          if (!t.is_string())
+            throw ConfigError(fmt::format("--batch file '{}' holds a {} where a string belongs",
+                                          batch_, t.type_name()),
+                              R"(write a JSON array of strings, e.g. ["hello", "wörld"])");
+          out.push_back(tok.Encode(t.get<std::string>(), !no_special_));
+        }
+        std::cout << DumpJson(out) << "\n";
+        return;
+      }
       const std::string text = ArgOrStdin(text_, encode->count("text") > 0);
       std::cout << DumpJson(nlohmann::json(tok.Encode(text, !no_special_))) << "\n";
     });
@@ -80,11 +166,38 @@ class TokenizerCommand : public Command {
         ->required();
     decode->add_option("ids", ids_, "JSON array of ids; '-' or nothing reads stdin");
     decode->add_flag("--skip-special", skip_special_, "drop special tokens");
+    decode->add_option("--batch", batch_,
+                       "decode every id array of this JSON file instead; prints [{text, text_hex}] "
+                       "(text: invalid UTF-8 bytes as U+FFFD; text_hex: the exact bytes)")
+        ->excludes("ids");
     decode->callback([this, decode] {
       const Tokenizer tok = Tokenizer::FromPath(decode_path_);
+      if (!batch_.empty()) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto& ids : ReadBatch(batch_, "id arrays", "[[9707, 11], [1879]]")) {
+          nlohmann::json one;
+          TextWithBytes(one, "text", tok.Decode(IdsFromJson(ids), skip_special_));
+          out.push_back(std::move(one));
+        }
+        std::cout << DumpJson(out) << "\n";
+        return;
+      }
       const auto ids = ParseIds(ArgOrStdin(ids_, decode->count("ids") > 0));
       std::cout << tok.Decode(ids, skip_special_) << std::flush;
     });
+
+    auto* chat = app.add_subcommand(
+        "chat", "render a chat template on contexts ({messages, add_generation_prompt, tools, ...})");
+    chat->add_option("--template", chat_path_,
+                     "a .jinja file, or a model directory (its chat template; bos_token and "
+                     "eos_token become variables as in transformers)")
+        ->required();
+    chat->add_option("context", context_, "JSON context object file; '-' or nothing reads stdin");
+    chat->add_option("--batch", batch_,
+                     "render every context of this JSON array file instead; prints "
+                     "[{text, text_hex} | {error}]")
+        ->excludes("context");
+    chat->callback([this, chat] { Chat(chat->count("context") > 0); });
 
     auto* train = app.add_subcommand("train", "learn a compact BPE vocabulary from env text");
     train->add_option("--out", out_, "where to write tokenizer.json")->required();
@@ -145,7 +258,32 @@ class TokenizerCommand : public Command {
         tokens ? static_cast<double>(bytes) / tokens : 0.0, out_, tok.Fingerprint());
   }
 
-  std::string encode_path_, decode_path_, text_, ids_, out_;
+  void Chat(bool context_given) const {
+    const ChatTemplateSource src = LoadChatTemplate(chat_path_);
+    const auto tmpl = jinja::Template::Parse(src.source, fmt::format("'{}'", chat_path_));
+    if (!batch_.empty()) {
+      nlohmann::json out = nlohmann::json::array();
+      for (auto& ctx : ReadBatch(batch_, "context objects", R"([{"messages": [{"role": "user", "content": "hi"}]}])"))
+        out.push_back(RenderOne(tmpl, std::move(ctx), src));
+      std::cout << DumpJson(out) << "\n";
+      return;
+    }
+    nlohmann::ordered_json ctx;
+    try {
+      ctx = nlohmann::ordered_json::parse(
+          context_given && context_ != "-" ? ReadRegularFile(context_, kMaxBatchFileBytes, "context file")
+                                           : ArgOrStdin(context_, false));
+    } catch (const nlohmann::json::exception& e) {
+      throw ConfigError(fmt::format("the context is not valid JSON: {}", e.what()),
+                        R"(pass {"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true})");
+    }
+    if (!ctx.is_object())
+      throw ConfigError(fmt::format("the context is a JSON {}, not an object", ctx.type_name()),
+                        R"(pass {"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true})");
+    std::cout << tmpl.Render(WithSpecialTokens(std::move(ctx), src)) << std::flush;
+  }
+
+  std::string encode_path_, decode_path_, text_, ids_, out_, batch_, chat_path_, context_;
   bool no_special_ = false, skip_special_ = false;
   policy::TokenizerTrainOptions train_opt_;
   policy::EnvCorpusOptions corpus_opt_;

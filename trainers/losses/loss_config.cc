@@ -59,8 +59,10 @@ void EngineConfig::Load(ConfigNode n) {
   n.Get("cap", cap, "tis: upper clamp of the weight (inf = no cap)", Range::Positive().AllowInf());
   n.Get("floor", floor, "tis: lower clamp of the weight (0 keeps small ratios; <= cap)",
         Range::Closed(0, cap));
-  n.Get("low", low, "icepop/reject: lower bound of kept ratios", Range::Positive());
-  n.Get("high", high, "icepop/reject: upper bound of kept ratios (> low)", Range::GreaterThan(low));
+  n.Get("low", low, "icepop/reject: lower bound of kept ratios (0: no lower bound, as TRL's default)",
+        Range::NonNegative());
+  n.Get("high", high, "icepop/reject: upper bound of kept ratios (> low; inf: no upper bound)",
+        Range::GreaterThan(low).AllowInf());
   ValidateAt(*this, n);
 }
 
@@ -69,9 +71,8 @@ void EngineConfig::Validate() const {
   RequireName({"token", "sequence"}, "loss.engine.level", level, "engine level");
   Require(cap > 0 && !std::isnan(cap), "loss.engine.cap", cap, "> 0 (inf allowed)");
   Require(floor >= 0 && floor <= cap, "loss.engine.floor", floor, "0 <= floor <= cap");
-  Require(low > 0 && std::isfinite(low), "loss.engine.low", low, "a finite value > 0");
-  Require(high > low && std::isfinite(high), "loss.engine.high", high,
-          "a finite value > loss.engine.low");
+  Require(low >= 0 && std::isfinite(low), "loss.engine.low", low, "a finite value >= 0");
+  Require(high > low && !std::isnan(high), "loss.engine.high", high, "> loss.engine.low (inf allowed)");
 }
 
 void LossConfig::Load(ConfigNode n, bool sequence_keys) {

@@ -552,8 +552,10 @@ TEST(LossConfig, ValuesOutsideTheirRangeNameKeyRangeAndPosition) {
       {"loss.engine", "cap = -inf", "cap' must be > 0 (inf allowed), found -inf"},
       {"loss.engine", "cap = nan", "cap' must be a finite number, found nan"},
       {"loss.engine", "floor = -0.5", "floor' must be in [0, 2], found -0.5"},
-      {"loss.engine", "low = 0", "low' must be > 0, found 0"},
-      {"loss.engine", "high = 0.5", "high' must be > 0.5, found 0.5"},
+      {"loss.engine", "low = -0.1", "low' must be >= 0, found -0.1"},
+      {"loss.engine", "low = nan", "low' must be a finite number, found nan"},
+      {"loss.engine", "high = nan", "high' must be a finite number, found nan"},
+      {"loss.engine", "high = 0.5", "high' must be > 0.5 (inf allowed), found 0.5"},
       {"kl", "coef = -0.01", "coef' must be >= 0, found -0.01"},
       {"kl", "coef = inf", "coef' must be a finite number, found inf"},
       {"advantage", "std_eps = 0", "std_eps' must be > 0, found 0"},
@@ -577,6 +579,8 @@ TEST(LossConfig, ValuesOutsideTheirRangeNameKeyRangeAndPosition) {
            {"loss", "clip_high = 0"},
            {"loss.engine", "cap = inf"},
            {"loss.engine", "floor = 2.0"},
+           {"loss.engine", "low = 0"},  // TRL's one-sided mask (no lower bound)
+           {"loss.engine", "high = inf"},
            {"kl", "coef = 0"},
            {"advantage", "gamma = 0\nlambda = 1"}})
     EXPECT_EQ(LoadError(section, line), "") << line;
@@ -585,7 +589,13 @@ TEST(LossConfig, ValuesOutsideTheirRangeNameKeyRangeAndPosition) {
   loss.clip_low = -1.0;
   EXPECT_THROW(loss.Validate(), ConfigError);
   EngineConfig engine;
+  engine.low = -0.5;
+  EXPECT_THROW(engine.Validate(), ConfigError);
+  engine.low = std::nan("");
+  EXPECT_THROW(engine.Validate(), ConfigError);
   engine.low = 0;
+  EXPECT_NO_THROW(engine.Validate());
+  engine.high = std::nan("");
   EXPECT_THROW(engine.Validate(), ConfigError);
   AdvantageConfig adv;
   adv.std_eps = 0;
