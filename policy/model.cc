@@ -226,7 +226,9 @@ void Unsupported(const std::string& field, const std::string& found, const std::
   throw ConfigError(fmt::format("model config.json: {} = {} is not supported", field, found), hint);
 }
 
-RopeScaling ReadRope(const nlohmann::json& r, const std::string& where, const HfConfigReader& rd) {
+// `max_position` is what llama3 and yarn fall back to without original_max_position_embeddings.
+RopeScaling ReadRope(const nlohmann::json& r, const std::string& where, const HfConfigReader& rd,
+                     int64_t max_position) {
   RopeScaling rope;
   static const std::set<std::string> kKnown = {
       "rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
@@ -249,11 +251,11 @@ RopeScaling ReadRope(const nlohmann::json& r, const std::string& where, const Hf
   if (rope.type == "default") return rope;
   rope.factor = rd.Get<double>("factor", r, pre, std::nullopt);
   if (rope.type == "llama3") {
-    rope.original_max_position = rd.Get<int64_t>("original_max_position_embeddings", r, pre, std::nullopt);
+    rope.original_max_position = rd.Get<int64_t>("original_max_position_embeddings", r, pre, max_position);
     rope.low_freq_factor = rd.Get<double>("low_freq_factor", r, pre, std::nullopt);
     rope.high_freq_factor = rd.Get<double>("high_freq_factor", r, pre, std::nullopt);
   } else if (rope.type == "yarn") {
-    rope.original_max_position = rd.Get<int64_t>("original_max_position_embeddings", r, pre, 0);
+    rope.original_max_position = rd.Get<int64_t>("original_max_position_embeddings", r, pre, max_position);
     rope.beta_fast = rd.Get<double>("beta_fast", r, pre, 32.0);
     rope.beta_slow = rd.Get<double>("beta_slow", r, pre, 1.0);
     rope.attention_factor = rd.Get<double>("attention_factor", r, pre, 0.0);
@@ -262,6 +264,20 @@ RopeScaling ReadRope(const nlohmann::json& r, const std::string& where, const Hf
     rope.truncate = rd.Get<bool>("truncate", r, pre, true);
   }
   return rope;
+}
+
+// What transformers' LlamaConfig, Qwen2Config and Qwen3Config assume for a key
+// config.json leaves out; 0 = derived (num_attention_heads, hidden_size / heads).
+struct FamilyDefaults {
+  int64_t num_kv_heads;
+  int64_t head_dim;
+  int64_t max_position;
+};
+
+const FamilyDefaults& DefaultsOf(const std::string& model_type) {
+  static const std::map<std::string, FamilyDefaults> kDefaults = {
+      {"llama", {0, 0, 2048}}, {"qwen2", {32, 0, 32768}}, {"qwen3", {32, 128, 32768}}};
+  return kDefaults.at(model_type);
 }
 
 }  // namespace
@@ -294,7 +310,10 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
   c.intermediate_size = rd.Get<int64_t>("intermediate_size");
   c.num_layers = rd.Get<int64_t>("num_hidden_layers");
   c.num_heads = rd.Get<int64_t>("num_attention_heads");
-  c.num_kv_heads = rd.Get<int64_t>("num_key_value_heads", c.num_heads);
+  const FamilyDefaults& defaults = DefaultsOf(type);
+  // Absent: the family's default; null: num_attention_heads (as transformers does).
+  const bool kv_absent = !j.contains("num_key_value_heads") && defaults.num_kv_heads > 0;
+  c.num_kv_heads = rd.Get<int64_t>("num_key_value_heads", kv_absent ? defaults.num_kv_heads : c.num_heads);
   // Sizes and divisors by their config.json names, before anything divides by them.
   struct SizeField {
     const char* field;
@@ -318,24 +337,29 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
     throw ConfigError(fmt::format("config.json: num_attention_heads = {} is not a multiple of "
                                   "num_key_value_heads = {}",
                                   c.num_heads, c.num_kv_heads));
-  // Without head_dim it is D / heads.
-  c.head_dim = rd.Get<int64_t>("head_dim", c.hidden_size / c.num_heads);
+  // Without head_dim it is D / heads (Qwen3: 128).
+  c.head_dim = rd.Get<int64_t>("head_dim", defaults.head_dim ? defaults.head_dim : c.hidden_size / c.num_heads);
   if (c.head_dim < 1) throw ConfigError(fmt::format("config.json: head_dim = {} must be >= 1", c.head_dim));
+  c.max_position = rd.Get<int64_t>("max_position_embeddings", defaults.max_position);
   // Current layout: rope_parameters {rope_theta, rope_type, ...}; older: top-level
   // rope_theta and rope_scaling (null or {rope_type | type, ...}).
   if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
     const auto& r = j["rope_parameters"];
     if (!r.is_object()) Unsupported("rope_parameters", r.dump(), "expected an object");
-    c.rope = ReadRope(r, "rope_parameters", rd);
+    c.rope = ReadRope(r, "rope_parameters", rd, c.max_position);
     c.rope_theta = rd.Get<double>("rope_theta", r, "rope_parameters.",
                                   rd.Get<double>("rope_theta", 10000.0));
   } else {
     c.rope_theta = rd.Get<double>("rope_theta", 10000.0);
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
       if (!j["rope_scaling"].is_object()) Unsupported("rope_scaling", j["rope_scaling"].dump(), "expected an object");
-      c.rope = ReadRope(j["rope_scaling"], "rope_scaling", rd);
+      c.rope = ReadRope(j["rope_scaling"], "rope_scaling", rd, c.max_position);
     }
   }
+  // A top-level original_max_position_embeddings (Phi-3 style) overrides the rope
+  // parameters' in transformers (standardize_rope_params), so it does here.
+  if (c.rope.type == "llama3" || c.rope.type == "yarn")
+    c.rope.original_max_position = rd.Get<int64_t>("original_max_position_embeddings", c.rope.original_max_position);
   // transformers also reads a top-level partial_rotary_factor (moving it into the rope
   // parameters); rlid rotates whole heads, so anything else would silently change the model.
   const double partial_rotary = rd.Get<double>("partial_rotary_factor", 1.0);
@@ -353,7 +377,6 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
   } else {
     c.attention_bias = c.output_bias = rd.Get<bool>("attention_bias", false);
   }
-  c.max_position = rd.Get<int64_t>("max_position_embeddings", int64_t{4096});
   c.source_dtype = rd.Get<std::string>("dtype", rd.Get<std::string>("torch_dtype", std::string("float32")));
   try {
     c.Validate();

@@ -148,6 +148,35 @@ TEST(HfConfig, OlderLayoutGivesTheSameModel) {
   }
 }
 
+// A key config.json leaves out means what transformers' config class of the family
+// assumes (Qwen3Config: head_dim 128, 32 KV heads, 32768 positions; LlamaConfig:
+// D / heads, all heads, 2048), and a top-level original_max_position_embeddings
+// overrides the rope parameters' (transformers' standardize_rope_params).
+TEST(HfConfig, AbsentKeysTakeTheFamilyDefaultsOfTransformers) {
+  json qwen3 = ReadJsonFile(FixtureDir("qwen3_tiny") / "config.json");
+  for (const char* key : {"head_dim", "num_key_value_heads", "max_position_embeddings"}) qwen3.erase(key);
+  qwen3["num_attention_heads"] = 64;
+  auto c = ModelConfig::FromJson(qwen3);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.num_kv_heads, 32);
+  EXPECT_EQ(c.max_position, 32768);
+  qwen3["num_key_value_heads"] = nullptr;  // null: as many as query heads
+  EXPECT_EQ(ModelConfig::FromJson(qwen3).num_kv_heads, 64);
+
+  json llama = ReadJsonFile(FixtureDir("llama3_tiny") / "config.json");
+  for (const char* key : {"head_dim", "num_key_value_heads", "max_position_embeddings"}) llama.erase(key);
+  llama["rope_parameters"].erase("original_max_position_embeddings");
+  c = ModelConfig::FromJson(llama);
+  EXPECT_EQ(c.head_dim, 64 / 4);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.max_position, 2048);
+  EXPECT_EQ(c.rope.original_max_position, 2048);
+  llama["rope_parameters"]["original_max_position_embeddings"] = 64;
+  EXPECT_EQ(ModelConfig::FromJson(llama).rope.original_max_position, 64);
+  llama["original_max_position_embeddings"] = 32;
+  EXPECT_EQ(ModelConfig::FromJson(llama).rope.original_max_position, 32);
+}
+
 TEST(HfConfig, SavedConfigRoundTripsEveryFixture) {
   for (const char* name : kFixtures) {
     const auto a = ModelConfig::FromJson(ReadJsonFile(FixtureDir(name) / "config.json"));
