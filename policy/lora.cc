@@ -169,6 +169,32 @@ LoraConfig ReadAdapterConfig(const std::string& dir) {
   for (const char* key : {"rank_pattern", "alpha_pattern"})
     if (j.contains(key) && !j[key].is_null() && !j[key].empty())
       throw bad(key, "(per-module ranks or alphas) is not supported");
+  // PEFT fields that change what the adapted model computes, beyond x W^T + s B A x: the LoRA
+  // variants (aLoRA's offsets, BD-LoRA, Arrow routing, KaSA, MonteCLoRA, VeLoRA), a bias on
+  // lora_B, other layers, replicated layers, trainable token rows and adapted parameters. Any
+  // value but absent/null/false/empty is refused, so none of them is silently ignored.
+  for (const char* key : {"alora_invocation_tokens", "use_bdlora", "arrow_config", "kasa_config",
+                          "monteclora_config", "velora_config", "lora_bias", "use_qalora",
+                          "exclude_modules", "layer_replication", "trainable_token_indices",
+                          "target_parameters"}) {
+    if (!j.contains(key)) continue;
+    const auto& v = j[key];
+    if (v.is_null() || (v.is_boolean() && !v.get<bool>()) || ((v.is_array() || v.is_object()) && v.empty()))
+      continue;
+    throw bad(key, fmt::format("= {} is not supported (rlid computes plain LoRA only)", v.dump()));
+  }
+  // PEFT's from_pretrained re-runs the initialisation, and these rewrite the base weights
+  // (W - s B A for PiSSA/OLoRA/CorDA, LoRA-GA's offset, LoftQ's quantisation) or are a variant
+  // (MiCA); true, false, "gaussian", "eva" and "orthogonal" only draw A and B, which the file
+  // then overwrites.
+  if (j.contains("init_lora_weights") && j["init_lora_weights"].is_string()) {
+    const std::string init = j["init_lora_weights"].get<std::string>();
+    if (init != "gaussian" && init != "eva" && init != "orthogonal")
+      throw bad("init_lora_weights",
+                fmt::format("= \"{}\": PEFT changes the base weights when it loads such an adapter", init),
+                "save it from PEFT with save_pretrained(..., path_initial_model_for_weight_conversion=...), "
+                "which writes a plain LoRA adapter of the original base");
+  }
   LoraConfig c;
   try {
     if (!j.at("r").is_number_integer()) throw bad("r", fmt::format("= {} is not an integer", j["r"].dump()));
@@ -183,7 +209,16 @@ LoraConfig ReadAdapterConfig(const std::string& dir) {
                   "list the modules (q_proj, k_proj, ...)");
       c.target_modules = KnownTargets();
     } else {
-      for (const auto& m : t) c.target_modules.push_back(m.get<std::string>());
+      // PEFT matches a module when its name equals an entry or ends with "." + entry, and
+      // save_pretrained writes "all-linear" as the full names ("model.layers.0.self_attn.q_proj").
+      // An entry counts for its last component here; LoadAdapterWeights checks that the entries
+      // select that projection in every layer, as rlid adapts it.
+      for (const auto& m : t) {
+        std::string leaf = m.get<std::string>();
+        leaf = leaf.substr(leaf.rfind('.') + 1);
+        if (std::find(c.target_modules.begin(), c.target_modules.end(), leaf) == c.target_modules.end())
+          c.target_modules.push_back(leaf);
+      }
       std::sort(c.target_modules.begin(), c.target_modules.end(), [](const auto& a, const auto& b) {
         auto pos = [](const std::string& s) {
           return std::find(KnownTargets().begin(), KnownTargets().end(), s) - KnownTargets().begin();
@@ -245,11 +280,33 @@ void LoadAdapterWeights(const std::string& dir, TransformerLM& model) {
     throw IoError(fmt::format("'{}' is missing", path),
                   "an adapter directory needs adapter_model.safetensors (PEFT's save_pretrained "
                   "writes it)");
+  // The entries of target_modules as PEFT reads them (ReadAdapterConfig kept their last
+  // components): each adapted projection must be one they select.
+  std::vector<std::string> entries;
+  const fs::path config_path = fs::path(dir) / "adapter_config.json";
+  if (fs::exists(config_path)) {
+    const nlohmann::json j = ReadJsonFile(config_path);
+    if (j.is_object() && j.contains("target_modules") && j["target_modules"].is_array())
+      for (const auto& m : j["target_modules"])
+        if (m.is_string()) entries.push_back(m.get<std::string>());
+  }
+  auto selected = [&](const std::string& module) {
+    return std::any_of(entries.begin(), entries.end(), [&](const std::string& e) {
+      return module == e || (module.size() > e.size() && module.ends_with(e) &&
+                             module[module.size() - e.size() - 1] == '.');
+    });
+  };
   SafetensorsReader reader(path);
   torch::NoGradGuard no_grad;
   std::set<std::string> used;
   for (auto& p : model->named_parameters()) {
-    if (p.key().find(".lora_A.") == std::string::npos && p.key().find(".lora_B.") == std::string::npos) continue;
+    const auto lora_at = std::min(p.key().find(".lora_A."), p.key().find(".lora_B."));
+    if (lora_at == std::string::npos) continue;
+    const std::string module = p.key().substr(0, lora_at);
+    if (!entries.empty() && !selected(module))
+      throw ConfigError(fmt::format("'{}': target_modules selects {} in some layers only, not '{}'",
+                                    config_path.string(), module.substr(module.rfind('.') + 1), module),
+                        "rlid adapts a projection in every layer or in none");
     const std::string file_name = kPeftPrefix + p.key();
     const auto* e = reader.Find(file_name);
     if (e == nullptr)

@@ -46,14 +46,21 @@ TransformerLM ShareBaseWeights(TransformerLM& model);
 // True when `dir` holds adapter_config.json.
 bool IsAdapterDirectory(const std::string& dir);
 // Reads adapter_config.json. ConfigError naming the field for what rlid cannot
-// run exactly (another peft_type, DoRA, rsLoRA, bias training, per-layer
-// ranks, modules_to_save, target modules other than the seven projections).
+// run exactly (another peft_type, DoRA, rsLoRA and PEFT's other LoRA variants
+// such as aLoRA, bias training, per-layer ranks, modules_to_save, excluded or
+// replicated layers, an init_lora_weights with which PEFT rewrites the base on
+// load, target modules other than the seven projections). A full module name
+// in target_modules ("model.layers.0.self_attn.q_proj", as PEFT saves
+// "all-linear") counts as its last component.
 LoraConfig ReadAdapterConfig(const std::string& dir);
 // Writes adapter_config.json and adapter_model.safetensors (the adapters in
 // float32) into `dir`. The model must have adapters.
 void SaveAdapter(const std::string& dir, TransformerLM& model);
 // Reads adapter_model.safetensors into the model's attached adapters (shapes
-// checked; a missing or unexpected tensor is a ConfigError naming it).
+// checked; a missing or unexpected tensor is a ConfigError naming it). The
+// target_modules of dir's adapter_config.json must select every adapted
+// projection by PEFT's rule (the name, or a suffix after a dot): a projection
+// adapted in some layers only is a ConfigError.
 void LoadAdapterWeights(const std::string& dir, TransformerLM& model);
 
 }  // namespace rlid::policy

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <functional>
@@ -332,6 +333,7 @@ TEST(Lora, AdapterConfigsRlidCannotRunAreConfigErrorsNamingTheField) {
   TempDir tmp("lora_bad");
   auto ck = LoadBase();
   AttachLora(ck.model, Lora(), 1);
+  PerturbAdapters(ck.model);
   const fs::path good = SaveAdapted(tmp, ck.model, ck.tokenizer);
   const json cfg = ReadJson(good / "adapter_config.json");
   auto expect_error = [&](const std::string& what, const std::function<void(json&)>& edit,
@@ -366,13 +368,44 @@ TEST(Lora, AdapterConfigsRlidCannotRunAreConfigErrorsNamingTheField) {
   expect_error("float_rank", [](json& j) { j["r"] = 1e12; }, "r = 1000000000000.0 is not an integer");
   // Fewer targets than the file holds: the unused tensor is named.
   expect_error("fewer", [](json& j) { j["target_modules"] = {"q_proj"}; }, "does not use");
-  // "all-linear" is PEFT's name for every projection.
-  const fs::path all = tmp.path() / "all_linear";
-  fs::copy(good, all, fs::copy_options::recursive);
-  json j = cfg;
-  j["target_modules"] = "all-linear";
-  std::ofstream(all / "adapter_config.json", std::ios::trunc) << j.dump(2);
-  EXPECT_EQ(LoadCheckpoint(all.string()).model->lora()->target_modules.size(), 7u);
+  // PEFT fields that change the forward (aLoRA, a bias on lora_B, excluded modules) or that
+  // make PEFT's loader rewrite the base weights (PiSSA): found in adapters PEFT 0.21 writes.
+  expect_error("alora", [](json& j) { j["alora_invocation_tokens"] = {5, 6}; }, "alora_invocation_tokens");
+  expect_error("lora_bias", [](json& j) { j["lora_bias"] = true; }, "lora_bias");
+  expect_error("exclude", [](json& j) { j["exclude_modules"] = {"model.layers.0.self_attn.q_proj"}; },
+               "exclude_modules");
+  expect_error("pissa", [](json& j) { j["init_lora_weights"] = "pissa"; }, "init_lora_weights");
+  // A full module name adapts that layer only: a projection in some layers only is refused.
+  std::vector<std::string> full_names;  // what PEFT 0.21 saves for target_modules="all-linear"
+  for (int layer = 0; layer < ck.model->config().num_layers; ++layer)
+    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
+      full_names.push_back(fmt::format("model.layers.{}.{}", layer, m));
+  expect_error("one_layer", [&](json& j) {
+    j["target_modules"] = full_names;
+    j["target_modules"][0] = "k_proj";  // layer 0's q_proj is no longer selected
+  }, "selects q_proj in some layers only");
+  auto load_with = [&](const std::string& what, const std::function<void(json&)>& edit) {
+    const fs::path d = tmp.path() / what;
+    fs::copy(good, d, fs::copy_options::recursive);
+    json j = cfg;
+    edit(j);
+    std::ofstream(d / "adapter_config.json", std::ios::trunc) << j.dump(2);
+    return LoadCheckpoint(d.string());
+  };
+  // "all-linear" is PEFT's name for every projection, and so are their full names in every layer;
+  // the defaults PEFT writes for the fields above are accepted.
+  EXPECT_EQ(load_with("all_linear", [](json& j) { j["target_modules"] = "all-linear"; }).model->lora()->target_modules.size(), 7u);
+  auto full = load_with("full_names", [&](json& j) {
+    j["target_modules"] = full_names;
+    j["alora_invocation_tokens"] = nullptr;
+    j["lora_bias"] = false;
+    j["exclude_modules"] = nullptr;
+    j["trainable_token_indices"] = nullptr;
+    j["init_lora_weights"] = "gaussian";
+  });
+  EXPECT_EQ(full.model->lora()->target_modules, Lora().target_modules);
+  EXPECT_LT(MaxDiff(Logits(full.model), Logits(ck.model)), 1e-6);
 }
 
 // The README's command: configs/maze_lora.toml on a Hugging Face directory
