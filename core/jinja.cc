@@ -4,6 +4,10 @@
 // (numbers are doubles, `==` is loose equality, strings measure length in UTF-16 units), so a
 // chat template renders byte-for-byte as in transformers.js. Extensions only fill in where the
 // reference throws (a few standard Jinja filters and tests); every runaway is a ConfigError.
+// Where jinja2 through transformers' apply_chat_template differs, it is the reference now
+// (tests/live/test_chat_templates.py): numbers print as Python's repr (2.0, 1e+20, exact big
+// context integers), strip/trim/split use Python's whitespace and strip's argument, and
+// str + non-str is an error.
 // @huggingface/jinja is Copyright (c) 2023 Hugging Face, MIT License: see
 // third_party/huggingface-jinja.LICENSE.
 #include "core/jinja.h"
@@ -117,6 +121,39 @@ std::string_view JsTrimEnd(std::string_view s) {
 
 std::string_view JsTrim(std::string_view s) { return JsTrimEnd(JsTrimStart(s)); }
 
+// Python's str.isspace() set, which str.strip()/split() and jinja2's trim use: JavaScript's
+// set without U+FEFF, plus U+001C..U+001F and U+0085 (NEL).
+bool IsPySpace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+// str.strip/lstrip/rstrip(chars): drops code points in `chars` (Python whitespace when null).
+std::string_view PyStrip(std::string_view s, const std::string* chars, bool front, bool back) {
+  std::vector<uint32_t> set;
+  if (chars) set = CodePoints(*chars);
+  auto strippable = [&](uint32_t cp) {
+    return chars ? std::find(set.begin(), set.end(), cp) != set.end() : IsPySpace(cp);
+  };
+  size_t begin = 0;
+  if (front) {
+    while (begin < s.size()) {
+      size_t next = begin;
+      if (!strippable(DecodeUtf8(s, next))) break;
+      begin = next;
+    }
+  }
+  size_t end = s.size();
+  if (back) {
+    end = begin;  // end of the last code point kept
+    for (size_t i = begin; i < s.size();) {
+      if (!strippable(DecodeUtf8(s, i))) end = i;
+    }
+  }
+  return s.substr(begin, end - begin);
+}
+
 // String.prototype.length: UTF-16 code units.
 size_t Utf16Length(std::string_view s) {
   size_t n = 0;
@@ -211,14 +248,28 @@ std::string JsNumber(double x) {
   return digits.substr(0, 1) + "." + digits.substr(1) + "e" + exp;
 }
 
-// FloatValue.toString(): integral floats keep one decimal ("3.0", "-0.0").
-std::string JsFloatString(double x) {
-  if (x == 0 && std::signbit(x)) return "-0.0";
-  if (std::isfinite(x) && std::floor(x) == x) {
-    if (std::fabs(x) >= 1e21) return JsNumber(x);  // toFixed falls back to toString here
-    return fmt::format("{:.1f}", x);
+// Python's repr(float), which str(), json.dumps and so jinja2 write: the shortest round-trip
+// digits, positional for 1e-4 <= |x| < 1e16 (with ".0" when integral), else d.ddde+XX.
+std::string PyFloatRepr(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
+  if (x == 0) return std::signbit(x) ? "-0.0" : "0.0";
+  if (x < 0) return "-" + PyFloatRepr(-x);
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
+  const std::string sci(buf, res.ptr);  // d[.ddd]e[+-]XX
+  const size_t e_pos = sci.find('e');
+  const std::string digits = sci.substr(0, 1) + (e_pos > 2 ? sci.substr(2, e_pos - 2) : "");
+  const int decpt = std::stoi(sci.substr(e_pos + 1)) + 1;  // digits before the point
+  const int k = static_cast<int>(digits.size());
+  if (decpt > -4 && decpt <= 16) {
+    if (decpt <= 0) return "0." + std::string(-decpt, '0') + digits;
+    if (decpt >= k) return digits + std::string(decpt - k, '0') + ".0";
+    return digits.substr(0, decpt) + "." + digits.substr(decpt);
   }
-  return JsNumber(x);
+  const int e = decpt - 1;
+  return (k == 1 ? digits : digits.substr(0, 1) + "." + digits.substr(1)) +
+         fmt::format("e{}{:02d}", e < 0 ? '-' : '+', std::abs(e));
 }
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
@@ -1629,6 +1680,8 @@ struct Value {
   bool boolean = false;
   double number = 0;
   std::shared_ptr<const std::string> string;
+  // A context integer beyond 2^53: its exact digits (Python ints are exact; `number` rounds).
+  std::shared_ptr<const std::string> digits;
   std::shared_ptr<const Array> array;
   std::shared_ptr<Object> object;
   std::shared_ptr<const Function> function;
@@ -1847,11 +1900,15 @@ class Interpreter {
       case nlohmann::json::value_t::boolean:
         return Bool(j.template get<bool>());
       case nlohmann::json::value_t::number_integer:
-        return Integer(static_cast<double>(j.template get<int64_t>()));
-      case nlohmann::json::value_t::number_unsigned:
-        return Integer(static_cast<double>(j.template get<uint64_t>()));
+      case nlohmann::json::value_t::number_unsigned: {
+        Value v = Integer(j.is_number_unsigned() ? static_cast<double>(j.template get<uint64_t>())
+                                                 : static_cast<double>(j.template get<int64_t>()));
+        if (std::fabs(v.number) >= 9007199254740992.0)  // 2^53: doubles start rounding
+          v.digits = std::make_shared<const std::string>(j.dump());
+        return v;
+      }
       case nlohmann::json::value_t::number_float:
-        return Number(j.template get<double>());
+        return Float(j.template get<double>());  // json.loads keeps 2.0 a float
       case nlohmann::json::value_t::string:
         return String(j.template get<std::string>());
       case nlohmann::json::value_t::array: {
@@ -1949,6 +2006,10 @@ class Interpreter {
 
   // ---- string forms ----
 
+  static std::string IntegerString(const Value& v) {
+    return v.digits ? *v.digits : JsNumber(v.number);
+  }
+
   // RuntimeValue.toString(), what {{ }} prints.
   std::string ToString(const Value& v, size_t pos, int depth = 0) {
     switch (v.type) {
@@ -1959,9 +2020,9 @@ class Interpreter {
       case Type::kBool:
         return v.boolean ? "true" : "false";
       case Type::kInteger:
-        return JsNumber(v.number);
+        return IntegerString(v);
       case Type::kFloat:
-        return JsFloatString(v.number);
+        return PyFloatRepr(v.number);
       case Type::kString:
         return v.Str();
       case Type::kFunction:
@@ -1985,8 +2046,9 @@ class Interpreter {
       case Type::kBool:
         return v.boolean ? "true" : "false";
       case Type::kInteger:
+        return IntegerString(v);
       case Type::kFloat:
-        return JsNumber(v.number);
+        return PyFloatRepr(v.number);
       case Type::kString:
         return v.Str();
       case Type::kArray:
@@ -2037,8 +2099,12 @@ class Interpreter {
         out += undefined_to_null ? "null" : "undefined";
         return;
       case Type::kInteger:
-      case Type::kFloat:
-        out += std::isfinite(v.number) ? JsNumber(v.number) : "null";
+        out += std::isfinite(v.number) ? IntegerString(v) : "null";
+        return;
+      case Type::kFloat:  // json.dumps: repr(float); NaN and Infinity as Python writes them
+        out += std::isnan(v.number)   ? "NaN"
+               : std::isinf(v.number) ? (v.number < 0 ? "-Infinity" : "Infinity")
+                                      : PyFloatRepr(v.number);
         return;
       case Type::kBool:
         out += v.boolean ? "true" : "false";
@@ -2922,9 +2988,16 @@ class Interpreter {
       if (op == "+") return typed(a + b);
       if (op == "-") return typed(a - b);
       if (op == "*") return typed(a * b);
+      if ((op == "/" || op == "//" || op == "%") && b == 0)
+        Fail(n, fmt::format("division by zero ({} {} {})", ToString(left, n.pos), op,
+                            ToString(right, n.pos)));
       if (op == "/") return Float(a / b);
       if (op == "//") return typed(std::floor(a / b));
-      if (op == "%") return typed(std::fmod(a, b));
+      if (op == "%") {  // Python's: the result takes the divisor's sign
+        double r = std::fmod(a, b);
+        if (r != 0 && (r < 0) != (b < 0)) r += b;
+        return typed(r);
+      }
       if (op == "<") return Bool(a < b);
       if (op == ">") return Bool(a > b);
       if (op == "<=") return Bool(a <= b);
@@ -2947,8 +3020,12 @@ class Interpreter {
       if (op == "not in") return Bool(!member);
     }
     if ((left.type == Type::kString || right.type == Type::kString) && op == "+") {
-      std::string out = RawString(left, n.pos);
-      Append(out, RawString(right, n.pos), n.pos);
+      // Python's str + str only (transformers/jinja2 is the reference; `~` converts).
+      if (left.type != right.type)
+        Fail(n, fmt::format("can only concatenate str (not \"{}\") to str",
+                            TypeName(left.type == Type::kString ? right.type : left.type)));
+      std::string out = left.Str();
+      Append(out, right.Str(), n.pos);
       return String(std::move(out));
     }
     if (left.type == Type::kString && right.type == Type::kString) {
@@ -3007,10 +3084,14 @@ class Interpreter {
     Charge(reads, at.pos);
     if (name == "upper") return String(ChangeCase(s, true));
     if (name == "lower") return String(ChangeCase(s, false));
-    // The reference's strip/lstrip/rstrip ignore their argument and trim all whitespace.
-    if (name == "strip") return String(std::string(JsTrim(s)));
-    if (name == "lstrip") return String(std::string(JsTrimStart(s)));
-    if (name == "rstrip") return String(std::string(JsTrimEnd(s)));
+    if (name == "strip" || name == "lstrip" || name == "rstrip") {
+      // Python's: the code points of the argument, or whitespace when it is absent or none.
+      const Value* chars = args.empty() ? nullptr : &args[0];
+      if (chars && chars->type != Type::kString && chars->type != Type::kNull)
+        Fail(at, fmt::format("{} arg must be None or str", name));
+      const std::string* set = chars && chars->type == Type::kString ? &chars->Str() : nullptr;
+      return String(std::string(PyStrip(s, set, name != "rstrip", name != "lstrip")));
+    }
     if (name == "title") return String(TitleCase(s));
     if (name == "capitalize") return String(Capitalize(s));
     if (name == "startswith" || name == "endswith") {
@@ -3047,13 +3128,18 @@ class Interpreter {
     const double maxsplit = maxsplit_value.number;
     std::vector<std::string> parts;
     if (sep.type == Type::kNull) {
-      const std::string_view text = JsTrimStart(s);
+      // Python's whitespace (see IsPySpace).
+      const std::string_view text = PyStrip(s, nullptr, true, false);
+      auto space_at = [&](size_t at) -> size_t {
+        size_t next = at;
+        return at < text.size() && IsPySpace(DecodeUtf8(text, next)) ? next - at : 0;
+      };
       size_t i = 0;
       while (i < text.size()) {
-        while (size_t w = JsSpaceAt(text, i)) i += w;
+        while (size_t w = space_at(i)) i += w;
         if (i >= text.size()) break;
         size_t j = i;
-        while (j < text.size() && JsSpaceAt(text, j) == 0) DecodeUtf8(text, j);
+        while (j < text.size() && space_at(j) == 0) DecodeUtf8(text, j);
         if (maxsplit != -1 && static_cast<double>(parts.size()) >= maxsplit) {
           parts.emplace_back(text.substr(i));
           break;
@@ -3412,7 +3498,7 @@ class Interpreter {
       if (filter == "lower") return String(ChangeCase(s, false));
       if (filter == "title") return String(TitleCase(s));
       if (filter == "capitalize") return String(Capitalize(s));
-      if (filter == "trim") return String(std::string(JsTrim(s)));
+      if (filter == "trim") return String(std::string(PyStrip(s, nullptr, true, true)));
       if (filter == "indent") return String(Indent(s, "    ", false, false, at.pos));
       if (filter == "join" || filter == "string") return operand;
       if (filter == "int") {

@@ -51,7 +51,8 @@ class Template {
   // falsy, renders as "", `is defined` is false, and its attributes are Undefined too.
   // Throws ConfigError with line:column on a render error, a raise_exception() call
   // (carrying the template's own message) or an exceeded RenderOptions bound. Semantics are
-  // those of @huggingface/jinja 0.5.11 (JavaScript numbers, loose ==, UTF-16 lengths);
+  // those of @huggingface/jinja 0.5.11 (JavaScript numbers, loose ==, UTF-16 lengths) except
+  // where transformers' jinja2 renders chat templates differently (see jinja.cc's header);
   // Render is const and safe to call from several threads on one Template.
   std::string Render(const nlohmann::ordered_json& context,
                      const RenderOptions& options = {}) const;
