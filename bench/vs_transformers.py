@@ -209,6 +209,11 @@ def run_transformers(model, w, repeats):
 
 # ---- the race -------------------------------------------------------------------------------
 
+def menu_p(logps) -> torch.Tensor:
+    """p(a|s) over the menu from the candidates' log π(w|s) (float64)."""
+    return torch.tensor(logps, dtype=torch.float64).softmax(0)
+
+
 def race(ckpt: Path, dtype: str, threads: int, w: dict, args) -> dict:
     torch.set_num_threads(threads)
     model = load(ckpt, dtype)
@@ -227,12 +232,13 @@ def race(ckpt: Path, dtype: str, threads: int, w: dict, args) -> dict:
     for k, m, h, r in zip(args.ks, w["menus"], hf["menus"], rl["menus"]):
         diff = max(max(abs(a - b) for a, b in zip(r["logp"], h["logp_rows"])),
                    max(abs(a - b) for a, b in zip(r["logp"], h["logp_cached"])))
+        p_diff = max((menu_p(r["logp"]) - menu_p(h[key])).abs().max().item() for key in ("logp_rows", "logp_cached"))
         rows.append({"task": f"menu K={k}", "transformers_per_row_s": h["seconds_per_row"],
                      "transformers_cached_s": h["seconds_cached"], "rlid_s": r["seconds"],
                      "vs_lamorel": h["seconds_cached"] / r["seconds"],
                      "vs_twosome": h["seconds_per_row"] / r["seconds"],
                      "vs_twosome_per_k": h["seconds_per_row"] / r["seconds"] / k,
-                     "worst_logp_diff": diff})
+                     "worst_logp_diff": diff, "worst_p_diff": p_diff})
     for g, h, r in zip(w["generate"], hf["generate"], rl["generate"]):
         name = "greedy" if g["temperature"] == 0 else "sampled"
         row = {"task": f"generate {name}", "transformers_tok_s": h["tokens"] / h["seconds"],
@@ -260,7 +266,8 @@ def print_table(model: str, res: dict):
         if t.startswith("menu"):
             print(f"| {t} | per row {r['transformers_per_row_s']*1e3:.2f} ms, cached {r['transformers_cached_s']*1e3:.2f} ms"
                   f" | {r['rlid_s']*1e3:.2f} ms | {r['vs_lamorel']:.2f}x lamorel, {r['vs_twosome']:.2f}x TWOSOME"
-                  f" ({r['vs_twosome_per_k']:.2f} K) | max |Δ log p| {r['worst_logp_diff']:.1e} |")
+                  f" ({r['vs_twosome_per_k']:.2f} K) | max |Δ p(a|s)| {r['worst_p_diff']:.1e}, "
+                  f"|Δ log π(w|s)| {r['worst_logp_diff']:.1e} |")
         elif t.startswith("generate"):
             check = (f"{r['same_greedy_sequences']}/{r['sequences']} identical" if "sequences" in r else "")
             print(f"| {t} | {r['transformers_tok_s']:.0f} tok/s | {r['rlid_tok_s']:.0f} tok/s | "

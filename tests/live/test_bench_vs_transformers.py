@@ -27,6 +27,8 @@ def test_the_race_compares_equal_numbers(tmp_path, rlid, report):
     rows = {r["task"]: r for r in res["rows"]}
     worst = max(rows[f"menu K={k}"]["worst_logp_diff"] for k in args.ks)
     report("bench.vs_transformers.menu_logp", worst, 1e-5, sum(args.ks))
+    worst_p = max(rows[f"menu K={k}"]["worst_p_diff"] for k in args.ks)
+    report("bench.vs_transformers.menu_p", worst_p, 1e-5, sum(args.ks))
     greedy = rows["generate greedy"]
     report("bench.vs_transformers.greedy_mismatches", greedy["sequences"] - greedy["same_greedy_sequences"], 0,
            greedy["sequences"])
