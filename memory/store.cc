@@ -331,8 +331,11 @@ void Store::OpenReadOnly() {
   const int version = SchemaVersionOf(db_);
   CheckVersion(version);
   if (version == 0)
-    throw IoError(fmt::format("'{}' is an empty database, not an rlid database", path()),
-                  "pass a run directory or the rlid.db file written by rlid");
+    throw IoError(fmt::format("'{}' is an empty database (no tables): not an rlid database, or "
+                              "the store of a run stopped before it wrote its schema",
+                              path()),
+                  "pass a run directory or the rlid.db file written by rlid; a run stopped "
+                  "that early recorded nothing: start it again");
   if (version < LatestSchemaVersion())
     spdlog::warn(
         "{}: schema version {} is older than {}; views added later are missing until "

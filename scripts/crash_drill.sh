@@ -85,7 +85,14 @@ for ((i = 1; i <= N; i++)); do
   status=""
   if [[ -f "$dir/rlid.db" ]]; then
     integrity "$dir" >"$dir.integrity" 2>&1 || { trial_problems+=("integrity after the kill: $(cat "$dir.integrity")"); bad_integrity=$((bad_integrity + 1)); }
-    status=$("$RLID" sql "$dir" "SELECT group_concat(status) FROM runs" --csv | tail -1)
+    # A run killed between creating rlid.db and committing its schema leaves an
+    # empty database: `rlid sql` refuses it by name, and --resume below writes
+    # the schema. Any other failure to read the store is a problem.
+    if ! status=$("$RLID" sql "$dir" "SELECT group_concat(status) FROM runs" --csv 2>"$dir.status.err" | tail -1); then
+      status=""
+      grep -q "empty database" "$dir.status.err" ||
+        trial_problems+=("rlid sql failed on the killed run: $(tail -2 "$dir.status.err" | tr '\n' ' ')")
+    fi
   fi
   full_checks=0
   if [[ $code -eq 0 ]]; then

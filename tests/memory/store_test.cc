@@ -373,6 +373,22 @@ TEST(Store, AnotherApplicationsDatabaseIsRefused) {
   }
 }
 
+// A run killed between creating rlid.db (the writer lock creates the file)
+// and committing its schema leaves an empty file: readers name that case, and
+// the next writer (a resume, say) writes the schema into it.
+TEST(Store, AStoreKilledBeforeItsSchemaIsNamedAndCompletedByTheNextWriter) {
+  const std::string path = DbPath(ScratchDir("killed_at_birth"));
+  std::ofstream(path).flush();
+  ASSERT_EQ(fs::file_size(path), 0u);
+  const std::string err = ErrorOf([&] { Store::Open(path, Store::Mode::kReadOnly); });
+  EXPECT_NE(err.find("a run stopped before it wrote its schema"), std::string::npos) << err;
+  EXPECT_NE(err.find("start it again"), std::string::npos) << err;
+  EXPECT_EQ(fs::file_size(path), 0u);  // a reader leaves it alone
+  Store::Open(path, Store::Mode::kReadWrite);
+  EXPECT_EQ(Store::Open(path, Store::Mode::kReadOnly)->Query("SELECT count(*) FROM runs").rows.size(),
+            1u);
+}
+
 TEST(Store, MissingPathsAreClear) {
   const std::string dir = ScratchDir("missing");
   std::string err =
