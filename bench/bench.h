@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -36,6 +37,36 @@ using BenchRegistry = Registry<Benchmark>;
 // Wall-clock seconds of a monotonic clock.
 inline double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Seconds of the fastest of `repeats` calls of `fn` after one warm-up call;
+// `after_each()` runs after every timed call (a progress bar, say).
+template <class Fn, class After = void (*)()>
+double Fastest(int repeats, Fn&& fn, After&& after_each = [] {}) {
+  fn();
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const double s = Now();
+    fn();
+    best = std::min(best, Now() - s);
+    after_each();
+  }
+  return best;
+}
+
+// Mean seconds per call of `fn`, repeated until `seconds` have passed (>= 2
+// calls after one warm-up call): for calls too short to time one by one.
+template <class Fn>
+double TimePerCall(double seconds, Fn&& fn) {
+  fn();
+  int calls = 0;
+  double t0 = Now(), t1 = t0;
+  while (calls < 2 || t1 - t0 < seconds) {
+    fn();
+    ++calls;
+    t1 = Now();
+  }
+  return (t1 - t0) / calls;
 }
 
 // Peak resident set size of this process so far (getrusage's ru_maxrss), in bytes.

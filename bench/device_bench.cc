@@ -157,23 +157,19 @@ eval_every = 0
       auto& model = arm.session->model;
       row["parameters"] = model->config().NumParameters();
       // Readout: B bandit states in one batched call.
-      auto& env = *arm.session->env;
-      auto& renderer = *arm.session->renderer;
       const MenuPrompts menus = RenderMenuPrompts(*arm.session->env, *arm.session->renderer, batch_);
       const auto& reqs = menus.readouts;
       const auto& prompts = menus.token_prompts;
       model->eval();
       policy::ReadoutOptions ro;
       ro.share_prefix = true;
-      double readout_s = 1e30;
+      double readout_s = 0;
       {
         torch::NoGradGuard ng;
-        for (int r = 0; r <= repeats_; ++r) {  // the first is a warm-up
-          const double s = Now();
+        readout_s = Fastest(repeats_, [&] {
           policy::Readout(model, reqs, ro);
           Finish(device);
-          if (r > 0) readout_s = std::min(readout_s, Now() - s);
-        }
+        });
       }
       row["readout_decisions_per_s"] = batch_ / readout_s;
       // Sampling: the rollout engine with the model's weights (LoRA folded in).

@@ -108,17 +108,11 @@ class ModelBench : public Benchmark {
     // torch::mm reference: a square float32 matmul.
     const int64_t n = 2048;
     auto a = torch::randn({n, n}), b = torch::randn({n, n});
-    torch::mm(a, b);  // warm-up
     // Every timed repeat of the three measurements (mm, prefill, readout).
     Progress progress("bench model: timed repeats (mm, prefill, readout)", 3 * repeats_);
     int64_t repeats_done = 0;
-    double mm_s = 1e30;
-    for (int r = 0; r < repeats_; ++r) {
-      const double s = Now();
-      auto c = torch::mm(a, b);
-      mm_s = std::min(mm_s, Now() - s);
-      progress.Update(++repeats_done);
-    }
+    const auto tick = [&] { progress.Update(++repeats_done); };
+    const double mm_s = Fastest(repeats_, [&] { torch::mm(a, b); }, tick);
     const double mm_flops = 2.0 * n * n * n / mm_s;
 
     // Prefill: one sequence, logits at the last position only (what a readout needs).
@@ -130,14 +124,7 @@ class ModelBench : public Benchmark {
       auto h = model->forward(ids, pos, mask).hidden;
       return model->Logits(h.select(1, T - 1));
     };
-    prefill();
-    double prefill_s = 1e30;
-    for (int r = 0; r < repeats_; ++r) {
-      const double s = Now();
-      prefill();
-      prefill_s = std::min(prefill_s, Now() - s);
-      progress.Update(++repeats_done);
-    }
+    const double prefill_s = Fastest(repeats_, prefill, tick);
     policy::ForwardCost cost;
     cost.calls = 1, cost.tokens = T, cost.attention_pairs = policy::CausalPairs(T), cost.logit_rows = 1;
     const double prefill_flops = mc.ForwardFlops(cost) / prefill_s;
@@ -152,19 +139,13 @@ class ModelBench : public Benchmark {
     const int64_t prompt_tokens = menus.readout_prompt_tokens;
     policy::ReadoutOptions ro;
     ro.share_prefix = true;  // what batching can save: the common prompt prefix
-    policy::Readout(model, {reqs[0]}, ro);  // warm-up
-    double one_s = 1e30, batched_s = 1e30;
     int64_t one_tokens = 0, batched_tokens = 0;
-    for (int r = 0; r < repeats_; ++r) {
-      double s = Now();
+    const double one_s = Fastest(repeats_, [&] {
       one_tokens = 0;
       for (const auto& rq : reqs) one_tokens += policy::Readout(model, {rq}, ro).cost.tokens;
-      one_s = std::min(one_s, Now() - s);
-      s = Now();
-      batched_tokens = policy::Readout(model, reqs, ro).cost.tokens;
-      batched_s = std::min(batched_s, Now() - s);
-      progress.Update(++repeats_done);
-    }
+    });
+    const double batched_s =
+        Fastest(repeats_, [&] { batched_tokens = policy::Readout(model, reqs, ro).cost.tokens; }, tick);
     const double rss_end = PeakRssBytes();
 
     std::cout << fmt::format("torch::mm {}x{} float32: {:.1f} GFLOP/s\n", n, n, mm_flops / 1e9);

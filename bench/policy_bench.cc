@@ -35,21 +35,6 @@ std::vector<TokenId> RandomTokens(Rng& rng, int64_t n, TokenId lo, TokenId hi) {
   return v;
 }
 
-// Mean seconds per call of `fn`, repeated until `seconds` have passed (>= 2 calls
-// after one warm-up call).
-template <class Fn>
-double TimePerCall(double seconds, Fn&& fn) {
-  fn();
-  int calls = 0;
-  double t0 = Now(), t1 = t0;
-  while (calls < 2 || t1 - t0 < seconds) {
-    fn();
-    ++calls;
-    t1 = Now();
-  }
-  return (t1 - t0) / calls;
-}
-
 // A menu state: ~200-token prompt, K single-token labels (ids 1000 + k), and
 // K/4 + 1 items with a second, multi-token wording ("go north"-like, 2-3 tokens).
 policy::ReadoutRequest MenuState(Rng& rng, int K) {

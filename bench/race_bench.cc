@@ -47,19 +47,6 @@ std::vector<policy::ReadoutRequest> MenuRequests(const json& states) {
   return out;
 }
 
-// Seconds of the fastest of `repeats` calls after one warm-up call.
-template <class Fn>
-double Fastest(int repeats, Fn&& fn) {
-  fn();
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const double s = Now();
-    fn();
-    best = std::min(best, Now() - s);
-  }
-  return best;
-}
-
 class RaceBench : public Benchmark {
  public:
   void AddOptions(CLI::App& app) override {
