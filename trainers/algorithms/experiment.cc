@@ -15,6 +15,7 @@
 #include "policy/device.h"
 #include "policy/runtime.h"
 #include "policy/tokenizer_corpus.h"
+#include "trainers/losses/advantages.h"
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;
@@ -309,7 +310,7 @@ void ExperimentConfig::CheckConsistency() const {
   const std::string& est = t.advantage.estimator;
   // Group-relative estimators compare episodes of one env seed: a group of one
   // gives every advantage 0, and the run would train only its value/entropy terms.
-  if ((est == "grpo" || est == "rloo" || est == "reinforce_pp_baseline") && t.group_size < 2)
+  if (AdvantageRegistry::Global().Make(est)->needs_groups() && t.group_size < 2)
     throw ConfigError(
         fmt::format("{}: trainer.advantage.estimator = '{}' needs groups of at least 2 episodes "
                     "per env seed, but trainer.group_size = {} (algorithm '{}')",

@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <memory>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/interrupt.h"
@@ -74,36 +75,60 @@ DecisionBatch FlattenDecisions(const std::vector<agents::EpisodeData>& episodes,
   return b;
 }
 
+namespace {
+
+// The batch's decisions as one row per episode: [E, T] rewards, values and
+// mask, and each episode's bootstrap value [E] (its decisions are contiguous).
+AdvantageInputs PerStepInputs(const std::vector<agents::EpisodeData>& episodes,
+                              const DecisionBatch& b) {
+  const int64_t N = b.size(), E = static_cast<int64_t>(episodes.size());
+  std::vector<int64_t> row(N), col(N), length(E, 0);
+  for (int64_t i = 0; i < N; ++i) {
+    row[i] = b.dec[i].episode;
+    col[i] = length[row[i]]++;
+  }
+  int64_t T = 1;
+  for (int64_t n : length) T = std::max(T, n);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const auto at = std::vector<torch::indexing::TensorIndex>{torch::tensor(row), torch::tensor(col)};
+  AdvantageInputs in;
+  in.token_rewards = torch::zeros({E, T}, f64).index_put_(at, b.reward);
+  in.values = torch::zeros({E, T}, f64).index_put_(at, b.old_value);
+  in.response_mask = torch::zeros({E, T}, torch::kBool).index_put_(at, torch::ones({N}, torch::kBool));
+  in.end_values = torch::zeros({E}, f64).index_put_({torch::tensor(row).masked_select(b.ends)},
+                                                    b.end_values.masked_select(b.ends));
+  return in;
+}
+
+}  // namespace
+
 std::pair<torch::Tensor, torch::Tensor> DecisionAdvantages(
     const TrainerConfig& t, const std::vector<agents::EpisodeData>& episodes,
     const DecisionBatch& b) {
   const int64_t N = b.size();
-  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  if (t.advantage.estimator == "gae") {
-    auto r = GaeAdvantages({b.reward, b.old_value, b.ends, b.end_values}, t.advantage.gamma,
-                           t.advantage.lambda);
-    return {r.advantages, r.returns};
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  std::vector<int64_t> episode_of(N);
+  for (int64_t i = 0; i < N; ++i) episode_of[i] = b.dec[i].episode;
+  const auto ep_index = torch::tensor(episode_of, torch::kInt64);
+  const auto estimator = AdvantageRegistry::Global().Make(t.advantage.estimator);
+  if (estimator->uses_values()) {
+    // Per decision (gae): its returns are the value target.
+    AdvantageInputs in = PerStepInputs(episodes, b);
+    AdvantageResult r = ComputeAdvantages(t.advantage, in);
+    const auto mask = in.response_mask;
+    return {r.advantages.masked_select(mask), r.returns.masked_select(mask)};
   }
-  if (t.advantage.estimator != "grpo" && t.advantage.estimator != "rloo")
-    throw ConfigError(
-        fmt::format("ppo_decision supports advantage estimators gae, grpo, rloo; got '{}'",
-                    t.advantage.estimator),
-        "set trainer.advantage.estimator");
-  // Episode-level: the episode's return, centred within its env-seed group,
-  // broadcast to every decision of the episode.
+  // Per episode: the episode's return is the score of a one-step response in
+  // its env-seed group; its advantage goes to every decision of the episode.
+  AdvantageInputs in;
   std::vector<double> returns;
-  std::vector<int64_t> groups, episode_of(N);
   for (const auto& e : episodes) {
     returns.push_back(e.ret);
-    groups.push_back(e.spec.group);
+    in.groups.push_back(e.spec.group);
   }
-  for (int64_t i = 0; i < N; ++i) episode_of[i] = b.dec[i].episode;
-  torch::Tensor scores = torch::tensor(returns, f64);
-  torch::Tensor ep_adv =
-      t.advantage.estimator == "grpo"
-          ? GroupNormalizedScores(scores, groups, t.advantage.std_norm, t.advantage.std_eps)
-          : LeaveOneOutScores(scores, groups);
-  auto adv = ep_adv.to(torch::kFloat64).index_select(0, torch::tensor(episode_of, torch::kInt64));
+  in.scores = torch::tensor(returns, f64);
+  in.response_mask = torch::ones({static_cast<int64_t>(returns.size()), 1}, torch::kBool);
+  auto adv = ComputeAdvantages(t.advantage, in).advantages.select(1, 0).index_select(0, ep_index);
   // The value head still learns the discounted return-to-go (bootstrapped at cuts).
   auto ret = GaeAdvantages({b.reward, torch::zeros({N}, f64), b.ends, b.end_values},
                            t.advantage.gamma, 1.0)
@@ -122,6 +147,16 @@ torch::Tensor Rows(const std::vector<std::vector<float>>& rows, const std::vecto
   std::vector<const std::vector<float>*> picked;
   for (int64_t i : idx) picked.push_back(&rows[i]);
   return PadRows(picked, width, pad);
+}
+
+// q_hat(s, a) [B, K]: the afterstate critic's values recorded at rollout for
+// the decisions `idx` (detached; 0 past a menu's end).
+torch::Tensor AfterstateValues(const Batch& b, const std::vector<int64_t>& idx, int64_t K) {
+  std::vector<std::vector<float>> q;
+  for (int64_t i : idx) q.push_back(b.dec[i].step->afterstate_values);
+  std::vector<int64_t> all(idx.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  return Rows(q, all, K, 0.0);
 }
 
 // log p, value, entropy of the minibatch's decisions under the current weights.
@@ -152,6 +187,62 @@ Forward ReadDecisions(const agents::AgentContext& agent, const std::vector<Decis
   return f;
 }
 
+// Each term of one minibatch's loss: a sum over its decisions divided by the
+// minibatch's global size M, so the ranks' terms add up to one process's.
+struct LossTerms {
+  double menu_kl = 0;     // exact KL(old || new) of the decision distribution
+  double policy = 0;      // clipped surrogate, or the all-action surrogate
+  double value = 0;       // value-head loss
+  double entropy = 0;     // menu entropy
+  double kl_ref = 0;      // KL to the reference policy (kl.placement = "loss")
+  double clip_frac = 0;   // share of decisions whose ratio was clipped
+  double approx_kl = 0;   // single-sample estimate of menu_kl (CleanRL's)
+  double afterstate = 0;  // afterstate critic loss (all-action estimator)
+  double loss = 0;        // what was differentiated
+
+  std::vector<double> Pack() const {
+    return {menu_kl, policy, value, entropy, kl_ref, clip_frac, approx_kl, afterstate, loss};
+  }
+  static LossTerms Unpack(const std::vector<double>& v) {
+    return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
+  }
+  LossTerms& operator+=(const LossTerms& o) {
+    const auto a = Pack(), b = o.Pack();
+    std::vector<double> sum(a.size());
+    for (size_t k = 0; k < a.size(); ++k) sum[k] = a[k] + b[k];
+    return *this = Unpack(sum);
+  }
+};
+
+// This rank's decisions within the job's, rank after rank (one process's
+// order): [offset, offset + local) of total.
+struct JobSlice {
+  int64_t offset = 0, local = 0, total = 0;
+};
+
+JobSlice SliceOfJob(Comm& comm, int64_t local) {
+  JobSlice s{0, local, 0};
+  const auto counts = comm.Gather(std::vector<int64_t>{local}, "decision counts");
+  for (int r = 0; r < comm.size(); ++r) {
+    if (r < comm.rank()) s.offset += counts[r][0];
+    s.total += counts[r][0];
+  }
+  return s;
+}
+
+// What the update trains towards: per-decision advantages and value targets.
+struct Targets {
+  torch::Tensor advantages, returns;  // [N] float64
+  bool whiten = false;                // per minibatch (GAE with normalize_advantages)
+};
+
+// Sums over every optimiser step of one iteration's update.
+struct UpdateTotals {
+  LossTerms terms;
+  double grad_norm = 0;
+  int64_t updates = 0, epochs = 0;
+};
+
 class PpoDecisionTrainer final : public Trainer {
  public:
   policy::Plane plane() const override { return policy::Plane::kDecision; }
@@ -163,12 +254,12 @@ class PpoDecisionTrainer final : public Trainer {
   void SaveState(const std::string& dir) const override { opt_->Save(dir + "/optimizer.pt"); }
   void LoadState(const std::string& dir) override { opt_->Load(dir + "/optimizer.pt"); }
 
+  // rollout -> advantages -> (gradient SNR) -> epochs x minibatches -> metrics.
   Metrics Iterate(IterationContext& c) override {
     const TrainerConfig& t = c.cfg;
     const int64_t it = c.iteration;
     const bool all_action = t.estimator == "all_action";
     const bool use_ref = t.kl.coef > 0 && c.agent.ref_model;
-    policy::TransformerLM model = c.agent.model;
 
     // ---- 1. rollout: this rank's share of the train seeds ---------------------------
     c.agent.bootstrap_truncated = t.bootstrap_truncated;
@@ -176,163 +267,156 @@ class PpoDecisionTrainer final : public Trainer {
                                                 envs::Split::kTrain, /*greedy=*/false, c.budget);
     c.recorder.Episodes(episodes, c.agent);
     Metrics metrics = RolloutMetrics(episodes, &c.comm);
-    Batch batch = FlattenDecisions(episodes, c.agent.readout, t, use_ref, it);
-    const int64_t N = batch.size();
-    // The job's decisions, rank after rank (one process's order): this rank's
-    // are [offset, offset + N) of N_all.
-    int64_t offset = 0, N_all = 0;
-    {
-      const auto counts = c.comm.Gather(std::vector<int64_t>{N}, "decision counts");
-      for (int r = 0; r < c.comm.size(); ++r) {
-        if (r < c.comm.rank()) offset += counts[r][0];
-        N_all += counts[r][0];
-      }
-    }
+    const Batch batch = FlattenDecisions(episodes, c.agent.readout, t, use_ref, it);
+    const JobSlice slice = SliceOfJob(c.comm, batch.size());
 
     // ---- 2. advantages (per episode or per group: no other rank needed) ----------
-    auto [adv, ret] = DecisionAdvantages(t, episodes, batch);
-    CheckFinite(adv, "advantages", it);
-    CheckFinite(ret, "value targets", it);
+    Targets targets;
+    std::tie(targets.advantages, targets.returns) = DecisionAdvantages(t, episodes, batch);
+    CheckFinite(targets.advantages, "advantages", it);
+    CheckFinite(targets.returns, "value targets", it);
+    targets.whiten = t.normalize_advantages &&
+                     AdvantageRegistry::Global().Make(t.advantage.estimator)->uses_values();
 
     // ---- 3. gradient signal-to-noise at the rollout weights (rank 0's episodes) ----
     if (t.grad_snr_every > 0 && it % t.grad_snr_every == 0 && c.comm.rank() == 0)
-      for (const auto& kv : Snr(c, episodes, batch, adv, all_action)) metrics.push_back(kv);
+      for (const auto& kv : Snr(c, episodes, batch, targets.advantages, all_action))
+        metrics.push_back(kv);
 
     // ---- 4. epochs x minibatches of the job's decisions ------------------------------
-    // Every rank draws the same permutation of the N_all decisions, computes the
-    // terms of the minibatch's decisions it holds, each divided by the
-    // minibatch's global size M, and the gradients are summed over ranks: one
-    // process's update on the same batch.
-    const std::vector<torch::Tensor> params = TrainableParameters(model).tensors;
-    Rng shuffle = Rng::Stream(c.seed, "minibatches", it);
-    double sum_pg = 0, sum_v = 0, sum_ent = 0, sum_kl = 0, sum_clip = 0, sum_akl = 0, sum_gn = 0,
-           sum_after = 0, sum_menu_kl = 0;
-    int64_t updates = 0, epochs_run = 0;
-    model->train();
-    for (int64_t epoch = 0; epoch < t.epochs; ++epoch) {
-      auto perm = shuffle.Permutation(static_cast<int>(N_all));
-      double epoch_kl = 0;
-      int64_t epoch_updates = 0;
-      for (int64_t b0 = 0; b0 < N_all; b0 += t.minibatch_size) {
-        ThrowIfInterrupted();  // between optimiser steps (a checkpoint holds whole iterations)
-        const int64_t b1 = std::min(N_all, b0 + t.minibatch_size);
-        const double M = static_cast<double>(b1 - b0);
-        std::vector<int64_t> idx;  // this rank's decisions of the minibatch (local indices)
-        for (int64_t k = b0; k < b1; ++k)
-          if (perm[k] >= offset && perm[k] < offset + N) idx.push_back(perm[k] - offset);
-        auto ix = torch::tensor(idx, torch::kInt64);
-        // Whitening (GAE, normalize_advantages) uses the whole minibatch's mean and std.
-        double adv_mean = 0, adv_std = 1;
-        const bool whiten = t.normalize_advantages && t.advantage.estimator == "gae" && M > 1;
-        if (whiten) {
-          auto a = adv.index_select(0, ix);
-          auto st = c.comm.Sum({a.sum().item<double>(), a.pow(2).sum().item<double>()},
-                               "advantage statistics");
-          adv_mean = st[0] / M;
-          adv_std = std::sqrt(std::max(0.0, (st[1] - M * adv_mean * adv_mean) / (M - 1)));
-        }
-        // This rank's terms: [menu_kl, pg, value, entropy, kl_ref, clip, approx_kl, afterstate, loss]
-        std::vector<double> terms(9, 0.0);
-        opt_->ZeroGrad();
-        if (!idx.empty()) {
-          auto fw =
-              ReadDecisions(c.agent, batch.dec, idx, batch.outcome.index_select(0, ix), all_action);
-          const auto dev = fw.dist.device();
-          const int64_t K = fw.dist.size(1);
-          auto pick = [&](const torch::Tensor& x) { return x.index_select(0, ix).to(dev); };
-          auto mb_adv = pick(adv);
-          if (whiten) mb_adv = (mb_adv - adv_mean) / (adv_std + 1e-8);
-          const double share = static_cast<double>(idx.size()) / M;
-
-          // Exact KL(old || new) of the decision distribution: the early-stop
-          // signal of target_kl (approx_kl is its single-sample estimate, logged
-          // for comparison with CleanRL).
-          {
-            torch::NoGradGuard ng;
-            auto old = Rows(batch.old_dist, idx, K, -INFINITY).to(dev);
-            terms[0] = MenuKl(old, fw.dist, fw.mask).sum().item<double>() / M;
-          }
-          torch::Tensor pg;
-          if (!all_action) {
-            auto res = DecisionPpoLoss(t.loss, fw.logp, pick(batch.old_logp), mb_adv, {M, M});
-            pg = res.loss;
-            terms[5] = (res.metrics.count("clip_frac") ? res.metrics["clip_frac"] : 0.0) * share;
-            terms[6] = (res.metrics.count("approx_kl") ? res.metrics["approx_kl"] : 0.0) * share;
-          } else {
-            // q_hat(s, a): afterstate critic values recorded at rollout (detached).
-            std::vector<std::vector<float>> q;
-            for (int64_t i : idx) q.push_back(batch.dec[i].step->afterstate_values);
-            std::vector<int64_t> all(idx.size());
-            for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-            // (all_action needs normalisation "menu": the outcomes are the K items.)
-            pg = -AllActionSurrogate(fw.dist, fw.mask, Rows(q, all, K, 0.0).to(dev)).sum() / M;
-            // The afterstate critic learns the return of the action taken.
-            auto taken = pick(batch.outcome);
-            auto after = fw.afterstate_value.gather(1, taken.unsqueeze(1)).squeeze(1);
-            auto after_loss = 0.5 * (after - pick(ret)).pow(2).sum() / M;
-            terms[7] = after_loss.item<double>();
-            pg = pg + t.vf_coef * after_loss;
-          }
-          auto v = ValueLoss(fw.value, pick(batch.old_value), pick(ret), t.vf_clip, M);
-          auto ent = MenuEntropy(fw.dist, fw.mask).sum() / M;
-          torch::Tensor loss = pg + t.vf_coef * v - t.ent_coef * ent;
-          if (use_ref && t.kl.placement == "loss") {
-            auto ref = Rows(batch.ref_dist, idx, K, -INFINITY).to(dev);
-            auto kl = MenuKl(fw.dist, ref, fw.mask).sum() / M;
-            loss = loss + t.kl.coef * kl;
-            terms[4] = kl.item<double>();
-          }
-          loss.backward();
-          c.budget.update.AddForwardBackward(model->config(), fw.cost);
-          terms[1] = pg.item<double>();
-          terms[2] = v.item<double>();
-          terms[3] = ent.item<double>();
-          terms[8] = loss.item<double>();
-        }
-        c.comm.AllReduceGradients(params);
-        terms = c.comm.Sum(terms, "loss terms");
-        if (!std::isfinite(terms[8]))
-          throw NumericError(fmt::format("non-finite loss at iteration {}", it),
-                             "weights were not updated; lower the learning rate, check rewards, "
-                             "or resume from the last checkpoint");
-        sum_gn += opt_->Step(it, it);
-        sum_menu_kl += terms[0];
-        epoch_kl += terms[0];
-        sum_pg += terms[1];
-        sum_v += terms[2];
-        sum_ent += terms[3];
-        sum_kl += terms[4];
-        sum_clip += terms[5];
-        sum_akl += terms[6];
-        sum_after += terms[7];
-        ++epoch_updates;
-        ++updates;
-      }
-      ++epochs_run;
-      if (t.target_kl > 0 && epoch_updates > 0 && epoch_kl / epoch_updates > t.target_kl) break;
-    }
-    c.budget.samples_used += N;
-    if (c.agent.sampler) c.agent.sampler->SyncWeights(model);  // the scratchpads' next rollout
+    const UpdateTotals totals = Update(c, batch, targets, slice);
+    c.budget.samples_used += batch.size();
+    if (c.agent.sampler) c.agent.sampler->SyncWeights(c.agent.model);  // the scratchpads' next rollout
 
     // ---- 5. metrics --------------------------------------------------------------
-    double u = std::max<int64_t>(updates, 1);
-    metrics.push_back({"losses/policy", sum_pg / u});
-    metrics.push_back({"losses/value", sum_v / u});
-    metrics.push_back({"losses/entropy", sum_ent / u});
-    if (!all_action) metrics.push_back({"losses/clipfrac", sum_clip / u});
-    if (!all_action) metrics.push_back({"losses/approx_kl", sum_akl / u});
-    metrics.push_back({"losses/menu_kl_old", sum_menu_kl / u});
-    if (use_ref) metrics.push_back({"losses/kl_ref", sum_kl / u});
-    if (all_action) metrics.push_back({"losses/afterstate_value", sum_after / u});
-    metrics.push_back({"losses/grad_norm", sum_gn / u});
+    const double u = std::max<int64_t>(totals.updates, 1);
+    const LossTerms& sum = totals.terms;
+    metrics.push_back({"losses/policy", sum.policy / u});
+    metrics.push_back({"losses/value", sum.value / u});
+    metrics.push_back({"losses/entropy", sum.entropy / u});
+    if (!all_action) metrics.push_back({"losses/clipfrac", sum.clip_frac / u});
+    if (!all_action) metrics.push_back({"losses/approx_kl", sum.approx_kl / u});
+    metrics.push_back({"losses/menu_kl_old", sum.menu_kl / u});
+    if (use_ref) metrics.push_back({"losses/kl_ref", sum.kl_ref / u});
+    if (all_action) metrics.push_back({"losses/afterstate_value", sum.afterstate / u});
+    metrics.push_back({"losses/grad_norm", totals.grad_norm / u});
     metrics.push_back({"charts/lr", opt_->current_lr()});
-    metrics.push_back({"charts/decisions", static_cast<double>(N_all)});
-    metrics.push_back({"charts/epochs", static_cast<double>(epochs_run)});
+    metrics.push_back({"charts/decisions", static_cast<double>(slice.total)});
+    metrics.push_back({"charts/epochs", static_cast<double>(totals.epochs)});
     double cut = 0;
     for (const auto& e : episodes) cut += e.truncated;
     const auto cut_of = c.comm.Sum({cut, static_cast<double>(episodes.size())}, "truncations");
     metrics.push_back({"charts/truncated_frac", cut_of[0] / std::max(cut_of[1], 1.0)});
     return metrics;
+  }
+
+ private:
+  // Every rank draws the same permutation of the job's decisions, computes the
+  // terms of the minibatch's decisions it holds, and the gradients are summed
+  // over ranks: one process's update on the same batch. An epoch whose mean
+  // menu KL exceeds target_kl ends the update.
+  UpdateTotals Update(IterationContext& c, const Batch& batch, const Targets& targets,
+                      const JobSlice& slice) {
+    const TrainerConfig& t = c.cfg;
+    const std::vector<torch::Tensor> params = TrainableParameters(c.agent.model).tensors;
+    Rng shuffle = Rng::Stream(c.seed, "minibatches", c.iteration);
+    UpdateTotals totals;
+    c.agent.model->train();
+    for (int64_t epoch = 0; epoch < t.epochs; ++epoch) {
+      auto perm = shuffle.Permutation(static_cast<int>(slice.total));
+      double epoch_kl = 0;
+      int64_t epoch_updates = 0;
+      for (int64_t b0 = 0; b0 < slice.total; b0 += t.minibatch_size) {
+        ThrowIfInterrupted();  // between optimiser steps (a checkpoint holds whole iterations)
+        const int64_t b1 = std::min(slice.total, b0 + t.minibatch_size);
+        std::vector<int64_t> idx;  // this rank's decisions of the minibatch (local indices)
+        for (int64_t k = b0; k < b1; ++k)
+          if (perm[k] >= slice.offset && perm[k] < slice.offset + slice.local)
+            idx.push_back(perm[k] - slice.offset);
+        opt_->ZeroGrad();
+        const LossTerms local = MinibatchTerms(c, batch, targets, idx, static_cast<double>(b1 - b0));
+        c.comm.AllReduceGradients(params);
+        const LossTerms terms = LossTerms::Unpack(c.comm.Sum(local.Pack(), "loss terms"));
+        if (!std::isfinite(terms.loss))
+          throw NumericError(fmt::format("non-finite loss at iteration {}", c.iteration),
+                             "weights were not updated; lower the learning rate, check rewards, "
+                             "or resume from the last checkpoint");
+        totals.grad_norm += opt_->Step(c.iteration, c.iteration);
+        totals.terms += terms;
+        epoch_kl += terms.menu_kl;
+        ++epoch_updates;
+        ++totals.updates;
+      }
+      ++totals.epochs;
+      if (t.target_kl > 0 && epoch_updates > 0 && epoch_kl / epoch_updates > t.target_kl) break;
+    }
+    return totals;
+  }
+
+  // Backpropagates this rank's part of one minibatch of M decisions (local
+  // indices `idx`, possibly none) and returns its terms, each divided by M.
+  LossTerms MinibatchTerms(IterationContext& c, const Batch& batch, const Targets& targets,
+                           const std::vector<int64_t>& idx, double M) {
+    const TrainerConfig& t = c.cfg;
+    const bool all_action = t.estimator == "all_action";
+    auto ix = torch::tensor(idx, torch::kInt64);
+    // Whitening uses the whole minibatch's mean and std (every rank calls Sum).
+    double adv_mean = 0, adv_std = 1;
+    const bool whiten = targets.whiten && M > 1;
+    if (whiten) {
+      auto a = targets.advantages.index_select(0, ix);
+      auto st = c.comm.Sum({a.sum().item<double>(), a.pow(2).sum().item<double>()},
+                           "advantage statistics");
+      adv_mean = st[0] / M;
+      adv_std = std::sqrt(std::max(0.0, (st[1] - M * adv_mean * adv_mean) / (M - 1)));
+    }
+    LossTerms terms;
+    if (idx.empty()) return terms;
+    auto fw = ReadDecisions(c.agent, batch.dec, idx, batch.outcome.index_select(0, ix), all_action);
+    const auto dev = fw.dist.device();
+    const int64_t K = fw.dist.size(1);
+    auto pick = [&](const torch::Tensor& x) { return x.index_select(0, ix).to(dev); };
+    auto adv = pick(targets.advantages);
+    if (whiten) adv = (adv - adv_mean) / (adv_std + 1e-8);
+    const auto ret = pick(targets.returns);
+    const double share = static_cast<double>(idx.size()) / M;
+    {
+      // The early-stop signal of target_kl (approx_kl is its single-sample estimate).
+      torch::NoGradGuard ng;
+      auto old = Rows(batch.old_dist, idx, K, -INFINITY).to(dev);
+      terms.menu_kl = MenuKl(old, fw.dist, fw.mask).sum().item<double>() / M;
+    }
+    torch::Tensor pg;
+    if (!all_action) {
+      auto res = DecisionPpoLoss(t.loss, fw.logp, pick(batch.old_logp), adv, {M, M});
+      pg = res.loss;
+      terms.clip_frac = (res.metrics.count("clip_frac") ? res.metrics["clip_frac"] : 0.0) * share;
+      terms.approx_kl = (res.metrics.count("approx_kl") ? res.metrics["approx_kl"] : 0.0) * share;
+    } else {
+      pg = -AllActionSurrogate(fw.dist, fw.mask, AfterstateValues(batch, idx, K).to(dev)).sum() / M;
+      // The afterstate critic learns the return of the action taken.
+      auto taken = pick(batch.outcome);
+      auto after = fw.afterstate_value.gather(1, taken.unsqueeze(1)).squeeze(1);
+      auto after_loss = 0.5 * (after - ret).pow(2).sum() / M;
+      terms.afterstate = after_loss.item<double>();
+      pg = pg + t.vf_coef * after_loss;
+    }
+    auto v = ValueLoss(fw.value, pick(batch.old_value), ret, t.vf_clip, M);
+    auto ent = MenuEntropy(fw.dist, fw.mask).sum() / M;
+    torch::Tensor loss = pg + t.vf_coef * v - t.ent_coef * ent;
+    if (t.kl.coef > 0 && c.agent.ref_model && t.kl.placement == "loss") {
+      auto ref = Rows(batch.ref_dist, idx, K, -INFINITY).to(dev);
+      auto kl = MenuKl(fw.dist, ref, fw.mask).sum() / M;
+      loss = loss + t.kl.coef * kl;
+      terms.kl_ref = kl.item<double>();
+    }
+    loss.backward();
+    c.budget.update.AddForwardBackward(c.agent.model->config(), fw.cost);
+    terms.policy = pg.item<double>();
+    terms.value = v.item<double>();
+    terms.entropy = ent.item<double>();
+    terms.loss = loss.item<double>();
+    return terms;
   }
 
  private:
@@ -361,11 +445,8 @@ class PpoDecisionTrainer final : public Trainer {
                                    adv.index_select(0, ix).to(dev), {total, total})
                        .loss;
           } else {
-            std::vector<std::vector<float>> q;
-            for (int64_t i : idx) q.push_back(b.dec[i].step->afterstate_values);
-            std::vector<int64_t> all(idx.size());
-            for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-            loss = -AllActionSurrogate(fw.dist, fw.mask, Rows(q, all, fw.dist.size(1), 0.0).to(dev))
+            loss = -AllActionSurrogate(fw.dist, fw.mask,
+                                       AfterstateValues(b, idx, fw.dist.size(1)).to(dev))
                         .sum() /
                    total;
           }

@@ -44,6 +44,8 @@ torch::Tensor Broadcast(const torch::Tensor& per_sequence, const torch::Tensor& 
 
 class Grpo : public AdvantageEstimator {
  public:
+  bool uses_values() const override { return false; }
+  bool needs_groups() const override { return true; }
   AdvantageResult Compute(const AdvantageConfig& cfg, const AdvantageInputs& in) const override {
     torch::Tensor s = SequenceScores(in);
     RequireGroups(in.groups, s.size(0), "grpo");
@@ -55,6 +57,8 @@ class Grpo : public AdvantageEstimator {
 
 class Rloo : public AdvantageEstimator {
  public:
+  bool uses_values() const override { return false; }
+  bool needs_groups() const override { return true; }
   AdvantageResult Compute(const AdvantageConfig& cfg, const AdvantageInputs& in) const override {
     torch::Tensor s = SequenceScores(in);
     RequireGroups(in.groups, s.size(0), "rloo");
@@ -65,6 +69,8 @@ class Rloo : public AdvantageEstimator {
 
 class ReinforcePp : public AdvantageEstimator {
  public:
+  bool uses_values() const override { return false; }
+  bool needs_groups() const override { return false; }
   AdvantageResult Compute(const AdvantageConfig& cfg, const AdvantageInputs& in) const override {
     torch::Tensor m = Mask(in);
     torch::Tensor returns = DiscountedReturns(TokenRewards(in), m, cfg.gamma);
@@ -74,6 +80,8 @@ class ReinforcePp : public AdvantageEstimator {
 
 class ReinforcePpBaseline : public AdvantageEstimator {
  public:
+  bool uses_values() const override { return false; }
+  bool needs_groups() const override { return true; }
   AdvantageResult Compute(const AdvantageConfig& cfg, const AdvantageInputs& in) const override {
     torch::Tensor s = SequenceScores(in);
     RequireGroups(in.groups, s.size(0), "reinforce_pp_baseline");
@@ -87,6 +95,8 @@ class ReinforcePpBaseline : public AdvantageEstimator {
 // Token-level GAE: each row is one episode whose steps are its valid positions.
 class Gae : public AdvantageEstimator {
  public:
+  bool uses_values() const override { return true; }
+  bool needs_groups() const override { return false; }
   AdvantageResult Compute(const AdvantageConfig& cfg, const AdvantageInputs& in) const override {
     torch::Tensor m = Mask(in);
     if (!in.values.defined())
@@ -103,6 +113,7 @@ class Gae : public AdvantageEstimator {
     packed.values = in.values.to(rewards.scalar_type()).index({rows, cols});
     torch::Tensor next_row = torch::cat({rows.slice(0, 1), torch::full({1}, -1, rows.options())});
     packed.episode_end = next_row != rows;
+    if (in.end_values.defined()) packed.end_values = in.end_values.index_select(0, rows);
     AdvantageResult flat = GaeAdvantages(packed, cfg.gamma, cfg.lambda);
     torch::Tensor returns = torch::zeros_like(rewards);
     advantages.index_put_({rows, cols}, flat.advantages);
@@ -266,6 +277,10 @@ AdvantageInputs CheckAdvantageInputs(const AdvantageConfig& cfg, const Advantage
   if (in.values.defined()) {
     RequireSameShape("values", in.values, "response_mask", m);
     clean.values = Clean(in.values.to(torch::kFloat64), m);
+  }
+  if (in.end_values.defined()) {
+    RequireShape("end_values", in.end_values, {batch}, "one per response");
+    clean.end_values = in.end_values.to(torch::kFloat64);
   }
   return clean;
 }

@@ -20,6 +20,9 @@ struct AdvantageInputs {
   torch::Tensor token_rewards;  // [B,T] per-token rewards, or undefined (exactly one of the two)
   torch::Tensor response_mask;  // [B,T] 0/1; may be undefined when token_rewards is given
   torch::Tensor values;         // [B,T] value estimates V(s_t) (gae only)
+  // [B] V after each row's last valid position (gae only): the estimate where a
+  // time limit cut the episode, 0 after a terminal state. Undefined = all 0.
+  torch::Tensor end_values;
   std::vector<int64_t> groups;  // [B] group id per response (grpo, rloo, reinforce_pp_baseline)
 };
 
@@ -35,6 +38,11 @@ class AdvantageEstimator {
   static constexpr const char* kRegistryKind = "advantage estimator";
   virtual ~AdvantageEstimator() = default;
   virtual AdvantageResult Compute(const AdvantageConfig& cfg, const AdvantageInputs& in) const = 0;
+  // True when it reads per-step rewards and values (its `returns` are the value
+  // target); false when it scores whole responses or episodes.
+  virtual bool uses_values() const = 0;
+  // True when it compares responses of one group (a group of one gives 0).
+  virtual bool needs_groups() const = 0;
 };
 using AdvantageRegistry = Registry<AdvantageEstimator>;
 
