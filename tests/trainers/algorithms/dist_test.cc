@@ -107,7 +107,7 @@ TEST(Dist, TwoRanksGiveOneProcessUpdateDecisionPpo) {
 
 TEST(Dist, TwoRanksGiveOneProcessUpdateGrpo) {
   TempDir tmp("dist_grpo");
-  EXPECT_LT(OneVsTwoRanks(tmp, "grpo_bandit.toml", ""), 1e-6);
+  EXPECT_LT(OneVsTwoRanks(tmp, "bandit_grpo.toml", ""), 1e-6);
   const std::string q =
       "SELECT COUNT(*), SUM(s.invalid), ROUND(SUM(s.logp_rollout), 3) FROM episodes e JOIN steps s "
       "ON s.episode_id = e.id WHERE e.split = 'train'";
@@ -120,7 +120,7 @@ TEST(Dist, DapoDynamicSamplingIsCoordinatedAcrossRanks) {
   TempDir tmp("dist_dapo");
   // 1% of one AdamW step (lr 5e-4): DAPO's token-mean over clip-higher terms
   // leaves float rounding at ~1e-6 after 3 iterations (measured 1.0e-6).
-  EXPECT_LT(OneVsTwoRanks(tmp, "dapo_bandit.toml", ""), 5e-6);
+  EXPECT_LT(OneVsTwoRanks(tmp, "bandit_dapo.toml", ""), 5e-6);
   const std::string m =
       "SELECT key, value FROM metrics WHERE key LIKE 'sampling/%' ORDER BY iteration, key";
   EXPECT_EQ(Sql(tmp, "one", m), Sql(tmp, "two", m));

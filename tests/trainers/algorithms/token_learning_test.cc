@@ -129,14 +129,14 @@ TEST_P(TokenLearning, ImprovesTestSuccessFromTheSharedWarmStart) {
 
 INSTANTIATE_TEST_SUITE_P(
     Baselines, TokenLearning,
-    ::testing::Values(LearnCase{"grpo_bandit", "grpo", false, 12, 0.25, 0.25, 0},
-                      LearnCase{"dr_grpo_bandit", "dr_grpo", false, 12, 0.25, 0.25, 0},
-                      LearnCase{"dapo_bandit", "dapo", false, 12, 0.25, 0.25, 0},
-                      LearnCase{"gspo_bandit", "gspo", false, 20, 0.25, 0.25, 0},
-                      LearnCase{"grpo_maze3", "grpo", true, 10, 0, 0, 0.05},
-                      LearnCase{"dr_grpo_maze3", "dr_grpo", true, 10, 0, 0, 0.05},
-                      LearnCase{"dapo_maze3", "dapo", true, 10, 0, 0, 0.05},
-                      LearnCase{"gspo_maze3", "gspo", true, 14, 0, 0, 0.05}),
+    ::testing::Values(LearnCase{"bandit_grpo", "grpo", false, 12, 0.25, 0.25, 0},
+                      LearnCase{"bandit_dr_grpo", "dr_grpo", false, 12, 0.25, 0.25, 0},
+                      LearnCase{"bandit_dapo", "dapo", false, 12, 0.25, 0.25, 0},
+                      LearnCase{"bandit_gspo", "gspo", false, 20, 0.25, 0.25, 0},
+                      LearnCase{"maze3_grpo", "grpo", true, 10, 0, 0, 0.05},
+                      LearnCase{"maze3_dr_grpo", "dr_grpo", true, 10, 0, 0, 0.05},
+                      LearnCase{"maze3_dapo", "dapo", true, 10, 0, 0, 0.05},
+                      LearnCase{"maze3_gspo", "gspo", true, 14, 0, 0, 0.05}),
     [](const ::testing::TestParamInfo<LearnCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
