@@ -8,15 +8,15 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"  // IsValidUtf8, which the CLI pairs with these
+
 namespace rlid::cli {
 
-// j as JSON text (indent < 0: one line). Each byte of a string that is not
-// part of valid UTF-8 becomes U+FFFD; everything else is printed unchanged.
+// j as JSON text (indent < 0: one line). Invalid UTF-8 in a string becomes
+// U+FFFD, one per maximal ill-formed subpart (nlohmann's replacement:
+// "\xe2\x82" becomes one U+FFFD, "\xed\xa0\x80" three); everything else is
+// printed unchanged.
 std::string DumpJson(const nlohmann::json& j, int indent = -1);
-
-// Whether `text` is valid UTF-8 (no overlong forms, surrogates or code points
-// above U+10FFFF).
-bool IsValidUtf8(std::string_view text);
 
 // Lowercase hex of every byte of `text`: "A\xff" -> "41ff".
 std::string HexBytes(std::string_view text);

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/strings.h"
+#include "core/utf8.h"
 
 namespace rlid {
 

@@ -79,33 +79,4 @@ std::string DidYouMean(std::string_view key, const std::vector<std::string>& can
   return n.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", n);
 }
 
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b0 = static_cast<unsigned char>(s[i]);
-    if (b0 < 0x80) {
-      ++i;
-      continue;
-    }
-    // Length and the allowed range of the second byte (Table 3-7).
-    int len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (b0 >= 0xC2 && b0 <= 0xDF) len = 2;
-    else if (b0 == 0xE0) len = 3, lo = 0xA0;
-    else if (b0 == 0xED) len = 3, hi = 0x9F;
-    else if (b0 >= 0xE1 && b0 <= 0xEF) len = 3;
-    else if (b0 == 0xF0) len = 4, lo = 0x90;
-    else if (b0 == 0xF4) len = 4, hi = 0x8F;
-    else if (b0 >= 0xF1 && b0 <= 0xF3) len = 4;
-    else return false;
-    if (i + len > s.size()) return false;
-    for (int k = 1; k < len; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return false;
-    }
-    i += len;
-  }
-  return true;
-}
-
 }  // namespace rlid

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/utf8.h"  // IsValidUtf8 lived here; strings.h users still get it
+
 namespace rlid {
 
 std::string ToLower(std::string_view s);  // ASCII only; other bytes unchanged.
@@ -13,8 +15,6 @@ std::string_view Trim(std::string_view s);
 std::vector<std::string> Split(std::string_view s, char sep);
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);
 bool StartsWith(std::string_view s, std::string_view prefix);
-// Well-formed UTF-8 (Unicode Table 3-7: no overlongs, surrogates or values above U+10FFFF).
-bool IsValidUtf8(std::string_view s);
 
 // Levenshtein distance (bytes).
 size_t EditDistance(std::string_view a, std::string_view b);

@@ -26,6 +26,7 @@
 #include "core/log.h"
 #include "core/strings.h"
 #include "core/subprocess.h"
+#include "core/utf8.h"
 #include "envs/conformance.h"
 #include "envs/simple_env.h"
 

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "memory/sqlite.h"
 
 namespace rlid::memory {
@@ -230,26 +231,6 @@ std::string ValueText(const Value& v, bool table) {
       v);
 }
 
-bool IsUtf8Continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
-
-size_t Utf8Length(std::string_view s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += !IsUtf8Continuation(c);
-  return n;
-}
-
-// The first `chars` code points of s.
-std::string Utf8Prefix(std::string_view s, size_t chars) {
-  size_t i = 0, seen = 0;
-  for (; i < s.size(); ++i) {
-    if (!IsUtf8Continuation(static_cast<unsigned char>(s[i]))) {
-      if (seen == chars) break;
-      ++seen;
-    }
-  }
-  return std::string(s.substr(0, i));
-}
-
 std::string TableCell(const Value& v, size_t max_width) {
   const bool cut = max_width > 3;
   // Only what the cut cell can show is formatted: a 100 MB blob or text costs
@@ -258,7 +239,7 @@ std::string TableCell(const Value& v, size_t max_width) {
   if (const auto* b = std::get_if<Blob>(&v); b && cut) {
     raw = "x'" + Hex(b->bytes, max_width / 2 + 1) + (2 * b->bytes.size() + 3 > max_width ? "..." : "'");
   } else if (const auto* text = std::get_if<std::string>(&v); text && cut) {
-    raw = Utf8Prefix(*text, max_width + 1);
+    raw = std::string(Utf8Prefix(*text, max_width + 1));
   } else {
     raw = ValueText(v, true);
   }
@@ -273,7 +254,7 @@ std::string TableCell(const Value& v, size_t max_width) {
     else
       out += c;
   }
-  if (cut && Utf8Length(out) > max_width) out = Utf8Prefix(out, max_width - 3) + "...";
+  if (cut && Utf8Length(out) > max_width) out = std::string(Utf8Prefix(out, max_width - 3)) + "...";
   return out;
 }
 

@@ -87,7 +87,8 @@ QueryResult RunReadOnlyQuery(const Db& db, std::string_view sql);
 // Aligned table with a header rule and "(N rows)". Column widths and
 // alignment (right for numeric columns) come from the first `width_rows` rows
 // (or fewer when they reach 16 MB of text), which are buffered; later rows are
-// printed as they come, wider cells shifting the line. Cells longer than
+// printed as they come, wider cells shifting the line. Widths count code
+// points, each byte of invalid UTF-8 as one (core/utf8.h). Cells longer than
 // max_width characters (0 = unlimited) are cut with "..."; newlines and tabs
 // are shown as "\n" and "\t"; NULL prints as NULL. A cut result ends with
 // "(N rows before the query stopped)".

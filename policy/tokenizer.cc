@@ -551,9 +551,9 @@ std::string_view TrimWhitespace(std::string_view s, bool front) {
   if (front) {
     size_t i = 0;
     while (i < s.size()) {
-      int len = Utf8ScalarLength(s, i);
-      if (len == 0 || !IsUnicodeWhitespace(Utf8Decode(s, i, len))) break;
-      i += len;
+      const Utf8Scalar u = DecodeUtf8At(s, i);
+      if (!u.well_formed || !IsUnicodeWhitespace(u.code_point)) break;
+      i += u.length;
     }
     return s.substr(i);
   }
@@ -562,8 +562,8 @@ std::string_view TrimWhitespace(std::string_view s, bool front) {
     size_t start = end - 1;
     while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80 && end - start < 4)
       --start;
-    int len = Utf8ScalarLength(s, start);
-    if (len == 0 || start + len != end || !IsUnicodeWhitespace(Utf8Decode(s, start, len))) break;
+    const Utf8Scalar u = DecodeUtf8At(s, start);
+    if (!u.well_formed || start + u.length != end || !IsUnicodeWhitespace(u.code_point)) break;
     end = start;
   }
   return s.substr(0, end);

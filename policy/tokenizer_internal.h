@@ -1,7 +1,8 @@
 // Internals of policy/tokenizer.h shared by the loader/encoder (tokenizer.cc),
 // the trainer (bpe_trainer.cc) and the Unicode helpers (unicode.cc): the
-// immutable tokenizer data, the GPT-2 byte<->unicode map, UTF-8 segmentation,
-// normal forms and the PCRE2 pre-tokeniser regex. Not part of the public API.
+// immutable tokenizer data, the GPT-2 byte<->unicode map, UTF-8 segmentation
+// (over core/utf8.h), normal forms and the PCRE2 pre-tokeniser regex. Not part
+// of the public API.
 #pragma once
 
 #include <array>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/utf8.h"
 #include "policy/tokenizer.h"
 
 namespace rlid::policy::internal {
@@ -30,29 +32,23 @@ std::string ByteLevelEncode(std::string_view bytes);
 // Inverse of ByteLevelEncode; nullopt if a character is not a mapped byte.
 std::optional<std::string> ByteLevelDecode(std::string_view token);
 
-// Length of the well-formed UTF-8 scalar at s[i] (Unicode Table 3-7: no
-// overlongs, surrogates or values above U+10FFFF), or 0 if invalid there.
-int Utf8ScalarLength(std::string_view s, size_t i);
-// Decodes the scalar starting at s[i] (caller checked Utf8ScalarLength > 0).
-uint32_t Utf8Decode(std::string_view s, size_t i, int len);
-
 // Calls fn(run, valid) for each maximal run of well-formed UTF-8 (valid) or
-// of invalid bytes, in order.
+// of ill-formed bytes (core/utf8.h decodes those one byte at a time), in order.
 template <class Fn>
 void ForEachUtf8Run(std::string_view s, Fn&& fn) {
   size_t i = 0;
   while (i < s.size()) {
     const size_t start = i;
-    const bool valid = Utf8ScalarLength(s, i) > 0;
+    const bool valid = DecodeUtf8At(s, i).well_formed;
     while (i < s.size()) {
       if (static_cast<unsigned char>(s[i]) < 0x80) {  // ASCII fast path
         if (!valid) break;
         ++i;
         continue;
       }
-      const int len = Utf8ScalarLength(s, i);
-      if ((len > 0) != valid) break;
-      i += valid ? len : 1;
+      const Utf8Scalar u = DecodeUtf8At(s, i);
+      if (u.well_formed != valid) break;
+      i += u.length;
     }
     fn(s.substr(start, i - start), valid);
   }

@@ -10,30 +10,11 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "policy/tokenizer_internal.h"
 
 namespace rlid::policy::internal {
 namespace {
-
-std::string EncodeUtf8(uint32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
-}
 
 struct ByteMaps {
   std::array<std::string, 256> to_unicode;
@@ -48,7 +29,7 @@ struct ByteMaps {
     uint32_t next = 256;
     for (int b = 0; b < 256; ++b) cp[b] = printable[b] ? static_cast<uint32_t>(b) : next++;
     for (int b = 0; b < 256; ++b) {
-      to_unicode[b] = EncodeUtf8(cp[b]);
+      AppendUtf8(cp[b], to_unicode[b]);
       to_byte[cp[b]] = b;
     }
   }
@@ -80,48 +61,13 @@ std::optional<std::string> ByteLevelDecode(std::string_view token) {
   out.reserve(token.size());
   size_t i = 0;
   while (i < token.size()) {
-    int len = Utf8ScalarLength(token, i);
-    if (len == 0) return std::nullopt;
-    int b = UnicodeToByte(Utf8Decode(token, i, len));
+    const Utf8Scalar u = DecodeUtf8At(token, i);
+    const int b = u.well_formed ? UnicodeToByte(u.code_point) : -1;
     if (b < 0) return std::nullopt;
     out += static_cast<char>(b);
-    i += len;
+    i += u.length;
   }
   return out;
-}
-
-int Utf8ScalarLength(std::string_view s, size_t i) {
-  const auto at = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const auto cont = [&](size_t k, unsigned lo = 0x80, unsigned hi = 0xBF) {
-    return i + k < s.size() && at(i + k) >= lo && at(i + k) <= hi;
-  };
-  const unsigned b0 = at(i);
-  if (b0 < 0x80) return 1;
-  if (b0 >= 0xC2 && b0 <= 0xDF) return cont(1) ? 2 : 0;
-  if (b0 == 0xE0) return cont(1, 0xA0, 0xBF) && cont(2) ? 3 : 0;
-  if ((b0 >= 0xE1 && b0 <= 0xEC) || b0 == 0xEE || b0 == 0xEF) return cont(1) && cont(2) ? 3 : 0;
-  if (b0 == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
-  if (b0 == 0xF0) return cont(1, 0x90, 0xBF) && cont(2) && cont(3) ? 4 : 0;
-  if (b0 >= 0xF1 && b0 <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
-  if (b0 == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
-  return 0;
-}
-
-uint32_t Utf8Decode(std::string_view s, size_t i, int len) {
-  const auto at = [&](size_t k) {
-    return static_cast<uint32_t>(static_cast<unsigned char>(s[i + k]));
-  };
-  switch (len) {
-    case 1:
-      return at(0);
-    case 2:
-      return ((at(0) & 0x1F) << 6) | (at(1) & 0x3F);
-    case 3:
-      return ((at(0) & 0x0F) << 12) | ((at(1) & 0x3F) << 6) | (at(2) & 0x3F);
-    default:
-      return ((at(0) & 0x07) << 18) | ((at(1) & 0x3F) << 12) | ((at(2) & 0x3F) << 6) |
-             (at(3) & 0x3F);
-  }
 }
 
 bool IsUnicodeWhitespace(uint32_t c) {
@@ -268,8 +214,7 @@ void Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>& 
       offset = end;
     } else {  // empty match: step over one character
       if (end >= s.size()) break;
-      int len = Utf8ScalarLength(s, end);
-      offset = end + (len > 0 ? len : 1);
+      offset = end + DecodeUtf8At(s, end).length;
     }
   }
 }

@@ -64,6 +64,16 @@ TEST(QueryFormat, Table) {
   EXPECT_EQ(FormatTable(w, 0), "text\n-----------\nééééééééééé\n(1 row)\n");
 }
 
+// Text need not be UTF-8 (a sampled answer is whatever bytes its tokens spell):
+// each invalid byte is one column, as a terminal shows it (one U+FFFD).
+TEST(QueryFormat, InvalidUtf8BytesAreOneColumnEach) {
+  QueryResult w;
+  w.columns = {"t"};
+  w.rows.push_back({std::string("a\x80\x80\x80\x80\x80\x80\x80\x80")});
+  w.rows.push_back({std::string("\xE2\x82" "b")});
+  EXPECT_EQ(FormatTable(w, 8), "t\n--------\na\x80\x80\x80\x80...\n\xE2\x82" "b\n(2 rows)\n");
+}
+
 // Found by fuzz/sql_fuzz (SELECT randomblob(17999998) timed out): a table cell
 // was formatted whole (a blob byte by byte in hex) before being cut to max_width.
 TEST(QueryFormat, HugeCellsCostOnlyWhatTheCutCellShows) {
