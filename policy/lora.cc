@@ -12,7 +12,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
-#include "policy/checkpoint.h"
+#include "core/json_file.h"
 #include "policy/safetensors.h"
 
 namespace rlid::policy {
