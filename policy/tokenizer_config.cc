@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/hash.h"
+#include "core/json_file.h"
 #include "policy/tokenizer.h"
 #include "policy/tokenizer_internal.h"
 
@@ -29,17 +30,11 @@ struct Tokenizer::Format {
 
 namespace {
 
-std::string ReadText(const fs::path& p) {
-  return ReadRegularFile(p.string(), kMaxJsonFileBytes, "tokenizer metadata file");
-}
+constexpr std::string_view kWhat = "tokenizer metadata file";
 
-Json ReadJsonFile(const fs::path& p) {
-  try {
-    return Json::parse(ReadText(p));
-  } catch (const Json::exception& e) {
-    throw ConfigError(fmt::format("'{}' is not valid JSON: {}", p.string(), e.what()));
-  }
-}
+std::string ReadText(const fs::path& p) { return ReadRegularFile(p.string(), kMaxJsonFileBytes, kWhat); }
+
+Json ReadJson(const fs::path& p) { return ReadJsonFile(p, kWhat, BadJson::kConfigError); }
 
 // A token field: "text", {"content": "text", ...} (older AddedToken form) or null.
 std::string TokenText(const Json& cfg, const char* key, const std::string& file) {
@@ -140,7 +135,7 @@ Tokenizer Tokenizer::FromDirectory(const std::string& dir) {
   if (!fs::exists(tc) && !fs::exists(gc) && !fs::exists(tj)) return tok;
   if (fs::exists(tc)) {
     const std::string file = tc.string();
-    c.tokenizer_config_json = ReadJsonFile(tc);
+    c.tokenizer_config_json = ReadJson(tc);
     const Json& j = c.tokenizer_config_json;
     if (!j.is_object()) throw ConfigError(fmt::format("{} is not a JSON object", file));
     c.bos_token = TokenText(j, "bos_token", file);
@@ -172,7 +167,7 @@ Tokenizer Tokenizer::FromDirectory(const std::string& dir) {
   // Newer transformers write the template to its own file; it wins, as there.
   if (fs::exists(tj)) c.chat_template = ReadText(tj);
   if (fs::exists(gc)) {
-    c.generation_config_json = ReadJsonFile(gc);
+    c.generation_config_json = ReadJson(gc);
     if (!c.generation_config_json.is_object())
       throw ConfigError(fmt::format("{} is not a JSON object", gc.string()));
     c.generation_eos = IdList(c.generation_config_json, "eos_token_id", gc.string());
