@@ -86,7 +86,7 @@ std::vector<TokenId> ParseIds(const std::string& text) {
 }
 
 // The chat template of --template: a .jinja file, or a model directory (its
-// tokenizer_config.json / chat_template.jinja, as FromDirectory reads them).
+// tokenizer_config.json / chat_template.jinja, read without its tokenizer.json).
 struct ChatTemplateSource {
   std::string source;
   std::string bos_token, eos_token;  // from the model directory; "" for a .jinja file
@@ -96,11 +96,11 @@ ChatTemplateSource LoadChatTemplate(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec))
     return {ReadRegularFile(path, kMaxBatchFileBytes, "chat template"), "", ""};
-  const Tokenizer tok = Tokenizer::FromDirectory(path);
-  if (tok.config().chat_template.empty())
+  policy::TokenizerConfig c = policy::ReadTokenizerConfig(path);
+  if (c.chat_template.empty())
     throw ConfigError(fmt::format("model directory '{}' has no chat template", path),
                       "pass the template itself: --template FILE.jinja");
-  return {tok.config().chat_template, tok.config().bos_token, tok.config().eos_token};
+  return {std::move(c.chat_template), std::move(c.bos_token), std::move(c.eos_token)};
 }
 
 // As transformers' apply_chat_template: the tokenizer's special tokens are

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -377,6 +378,11 @@ std::string ChildProcess::ExitDescription() {
   return "exited";
 }
 
+int ChildProcess::ExitCode() {
+  if (Running() || !WIFEXITED(status_)) return -1;
+  return WEXITSTATUS(status_);
+}
+
 void ChildProcess::StderrLoop() {
   const std::string& name = opt_.log_name.empty() ? opt_.argv[0] : opt_.log_name;
   std::string partial;
@@ -560,6 +566,16 @@ std::string ChildProcess::CommandLine() const {
   std::string out;
   for (const auto& a : opt_.argv) out += (out.empty() ? "" : " ") + Quote(a);
   return out;
+}
+
+std::string FindProgram(const std::string& program) {
+  if (program.empty()) return "";
+  for (const std::string& path : ProgramPaths(program)) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0)
+      return path;
+  }
+  return "";
 }
 
 std::vector<std::string> SplitCommandLine(std::string_view line) {

@@ -61,6 +61,9 @@ class ChildProcess {
   bool WaitForExit(double timeout_s);
   // "exited with code 1", "killed by SIGKILL", or "running".
   std::string ExitDescription();
+  // The exit code once the process has exited; -1 while it runs or when a
+  // signal killed it.
+  int ExitCode();
   // The last stderr lines (up to `n` <= 50, oldest first; kept even when the
   // log suppressed them), and the last stdout line read (a line that was not
   // protocol is often the child's own message).
@@ -91,6 +94,10 @@ class ChildProcess {
   mutable std::mutex err_mu_;
   std::deque<std::string> err_lines_;
 };
+
+// The file execvp would run for `program` (searched in PATH unless it has a
+// '/'): the first that is an executable regular file, or "" when none is.
+std::string FindProgram(const std::string& program);
 
 // Splits a command line like a POSIX shell would for words: whitespace
 // separates, '...' and "..." quote, backslash escapes (outside single quotes).

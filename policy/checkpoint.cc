@@ -17,7 +17,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "core/file_io.h"
+#include "core/json_file.h"
 #include "core/log.h"
 #include "policy/lora.h"
 #include "policy/safetensors.h"
@@ -44,15 +44,6 @@ std::string NowIso() {
 }
 
 }  // namespace
-
-nlohmann::json ReadJsonFile(const std::filesystem::path& p) {
-  const std::string text = ReadRegularFile(p.string(), kMaxJsonFileBytes, "JSON file");
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError(fmt::format("'{}' is not valid JSON: {}", p.string(), e.what()));
-  }
-}
 
 void SaveCheckpoint(const std::string& dir, TransformerLM& model, const Tokenizer& tokenizer,
                     const nlohmann::json& extra,

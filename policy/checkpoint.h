@@ -10,7 +10,6 @@
 // adapter directories whose base_model_name_or_path is a local directory.
 #pragma once
 
-#include <filesystem>
 #include <functional>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -42,9 +41,6 @@ struct LoadOptions {
   torch::Dtype dtype = torch::kFloat32;  // parameters (the value head stays float32)
   bool require_tokenizer = true;         // IoError when tokenizer.json is missing
 };
-
-// A JSON file of a checkpoint directory; IoError when unreadable or not JSON.
-nlohmann::json ReadJsonFile(const std::filesystem::path& p);
 
 // `extra` is stored under rlid.json's "extra". `write_more(tmp_dir)` may add
 // files (optimizer state, trainer state) before the directory is published.

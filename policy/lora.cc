@@ -12,7 +12,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
-#include "policy/checkpoint.h"
+#include "core/json_file.h"
 #include "policy/safetensors.h"
 
 namespace rlid::policy {
@@ -214,7 +214,8 @@ LoraConfig ReadAdapterConfig(const std::string& dir) {
       // An entry counts for its last component here; LoadAdapterWeights checks that the entries
       // select that projection in every layer, as rlid adapts it.
       for (const auto& m : t) {
-        std::string leaf = m.get<std::string>();
+        c.peft_target_modules.push_back(m.get<std::string>());
+        std::string leaf = c.peft_target_modules.back();
         leaf = leaf.substr(leaf.rfind('.') + 1);
         if (std::find(c.target_modules.begin(), c.target_modules.end(), leaf) == c.target_modules.end())
           c.target_modules.push_back(leaf);
@@ -280,16 +281,10 @@ void LoadAdapterWeights(const std::string& dir, TransformerLM& model) {
     throw IoError(fmt::format("'{}' is missing", path),
                   "an adapter directory needs adapter_model.safetensors (PEFT's save_pretrained "
                   "writes it)");
-  // The entries of target_modules as PEFT reads them (ReadAdapterConfig kept their last
+  // The entries of target_modules as PEFT reads them (target_modules kept their last
   // components): each adapted projection must be one they select.
-  std::vector<std::string> entries;
+  const std::vector<std::string>& entries = model->lora()->peft_target_modules;
   const fs::path config_path = fs::path(dir) / "adapter_config.json";
-  if (fs::exists(config_path)) {
-    const nlohmann::json j = ReadJsonFile(config_path);
-    if (j.is_object() && j.contains("target_modules") && j["target_modules"].is_array())
-      for (const auto& m : j["target_modules"])
-        if (m.is_string()) entries.push_back(m.get<std::string>());
-  }
   auto selected = [&](const std::string& module) {
     return std::any_of(entries.begin(), entries.end(), [&](const std::string& e) {
       return module == e || (module.size() > e.size() && module.ends_with(e) &&

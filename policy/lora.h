@@ -58,9 +58,10 @@ LoraConfig ReadAdapterConfig(const std::string& dir);
 void SaveAdapter(const std::string& dir, TransformerLM& model);
 // Reads adapter_model.safetensors into the model's attached adapters (shapes
 // checked; a missing or unexpected tensor is a ConfigError naming it). The
-// target_modules of dir's adapter_config.json must select every adapted
-// projection by PEFT's rule (the name, or a suffix after a dot): a projection
-// adapted in some layers only is a ConfigError.
+// target_modules entries the adapters were read with
+// (LoraConfig::peft_target_modules, from dir's adapter_config.json) must
+// select every adapted projection by PEFT's rule (the name, or a suffix after
+// a dot): a projection adapted in some layers only is a ConfigError.
 void LoadAdapterWeights(const std::string& dir, TransformerLM& model);
 
 }  // namespace rlid::policy

@@ -121,6 +121,11 @@ struct LoraConfig {
   std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj",
                                              "gate_proj", "up_proj", "down_proj"};
   std::string base_model;  // directory of the frozen base weights (PEFT's base_model_name_or_path)
+  // adapter_config.json's target_modules entries as written (filled by
+  // ReadAdapterConfig; empty for "all-linear" and for [policy.lora]): PEFT
+  // adapts a module whose name is an entry or ends with "." + entry, and
+  // LoadAdapterWeights checks that they select every adapted one.
+  std::vector<std::string> peft_target_modules;
   bool enabled() const { return rank > 0; }
   double scale() const { return alpha / static_cast<double>(rank); }
   void Load(ConfigNode n);  // [policy.lora]

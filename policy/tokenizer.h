@@ -47,6 +47,14 @@ struct TokenizerConfig {
   nlohmann::json generation_config_json;
 };
 
+// The TokenizerConfig of model directory `dir` from its tokenizer_config.json,
+// chat_template.jinja and generation_config.json alone (tokenizer.json is not
+// read): tokens as text, not checked against a vocabulary, and add_bos only
+// from add_bos_token (Tokenizer::FromDirectory also derives it from
+// tokenizer.json and validates the rest). ConfigError for a malformed file or
+// field, naming it.
+TokenizerConfig ReadTokenizerConfig(const std::string& dir);
+
 // An immutable, cheap-to-copy handle: copies share the vocabulary and the
 // per-pre-token BPE cache. All const methods are safe to call concurrently.
 class Tokenizer {

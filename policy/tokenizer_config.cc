@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/hash.h"
+#include "core/json_file.h"
 #include "policy/tokenizer.h"
 #include "policy/tokenizer_internal.h"
 
@@ -29,17 +30,11 @@ struct Tokenizer::Format {
 
 namespace {
 
-std::string ReadText(const fs::path& p) {
-  return ReadRegularFile(p.string(), kMaxJsonFileBytes, "tokenizer metadata file");
-}
+constexpr std::string_view kWhat = "tokenizer metadata file";
 
-Json ReadJsonFile(const fs::path& p) {
-  try {
-    return Json::parse(ReadText(p));
-  } catch (const Json::exception& e) {
-    throw ConfigError(fmt::format("'{}' is not valid JSON: {}", p.string(), e.what()));
-  }
-}
+std::string ReadText(const fs::path& p) { return ReadRegularFile(p.string(), kMaxJsonFileBytes, kWhat); }
+
+Json ReadJson(const fs::path& p) { return ReadJsonFile(p, kWhat, BadJson::kConfigError); }
 
 // A token field: "text", {"content": "text", ...} (older AddedToken form) or null.
 std::string TokenText(const Json& cfg, const char* key, const std::string& file) {
@@ -131,16 +126,14 @@ Tokenizer Tokenizer::WithConfig(TokenizerConfig config) const {
   return out;
 }
 
-Tokenizer Tokenizer::FromDirectory(const std::string& dir) {
+TokenizerConfig ReadTokenizerConfig(const std::string& dir) {
   const fs::path root(dir);
-  Tokenizer tok = FromFile((root / "tokenizer.json").string());
   TokenizerConfig c;
   const fs::path tc = root / "tokenizer_config.json", gc = root / "generation_config.json",
                  tj = root / "chat_template.jinja";
-  if (!fs::exists(tc) && !fs::exists(gc) && !fs::exists(tj)) return tok;
   if (fs::exists(tc)) {
     const std::string file = tc.string();
-    c.tokenizer_config_json = ReadJsonFile(tc);
+    c.tokenizer_config_json = ReadJson(tc);
     const Json& j = c.tokenizer_config_json;
     if (!j.is_object()) throw ConfigError(fmt::format("{} is not a JSON object", file));
     c.bos_token = TokenText(j, "bos_token", file);
@@ -150,9 +143,6 @@ Tokenizer Tokenizer::FromDirectory(const std::string& dir) {
       if (!j["add_bos_token"].is_boolean())
         throw ConfigError(fmt::format("{}: add_bos_token must be true or false", file));
       c.add_bos = j["add_bos_token"].get<bool>();
-    } else {
-      const std::string pp = PostProcessorBos(tok.data_->post_processor_json);
-      c.add_bos = !pp.empty() && pp == c.bos_token;
     }
     if (auto it = j.find("chat_template"); it != j.end() && !it->is_null()) {
       if (it->is_string()) {
@@ -172,10 +162,23 @@ Tokenizer Tokenizer::FromDirectory(const std::string& dir) {
   // Newer transformers write the template to its own file; it wins, as there.
   if (fs::exists(tj)) c.chat_template = ReadText(tj);
   if (fs::exists(gc)) {
-    c.generation_config_json = ReadJsonFile(gc);
+    c.generation_config_json = ReadJson(gc);
     if (!c.generation_config_json.is_object())
       throw ConfigError(fmt::format("{} is not a JSON object", gc.string()));
     c.generation_eos = IdList(c.generation_config_json, "eos_token_id", gc.string());
+  }
+  return c;
+}
+
+Tokenizer Tokenizer::FromDirectory(const std::string& dir) {
+  Tokenizer tok = FromFile((fs::path(dir) / "tokenizer.json").string());
+  TokenizerConfig c = ReadTokenizerConfig(dir);
+  // A tokenizer_config.json without add_bos_token: BOS when tokenizer.json's post-processor
+  // puts bos_token first.
+  const Json& j = c.tokenizer_config_json;
+  if (j.is_object() && (!j.contains("add_bos_token") || j["add_bos_token"].is_null())) {
+    const std::string pp = PostProcessorBos(tok.data_->post_processor_json);
+    c.add_bos = !pp.empty() && pp == c.bos_token;
   }
   return tok.WithConfig(std::move(c));
 }

@@ -157,5 +157,22 @@ TEST(ChildProcess, AStderrFloodIsRateLimitedInTheLogButItsLastLinesAreKept) {
   EXPECT_EQ(logged + suppressed, kLines);
 }
 
+// What report.cc runs gnuplot with: found without a shell, its exit code read.
+TEST(ChildProcess, FindProgramAndExitCode) {
+  const std::string sh = FindProgram("sh");
+  ASSERT_FALSE(sh.empty());
+  EXPECT_TRUE(sh.ends_with("/sh")) << sh;
+  EXPECT_EQ(FindProgram(sh), sh);
+  EXPECT_EQ(FindProgram("rlid-no-such-program"), "");
+  EXPECT_EQ(FindProgram("/"), "");  // a directory is not a program
+  EXPECT_EQ(FindProgram(""), "");
+  ChildProcess three(ChildOptions{{sh, "-c", "exit 3"}});
+  ASSERT_TRUE(three.WaitForExit(10.0));
+  EXPECT_EQ(three.ExitCode(), 3);
+  ChildProcess killed(ChildOptions{{sh, "-c", "kill -9 $$"}});
+  ASSERT_TRUE(killed.WaitForExit(10.0));
+  EXPECT_EQ(killed.ExitCode(), -1) << killed.ExitDescription();
+}
+
 }  // namespace
 }  // namespace rlid

@@ -6,13 +6,14 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "core/error.h"
 #include "core/log.h"
 #include "core/strings.h"
+#include "core/subprocess.h"
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;
@@ -41,6 +42,27 @@ std::string ReadFile(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Runs `gnuplot script` (no shell); its stderr (the last lines) goes to `log`.
+// True when it exited with code 0 within kGnuplotTimeoutS.
+bool RunGnuplot(const std::string& gnuplot, const fs::path& script, const fs::path& log) {
+  constexpr double kGnuplotTimeoutS = 300;
+  bool ok = false;
+  std::vector<std::string> stderr_lines;
+  try {
+    ChildProcess child(ChildOptions{{gnuplot, script.string()}, "", "gnuplot"});
+    ok = child.WaitForExit(kGnuplotTimeoutS) && child.ExitCode() == 0;
+    if (!ok) stderr_lines.push_back("gnuplot " + child.ExitDescription());
+    child.Kill();
+    const auto last = child.LastStderrLines(50);
+    stderr_lines.insert(stderr_lines.begin(), last.begin(), last.end());
+  } catch (const IoError& e) {
+    stderr_lines.push_back(e.what());
+  }
+  std::ofstream out(log);
+  for (const auto& line : stderr_lines) out << line << "\n";
+  return ok;
 }
 
 }  // namespace
@@ -107,7 +129,8 @@ std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeed
         f << fmt::format("{} {} {} {} {} {}\n", steps / n, sum / n, lo, hi, wall / n, flops / n);
     }
   }
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+  const std::string gnuplot = FindProgram("gnuplot");
+  if (gnuplot.empty()) {
     spdlog::warn(
         "gnuplot not found: learning curves not rendered (scripts/setup.sh installs gnuplot-nox)");
     return {};
@@ -145,10 +168,9 @@ std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeed
     }
     fs::path gp = dir / (p.name + ".gp");
     std::ofstream(gp) << script;
-    std::string cmd =
-        fmt::format("gnuplot '{}' 2>'{}'", gp.string(), (dir / (p.name + ".log")).string());
-    if (std::system(cmd.c_str()) != 0) {
-      spdlog::warn("gnuplot failed for {} (see {})", p.name, (dir / (p.name + ".log")).string());
+    const fs::path log = dir / (p.name + ".log");
+    if (!RunGnuplot(gnuplot, gp, log)) {
+      spdlog::warn("gnuplot failed for {} (see {})", p.name, log.string());
       continue;
     }
     svgs.push_back(dir / (p.name + ".svg"));
