@@ -29,7 +29,7 @@ struct RenderOptions {
   // Interpreted operations (one per expression or statement evaluated) plus the bytes that
   // string operations read and write (output, ~ and +, comparisons, methods, filters,
   // slices), summed over one render. Qwen3's template costs about 12 units per byte of
-  // conversation (990k for a 20-turn, 80 KB one: tests/core/jinja_test.cc, JinjaLimits), so
+  // conversation (990k for a 20-turn, 80 KB one: tests/jinja/jinja_test.cc, JinjaLimits), so
   // the default covers some 5 MB of messages, ten times a 128k-token context; a runaway (a
   // loop over a multi-megabyte string) stops within a fraction of a second.
   size_t max_work = size_t{1} << 26;

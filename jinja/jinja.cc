@@ -1,4 +1,4 @@
-// The Jinja-subset interpreter behind core/jinja.h. It is a port of @huggingface/jinja 0.5.11
+// The Jinja-subset interpreter behind jinja/jinja.h. It is a port of @huggingface/jinja 0.5.11
 // (lexer.ts, parser.ts, runtime.ts): the same preprocessing (lstrip_blocks, trim_blocks, the
 // transformers `generation` tag), the same grammar and the same JavaScript value semantics
 // (numbers are doubles, `==` is loose equality, strings measure length in UTF-16 units), so a
@@ -9,8 +9,8 @@
 // context integers), strip/trim/split use Python's whitespace and strip's argument, and
 // str + non-str is an error.
 // @huggingface/jinja is Copyright (c) 2023 Hugging Face, MIT License: see
-// third_party/huggingface-jinja.LICENSE.
-#include "core/jinja.h"
+// jinja/LICENSE.
+#include "jinja/jinja.h"
 
 #include <fmt/format.h>
 #include <utf8proc.h>
