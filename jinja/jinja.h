@@ -58,7 +58,7 @@ class Template {
                      const RenderOptions& options = {}) const;
   std::string Render(const nlohmann::json& context, const RenderOptions& options = {}) const;
 
-  struct Program;  // the parsed template; opaque outside jinja.cc
+  struct Program;  // the parsed template (jinja/program.h), opaque outside jinja/
 
  private:
   explicit Template(std::shared_ptr<const Program> program) : program_(std::move(program)) {}
