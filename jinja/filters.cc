@@ -228,67 +228,9 @@ Value Interpreter::ApplyNamedFilter(const Value& operand, const std::string& nam
   }
   const std::string& filter = name == "count" ? std::string("length") : name;
   if (operand.IsArray()) {
-    const Array& items = *operand.array;
-    if (filter == "list") return operand;
-    if (filter == "first") return items.empty() ? Undefined() : items.front();
-    if (filter == "last") return items.empty() ? Undefined() : items.back();
-    if (filter == "length") return Integer(static_cast<double>(items.size()));
-    if (filter == "reverse") return MakeArray(Array(items.rbegin(), items.rend()));
-    if (filter == "sort") {
-      Array sorted = items;
-      StableSort(sorted,
-                 [&](const Value& a, const Value& b) { return Compare(a, b, false, at.pos) < 0; });
-      return MakeArray(std::move(sorted));
-    }
-    if (filter == "join") return Join(operand, "", at.pos);
-    if (filter == "string") return String(ToString(operand, at.pos));
-    if (filter == "unique") return Unique(operand);
-    if (filter == "select" || filter == "reject") {
-      Array out;
-      for (const Value& item : items) {
-        if (Truthy(item) == (filter == "select")) out.push_back(item);
-      }
-      return MakeArray(std::move(out));
-    }
+    if (std::optional<Value> v = NamedArrayFilter(operand, filter, at)) return *v;
   } else if (operand.type == Type::kString) {
-    const std::string& s = operand.Str();
-    if (filter == "length") return Integer(static_cast<double>(Utf16Length(s)));
-    if (filter == "upper") return String(ChangeCase(s, true));
-    if (filter == "lower") return String(ChangeCase(s, false));
-    if (filter == "title") return String(TitleCase(s));
-    if (filter == "capitalize") return String(Capitalize(s));
-    if (filter == "trim") return String(std::string(PyStrip(s, nullptr, true, true)));
-    if (filter == "indent") return String(Indent(s, "    ", false, false, at.pos));
-    if (filter == "join" || filter == "string") return operand;
-    if (filter == "int") {
-      const double v = JsParseInt(s);
-      return Integer(std::isnan(v) ? 0 : v);
-    }
-    if (filter == "float") {
-      const double v = JsParseFloat(s);
-      return Float(std::isnan(v) ? 0 : v);
-    }
-    // Extensions: Jinja's string forms of list filters.
-    if (filter == "first" || filter == "last" || filter == "reverse" || filter == "list") {
-      std::vector<uint32_t> cps = CodePoints(s);
-      if (filter == "list") {
-        Array out;
-        for (uint32_t cp : cps) {
-          std::string ch;
-          AppendUtf8(cp, ch);
-          out.push_back(String(std::move(ch)));
-        }
-        return NewArray(std::move(out), at.pos);
-      }
-      if (filter == "reverse") std::reverse(cps.begin(), cps.end());
-      if (filter != "reverse") {
-        if (cps.empty()) return Undefined();
-        cps = {filter == "first" ? cps.front() : cps.back()};
-      }
-      std::string out;
-      for (uint32_t cp : cps) AppendUtf8(cp, out);
-      return String(std::move(out));
-    }
+    if (std::optional<Value> v = NamedStringFilter(operand, filter, at)) return *v;
   } else if (operand.IsNumber()) {
     if (filter == "abs") {
       return operand.type == Type::kInteger ? Integer(std::fabs(operand.number))
@@ -311,73 +253,96 @@ Value Interpreter::ApplyNamedFilter(const Value& operand, const std::string& nam
   UnknownFilter(at, name, operand);
 }
 
+// `items | filter` without arguments; nullopt when arrays have no such filter.
+std::optional<Value> Interpreter::NamedArrayFilter(const Value& operand, const std::string& filter,
+                                                   const Node& at) {
+  const Array& items = *operand.array;
+  if (filter == "list") return operand;
+  if (filter == "first") return items.empty() ? Undefined() : items.front();
+  if (filter == "last") return items.empty() ? Undefined() : items.back();
+  if (filter == "length") return Integer(static_cast<double>(items.size()));
+  if (filter == "reverse") return MakeArray(Array(items.rbegin(), items.rend()));
+  if (filter == "sort") {
+    Array sorted = items;
+    StableSort(sorted,
+               [&](const Value& a, const Value& b) { return Compare(a, b, false, at.pos) < 0; });
+    return MakeArray(std::move(sorted));
+  }
+  if (filter == "join") return Join(operand, "", at.pos);
+  if (filter == "string") return String(ToString(operand, at.pos));
+  if (filter == "unique") return Unique(operand);
+  if (filter == "select" || filter == "reject") {
+    Array out;
+    for (const Value& item : items) {
+      if (Truthy(item) == (filter == "select")) out.push_back(item);
+    }
+    return MakeArray(std::move(out));
+  }
+  return std::nullopt;
+}
+
+// `string | filter` without arguments; nullopt when strings have no such filter.
+std::optional<Value> Interpreter::NamedStringFilter(const Value& operand, const std::string& filter,
+                                                    const Node& at) {
+  const std::string& s = operand.Str();
+  if (filter == "length") return Integer(static_cast<double>(Utf16Length(s)));
+  if (filter == "upper") return String(ChangeCase(s, true));
+  if (filter == "lower") return String(ChangeCase(s, false));
+  if (filter == "title") return String(TitleCase(s));
+  if (filter == "capitalize") return String(Capitalize(s));
+  if (filter == "trim") return String(std::string(PyStrip(s, nullptr, true, true)));
+  if (filter == "indent") return String(Indent(s, "    ", false, false, at.pos));
+  if (filter == "join" || filter == "string") return operand;
+  if (filter == "int") {
+    const double v = JsParseInt(s);
+    return Integer(std::isnan(v) ? 0 : v);
+  }
+  if (filter == "float") {
+    const double v = JsParseFloat(s);
+    return Float(std::isnan(v) ? 0 : v);
+  }
+  // Extensions: Jinja's string forms of list filters.
+  if (filter == "first" || filter == "last" || filter == "reverse" || filter == "list") {
+    std::vector<uint32_t> cps = CodePoints(s);
+    if (filter == "list") {
+      Array out;
+      for (uint32_t cp : cps) {
+        std::string ch;
+        AppendUtf8(cp, ch);
+        out.push_back(String(std::move(ch)));
+      }
+      return NewArray(std::move(out), at.pos);
+    }
+    if (filter == "reverse") std::reverse(cps.begin(), cps.end());
+    if (filter != "reverse") {
+      if (cps.empty()) return Undefined();
+      cps = {filter == "first" ? cps.front() : cps.back()};
+    }
+    std::string out;
+    for (uint32_t cp : cps) AppendUtf8(cp, out);
+    return String(std::move(out));
+  }
+  return std::nullopt;
+}
+
 Value Interpreter::ApplyCallFilter(const Value& operand, const std::string& name, const Node& call,
                                    const EnvPtr& env) {
   const Node& at = call;
-  // Named references, not a structured binding: clang < 16 cannot capture those in a lambda.
   auto evaluated = EvalArguments(call.a, env);
-  Array& args = evaluated.first;
-  std::shared_ptr<Object>& kwargs = evaluated.second;
-  auto option = [&](size_t i, const char* key) -> const Value* {
-    if (i < args.size()) return &args[i];
-    return kwargs->Find(key);
-  };
-  if (name == "tojson") {
-    JsonStyle style;
-    const Value* indent = kwargs->Find("indent");
-    if (indent != nullptr && indent->type != Type::kInteger && indent->type != Type::kNull) {
-      Fail(at, "if set, indent must be a number");
-    }
-    if (indent != nullptr && indent->type == Type::kInteger) {
-      if (indent->number < 0) Fail(at, "tojson indent must not be negative");
-      CheckIndent(indent->number, at);
-      style.indent = static_cast<int>(indent->number);
-    }
-    if (const Value* v = kwargs->Find("ensure_ascii")) {
-      if (v->type != Type::kBool) Fail(at, "if set, ensure_ascii must be a boolean");
-      style.ensure_ascii = v->boolean;
-    }
-    if (const Value* v = kwargs->Find("sort_keys")) {
-      if (v->type != Type::kBool) Fail(at, "if set, sort_keys must be a boolean");
-      style.sort_keys = v->boolean;
-    }
-    if (const Value* v = kwargs->Find("separators"); v != nullptr && v->type != Type::kNull) {
-      if (!v->IsArray() || v->array->size() != 2 || (*v->array)[0].type != Type::kString ||
-          (*v->array)[1].type != Type::kString) {
-        Fail(at, "separators must be a tuple of two strings");
-      }
-      style.custom_separators = true;
-      style.item_separator = (*v->array)[0].Str();
-      style.key_separator = (*v->array)[1].Str();
-    }
-    std::string out;
-    ToJson(operand, style, 0, true, at.pos, out);
-    return String(std::move(out));
-  }
+  FilterArgs f{std::move(evaluated.first), std::move(evaluated.second)};
+  Array& args = f.args;
+  std::shared_ptr<Object>& kwargs = f.kwargs;
+  if (name == "tojson") return ToJsonFilter(operand, f, at);
   if (name == "join") {
     if (operand.type != Type::kString && !operand.IsArray()) UnknownFilter(at, name, Null());
-    const Value* sep = option(0, "separator");
+    const Value* sep = f.Option(0, "separator");
     if (sep != nullptr && sep->type != Type::kString) Fail(at, "separator must be a string");
     return Join(operand, sep != nullptr ? sep->Str() : "", at.pos);
   }
-  if (name == "int" || name == "float") {
-    const bool is_int = name == "int";
-    const Value* fallback = option(0, "default");
-    const Value default_value = fallback != nullptr ? *fallback : is_int ? Integer(0) : Float(0);
-    if (operand.type == Type::kString) {
-      const double v = is_int ? JsParseInt(operand.Str()) : JsParseFloat(operand.Str());
-      if (std::isnan(v)) return default_value;
-      return is_int ? Integer(v) : Float(v);
-    }
-    if (operand.IsNumber()) return operand;
-    if (operand.type == Type::kBool) {
-      return is_int ? Integer(operand.boolean ? 1 : 0) : Float(operand.boolean ? 1 : 0);
-    }
-    UnknownFilter(at, name, Null());
-  }
+  if (name == "int" || name == "float") return IntFloatFilter(operand, name, f, at);
   if (name == "default" || name == "d") {
     const Value default_value = !args.empty() ? args[0] : String("");
-    const Value* boolean = option(1, "boolean");
+    const Value* boolean = f.Option(1, "boolean");
     if (boolean != nullptr && boolean->type != Type::kBool) {
       Fail(at, "`default` filter flag must be a boolean");
     }
@@ -389,81 +354,9 @@ Value Interpreter::ApplyCallFilter(const Value& operand, const std::string& name
   }
   if (operand.IsArray()) {
     const Array& items = *operand.array;
-    if (name == "sort") {
-      const Value* reverse = option(0, "reverse");
-      const Value* case_sensitive = option(1, "case_sensitive");
-      const Value* attribute = option(2, "attribute");
-      if (reverse != nullptr && reverse->type != Type::kBool) Fail(at, "reverse must be a boolean");
-      if (case_sensitive != nullptr && case_sensitive->type != Type::kBool) {
-        Fail(at, "case_sensitive must be a boolean");
-      }
-      if (attribute != nullptr && attribute->type != Type::kString &&
-          attribute->type != Type::kInteger && attribute->type != Type::kNull) {
-        Fail(at, "attribute must be a string, integer, or null");
-      }
-      const bool rev = reverse != nullptr && reverse->boolean;
-      const bool cs = case_sensitive != nullptr && case_sensitive->boolean;
-      std::optional<std::string> path;
-      if (attribute != nullptr && attribute->type != Type::kNull) {
-        path = attribute->type == Type::kString ? attribute->Str() : JsNumber(attribute->number);
-      }
-      auto key = [&](const Value& v) { return path ? AttributePath(v, *path) : v; };
-      Array sorted = items;
-      StableSort(sorted, [&](const Value& a, const Value& b) {
-        const int c = Compare(key(a), key(b), cs, at.pos);
-        return rev ? c > 0 : c < 0;
-      });
-      return MakeArray(std::move(sorted));
-    }
-    if (name == "selectattr" || name == "rejectattr") {
-      const bool select = name == "selectattr";
-      for (const Value& item : items) {
-        if (!item.IsContainer()) {
-          Fail(at, fmt::format("`{}` can only be applied to an array of objects", name));
-        }
-      }
-      for (const auto& a : call.a) {
-        if (a->kind != Kind::kString)
-          Fail(at, fmt::format("arguments of `{}` must be strings", name));
-      }
-      if (args.empty()) Fail(at, fmt::format("`{}` needs an attribute name", name));
-      const std::string attr = args[0].Str();
-      const std::optional<std::string> test =
-          args.size() > 1 ? std::optional<std::string>(args[1].Str()) : std::nullopt;
-      const Value* test_arg = args.size() > 2 ? &args[2] : nullptr;
-      Array out;
-      for (const Value& item : items) {
-        const Value* a = item.object->Find(attr);
-        bool result = false;
-        if (a != nullptr) {
-          result = test ? RunTest(*test, *a, test_arg, at) : Truthy(*a);
-        }
-        if (result == select) out.push_back(item);
-      }
-      return MakeArray(std::move(out));
-    }
-    if (name == "map") {
-      if (const Value* attr = kwargs->Find("attribute")) {
-        if (attr->type != Type::kString) Fail(at, "attribute must be a string");
-        const Value* fallback = kwargs->Find("default");
-        Array out;
-        for (const Value& item : items) {
-          if (!item.IsContainer()) Fail(at, "items in map must be objects");
-          Value v = AttributePath(item, attr->Str());
-          out.push_back(v.type == Type::kUndefined && fallback != nullptr ? *fallback : v);
-        }
-        return MakeArray(std::move(out));
-      }
-      // Extension: map('filter') applies a named filter to every item, as in Jinja.
-      if (!args.empty() && args[0].type == Type::kString) {
-        Array out;
-        for (const Value& item : items) {
-          out.push_back(ApplyNamedFilter(item, args[0].Str(), at));
-        }
-        return MakeArray(std::move(out));
-      }
-      Fail(at, "map needs attribute=... or a filter name");
-    }
+    if (name == "sort") return SortFilter(items, f, at);
+    if (name == "selectattr" || name == "rejectattr") return SelectAttrFilter(items, name, f, call);
+    if (name == "map") return MapFilter(items, f, at);
     // Extension: select/reject(test[, argument]) as in Jinja.
     if (name == "select" || name == "reject") {
       Array out;
@@ -478,18 +371,7 @@ Value Interpreter::ApplyCallFilter(const Value& operand, const std::string& name
       return MakeArray(std::move(out));
     }
   } else if (operand.type == Type::kString) {
-    if (name == "indent") {
-      const Value* width = option(0, "width");
-      if (width != nullptr && width->type != Type::kInteger) Fail(at, "width must be a number");
-      const double w = width != nullptr ? width->number : 4;
-      if (w < 0) Fail(at, "indent width must not be negative");
-      CheckIndent(w, at);
-      const Value* first = option(1, "first");
-      const Value* blank = option(2, "blank");
-      return String(Indent(operand.Str(), std::string(static_cast<size_t>(w), ' '),
-                           first != nullptr && RawTruthy(*first),
-                           blank != nullptr && RawTruthy(*blank), at.pos));
-    }
+    if (name == "indent") return IndentFilter(operand, f, at);
     if (name == "replace") {
       Array all = args;
       all.push_back(MakeObject(kwargs, Type::kKwargs));
@@ -501,8 +383,8 @@ Value Interpreter::ApplyCallFilter(const Value& operand, const std::string& name
       return ObjectMethod(name, operand, std::move(args), at);
     }
   } else if (operand.IsNumber() && name == "round") {  // extension
-    const Value* precision = option(0, "precision");
-    const Value* method = option(1, "method");
+    const Value* precision = f.Option(0, "precision");
+    const Value* method = f.Option(1, "method");
     if (precision != nullptr && precision->type != Type::kInteger) {
       Fail(at, "round precision must be an integer");
     }
@@ -512,6 +394,157 @@ Value Interpreter::ApplyCallFilter(const Value& operand, const std::string& name
                        method != nullptr ? method->Str() : "common"));
   }
   UnknownFilter(at, name, operand);
+}
+
+// tojson(indent=, ensure_ascii=, sort_keys=, separators=): Python's json.dumps options.
+Value Interpreter::ToJsonFilter(const Value& operand, const FilterArgs& f, const Node& at) {
+  const std::shared_ptr<Object>& kwargs = f.kwargs;
+  JsonStyle style;
+  const Value* indent = kwargs->Find("indent");
+  if (indent != nullptr && indent->type != Type::kInteger && indent->type != Type::kNull) {
+    Fail(at, "if set, indent must be a number");
+  }
+  if (indent != nullptr && indent->type == Type::kInteger) {
+    if (indent->number < 0) Fail(at, "tojson indent must not be negative");
+    CheckIndent(indent->number, at);
+    style.indent = static_cast<int>(indent->number);
+  }
+  if (const Value* v = kwargs->Find("ensure_ascii")) {
+    if (v->type != Type::kBool) Fail(at, "if set, ensure_ascii must be a boolean");
+    style.ensure_ascii = v->boolean;
+  }
+  if (const Value* v = kwargs->Find("sort_keys")) {
+    if (v->type != Type::kBool) Fail(at, "if set, sort_keys must be a boolean");
+    style.sort_keys = v->boolean;
+  }
+  if (const Value* v = kwargs->Find("separators"); v != nullptr && v->type != Type::kNull) {
+    if (!v->IsArray() || v->array->size() != 2 || (*v->array)[0].type != Type::kString ||
+        (*v->array)[1].type != Type::kString) {
+      Fail(at, "separators must be a tuple of two strings");
+    }
+    style.custom_separators = true;
+    style.item_separator = (*v->array)[0].Str();
+    style.key_separator = (*v->array)[1].Str();
+  }
+  std::string out;
+  ToJson(operand, style, 0, true, at.pos, out);
+  return String(std::move(out));
+}
+
+// int(default=0) and float(default=0.0).
+Value Interpreter::IntFloatFilter(const Value& operand, const std::string& name,
+                                  const FilterArgs& f, const Node& at) {
+  const bool is_int = name == "int";
+  const Value* fallback = f.Option(0, "default");
+  const Value default_value = fallback != nullptr ? *fallback : is_int ? Integer(0) : Float(0);
+  if (operand.type == Type::kString) {
+    const double v = is_int ? JsParseInt(operand.Str()) : JsParseFloat(operand.Str());
+    if (std::isnan(v)) return default_value;
+    return is_int ? Integer(v) : Float(v);
+  }
+  if (operand.IsNumber()) return operand;
+  if (operand.type == Type::kBool) {
+    return is_int ? Integer(operand.boolean ? 1 : 0) : Float(operand.boolean ? 1 : 0);
+  }
+  UnknownFilter(at, name, Null());
+}
+
+// sort(reverse=false, case_sensitive=false, attribute=none).
+Value Interpreter::SortFilter(const Array& items, const FilterArgs& f, const Node& at) {
+  const Value* reverse = f.Option(0, "reverse");
+  const Value* case_sensitive = f.Option(1, "case_sensitive");
+  const Value* attribute = f.Option(2, "attribute");
+  if (reverse != nullptr && reverse->type != Type::kBool) Fail(at, "reverse must be a boolean");
+  if (case_sensitive != nullptr && case_sensitive->type != Type::kBool) {
+    Fail(at, "case_sensitive must be a boolean");
+  }
+  if (attribute != nullptr && attribute->type != Type::kString &&
+      attribute->type != Type::kInteger && attribute->type != Type::kNull) {
+    Fail(at, "attribute must be a string, integer, or null");
+  }
+  const bool rev = reverse != nullptr && reverse->boolean;
+  const bool cs = case_sensitive != nullptr && case_sensitive->boolean;
+  std::optional<std::string> path;
+  if (attribute != nullptr && attribute->type != Type::kNull) {
+    path = attribute->type == Type::kString ? attribute->Str() : JsNumber(attribute->number);
+  }
+  auto key = [&](const Value& v) { return path ? AttributePath(v, *path) : v; };
+  Array sorted = items;
+  StableSort(sorted, [&](const Value& a, const Value& b) {
+    const int c = Compare(key(a), key(b), cs, at.pos);
+    return rev ? c > 0 : c < 0;
+  });
+  return MakeArray(std::move(sorted));
+}
+
+// selectattr/rejectattr(attribute[, test[, argument]]).
+Value Interpreter::SelectAttrFilter(const Array& items, const std::string& name,
+                                    const FilterArgs& f, const Node& call) {
+  const Node& at = call;
+  const Array& args = f.args;
+  const bool select = name == "selectattr";
+  for (const Value& item : items) {
+    if (!item.IsContainer()) {
+      Fail(at, fmt::format("`{}` can only be applied to an array of objects", name));
+    }
+  }
+  for (const auto& a : call.a) {
+    if (a->kind != Kind::kString) Fail(at, fmt::format("arguments of `{}` must be strings", name));
+  }
+  if (args.empty()) Fail(at, fmt::format("`{}` needs an attribute name", name));
+  const std::string attr = args[0].Str();
+  const std::optional<std::string> test =
+      args.size() > 1 ? std::optional<std::string>(args[1].Str()) : std::nullopt;
+  const Value* test_arg = args.size() > 2 ? &args[2] : nullptr;
+  Array out;
+  for (const Value& item : items) {
+    const Value* a = item.object->Find(attr);
+    bool result = false;
+    if (a != nullptr) {
+      result = test ? RunTest(*test, *a, test_arg, at) : Truthy(*a);
+    }
+    if (result == select) out.push_back(item);
+  }
+  return MakeArray(std::move(out));
+}
+
+// map(attribute=..., default=...), or map('filter') as in Jinja.
+Value Interpreter::MapFilter(const Array& items, const FilterArgs& f, const Node& at) {
+  const Array& args = f.args;
+  if (const Value* attr = f.kwargs->Find("attribute")) {
+    if (attr->type != Type::kString) Fail(at, "attribute must be a string");
+    const Value* fallback = f.kwargs->Find("default");
+    Array out;
+    for (const Value& item : items) {
+      if (!item.IsContainer()) Fail(at, "items in map must be objects");
+      Value v = AttributePath(item, attr->Str());
+      out.push_back(v.type == Type::kUndefined && fallback != nullptr ? *fallback : v);
+    }
+    return MakeArray(std::move(out));
+  }
+  // Extension: map('filter') applies a named filter to every item, as in Jinja.
+  if (!args.empty() && args[0].type == Type::kString) {
+    Array out;
+    for (const Value& item : items) {
+      out.push_back(ApplyNamedFilter(item, args[0].Str(), at));
+    }
+    return MakeArray(std::move(out));
+  }
+  Fail(at, "map needs attribute=... or a filter name");
+}
+
+// indent(width=4, first=false, blank=false).
+Value Interpreter::IndentFilter(const Value& operand, const FilterArgs& f, const Node& at) {
+  const Value* width = f.Option(0, "width");
+  if (width != nullptr && width->type != Type::kInteger) Fail(at, "width must be a number");
+  const double w = width != nullptr ? width->number : 4;
+  if (w < 0) Fail(at, "indent width must not be negative");
+  CheckIndent(w, at);
+  const Value* first = f.Option(1, "first");
+  const Value* blank = f.Option(2, "blank");
+  return String(Indent(operand.Str(), std::string(static_cast<size_t>(w), ' '),
+                       first != nullptr && RawTruthy(*first), blank != nullptr && RawTruthy(*blank),
+                       at.pos));
 }
 
 // An indent wider than the output bound (or than 1 MiB) can only be a runaway.

@@ -137,18 +137,8 @@ Value Interpreter::Eval(const Node& n, const EnvPtr& env) {
       return NewArray(std::move(items), n.pos,
                       n.kind == Kind::kTuple ? Type::kTuple : Type::kArray);
     }
-    case Kind::kObject: {
-      auto object = std::make_shared<Object>();
-      for (size_t i = 0; i < n.a.size(); ++i) {
-        const Value key = Eval(*n.a[i], env);
-        if (key.type != Type::kString) {
-          Fail(*n.a[i], fmt::format("object keys must be strings: got {}", TypeName(key.type)));
-        }
-        object->Set(key.Str(), Eval(*n.b[i], env));
-      }
-      Spend(object->entries.size(), n.pos);
-      return MakeObject(std::move(object));
-    }
+    case Kind::kObject:
+      return EvalObject(n, env);
     case Kind::kMember:
       return EvalMember(n, env);
     case Kind::kCall:
@@ -172,13 +162,8 @@ Value Interpreter::Eval(const Node& n, const EnvPtr& env) {
     case Kind::kSet:
       EvalSet(n, env);
       return Null();
-    case Kind::kIf: {
-      for (size_t i = 0; i < n.a.size(); ++i) {
-        if (Truthy(Eval(*n.a[i], env))) return String(Block(n.blocks[i], env));
-      }
-      if (n.blocks.size() > n.a.size()) return String(Block(n.blocks.back(), env));
-      return String("");
-    }
+    case Kind::kIf:
+      return EvalIf(n, env);
     case Kind::kFor:
       return EvalFor(n, env);
     case Kind::kMacro: {
@@ -201,6 +186,29 @@ Value Interpreter::Eval(const Node& n, const EnvPtr& env) {
       break;
   }
   Fail(n, "unexpected expression here");
+}
+
+// A dict literal {k: v, ...}: string keys, the last of a repeated key wins.
+Value Interpreter::EvalObject(const Node& n, const EnvPtr& env) {
+  auto object = std::make_shared<Object>();
+  for (size_t i = 0; i < n.a.size(); ++i) {
+    const Value key = Eval(*n.a[i], env);
+    if (key.type != Type::kString) {
+      Fail(*n.a[i], fmt::format("object keys must be strings: got {}", TypeName(key.type)));
+    }
+    object->Set(key.Str(), Eval(*n.b[i], env));
+  }
+  Spend(object->entries.size(), n.pos);
+  return MakeObject(std::move(object));
+}
+
+// if/elif/else: the body of the first true condition, else the else body (if any).
+Value Interpreter::EvalIf(const Node& n, const EnvPtr& env) {
+  for (size_t i = 0; i < n.a.size(); ++i) {
+    if (Truthy(Eval(*n.a[i], env))) return String(Block(n.blocks[i], env));
+  }
+  if (n.blocks.size() > n.a.size()) return String(Block(n.blocks.back(), env));
+  return String("");
 }
 
 // Charges what a call, operator or filter produced.

@@ -71,6 +71,8 @@ class Interpreter {
   // ---- statements and expressions (interpreter.cc) ----
   std::string Block(const std::vector<NodePtr>& body, const EnvPtr& env);
   Value Eval(const Node& n, const EnvPtr& env);
+  Value EvalObject(const Node& n, const EnvPtr& env);
+  Value EvalIf(const Node& n, const EnvPtr& env);
   void EvalSet(const Node& n, const EnvPtr& env);
   Value EvalFor(const Node& n, const EnvPtr& env);
 
@@ -97,6 +99,8 @@ class Interpreter {
   int Compare(const Value& a, const Value& b, bool case_sensitive, size_t pos);
   Value EvalUnary(const Node& n, const EnvPtr& env);
   Value EvalBinary(const Node& n, const EnvPtr& env);
+  std::optional<Value> Arithmetic(const std::string& op, const Value& left, const Value& right,
+                                  const Node& n);
 
   // A stable merge sort that stays in bounds whatever the comparator answers (NaN included).
   template <typename Less>
@@ -160,8 +164,29 @@ class Interpreter {
   [[noreturn]] void UnknownFilter(const Node& at, const std::string& name, const Value& v);
   Value ApplyFilter(const Value& operand, const Node& filter, const EnvPtr& env);
   Value ApplyNamedFilter(const Value& operand, const std::string& name, const Node& at);
+  std::optional<Value> NamedArrayFilter(const Value& operand, const std::string& filter,
+                                        const Node& at);
+  std::optional<Value> NamedStringFilter(const Value& operand, const std::string& filter,
+                                         const Node& at);
   Value ApplyCallFilter(const Value& operand, const std::string& name, const Node& call,
                         const EnvPtr& env);
+  // A filter call's arguments; Option(i, key) is the i-th positional one, else keyword `key`.
+  struct FilterArgs {
+    Array args;
+    std::shared_ptr<Object> kwargs;
+    const Value* Option(size_t i, const char* key) const {
+      if (i < args.size()) return &args[i];
+      return kwargs->Find(key);
+    }
+  };
+  Value ToJsonFilter(const Value& operand, const FilterArgs& f, const Node& at);
+  Value IntFloatFilter(const Value& operand, const std::string& name, const FilterArgs& f,
+                       const Node& at);
+  Value SortFilter(const Array& items, const FilterArgs& f, const Node& at);
+  Value SelectAttrFilter(const Array& items, const std::string& name, const FilterArgs& f,
+                         const Node& call);
+  Value MapFilter(const Array& items, const FilterArgs& f, const Node& at);
+  Value IndentFilter(const Value& operand, const FilterArgs& f, const Node& at);
   void CheckIndent(double width, const Node& at) const;
 
   const Program& program_;

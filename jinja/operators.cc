@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 
 #include "jinja/interpreter.h"
 #include "jinja/numbers.h"
@@ -132,26 +133,7 @@ Value Interpreter::EvalBinary(const Node& n, const EnvPtr& env) {
     return is_float ? Float(result) : Integer(result);
   }
   if (left.IsNumber() && right.IsNumber()) {
-    const double a = left.number, b = right.number;
-    const bool is_float = left.type == Type::kFloat || right.type == Type::kFloat;
-    auto typed = [&](double r) { return is_float ? Float(r) : Integer(r); };
-    if (op == "+") return typed(a + b);
-    if (op == "-") return typed(a - b);
-    if (op == "*") return typed(a * b);
-    if ((op == "/" || op == "//" || op == "%") && b == 0)
-      Fail(n, fmt::format("division by zero ({} {} {})", ToString(left, n.pos), op,
-                          ToString(right, n.pos)));
-    if (op == "/") return Float(a / b);
-    if (op == "//") return typed(std::floor(a / b));
-    if (op == "%") {  // Python's: the result takes the divisor's sign
-      double r = std::fmod(a, b);
-      if (r != 0 && (r < 0) != (b < 0)) r += b;
-      return typed(r);
-    }
-    if (op == "<") return Bool(a < b);
-    if (op == ">") return Bool(a > b);
-    if (op == "<=") return Bool(a <= b);
-    if (op == ">=") return Bool(a >= b);
+    if (std::optional<Value> v = Arithmetic(op, left, right, n)) return *v;
   } else if (left.IsArray() && right.IsArray()) {
     if (op == "+") {
       Array items = *left.array;
@@ -190,6 +172,33 @@ Value Interpreter::EvalBinary(const Node& n, const EnvPtr& env) {
   }
   Fail(n, fmt::format("unknown operator \"{}\" between {} and {}", op, TypeName(left.type),
                       TypeName(right.type)));
+}
+
+// `op` on two numbers: arithmetic (Python's / // %), or a comparison; nullopt for any other
+// operator, which EvalBinary then reports.
+std::optional<Value> Interpreter::Arithmetic(const std::string& op, const Value& left,
+                                             const Value& right, const Node& n) {
+  const double a = left.number, b = right.number;
+  const bool is_float = left.type == Type::kFloat || right.type == Type::kFloat;
+  auto typed = [&](double r) { return is_float ? Float(r) : Integer(r); };
+  if (op == "+") return typed(a + b);
+  if (op == "-") return typed(a - b);
+  if (op == "*") return typed(a * b);
+  if ((op == "/" || op == "//" || op == "%") && b == 0)
+    Fail(n, fmt::format("division by zero ({} {} {})", ToString(left, n.pos), op,
+                        ToString(right, n.pos)));
+  if (op == "/") return Float(a / b);
+  if (op == "//") return typed(std::floor(a / b));
+  if (op == "%") {  // Python's: the result takes the divisor's sign
+    double r = std::fmod(a, b);
+    if (r != 0 && (r < 0) != (b < 0)) r += b;
+    return typed(r);
+  }
+  if (op == "<") return Bool(a < b);
+  if (op == ">") return Bool(a > b);
+  if (op == "<=") return Bool(a <= b);
+  if (op == ">=") return Bool(a >= b);
+  return std::nullopt;
 }
 
 }  // namespace rlid::jinja::internal
