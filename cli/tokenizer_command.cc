@@ -17,8 +17,8 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "core/jinja.h"
 #include "envs/env.h"
+#include "jinja/jinja.h"
 #include "policy/tokenizer.h"
 #include "policy/tokenizer_corpus.h"
 

@@ -1,4 +1,4 @@
-// The Jinja chat-template renderer (core/jinja.h). Byte 0 picks the mode:
+// The Jinja chat-template renderer (jinja/jinja.h). Byte 0 picks the mode:
 //   even: the rest is a template, rendered against a fixed chat context;
 //   odd:  a real chat template (tests/data/chat_templates, chosen by byte 1's
 //         top bits) rendered with messages cut from the rest at NUL bytes
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/jinja.h"
 #include "fuzz/fuzz_util.h"
+#include "jinja/jinja.h"
 
 namespace rlid::fuzz {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "core/hash.h"
-#include "core/jinja.h"
+#include "jinja/jinja.h"
 
 namespace rlid::policy {
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite:
 #   1. the main build's tests (ctest: rlid_tests_base + rlid_tests + CLI checks)
-#   2. core/envs/memory tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+#   2. core, jinja, envs and memory tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #      (clang, in build-fuzz/; RLID_SKIP_SANITIZE=1 skips them)
 #   3. each libFuzzer target for 20 s on its seed corpus (scripts/fuzz.sh, same build;
 #      RLID_SKIP_FUZZ=1 skips it, RLID_FUZZ_SECONDS changes the time)

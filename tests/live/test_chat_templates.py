@@ -1,4 +1,4 @@
-"""Live check of rlid's chat-template interpreter (core/jinja.cc) against transformers.
+"""Live check of rlid's chat-template interpreter (jinja/) against transformers.
 
 transformers' `apply_chat_template(..., tokenize=False)` (jinja2 underneath, pinned in
 requirements.txt) renders seeded random conversations with the real Qwen2.5, Qwen3 and

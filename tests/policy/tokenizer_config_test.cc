@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/jinja.h"
 #include "envs/env.h"
+#include "jinja/jinja.h"
 #include "policy/prompt.h"
 #include "policy/tokenizer.h"
 #include "tests/agents/fixtures.h"
@@ -95,7 +95,7 @@ TEST(TokenizerConfig, ChatRenderingsTokenizeAsHuggingFaceDoes) {
     const std::string text = c.at("text").get<std::string>();
     const auto& g = golden.at(c.at("golden_index").get<size_t>());
     // transformers (jinja2) is the reference for rendering: its strip('\n') keeps the space in
-    // "then \n</think>" that the JS engine behind these files stripped (core/jinja_test.cc).
+    // "then \n</think>" that the JS engine behind these files stripped (jinja/jinja_test.cc).
     std::string rendered_by_js = tmpl.Render(g.at("context"));
     if (const std::string py = "unclosed think, then \n</think>";
         rendered_by_js.find(py) != std::string::npos)

@@ -1,7 +1,7 @@
 // Renders every chat template in this folder with @huggingface/jinja (the JavaScript
 // reimplementation Hugging Face uses in transformers.js) over many message lists and writes
 // golden.json = [{template, context, expected} | {template, context, error}], which
-// tests/core/jinja_test.cc replays against rlid's interpreter. Run once; the output is committed.
+// tests/jinja/jinja_test.cc replays against rlid's interpreter. Run once; the output is committed.
 //   mkdir -p /tmp/jinjajs && cd /tmp/jinjajs && npm install @huggingface/jinja@0.5.11
 //   NODE_PATH=/tmp/jinjajs/node_modules node tests/data/chat_templates/generate_golden.mjs
 // (NODE_PATH does not apply to ES modules, so the script resolves the package through it itself.)

@@ -29,7 +29,7 @@ struct RenderOptions {
   // Interpreted operations (one per expression or statement evaluated) plus the bytes that
   // string operations read and write (output, ~ and +, comparisons, methods, filters,
   // slices), summed over one render. Qwen3's template costs about 12 units per byte of
-  // conversation (990k for a 20-turn, 80 KB one: tests/core/jinja_test.cc, JinjaLimits), so
+  // conversation (990k for a 20-turn, 80 KB one: tests/jinja/jinja_test.cc, JinjaLimits), so
   // the default covers some 5 MB of messages, ten times a 128k-token context; a runaway (a
   // loop over a multi-megabyte string) stops within a fraction of a second.
   size_t max_work = size_t{1} << 26;
@@ -58,7 +58,7 @@ class Template {
                      const RenderOptions& options = {}) const;
   std::string Render(const nlohmann::json& context, const RenderOptions& options = {}) const;
 
-  struct Program;  // the parsed template; opaque outside jinja.cc
+  struct Program;  // the parsed template (jinja/program.h), opaque outside jinja/
 
  private:
   explicit Template(std::shared_ptr<const Program> program) : program_(std::move(program)) {}

@@ -1,8 +1,8 @@
-// Tests for core/jinja: (a) every case in tests/data/chat_templates/golden.json, rendered by
+// Tests for jinja/: (a) every case in tests/data/chat_templates/golden.json, rendered by
 // @huggingface/jinja 0.5.11 from the real Qwen2.5/Qwen3/Llama-3.x chat templates, must come out
 // byte-identical (or fail where the reference failed); (b) hand-written expectations for each
 // feature; (c) errors and runaway guards surface as ConfigError with a useful message.
-#include "core/jinja.h"
+#include "jinja/jinja.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
