@@ -3,7 +3,8 @@
 // the key of their colour; keys and the goal object lie on floors and surfaces
 // or inside closed containers. The goal is to put the object on a surface in
 // a goal room. Only the current room is observed, so facts seen earlier (where
-// a key lies) matter later. Oracle: BFS over the full hidden state.
+// a key lies) matter later. Oracle: the shared backward search
+// (envs/shortest_path_oracle.h) over the full hidden state.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,13 +15,12 @@
 #include <deque>
 #include <iterator>
 #include <memory>
-#include <mutex>
-#include <unordered_map>
 
 #include "core/check.h"
 #include "core/hash.h"
 #include "core/rng.h"
 #include "envs/menu_state.h"
+#include "envs/shortest_path_oracle.h"
 #include "envs/simple_env.h"
 
 namespace rlid::envs {
@@ -111,9 +111,9 @@ struct KeysLayout {
   World initial;
   uint64_t fingerprint = 0;
 
-  // Oracle: steps to success for every world reachable from `initial`.
-  mutable std::once_flag oracle_once;
-  mutable std::unordered_map<uint64_t, int> dist;
+  // Oracle: steps to success (-1: none) of every world reachable from
+  // `initial`, by its Pack().
+  mutable GoalDistances oracle;
 
   int8_t Floor(int r) const { return static_cast<int8_t>(2 + r); }
   int8_t Surface(int r) const { return static_cast<int8_t>(2 + num_rooms + r); }
@@ -202,54 +202,19 @@ struct KeysLayout {
     return Success(w);
   }
 
-  // BFS over every world reachable from `initial`, then backwards from the
-  // successful ones. Built once per instance (thread-safe), shared by clones.
-  const std::unordered_map<uint64_t, int>& Distances() const {
-    std::call_once(oracle_once, [this] {
-      std::unordered_map<uint64_t, int> index;
-      std::vector<World> worlds;
-      std::vector<std::vector<int>> parents;
-      std::vector<int> goals;
-      std::vector<ActionId> moves;
-      index.emplace(initial.Pack(), 0);
-      worlds.push_back(initial);
-      parents.emplace_back();
-      for (size_t u = 0; u < worlds.size(); ++u) {
-        if (Success(worlds[u])) {
-          goals.push_back(static_cast<int>(u));
-          continue;
-        }
-        LegalMoves(worlds[u], moves);
-        for (ActionId a : moves) {
-          World child = worlds[u];
-          ApplyMove(child, a);
-          auto [it, inserted] = index.emplace(child.Pack(), static_cast<int>(worlds.size()));
-          if (inserted) {
-            worlds.push_back(child);
-            parents.emplace_back();
-          }
-          parents[it->second].push_back(static_cast<int>(u));
-        }
-      }
-      std::vector<int> d(worlds.size(), -1);
-      std::deque<int> queue;
-      for (int g : goals) {
-        d[g] = 0;
-        queue.push_back(g);
-      }
-      while (!queue.empty()) {
-        int v = queue.front();
-        queue.pop_front();
-        for (int u : parents[v])
-          if (d[u] < 0) {
-            d[u] = d[v] + 1;
-            queue.push_back(u);
-          }
-      }
-      dist.reserve(index.size());
-      for (const auto& [key, i] : index) dist.emplace(key, d[i]);
-    });
-    return dist;
+  // Steps to success from a world (-1: never). On the first call, the search
+  // over every world reachable from `initial`; built once per instance
+  // (thread-safe), shared by clones.
+  int Distance(const World& w) const {
+    oracle.BuildOnce(
+        initial, [](const World& v) { return v.Pack(); },
+        [this](const World& v) { return Success(v); },
+        [this](const World& v, std::vector<ActionId>& out) { LegalMoves(v, out); },
+        [this](World v, ActionId a) {
+          ApplyMove(v, a);
+          return v;
+        });
+    return oracle.Distance(w.Pack());
   }
 };
 
@@ -533,24 +498,10 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
   uint64_t Hash() const override { return HashCombine(m_->fingerprint, w_.Pack()); }
 
   std::vector<ActionId> OptimalActions() const override {
-    std::vector<ActionId> out;
-    const int d = Distance(w_);
-    if (IsTerminal() || d < 0 || d > Remaining()) return out;
-    std::vector<ActionId> moves;
-    m_->LegalMoves(w_, moves);
-    for (ActionId a : moves) {
-      World child = w_;
-      bool success = m_->ApplyMove(child, a);
-      if ((success ? 0 : Distance(child)) == d - 1) out.push_back(a);
-    }
-    return out;
+    return IsTerminal() ? std::vector<ActionId>{} : ShortestPathActions(*m_, w_, Remaining());
   }
   double OptimalReturn() const override {
-    if (IsTerminal()) return 0.0;
-    const auto& p = m_->params;
-    const int d = Distance(w_);
-    if (d < 0 || d > Remaining()) return -p.step_cost * Remaining();  // truncation comes first
-    return p.success_reward - p.step_cost * d;
+    return IsTerminal() ? 0.0 : ShortestPathReturn(*m_, w_, Remaining());
   }
 
   // What the current room shows: item whereabouts, containers, doors.
@@ -604,12 +555,6 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
 
  private:
   int Remaining() const { return step_limit() - StepCount(); }
-  int Distance(const World& w) const {
-    const auto& dist = m_->Distances();
-    auto it = dist.find(w.Pack());
-    RLID_CHECK(it != dist.end(), "world not reachable from the initial state");
-    return it->second;
-  }
   std::vector<std::string> ItemsAt(int8_t loc) const {
     std::vector<std::string> out;
     for (int i = 0; i < m_->num_items; ++i)
