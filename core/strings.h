@@ -12,6 +12,8 @@ std::string ToLower(std::string_view s);  // ASCII only; other bytes unchanged.
 std::string_view Trim(std::string_view s);
 std::vector<std::string> Split(std::string_view s, char sep);
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);
+// "a", "a and b", "a, b and c"; `none` when there are no items (env texts).
+std::string ListInWords(const std::vector<std::string>& items, std::string_view none = "nothing");
 bool StartsWith(std::string_view s, std::string_view prefix);
 // Well-formed UTF-8 (Unicode Table 3-7: no overlongs, surrogates or values above U+10FFFF).
 bool IsValidUtf8(std::string_view s);

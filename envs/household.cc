@@ -776,12 +776,6 @@ std::shared_ptr<const HouseLayout> Generate(const HouseParams& p, const TaskList
 std::string A(const std::string& noun) {
   return (std::string("aeiou").find(noun[0]) != std::string::npos ? "an " : "a ") + noun;
 }
-std::string List(const std::vector<std::string>& names) {
-  if (names.empty()) return "nothing";
-  if (names.size() == 1) return names[0];
-  std::vector<std::string> head(names.begin(), names.end() - 1);
-  return Join(head, ", ") + " and " + names.back();
-}
 std::string Capitalised(std::string s) {
   if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
   return s;
@@ -799,11 +793,11 @@ class HouseholdState final : public MenuState, public OracleState, public FactSo
     if (w_.at < 0) {
       std::vector<std::string> recs;
       for (int k : m_->room_recs[r]) recs.push_back(A(m_->RecName(k)));
-      out += fmt::format("You are in the {}. You see {}.", m_->RoomName(r), List(recs));
+      out += fmt::format("You are in the {}. You see {}.", m_->RoomName(r), ListInWords(recs));
       std::vector<std::string> others;
       for (int o = 0; o < static_cast<int>(m_->room_kind.size()); ++o)
         if (o != r) others.push_back("the " + m_->RoomName(o));
-      if (!others.empty()) out += fmt::format("\nOther rooms: {}.", List(others));
+      if (!others.empty()) out += fmt::format("\nOther rooms: {}.", ListInWords(others));
     } else {
       const int k = w_.at;
       out += fmt::format("You are at the {} in the {}. {}", m_->RecName(k), m_->RoomName(r),
@@ -945,8 +939,8 @@ class HouseholdState final : public MenuState, public OracleState, public FactSo
     if (here.empty())
       return openable ? fmt::format("The {} is open and empty.", name)
                       : fmt::format("The {} is empty.", name);
-    if (openable) return fmt::format("The {} is open. In it: {}.", name, List(here));
-    return fmt::format("{} the {}: {}.", Capitalised(m_->Kind(k).prep), name, List(here));
+    if (openable) return fmt::format("The {} is open. In it: {}.", name, ListInWords(here));
+    return fmt::format("{} the {}: {}.", Capitalised(m_->Kind(k).prep), name, ListInWords(here));
   }
 
   ActionSpec Spec(ActionId a) const {

@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "core/hash.h"
 #include "core/rng.h"
+#include "core/strings.h"
 #include "envs/menu_state.h"
 #include "envs/shortest_path_oracle.h"
 #include "envs/simple_env.h"
@@ -424,13 +425,6 @@ std::shared_ptr<const KeysLayout> Generate(const KeysParams& p, uint64_t seed) {
                     "raise env.step_limit or use fewer rooms/locked doors");
 }
 
-std::string List(const std::vector<std::string>& names) {
-  if (names.empty()) return "nothing";
-  if (names.size() == 1) return names[0];
-  std::vector<std::string> head(names.begin(), names.end() - 1);
-  return Join(head, ", ") + " and " + names.back();
-}
-
 class KeysState final : public MenuState, public OracleState, public FactSource {
  public:
   explicit KeysState(std::shared_ptr<const KeysLayout> m)
@@ -444,19 +438,20 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
         fmt::format("Goal: {}.\nYou are in the {}. ", m_->GoalText(), m_->RoomName(r));
     auto on = ItemsAt(m_->Surface(r));
     out += on.empty() ? fmt::format("The {} is empty.", m_->SurfaceName(r))
-                      : fmt::format("On the {}: {}.", m_->SurfaceName(r), List(on));
+                      : fmt::format("On the {}: {}.", m_->SurfaceName(r), ListInWords(on));
     for (int c = 0; c < m_->num_containers; ++c) {
       if (m_->container_room[c] != r) continue;
       if (!((w_.opened >> c) & 1)) {
         out += fmt::format(" The {} is closed.", m_->ContainerName(c));
       } else {
         auto in = ItemsAt(m_->InContainer(c));
-        out += in.empty() ? fmt::format(" The {} is open and empty.", m_->ContainerName(c))
-                          : fmt::format(" The {} is open: {}.", m_->ContainerName(c), List(in));
+        out += in.empty()
+                   ? fmt::format(" The {} is open and empty.", m_->ContainerName(c))
+                   : fmt::format(" The {} is open: {}.", m_->ContainerName(c), ListInWords(in));
       }
     }
     if (auto floor = ItemsAt(m_->Floor(r)); !floor.empty())
-      out += fmt::format(" On the floor: {}.", List(floor));
+      out += fmt::format(" On the floor: {}.", ListInWords(floor));
     std::vector<std::string> doors;
     for (auto [other, d] : m_->adj[r]) {
       int k = m_->doors[d].lock;
@@ -465,7 +460,8 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
           locked ? fmt::format("the {} ({} door, locked)", m_->RoomName(other), m_->ColourOfLock(k))
                  : "the " + m_->RoomName(other));
     }
-    out += fmt::format("\nDoors lead to {}.\nYou carry {}.", List(doors), List(Carried()));
+    out += fmt::format("\nDoors lead to {}.\nYou carry {}.", ListInWords(doors),
+                       ListInWords(Carried()));
     return out;
   }
 
@@ -475,7 +471,7 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
   std::string AfterstateText() const override {
     if (m_->Success(w_))
       return fmt::format("The {} is {}: goal reached.", m_->ItemName(0), m_->Where(w_.loc[0]));
-    std::string carry = fmt::format("You carry {}.", List(Carried()));
+    std::string carry = fmt::format("You carry {}.", ListInWords(Carried()));
     const ActionId a = last_;
     if (a >= kPut) {
       int i = (a - kPut) / 16;
