@@ -895,13 +895,7 @@ class HouseholdState final : public MenuState, public OracleState, public FactSo
   StepOutcome Transition(ActionId action) override {
     last_ = action;
     if (action >= kPut && action < kHeat) put_ = w_.held;
-    StepOutcome out;
-    out.reward = -m_->params.step_cost;
-    if (m_->ApplyMove(w_, action)) {
-      out.reward += m_->params.success_reward;
-      out.terminal = out.success = true;
-    }
-    return out;
+    return ShortestPathStep(*m_, w_, action);
   }
 
  private:

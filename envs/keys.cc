@@ -540,13 +540,7 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
 
   StepOutcome Transition(ActionId action) override {
     last_ = action;
-    StepOutcome out;
-    out.reward = -m_->params.step_cost;
-    if (m_->ApplyMove(w_, action)) {
-      out.reward += m_->params.success_reward;
-      out.terminal = out.success = true;
-    }
-    return out;
+    return ShortestPathStep(*m_, w_, action);
   }
 
  private:

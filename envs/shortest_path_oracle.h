@@ -1,9 +1,8 @@
-// The oracle household and keys share: the steps to success of every world
-// reachable from an instance's start (enumerated forwards, then searched
-// backwards, breadth-first, from the successful worlds), built once per
-// instance, and what a State's OptimalActions()/OptimalReturn() make of it.
-// For deterministic envs where every step costs the same and success ends
-// the episode, so that the shortest solution is the optimal one.
+// The oracle household and keys share, for deterministic envs where every
+// step costs the same and success ends the episode (ShortestPathStep): steps
+// to success of every world reachable from the start (enumerated forwards,
+// searched backwards from the goals), built once per instance, and what
+// OptimalActions()/OptimalReturn() make of them.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +70,20 @@ class GoalDistances {
   std::unordered_map<uint64_t, int> index_;  // key -> world
   std::vector<int> dist_;                    // per world
 };
+
+// The transition these oracles assume, for a layout `m` as below: move `a`
+// costs step_cost, and reaching the goal earns success_reward and ends the
+// episode.
+template <class Layout, class World>
+StepOutcome ShortestPathStep(const Layout& m, World& w, ActionId a) {
+  StepOutcome out;
+  out.reward = -m.params.step_cost;
+  if (m.ApplyMove(w, a)) {
+    out.reward += m.params.success_reward;
+    out.terminal = out.success = true;
+  }
+  return out;
+}
 
 // OptimalActions() and OptimalReturn() of a non-terminal state in world `w`
 // with `remaining` steps left, for a layout `m` that gives
