@@ -44,6 +44,13 @@ std::string Join(const std::vector<std::string>& parts, std::string_view sep) {
   return out;
 }
 
+std::string ListInWords(const std::vector<std::string>& items, std::string_view none) {
+  if (items.empty()) return std::string(none);
+  if (items.size() == 1) return items[0];
+  const std::vector<std::string> head(items.begin(), items.end() - 1);
+  return Join(head, ", ") + " and " + items.back();
+}
+
 bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.size() >= prefix.size() && s.substr(0, prefix.size()) == prefix;
 }

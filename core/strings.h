@@ -14,6 +14,8 @@ std::string ToLower(std::string_view s);  // ASCII only; other bytes unchanged.
 std::string_view Trim(std::string_view s);
 std::vector<std::string> Split(std::string_view s, char sep);
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);
+// "a", "a and b", "a, b and c"; `none` when there are no items (env texts).
+std::string ListInWords(const std::vector<std::string>& items, std::string_view none = "nothing");
 bool StartsWith(std::string_view s, std::string_view prefix);
 
 // Levenshtein distance (bytes).

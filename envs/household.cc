@@ -3,29 +3,24 @@
 // cold, sliced) and the agent holds one at a time. Tasks follow ALFWorld's
 // families (pick, clean, heat, cool, slice, examine under a lamp), and the
 // test split uses (object, receptacle) pairs that train seeds never see.
-// Oracle: a backward breadth-first search (Boost.Graph) over an exact
-// abstraction of the state (distractors dropped), built once per instance and
-// shared by clones.
+// Oracle: the shared backward search (envs/shortest_path_oracle.h) over an
+// exact abstraction of the state (distractors dropped), built once per
+// instance and shared by clones.
 #include "envs/household.h"
 
-#include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/breadth_first_search.hpp>
-#include <boost/graph/reverse_graph.hpp>
-#include <boost/graph/visitors.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
 #include <memory>
-#include <mutex>
 #include <set>
-#include <unordered_map>
 
 #include "core/check.h"
 #include "core/hash.h"
 #include "core/rng.h"
 #include "core/strings.h"
 #include "envs/menu_state.h"
+#include "envs/shortest_path_oracle.h"
 #include "envs/simple_env.h"
 
 namespace rlid::envs {
@@ -409,9 +404,7 @@ struct HouseLayout {
 
   // Oracle: steps to success (-1: none) of every abstract world reachable from
   // `initial`, by its Key().
-  mutable std::once_flag oracle_once;
-  mutable std::unordered_map<uint64_t, int> oracle_index;
-  mutable std::vector<int16_t> oracle_dist;
+  mutable GoalDistances oracle;
 
   int num_recs() const { return static_cast<int>(rec_kind.size()); }
   const RecKind& Kind(int k) const { return kRecKinds[rec_kind[k]]; }
@@ -559,64 +552,32 @@ struct HouseLayout {
     return k;
   }
 
-  // Steps to success from a world (-1: never). On the first call, a BFS over
-  // every abstract world reachable from `initial` and then backwards from the
-  // successful ones; built once per instance (thread-safe), shared by clones.
+  // The legal moves of the env itself (not of the oracle's abstraction).
+  void LegalMoves(const World& w, std::vector<ActionId>& out) const {
+    LegalMoves(w, /*abstract=*/false, out);
+  }
+
+  // Steps to success from a world (-1: never). On the first call, the search
+  // over every abstract world reachable from `initial`; built once per
+  // instance (thread-safe), shared by clones.
   int Distance(const World& w) const {
     BuildOracle();
-    auto it = oracle_index.find(Key(Abstract(w)));
-    RLID_CHECK(it != oracle_index.end(), "world not reachable from the initial state");
-    return oracle_dist[it->second];
+    return oracle.Distance(Key(Abstract(w)));
   }
   size_t OracleStates() const {
     BuildOracle();
-    return oracle_dist.size();
+    return oracle.size();
   }
   void BuildOracle() const {
-    std::call_once(oracle_once, [this] {
-      std::vector<World> worlds;
-      std::vector<std::pair<int, int>> edges;  // (child, parent)
-      std::vector<int> goals;
-      std::vector<ActionId> moves;
-      const World start = Abstract(initial);
-      oracle_index.emplace(Key(start), 0);
-      worlds.push_back(start);
-      for (size_t u = 0; u < worlds.size(); ++u) {
-        if (Success(worlds[u])) {
-          goals.push_back(static_cast<int>(u));
-          continue;
-        }
-        LegalMoves(worlds[u], /*abstract=*/true, moves);
-        for (ActionId a : moves) {
-          World child = worlds[u];
-          ApplyMove(child, a);
-          child = Abstract(child);
-          auto [it, inserted] = oracle_index.emplace(Key(child), static_cast<int>(worlds.size()));
-          if (inserted) worlds.push_back(child);
-          if (it->second != static_cast<int>(u))
-            edges.emplace_back(it->second, static_cast<int>(u));
-        }
-      }
-      // The transition graph with one extra vertex, the goal, that every
-      // successful world leads to; a BFS from the goal over the reversed
-      // graph gives each world its distance to success plus one.
-      using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
-      const size_t n = worlds.size();
-      Graph g(n + 1);
-      for (auto [v, u] : edges) boost::add_edge(u, v, g);
-      for (int goal : goals) boost::add_edge(goal, n, g);
-      std::vector<int> hops(n + 1, -1);
-      hops[n] = 0;
-      const auto reversed = boost::make_reverse_graph(g);
-      boost::breadth_first_search(
-          reversed, boost::vertex(n, reversed),
-          boost::visitor(boost::make_bfs_visitor(boost::record_distances(
-              boost::make_iterator_property_map(hops.begin(), boost::get(boost::vertex_index, g)),
-              boost::on_tree_edge()))));
-      oracle_dist.assign(n, -1);
-      for (size_t v = 0; v < n; ++v)
-        if (hops[v] > 0) oracle_dist[v] = static_cast<int16_t>(hops[v] - 1);
-    });
+    oracle.BuildOnce(
+        Abstract(initial), &Key, [this](const World& w) { return Success(w); },
+        [this](const World& w, std::vector<ActionId>& out) {
+          LegalMoves(w, /*abstract=*/true, out);
+        },
+        [this](World w, ActionId a) {
+          ApplyMove(w, a);
+          return Abstract(w);
+        });
   }
 };
 
@@ -815,12 +776,6 @@ std::shared_ptr<const HouseLayout> Generate(const HouseParams& p, const TaskList
 std::string A(const std::string& noun) {
   return (std::string("aeiou").find(noun[0]) != std::string::npos ? "an " : "a ") + noun;
 }
-std::string List(const std::vector<std::string>& names) {
-  if (names.empty()) return "nothing";
-  if (names.size() == 1) return names[0];
-  std::vector<std::string> head(names.begin(), names.end() - 1);
-  return Join(head, ", ") + " and " + names.back();
-}
 std::string Capitalised(std::string s) {
   if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
   return s;
@@ -838,11 +793,11 @@ class HouseholdState final : public MenuState, public OracleState, public FactSo
     if (w_.at < 0) {
       std::vector<std::string> recs;
       for (int k : m_->room_recs[r]) recs.push_back(A(m_->RecName(k)));
-      out += fmt::format("You are in the {}. You see {}.", m_->RoomName(r), List(recs));
+      out += fmt::format("You are in the {}. You see {}.", m_->RoomName(r), ListInWords(recs));
       std::vector<std::string> others;
       for (int o = 0; o < static_cast<int>(m_->room_kind.size()); ++o)
         if (o != r) others.push_back("the " + m_->RoomName(o));
-      if (!others.empty()) out += fmt::format("\nOther rooms: {}.", List(others));
+      if (!others.empty()) out += fmt::format("\nOther rooms: {}.", ListInWords(others));
     } else {
       const int k = w_.at;
       out += fmt::format("You are at the {} in the {}. {}", m_->RecName(k), m_->RoomName(r),
@@ -891,24 +846,10 @@ class HouseholdState final : public MenuState, public OracleState, public FactSo
   }
 
   std::vector<ActionId> OptimalActions() const override {
-    std::vector<ActionId> out;
-    const int d = Distance(w_);
-    if (IsTerminal() || d < 0 || d > Remaining()) return out;
-    std::vector<ActionId> moves;
-    m_->LegalMoves(w_, /*abstract=*/false, moves);
-    for (ActionId a : moves) {
-      World child = w_;
-      bool success = m_->ApplyMove(child, a);
-      if ((success ? 0 : Distance(child)) == d - 1) out.push_back(a);
-    }
-    return out;
+    return IsTerminal() ? std::vector<ActionId>{} : ShortestPathActions(*m_, w_, Remaining());
   }
   double OptimalReturn() const override {
-    if (IsTerminal()) return 0.0;
-    const auto& p = m_->params;
-    const int d = Distance(w_);
-    if (d < 0 || d > Remaining()) return -p.step_cost * Remaining();  // truncation comes first
-    return p.success_reward - p.step_cost * d;
+    return IsTerminal() ? 0.0 : ShortestPathReturn(*m_, w_, Remaining());
   }
 
   // What the current place shows: the receptacles of a room (at its entrance),
@@ -943,7 +884,7 @@ class HouseholdState final : public MenuState, public OracleState, public FactSo
  protected:
   std::vector<ActionSpec> Actions() const override {
     std::vector<ActionId> moves;
-    m_->LegalMoves(w_, /*abstract=*/false, moves);
+    m_->LegalMoves(w_, moves);
     RLID_CHECK_LE(moves.size(), static_cast<size_t>(kMaxMenuSize));
     std::vector<ActionSpec> out;
     out.reserve(moves.size());
@@ -954,18 +895,11 @@ class HouseholdState final : public MenuState, public OracleState, public FactSo
   StepOutcome Transition(ActionId action) override {
     last_ = action;
     if (action >= kPut && action < kHeat) put_ = w_.held;
-    StepOutcome out;
-    out.reward = -m_->params.step_cost;
-    if (m_->ApplyMove(w_, action)) {
-      out.reward += m_->params.success_reward;
-      out.terminal = out.success = true;
-    }
-    return out;
+    return ShortestPathStep(*m_, w_, action);
   }
 
  private:
   int Remaining() const { return step_limit() - StepCount(); }
-  int Distance(const World& w) const { return m_->Distance(w); }
 
   std::string GoalText() const {
     const Task& t = m_->task;
@@ -999,8 +933,8 @@ class HouseholdState final : public MenuState, public OracleState, public FactSo
     if (here.empty())
       return openable ? fmt::format("The {} is open and empty.", name)
                       : fmt::format("The {} is empty.", name);
-    if (openable) return fmt::format("The {} is open. In it: {}.", name, List(here));
-    return fmt::format("{} the {}: {}.", Capitalised(m_->Kind(k).prep), name, List(here));
+    if (openable) return fmt::format("The {} is open. In it: {}.", name, ListInWords(here));
+    return fmt::format("{} the {}: {}.", Capitalised(m_->Kind(k).prep), name, ListInWords(here));
   }
 
   ActionSpec Spec(ActionId a) const {

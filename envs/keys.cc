@@ -3,7 +3,8 @@
 // the key of their colour; keys and the goal object lie on floors and surfaces
 // or inside closed containers. The goal is to put the object on a surface in
 // a goal room. Only the current room is observed, so facts seen earlier (where
-// a key lies) matter later. Oracle: BFS over the full hidden state.
+// a key lies) matter later. Oracle: the shared backward search
+// (envs/shortest_path_oracle.h) over the full hidden state.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,13 +15,13 @@
 #include <deque>
 #include <iterator>
 #include <memory>
-#include <mutex>
-#include <unordered_map>
 
 #include "core/check.h"
 #include "core/hash.h"
 #include "core/rng.h"
+#include "core/strings.h"
 #include "envs/menu_state.h"
+#include "envs/shortest_path_oracle.h"
 #include "envs/simple_env.h"
 
 namespace rlid::envs {
@@ -111,9 +112,9 @@ struct KeysLayout {
   World initial;
   uint64_t fingerprint = 0;
 
-  // Oracle: steps to success for every world reachable from `initial`.
-  mutable std::once_flag oracle_once;
-  mutable std::unordered_map<uint64_t, int> dist;
+  // Oracle: steps to success (-1: none) of every world reachable from
+  // `initial`, by its Pack().
+  mutable GoalDistances oracle;
 
   int8_t Floor(int r) const { return static_cast<int8_t>(2 + r); }
   int8_t Surface(int r) const { return static_cast<int8_t>(2 + num_rooms + r); }
@@ -202,54 +203,19 @@ struct KeysLayout {
     return Success(w);
   }
 
-  // BFS over every world reachable from `initial`, then backwards from the
-  // successful ones. Built once per instance (thread-safe), shared by clones.
-  const std::unordered_map<uint64_t, int>& Distances() const {
-    std::call_once(oracle_once, [this] {
-      std::unordered_map<uint64_t, int> index;
-      std::vector<World> worlds;
-      std::vector<std::vector<int>> parents;
-      std::vector<int> goals;
-      std::vector<ActionId> moves;
-      index.emplace(initial.Pack(), 0);
-      worlds.push_back(initial);
-      parents.emplace_back();
-      for (size_t u = 0; u < worlds.size(); ++u) {
-        if (Success(worlds[u])) {
-          goals.push_back(static_cast<int>(u));
-          continue;
-        }
-        LegalMoves(worlds[u], moves);
-        for (ActionId a : moves) {
-          World child = worlds[u];
-          ApplyMove(child, a);
-          auto [it, inserted] = index.emplace(child.Pack(), static_cast<int>(worlds.size()));
-          if (inserted) {
-            worlds.push_back(child);
-            parents.emplace_back();
-          }
-          parents[it->second].push_back(static_cast<int>(u));
-        }
-      }
-      std::vector<int> d(worlds.size(), -1);
-      std::deque<int> queue;
-      for (int g : goals) {
-        d[g] = 0;
-        queue.push_back(g);
-      }
-      while (!queue.empty()) {
-        int v = queue.front();
-        queue.pop_front();
-        for (int u : parents[v])
-          if (d[u] < 0) {
-            d[u] = d[v] + 1;
-            queue.push_back(u);
-          }
-      }
-      dist.reserve(index.size());
-      for (const auto& [key, i] : index) dist.emplace(key, d[i]);
-    });
-    return dist;
+  // Steps to success from a world (-1: never). On the first call, the search
+  // over every world reachable from `initial`; built once per instance
+  // (thread-safe), shared by clones.
+  int Distance(const World& w) const {
+    oracle.BuildOnce(
+        initial, [](const World& v) { return v.Pack(); },
+        [this](const World& v) { return Success(v); },
+        [this](const World& v, std::vector<ActionId>& out) { LegalMoves(v, out); },
+        [this](World v, ActionId a) {
+          ApplyMove(v, a);
+          return v;
+        });
+    return oracle.Distance(w.Pack());
   }
 };
 
@@ -459,13 +425,6 @@ std::shared_ptr<const KeysLayout> Generate(const KeysParams& p, uint64_t seed) {
                     "raise env.step_limit or use fewer rooms/locked doors");
 }
 
-std::string List(const std::vector<std::string>& names) {
-  if (names.empty()) return "nothing";
-  if (names.size() == 1) return names[0];
-  std::vector<std::string> head(names.begin(), names.end() - 1);
-  return Join(head, ", ") + " and " + names.back();
-}
-
 class KeysState final : public MenuState, public OracleState, public FactSource {
  public:
   explicit KeysState(std::shared_ptr<const KeysLayout> m)
@@ -479,19 +438,20 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
         fmt::format("Goal: {}.\nYou are in the {}. ", m_->GoalText(), m_->RoomName(r));
     auto on = ItemsAt(m_->Surface(r));
     out += on.empty() ? fmt::format("The {} is empty.", m_->SurfaceName(r))
-                      : fmt::format("On the {}: {}.", m_->SurfaceName(r), List(on));
+                      : fmt::format("On the {}: {}.", m_->SurfaceName(r), ListInWords(on));
     for (int c = 0; c < m_->num_containers; ++c) {
       if (m_->container_room[c] != r) continue;
       if (!((w_.opened >> c) & 1)) {
         out += fmt::format(" The {} is closed.", m_->ContainerName(c));
       } else {
         auto in = ItemsAt(m_->InContainer(c));
-        out += in.empty() ? fmt::format(" The {} is open and empty.", m_->ContainerName(c))
-                          : fmt::format(" The {} is open: {}.", m_->ContainerName(c), List(in));
+        out += in.empty()
+                   ? fmt::format(" The {} is open and empty.", m_->ContainerName(c))
+                   : fmt::format(" The {} is open: {}.", m_->ContainerName(c), ListInWords(in));
       }
     }
     if (auto floor = ItemsAt(m_->Floor(r)); !floor.empty())
-      out += fmt::format(" On the floor: {}.", List(floor));
+      out += fmt::format(" On the floor: {}.", ListInWords(floor));
     std::vector<std::string> doors;
     for (auto [other, d] : m_->adj[r]) {
       int k = m_->doors[d].lock;
@@ -500,7 +460,8 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
           locked ? fmt::format("the {} ({} door, locked)", m_->RoomName(other), m_->ColourOfLock(k))
                  : "the " + m_->RoomName(other));
     }
-    out += fmt::format("\nDoors lead to {}.\nYou carry {}.", List(doors), List(Carried()));
+    out += fmt::format("\nDoors lead to {}.\nYou carry {}.", ListInWords(doors),
+                       ListInWords(Carried()));
     return out;
   }
 
@@ -510,7 +471,7 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
   std::string AfterstateText() const override {
     if (m_->Success(w_))
       return fmt::format("The {} is {}: goal reached.", m_->ItemName(0), m_->Where(w_.loc[0]));
-    std::string carry = fmt::format("You carry {}.", List(Carried()));
+    std::string carry = fmt::format("You carry {}.", ListInWords(Carried()));
     const ActionId a = last_;
     if (a >= kPut) {
       int i = (a - kPut) / 16;
@@ -533,24 +494,10 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
   uint64_t Hash() const override { return HashCombine(m_->fingerprint, w_.Pack()); }
 
   std::vector<ActionId> OptimalActions() const override {
-    std::vector<ActionId> out;
-    const int d = Distance(w_);
-    if (IsTerminal() || d < 0 || d > Remaining()) return out;
-    std::vector<ActionId> moves;
-    m_->LegalMoves(w_, moves);
-    for (ActionId a : moves) {
-      World child = w_;
-      bool success = m_->ApplyMove(child, a);
-      if ((success ? 0 : Distance(child)) == d - 1) out.push_back(a);
-    }
-    return out;
+    return IsTerminal() ? std::vector<ActionId>{} : ShortestPathActions(*m_, w_, Remaining());
   }
   double OptimalReturn() const override {
-    if (IsTerminal()) return 0.0;
-    const auto& p = m_->params;
-    const int d = Distance(w_);
-    if (d < 0 || d > Remaining()) return -p.step_cost * Remaining();  // truncation comes first
-    return p.success_reward - p.step_cost * d;
+    return IsTerminal() ? 0.0 : ShortestPathReturn(*m_, w_, Remaining());
   }
 
   // What the current room shows: item whereabouts, containers, doors.
@@ -593,23 +540,11 @@ class KeysState final : public MenuState, public OracleState, public FactSource 
 
   StepOutcome Transition(ActionId action) override {
     last_ = action;
-    StepOutcome out;
-    out.reward = -m_->params.step_cost;
-    if (m_->ApplyMove(w_, action)) {
-      out.reward += m_->params.success_reward;
-      out.terminal = out.success = true;
-    }
-    return out;
+    return ShortestPathStep(*m_, w_, action);
   }
 
  private:
   int Remaining() const { return step_limit() - StepCount(); }
-  int Distance(const World& w) const {
-    const auto& dist = m_->Distances();
-    auto it = dist.find(w.Pack());
-    RLID_CHECK(it != dist.end(), "world not reachable from the initial state");
-    return it->second;
-  }
   std::vector<std::string> ItemsAt(int8_t loc) const {
     std::vector<std::string> out;
     for (int i = 0; i < m_->num_items; ++i)

@@ -1,7 +1,8 @@
 // Exact enumeration of the reachable state graph of a deterministic env
 // instance (Boost.Graph: states as vertices, menu actions as edges), optimal
-// values by value iteration, and GraphViz export. Also the generic oracle that
-// built-in envs use: optimal actions = argmax of r + V(child).
+// values by value iteration, and GraphViz export. Also the generic oracle by
+// exhaustive enumeration (optimal actions = argmax of r + V(child)) that the
+// env tests check the built-in envs' own oracles against.
 #pragma once
 
 #include <boost/graph/adjacency_list.hpp>
@@ -47,7 +48,10 @@ void WriteDot(const StateGraph& g, std::ostream& os);
 
 // The generic oracle: enumerates the graph from `state` and returns the
 // optimal actions and optimal return. Throws ConfigError if the instance has
-// more than max_states reachable states.
+// more than max_states reachable states. No env plays by it (it walks the
+// full state graph through the State API, and does not model truncation): it
+// is the reference the env tests (tests/envs) hold env-specific oracles to,
+// such as the one of envs/shortest_path_oracle.h.
 struct Solution {
   std::vector<ActionId> optimal_actions;
   double optimal_return = 0.0;

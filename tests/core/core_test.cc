@@ -99,6 +99,14 @@ TEST(Strings, NearestAndEditDistance) {
   EXPECT_EQ(Split("a.b.c", '.').size(), 3u);
 }
 
+TEST(Strings, ListInWords) {
+  EXPECT_EQ(ListInWords({}), "nothing");
+  EXPECT_EQ(ListInWords({}, "no one"), "no one");
+  EXPECT_EQ(ListInWords({"a key"}), "a key");
+  EXPECT_EQ(ListInWords({"a key", "the box"}), "a key and the box");
+  EXPECT_EQ(ListInWords({"a", "b", "c"}), "a, b and c");
+}
+
 }  // namespace
 }  // namespace rlid
 
