@@ -133,7 +133,7 @@ Value Interpreter::Join(const Value& operand, const std::string& sep, size_t pos
     const std::string& s = operand.Str();
     for (size_t i = 0; i < s.size();) {
       const size_t begin = i;
-      DecodeUtf8(s, i);
+      NextUtf8(s, i);
       if (!first) Append(out, sep, pos);
       first = false;
       Append(out, std::string_view(s).substr(begin, i - begin), pos);

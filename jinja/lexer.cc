@@ -90,7 +90,7 @@ class Lexer {
       }
       size_t next = i_;
       std::string character;
-      AppendUtf8(DecodeUtf8(s_, next), character);
+      AppendUtf8(NextUtf8(s_, next), character);
       Fail(i_, fmt::format("unexpected character '{}'", character));
     }
     return std::move(tokens_);

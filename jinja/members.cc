@@ -49,7 +49,7 @@ Value Interpreter::StringAt(const std::string& s, double index) {
   const auto target = static_cast<size_t>(index);
   size_t unit = 0;
   for (size_t i = 0; i < s.size();) {
-    const uint32_t cp = DecodeUtf8(s, i);
+    const uint32_t cp = NextUtf8(s, i);
     const size_t width = cp >= 0x10000 ? 2 : 1;
     if (target < unit + width) {
       std::string out;
@@ -208,14 +208,14 @@ Value Interpreter::Split(const std::string& s, const Array& args, const Node& at
     const std::string_view text = PyStrip(s, nullptr, true, false);
     auto space_at = [&](size_t at) -> size_t {
       size_t next = at;
-      return at < text.size() && IsPySpace(DecodeUtf8(text, next)) ? next - at : 0;
+      return at < text.size() && IsPySpace(NextUtf8(text, next)) ? next - at : 0;
     };
     size_t i = 0;
     while (i < text.size()) {
       while (size_t w = space_at(i)) i += w;
       if (i >= text.size()) break;
       size_t j = i;
-      while (j < text.size() && space_at(j) == 0) DecodeUtf8(text, j);
+      while (j < text.size() && space_at(j) == 0) NextUtf8(text, j);
       if (maxsplit != -1 && static_cast<double>(parts.size()) >= maxsplit) {
         parts.emplace_back(text.substr(i));
         break;
@@ -287,7 +287,7 @@ Value Interpreter::Replace(const std::string& s, const Array& args, const Node& 
       }
       if (i == s.size()) break;
       const size_t begin = i;
-      DecodeUtf8(s, i);
+      NextUtf8(s, i);
       Append(out, std::string_view(s).substr(begin, i - begin), at.pos);
     }
     return String(std::move(out));

@@ -51,7 +51,7 @@ void AppendJsonString(std::string_view s, bool ensure_ascii, std::string& out) {
       }
       continue;
     }
-    const uint32_t cp = DecodeUtf8(s, i);
+    const uint32_t cp = NextUtf8(s, i);
     if (!ensure_ascii) {
       AppendUtf8(cp, out);
     } else if (cp >= 0x10000) {
@@ -220,7 +220,7 @@ bool Interpreter::LocaleLess(const std::string& a, const std::string& b) {
   auto key = [](const std::string& s) {
     std::vector<std::pair<int, uint32_t>> k;
     for (size_t i = 0; i < s.size();) {
-      uint32_t cp = DecodeUtf8(s, i);
+      uint32_t cp = NextUtf8(s, i);
       const bool upper = cp >= 'A' && cp <= 'Z';
       const uint32_t lower = upper ? cp + 32 : cp;
       const int cls = (lower >= 'a' && lower <= 'z')                ? 2

@@ -1,6 +1,6 @@
 // UTF-8, whitespace, length and case helpers (strings.h) for the lexer and the interpreter:
 // JavaScript's semantics where the reference uses them, Python's where jinja2 is the reference.
-// DecodeUtf8/AppendUtf8 are jinja's own UTF-8 codec: an invalid byte reads as U+FFFD.
+// UTF-8 itself is core/utf8.h's: an invalid byte reads as U+FFFD, one byte at a time.
 #include "jinja/strings.h"
 
 #include <utf8proc.h>
@@ -9,60 +9,10 @@
 
 namespace rlid::jinja::internal {
 
-// Decodes one code point at s[i] and advances i; an invalid byte reads as U+FFFD (1 byte), the
-// way a decoder would hand the text to JavaScript.
-uint32_t DecodeUtf8(std::string_view s, size_t& i) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  if (b0 < 0x80) {
-    ++i;
-    return b0;
-  }
-  int len = b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : b0 >= 0xC0 ? 2 : 0;
-  if (len == 0 || b0 > 0xF4 || i + len > s.size()) {
-    ++i;
-    return 0xFFFD;
-  }
-  uint32_t cp = b0 & (0x7F >> len);
-  for (int k = 1; k < len; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) {
-      ++i;
-      return 0xFFFD;
-    }
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-    ++i;
-    return 0xFFFD;
-  }
-  i += len;
-  return cp;
-}
-
-void AppendUtf8(uint32_t cp, std::string& out) {
-  if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;  // a lone surrogate has no UTF-8 form
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 std::vector<uint32_t> CodePoints(std::string_view s) {
   std::vector<uint32_t> out;
   out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) out.push_back(DecodeUtf8(s, i));
+  for (size_t i = 0; i < s.size();) out.push_back(NextUtf8(s, i));
   return out;
 }
 
@@ -77,7 +27,7 @@ bool IsJsSpace(uint32_t cp) {
 size_t JsSpaceAt(std::string_view s, size_t i) {
   if (i >= s.size()) return 0;
   size_t j = i;
-  return IsJsSpace(DecodeUtf8(s, j)) ? j - i : 0;
+  return IsJsSpace(NextUtf8(s, j)) ? j - i : 0;
 }
 
 std::string_view JsTrimStart(std::string_view s) {
@@ -89,7 +39,7 @@ std::string_view JsTrimStart(std::string_view s) {
 std::string_view JsTrimEnd(std::string_view s) {
   size_t end = 0;  // end of the last non-space code point
   for (size_t i = 0; i < s.size();) {
-    if (!IsJsSpace(DecodeUtf8(s, i))) end = i;
+    if (!IsJsSpace(NextUtf8(s, i))) end = i;
   }
   return s.substr(0, end);
 }
@@ -115,7 +65,7 @@ std::string_view PyStrip(std::string_view s, const std::string* chars, bool fron
   if (front) {
     while (begin < s.size()) {
       size_t next = begin;
-      if (!strippable(DecodeUtf8(s, next))) break;
+      if (!strippable(NextUtf8(s, next))) break;
       begin = next;
     }
   }
@@ -123,7 +73,7 @@ std::string_view PyStrip(std::string_view s, const std::string* chars, bool fron
   if (back) {
     end = begin;  // end of the last code point kept
     for (size_t i = begin; i < s.size();) {
-      if (!strippable(DecodeUtf8(s, i))) end = i;
+      if (!strippable(NextUtf8(s, i))) end = i;
     }
   }
   return s.substr(begin, end - begin);
@@ -132,7 +82,7 @@ std::string_view PyStrip(std::string_view s, const std::string* chars, bool fron
 // String.prototype.length: UTF-16 code units.
 size_t Utf16Length(std::string_view s) {
   size_t n = 0;
-  for (size_t i = 0; i < s.size();) n += DecodeUtf8(s, i) >= 0x10000 ? 2 : 1;
+  for (size_t i = 0; i < s.size();) n += NextUtf8(s, i) >= 0x10000 ? 2 : 1;
   return n;
 }
 
@@ -148,12 +98,12 @@ std::string ChangeCase(std::string_view s, bool upper) {
   out.reserve(s.size());
   uint32_t prev = 0;
   for (size_t i = 0; i < s.size();) {
-    const uint32_t cp = DecodeUtf8(s, i);
+    const uint32_t cp = NextUtf8(s, i);
     const uint32_t before = prev;
     prev = cp;
     if (!upper && cp == 0x3A3 && IsCasedLetter(before)) {
       size_t j = i;
-      const bool final_sigma = j >= s.size() || !IsCasedLetter(DecodeUtf8(s, j));
+      const bool final_sigma = j >= s.size() || !IsCasedLetter(NextUtf8(s, j));
       AppendUtf8(final_sigma ? 0x3C2 : 0x3C3, out);
       continue;
     }
@@ -191,7 +141,7 @@ std::string TitleCase(std::string_view s) {
 std::string Capitalize(std::string_view s) {
   if (s.empty()) return {};
   size_t i = 0;
-  const uint32_t cp = DecodeUtf8(s, i);
+  const uint32_t cp = NextUtf8(s, i);
   if (cp >= 0x10000) return std::string(s);
   std::string first;
   AppendUtf8(cp, first);

@@ -9,13 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include "core/utf8.h"
+
 namespace rlid::jinja::internal {
 
-// Decodes one code point at s[i] and advances i; an invalid byte reads as U+FFFD (1 byte), the
-// way a decoder would hand the text to JavaScript.
-uint32_t DecodeUtf8(std::string_view s, size_t& i);
-// Appends cp as UTF-8; a lone surrogate becomes U+FFFD.
-void AppendUtf8(uint32_t cp, std::string& out);
+// NextUtf8 and AppendUtf8 (core/utf8.h) decode and encode: an invalid byte reads as U+FFFD
+// (1 byte), the way a decoder would hand the text to JavaScript.
 std::vector<uint32_t> CodePoints(std::string_view s);
 
 // JavaScript's \s and String.prototype.trim set: WhiteSpace plus LineTerminator.
