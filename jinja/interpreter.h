@@ -85,6 +85,8 @@ class Interpreter {
     std::string item_separator, key_separator;
   };
   static std::string IntegerString(const Value& v);
+  // A bool, number or string as ToString and RawString both write it; nullopt otherwise.
+  static std::optional<std::string> ScalarText(const Value& v);
   std::string ToString(const Value& v, size_t pos, int depth = 0);
   std::string RawString(const Value& v, size_t pos, int depth = 0);
   void ToJson(const Value& v, const JsonStyle& style, int depth, bool undefined_to_null, size_t pos,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "jinja/interpreter.h"
 #include "jinja/numbers.h"
@@ -70,13 +71,9 @@ std::string Interpreter::IntegerString(const Value& v) {
   return v.digits ? *v.digits : JsNumber(v.number);
 }
 
-// RuntimeValue.toString(), what {{ }} prints.
-std::string Interpreter::ToString(const Value& v, size_t pos, int depth) {
+// The text of a bool, number or string, the same printed and joined; nothing for other types.
+std::optional<std::string> Interpreter::ScalarText(const Value& v) {
   switch (v.type) {
-    case Type::kUndefined:
-      return "undefined";
-    case Type::kNull:
-      return "null";
     case Type::kBool:
       return v.boolean ? "true" : "false";
     case Type::kInteger:
@@ -85,6 +82,19 @@ std::string Interpreter::ToString(const Value& v, size_t pos, int depth) {
       return PyFloatRepr(v.number);
     case Type::kString:
       return v.Str();
+    default:
+      return std::nullopt;
+  }
+}
+
+// RuntimeValue.toString(), what {{ }} prints.
+std::string Interpreter::ToString(const Value& v, size_t pos, int depth) {
+  if (auto text = ScalarText(v)) return *text;
+  switch (v.type) {
+    case Type::kUndefined:
+      return "undefined";
+    case Type::kNull:
+      return "null";
     case Type::kFunction:
       Fail(pos, "cannot print a function (did you forget the call parentheses?)");
     default: {
@@ -98,19 +108,11 @@ std::string Interpreter::ToString(const Value& v, size_t pos, int depth) {
 // `value.toString()` on the raw JavaScript value, which `~`, `+` and join use: numbers
 // without the float's ".0", arrays comma-joined, objects "[object Map]".
 std::string Interpreter::RawString(const Value& v, size_t pos, int depth) {
+  if (auto text = ScalarText(v)) return *text;
   switch (v.type) {
     case Type::kUndefined:
-      return "";
     case Type::kNull:
       return "";
-    case Type::kBool:
-      return v.boolean ? "true" : "false";
-    case Type::kInteger:
-      return IntegerString(v);
-    case Type::kFloat:
-      return PyFloatRepr(v.number);
-    case Type::kString:
-      return v.Str();
     case Type::kArray:
     case Type::kTuple: {
       if (depth > options_.max_depth) Fail(pos, "value nests deeper than max_depth");
