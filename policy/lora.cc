@@ -281,8 +281,8 @@ void LoadAdapterWeights(const std::string& dir, TransformerLM& model) {
     throw IoError(fmt::format("'{}' is missing", path),
                   "an adapter directory needs adapter_model.safetensors (PEFT's save_pretrained "
                   "writes it)");
-  // The entries of target_modules as PEFT reads them (target_modules kept their last
-  // components): each adapted projection must be one they select.
+  // The entries of target_modules as written (ReadAdapterConfig kept them whole in
+  // peft_target_modules): each adapted projection must be one they select.
   const std::vector<std::string>& entries = model->lora()->peft_target_modules;
   const fs::path config_path = fs::path(dir) / "adapter_config.json";
   auto selected = [&](const std::string& module) {

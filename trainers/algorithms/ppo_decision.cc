@@ -90,12 +90,13 @@ AdvantageInputs PerStepInputs(const std::vector<agents::EpisodeData>& episodes,
   int64_t T = 1;
   for (int64_t n : length) T = std::max(T, n);
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  const auto at = std::vector<torch::indexing::TensorIndex>{torch::tensor(row), torch::tensor(col)};
+  const torch::Tensor rows = torch::tensor(row);
+  const auto at = std::vector<torch::indexing::TensorIndex>{rows, torch::tensor(col)};
   AdvantageInputs in;
   in.token_rewards = torch::zeros({E, T}, f64).index_put_(at, b.reward);
   in.values = torch::zeros({E, T}, f64).index_put_(at, b.old_value);
   in.response_mask = torch::zeros({E, T}, torch::kBool).index_put_(at, torch::ones({N}, torch::kBool));
-  in.end_values = torch::zeros({E}, f64).index_put_({torch::tensor(row).masked_select(b.ends)},
+  in.end_values = torch::zeros({E}, f64).index_put_({rows.masked_select(b.ends)},
                                                     b.end_values.masked_select(b.ends));
   return in;
 }
