@@ -276,14 +276,16 @@ json EvaluateAdvantageCase(const json& doc, const std::string& source) {
 
   const json& inputs = Inputs(doc, source);
   CheckKeys(inputs,
-            {"scores", "token_rewards", "groups", "response_mask", "values", "log_prob",
-             "old_log_prob", "ref_log_prob"},
+            {"scores", "token_rewards", "groups", "response_mask", "values", "end_values",
+             "log_prob", "old_log_prob", "ref_log_prob"},
             "'inputs'", source);
   trainers::AdvantageInputs in;
   if (inputs.contains("scores")) in.scores = Vector(inputs.at("scores"), "inputs.scores");
   in.token_rewards = Optional(inputs, "token_rewards");
   in.response_mask = Optional(inputs, "response_mask", /*allow_bool=*/true);
   in.values = Optional(inputs, "values");
+  if (inputs.contains("end_values"))
+    in.end_values = Vector(inputs.at("end_values"), "inputs.end_values");
   if (inputs.contains("groups")) in.groups = Groups(inputs.at("groups"));
 
   if (kl.placement == "reward" && kl.coef > 0) {

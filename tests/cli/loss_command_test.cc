@@ -213,6 +213,23 @@ TEST(AdvantageCommand, KlInTheRewardIsSubtractedBeforeTheEstimator) {
   EXPECT_THROW(EvaluateAdvantageCase(doc), ConfigError);
 }
 
+// A row cut by a time limit continues from its end value: gamma = lambda = 1,
+// rewards [1, 0], V = [0.5, 0.5]. Terminal: A = [0.5, -0.5]; end value 2:
+// A_1 = 0 + 2 - 0.5 = 1.5, A_0 = (1 + 0.5 - 0.5) + A_1 = 2.5.
+TEST(AdvantageCommand, GaeBootstrapsFromEndValues) {
+  json doc = json::parse(R"({"advantage": {"estimator": "gae", "gamma": 1, "lambda": 1},
+    "inputs": {"token_rewards": [[1, 0]], "response_mask": [[1, 1]], "values": [[0.5, 0.5]]}})");
+  json a = EvaluateAdvantageCase(doc);
+  EXPECT_DOUBLE_EQ(a["advantages"][0][0].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(a["advantages"][0][1].get<double>(), -0.5);
+  doc["inputs"]["end_values"] = {2};
+  a = EvaluateAdvantageCase(doc);
+  EXPECT_DOUBLE_EQ(a["advantages"][0][0].get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(a["advantages"][0][1].get<double>(), 1.5);
+  doc["inputs"]["end_values"] = {2, 3};
+  EXPECT_THROW(EvaluateAdvantageCase(doc), ConfigError);
+}
+
 void ExpectConfigError(const json& doc, const std::string& needle, bool loss = true) {
   try {
     loss ? EvaluateLossCase(doc, "case.json") : EvaluateAdvantageCase(doc, "case.json");
