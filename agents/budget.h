@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "policy/model.h"
+#include "policy/model/model.h"
 
 namespace rlid::agents {
 

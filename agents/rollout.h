@@ -19,10 +19,10 @@
 #include "envs/env.h"
 #include "memory/memory_bank.h"
 #include "memory/records.h"
-#include "policy/model.h"
-#include "policy/prompt.h"
-#include "policy/readout.h"
-#include "policy/sampler.h"
+#include "policy/model/model.h"
+#include "policy/reading/prompt.h"
+#include "policy/reading/readout.h"
+#include "policy/reading/sampler.h"
 
 namespace rlid::agents {
 

@@ -14,10 +14,10 @@
 #include "bench/bench.h"
 #include "core/error.h"
 #include "envs/env.h"
-#include "policy/model.h"
-#include "policy/prompt.h"
-#include "policy/runtime.h"
-#include "policy/tokenizer.h"
+#include "policy/model/model.h"
+#include "policy/reading/prompt.h"
+#include "policy/model/runtime.h"
+#include "policy/tokenizer/tokenizer.h"
 #include "trainers/analysis/audit.h"
 
 namespace rlid::bench {

@@ -15,9 +15,9 @@
 #include "cli/command.h"
 #include "core/registry.h"
 #include "envs/env.h"
-#include "policy/prompt.h"
-#include "policy/readout.h"
-#include "policy/tokenizer.h"
+#include "policy/reading/prompt.h"
+#include "policy/reading/readout.h"
+#include "policy/tokenizer/tokenizer.h"
 
 
 namespace rlid::bench {

@@ -8,7 +8,7 @@
 #include "cli/command.h"
 #include "cli/json_output.h"
 #include "core/error.h"
-#include "policy/runtime.h"
+#include "policy/model/runtime.h"
 
 namespace rlid::bench {
 namespace {

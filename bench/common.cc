@@ -6,9 +6,9 @@
 
 #include "bench/bench.h"
 #include "envs/env.h"
-#include "policy/model.h"
-#include "policy/safetensors.h"
-#include "policy/tokenizer_corpus.h"
+#include "policy/model/model.h"
+#include "policy/model/safetensors.h"
+#include "policy/tokenizer/tokenizer_corpus.h"
 
 namespace rlid::bench {
 

@@ -20,12 +20,12 @@
 #include "core/progress.h"
 #include "core/strings.h"
 #include "envs/env.h"
-#include "policy/checkpoint.h"
-#include "policy/device.h"
-#include "policy/prompt.h"
-#include "policy/readout.h"
-#include "policy/runtime.h"
-#include "policy/sampler.h"
+#include "policy/model/checkpoint.h"
+#include "policy/model/device.h"
+#include "policy/reading/prompt.h"
+#include "policy/reading/readout.h"
+#include "policy/model/runtime.h"
+#include "policy/reading/sampler.h"
 
 namespace rlid::bench {
 namespace {

@@ -20,7 +20,7 @@
 #include "core/progress.h"
 #include "core/rng.h"
 #include "envs/env.h"
-#include "policy/runtime.h"
+#include "policy/model/runtime.h"
 
 namespace rlid::bench {
 namespace {

@@ -26,13 +26,13 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "envs/env.h"
-#include "policy/checkpoint.h"
-#include "policy/model.h"
-#include "policy/prompt.h"
-#include "policy/readout.h"
-#include "policy/runtime.h"
-#include "policy/safetensors.h"
-#include "policy/tokenizer.h"
+#include "policy/model/checkpoint.h"
+#include "policy/model/model.h"
+#include "policy/reading/prompt.h"
+#include "policy/reading/readout.h"
+#include "policy/model/runtime.h"
+#include "policy/model/safetensors.h"
+#include "policy/tokenizer/tokenizer.h"
 
 namespace rlid::bench {
 namespace {

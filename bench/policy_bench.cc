@@ -11,11 +11,11 @@
 #include "bench/bench.h"
 #include "core/progress.h"
 #include "core/rng.h"
-#include "policy/model.h"
-#include "policy/readout.h"
-#include "policy/runtime.h"
-#include "policy/sampler.h"
-#include "policy/scoring.h"
+#include "policy/model/model.h"
+#include "policy/reading/readout.h"
+#include "policy/model/runtime.h"
+#include "policy/reading/sampler.h"
+#include "policy/reading/scoring.h"
 
 namespace rlid::bench {
 namespace {

@@ -21,10 +21,10 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "policy/checkpoint.h"
-#include "policy/readout.h"
-#include "policy/runtime.h"
-#include "policy/sampler.h"
+#include "policy/model/checkpoint.h"
+#include "policy/reading/readout.h"
+#include "policy/model/runtime.h"
+#include "policy/reading/sampler.h"
 #include "trainers/losses/decision_losses.h"
 
 namespace rlid::bench {

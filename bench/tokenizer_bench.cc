@@ -12,8 +12,8 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "envs/env.h"
-#include "policy/tokenizer.h"
-#include "policy/tokenizer_corpus.h"
+#include "policy/tokenizer/tokenizer.h"
+#include "policy/tokenizer/tokenizer_corpus.h"
 
 namespace rlid::bench {
 namespace {

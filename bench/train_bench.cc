@@ -17,7 +17,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/progress.h"
-#include "trainers/algorithms/trainer.h"
+#include "trainers/runtime/trainer.h"
 
 namespace rlid::bench {
 namespace {

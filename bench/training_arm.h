@@ -8,7 +8,7 @@
 #include <string>
 
 #include "agents/budget.h"
-#include "trainers/algorithms/trainer.h"
+#include "trainers/runtime/trainer.h"
 
 namespace rlid::bench {
 

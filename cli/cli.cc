@@ -14,7 +14,7 @@
 #include "core/log.h"
 #include "core/strings.h"
 #include "envs/env.h"
-#include "policy/runtime.h"
+#include "policy/model/runtime.h"
 
 namespace rlid::cli {
 

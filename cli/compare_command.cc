@@ -7,8 +7,8 @@
 #include "cli/command.h"
 #include "cli/dist_job.h"
 #include "core/error.h"
-#include "policy/checkpoint.h"
-#include "trainers/algorithms/experiment.h"
+#include "policy/model/checkpoint.h"
+#include "trainers/runtime/experiment.h"
 #include "trainers/analysis/audit.h"
 #include "trainers/analysis/compare.h"
 

@@ -10,8 +10,8 @@
 #include "core/hash.h"
 #include "core/interrupt.h"
 #include "core/launch.h"
-#include "policy/device.h"
-#include "policy/runtime.h"
+#include "policy/model/device.h"
+#include "policy/model/runtime.h"
 
 namespace rlid::cli {
 namespace {

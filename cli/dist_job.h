@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "trainers/algorithms/dist.h"
-#include "trainers/algorithms/experiment.h"
+#include "trainers/runtime/dist.h"
+#include "trainers/runtime/experiment.h"
 
 namespace rlid::cli {
 

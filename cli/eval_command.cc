@@ -17,8 +17,8 @@
 #include "core/progress.h"
 #include "memory/store.h"
 #include "memory/writer_lock.h"
-#include "policy/checkpoint.h"
-#include "trainers/algorithms/run.h"
+#include "policy/model/checkpoint.h"
+#include "trainers/runtime/run.h"
 
 namespace rlid::cli {
 

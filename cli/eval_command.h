@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "trainers/algorithms/trainer.h"
+#include "trainers/runtime/trainer.h"
 
 namespace rlid::cli {
 

@@ -7,7 +7,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
-#include "policy/checkpoint.h"
+#include "policy/model/checkpoint.h"
 
 namespace rlid::cli {
 namespace {

@@ -21,12 +21,12 @@
 #include "core/progress.h"
 #include "core/rng.h"
 #include "envs/env.h"
-#include "policy/checkpoint.h"
-#include "policy/prompt.h"
-#include "policy/readout.h"
-#include "policy/runtime.h"
-#include "policy/sampler.h"
-#include "trainers/algorithms/experiment.h"
+#include "policy/model/checkpoint.h"
+#include "policy/reading/prompt.h"
+#include "policy/reading/readout.h"
+#include "policy/model/runtime.h"
+#include "policy/reading/sampler.h"
+#include "trainers/runtime/experiment.h"
 
 namespace rlid::cli {
 namespace {

@@ -19,8 +19,8 @@
 #include "core/file_io.h"
 #include "envs/env.h"
 #include "jinja/jinja.h"
-#include "policy/tokenizer.h"
-#include "policy/tokenizer_corpus.h"
+#include "policy/tokenizer/tokenizer.h"
+#include "policy/tokenizer/tokenizer_corpus.h"
 
 namespace rlid::cli {
 namespace {

@@ -12,10 +12,10 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "memory/writer_lock.h"
-#include "policy/checkpoint.h"
-#include "trainers/algorithms/run.h"
+#include "policy/model/checkpoint.h"
+#include "trainers/runtime/run.h"
 #include "trainers/algorithms/sft.h"
-#include "trainers/algorithms/trainer.h"
+#include "trainers/runtime/trainer.h"
 
 namespace rlid::cli {
 namespace {

@@ -5,7 +5,7 @@
 // them: when one rank fails, the others get `grace_s` to stop on their own
 // (they name the failed rank themselves) and are then killed (the summary
 // names them, and which were frozen: stopped by a signal). No networking
-// here; the ranks meet through c10d (trainers/algorithms/dist.h).
+// here; the ranks meet through c10d (trainers/runtime/dist.h).
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// Safetensors header validation (policy/safetensors_header.h): the first 8
+// Safetensors header validation (policy/model/safetensors_header.h): the first 8
 // bytes give the data-section size (little-endian, so tiny and huge sizes are
 // both reached), the rest is the JSON header. An accepted header must describe
 // supported dtypes, ranges inside the data section whose lengths are numel x
@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz_util.h"
-#include "policy/safetensors_header.h"
+#include "policy/model/safetensors_header.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace rlid;

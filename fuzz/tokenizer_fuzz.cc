@@ -1,4 +1,4 @@
-// The byte-level BPE tokenizer (policy/tokenizer.h). Byte 0 picks the mode:
+// The byte-level BPE tokenizer (policy/tokenizer/tokenizer.h). Byte 0 picks the mode:
 //   even: the rest is tokenizer.json text; when it loads, fixed strings are
 //         encoded and decoded, and the tokenizer survives a ToJsonString round trip;
 //   odd:  the rest is text encoded by fixed tokenizers without a normaliser
@@ -16,7 +16,7 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz_util.h"
-#include "policy/tokenizer.h"
+#include "policy/tokenizer/tokenizer.h"
 
 namespace rlid::fuzz {
 namespace {

@@ -9,11 +9,11 @@
 
 #include "core/rng.h"
 #include "envs/env.h"
-#include "policy/model.h"
-#include "policy/prompt.h"
-#include "policy/tokenizer.h"
-#include "policy/tokenizer_corpus.h"
-#include "trainers/algorithms/experiment.h"
+#include "policy/model/model.h"
+#include "policy/reading/prompt.h"
+#include "policy/tokenizer/tokenizer.h"
+#include "policy/tokenizer/tokenizer_corpus.h"
+#include "trainers/runtime/experiment.h"
 
 namespace rlid::testing {
 

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "policy/tokenizer.h"
+#include "policy/tokenizer/tokenizer.h"
 #include "tests/cli/run_cli.h"
 #include "tests/test_paths.h"
 

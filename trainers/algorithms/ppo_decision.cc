@@ -22,7 +22,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/rng.h"
-#include "trainers/algorithms/trainer.h"
+#include "trainers/runtime/trainer.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/decision_losses.h"
 #include "trainers/losses/losses.h"

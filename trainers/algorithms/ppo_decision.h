@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "agents/rollout.h"
-#include "trainers/algorithms/experiment.h"
+#include "trainers/runtime/experiment.h"
 
 namespace rlid::trainers {
 

@@ -11,9 +11,9 @@
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/rng.h"
-#include "policy/checkpoint.h"
-#include "policy/scoring.h"
-#include "trainers/algorithms/diagnostics.h"
+#include "policy/model/checkpoint.h"
+#include "policy/reading/scoring.h"
+#include "trainers/runtime/diagnostics.h"
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;

@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "trainers/algorithms/run.h"
-#include "trainers/algorithms/trainer.h"
+#include "trainers/runtime/run.h"
+#include "trainers/runtime/trainer.h"
 
 namespace rlid::trainers {
 

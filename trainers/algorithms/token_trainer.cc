@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
-#include "policy/scoring.h"
+#include "policy/reading/scoring.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/kl.h"
 #include "trainers/losses/losses.h"

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "trainers/algorithms/optim.h"
-#include "policy/scoring.h"
-#include "trainers/algorithms/trainer.h"
+#include "trainers/runtime/optim.h"
+#include "policy/reading/scoring.h"
+#include "trainers/runtime/trainer.h"
 #include "trainers/losses/loss_config.h"
 
 namespace rlid::trainers {

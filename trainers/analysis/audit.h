@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "envs/env.h"
-#include "policy/model.h"
-#include "policy/prompt.h"
+#include "policy/model/model.h"
+#include "policy/reading/prompt.h"
 
 namespace rlid::trainers {
 

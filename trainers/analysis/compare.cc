@@ -18,10 +18,10 @@
 #include "core/rng.h"
 #include "memory/store.h"
 #include "memory/writer_lock.h"
-#include "policy/checkpoint.h"
-#include "trainers/algorithms/run.h"
+#include "policy/model/checkpoint.h"
+#include "trainers/runtime/run.h"
 #include "trainers/algorithms/sft.h"
-#include "trainers/algorithms/trainer.h"
+#include "trainers/runtime/trainer.h"
 #include "trainers/analysis/report.h"
 
 namespace rlid::trainers {

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "agents/rollout.h"
-#include "policy/readout.h"
+#include "policy/reading/readout.h"
 #include "tests/agents/fixtures.h"
 #include "trainers/algorithms/ppo_decision.h"
 #include "trainers/losses/decision_losses.h"

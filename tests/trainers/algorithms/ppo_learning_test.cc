@@ -10,7 +10,7 @@
 #include "tests/agents/fixtures.h"
 #include "tests/trainers/algorithms/warm_start.h"
 #include "tests/trainers/algorithms/warm_start_configs.h"
-#include "trainers/algorithms/trainer.h"
+#include "trainers/runtime/trainer.h"
 
 namespace rlid::trainers {
 namespace {

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "policy/scoring.h"
+#include "policy/reading/scoring.h"
 #include "tests/trainers/algorithms/token_rig.h"
 #include "tests/trainers/algorithms/warm_start.h"
 #include "tests/trainers/algorithms/warm_start_configs.h"

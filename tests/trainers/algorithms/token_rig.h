@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "tests/agents/fixtures.h"
-#include "trainers/algorithms/trainer.h"
+#include "trainers/runtime/trainer.h"
 
 namespace rlid::testing {
 

@@ -14,7 +14,7 @@
 
 #include "tests/agents/fixtures.h"
 #include "tests/build_id.h"
-#include "trainers/algorithms/run.h"
+#include "trainers/runtime/run.h"
 #include "trainers/algorithms/sft.h"
 #include "tests/test_paths.h"
 

@@ -8,8 +8,8 @@
 
 #include <limits>
 
-#include "policy/checkpoint.h"
-#include "policy/runtime.h"
+#include "policy/model/checkpoint.h"
+#include "policy/model/runtime.h"
 #include "tests/agents/fixtures.h"
 
 namespace rlid::trainers {

@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "memory/store.h"
-#include "policy/runtime.h"
+#include "policy/model/runtime.h"
 #include "tests/build_id.h"
 #include "tests/trainers/algorithms/warm_start.h"
 

@@ -1,0 +1,294 @@
+// The decoder-only transformer LM, in the Hugging Face Qwen3/Llama layout so
+// real checkpoints can be loaded: token embedding, RMSNorm, RoPE, grouped-query
+// attention written out (LibTorch 1.13 has no SDPA), optional q/k RMSNorm,
+// SwiGLU MLP, tied or untied head, explicit head_dim. Parameter names equal the
+// HF names ("model.layers.0.self_attn.q_proj.weight"). A scalar value head on
+// the final hidden state serves PPO. Callers pick the positions that need
+// logits (Logits() on gathered hidden states) so the vocabulary projection is
+// never computed for the whole sequence unless asked.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace rlid::policy {
+
+// The work of model forwards, counted from what was actually computed (padding
+// excluded), so both planes' FLOPs come from one formula (ModelConfig::ForwardFlops).
+struct ForwardCost {
+  int64_t calls = 0;            // model forward calls
+  int64_t tokens = 0;           // token positions fed to the model (unpadded)
+  int64_t attention_pairs = 0;  // (query, key) pairs attended, summed over the fed tokens
+  int64_t logit_rows = 0;       // positions projected onto the vocabulary
+  int64_t value_rows = 0;       // positions read by the value head
+  ForwardCost& operator+=(const ForwardCost& o);
+};
+// a - b, field by field (the work done between two readings of a counter).
+ForwardCost Difference(const ForwardCost& a, const ForwardCost& b);
+// Pairs of a causal self-attention over n tokens: n (n + 1) / 2.
+inline int64_t CausalPairs(int64_t n) { return n * (n + 1) / 2; }
+
+// Rotary position embedding scaling, as Hugging Face's rope_parameters /
+// rope_scaling: "default" (none), "linear" (positions / factor), "llama3"
+// (Llama-3.1 wavelength bands) or "yarn" (NTK-by-parts + attention scale).
+struct RopeScaling {
+  std::string type = "default";
+  double factor = 1.0;                 // linear, llama3, yarn
+  int64_t original_max_position = 0;   // llama3 (required), yarn (0: max_position)
+  double low_freq_factor = 1.0;        // llama3
+  double high_freq_factor = 4.0;       // llama3
+  double beta_fast = 32.0, beta_slow = 1.0;  // yarn
+  double attention_factor = 0.0;       // yarn; 0: derived from factor (and mscale)
+  double mscale = 0.0, mscale_all_dim = 0.0;  // yarn (DeepSeek style), 0: unset
+  bool truncate = true;                // yarn: integer correction range
+  nlohmann::json ToJson(double theta) const;  // HF rope dict (rope_type, rope_theta, ...)
+};
+
+struct ModelConfig {
+  std::string preset = "tiny";       // tiny | small | base | custom (fields below override)
+  int64_t vocab_size = 1024;         // set from the tokenizer when a model is created
+  int64_t hidden_size = 128;         // D
+  int64_t intermediate_size = 384;   // SwiGLU width
+  int64_t num_layers = 2;
+  int64_t num_heads = 2;             // query heads
+  int64_t num_kv_heads = 1;          // key/value heads (GQA); divides num_heads
+  int64_t head_dim = 64;             // explicit, may differ from D / num_heads
+  double rope_theta = 10000.0;
+  RopeScaling rope;                  // frequency scaling (HF rope_type)
+  double rms_norm_eps = 1e-6;
+  bool qk_norm = true;               // Qwen3 q/k RMSNorm
+  bool attention_bias = false;       // Qwen2 q/k/v biases
+  bool output_bias = false;          // o_proj bias (Llama/Qwen3 with attention_bias = true)
+  bool tie_embeddings = true;        // lm_head shares embed_tokens.weight
+  int64_t max_position = 4096;       // longest sequence the model accepts
+  std::string source_dtype = "float32";  // dtype of the weights on disk (informational)
+
+  // Reads [policy] (preset first, then explicit fields).
+  void Load(ConfigNode n);
+  void ApplyPreset(const std::string& name);
+  void Validate() const;  // ConfigError on inconsistent sizes
+  // HF family with these flags: qwen3 (q/k norm), qwen2 (q/k/v biases only), else llama.
+  std::string ModelType() const;
+  // HF config.json in the layout every transformers version reads (top-level
+  // rope_theta / rope_scaling / torch_dtype) and back. FromJson accepts
+  // Qwen3, Qwen2 and Llama in both the current (rope_parameters, dtype) and the
+  // older layout; anything it cannot run exactly (MoE, sliding windows, other
+  // rope types, other activations, MLP biases) is a ConfigError naming the field.
+  nlohmann::json ToJson() const;
+  static ModelConfig FromJson(const nlohmann::json& j);
+  // RoPE inverse frequencies [head_dim / 2] after scaling, and the factor cos/sin
+  // are multiplied by (yarn's attention scale; 1 otherwise).
+  std::vector<double> RopeInvFreq() const;
+  double RopeAttentionScale() const;
+  int64_t NumParameters() const;
+  // Weights of one decoder layer's matmuls: q, k, v, o projections and the SwiGLU MLP.
+  int64_t LayerMatmulParameters() const;
+  // FLOPs of forwards that did `cost` (a multiply-add = 2 FLOPs):
+  //   2 * num_layers * LayerMatmulParameters() * tokens      (projections + MLP)
+  // + 4 * num_layers * num_heads * head_dim * attention_pairs  (QK^T and AV)
+  // + 2 * vocab_size * hidden_size * logit_rows               (vocabulary projection)
+  // + 2 * hidden_size * value_rows                            (value head).
+  // Norms, RoPE, softmax and embedding lookups are not counted. A backward
+  // pass is counted as twice its forward.
+  double ForwardFlops(const ForwardCost& cost) const;
+};
+
+// Keys/values of one layer: [B or 1, num_kv_heads, S, head_dim]. A batch of 1
+// broadcasts over the query batch (shared-prefix forward).
+struct LayerKV {
+  torch::Tensor k, v;
+};
+using PastKV = std::vector<LayerKV>;
+
+struct ForwardOut {
+  torch::Tensor hidden;  // [B, T, D] after the final norm
+  PastKV present;        // past ++ this call's keys/values (only if requested)
+};
+
+// LoRA adapters (Hu et al. 2021) in PEFT's layout, read from [policy.lora]:
+// each targeted projection gets lora_A [rank, in] and lora_B [out, rank] and
+// computes x W^T + b + (alpha / rank) * B A dropout(x). See policy/model/lora.h.
+struct LoraConfig {
+  int64_t rank = 0;     // 0 = no adapters (every weight trains)
+  double alpha = 32.0;  // scale = alpha / rank
+  double dropout = 0.0; // on the adapter input, only in gradient forwards in train mode
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                             "gate_proj", "up_proj", "down_proj"};
+  std::string base_model;  // directory of the frozen base weights (PEFT's base_model_name_or_path)
+  // adapter_config.json's target_modules entries as written (filled by
+  // ReadAdapterConfig; empty for "all-linear" and for [policy.lora]): PEFT
+  // adapts a module whose name is an entry or ends with "." + entry, and
+  // LoadAdapterWeights checks that they select every adapted one.
+  std::vector<std::string> peft_target_modules;
+  bool enabled() const { return rank > 0; }
+  double scale() const { return alpha / static_cast<double>(rank); }
+  void Load(ConfigNode n);  // [policy.lora]
+  void Validate() const;    // ConfigError naming the field
+};
+
+// y = x W^T + b with parameters "weight" [out, in] and "bias" [out]. Unlike
+// torch::nn::Linear it allocates without initialising (a loaded checkpoint
+// overwrites every value; TransformerLMImpl::InitWeights fills fresh models).
+// With a LoRA adapter attached (AttachLora, policy/model/lora.h) it adds
+// lora_scale * lora_B(lora_A(dropout(x))), computed in the adapters' dtype and
+// cast to the output's.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in, int64_t out, bool bias, torch::Dtype dtype);
+  torch::Tensor forward(const torch::Tensor& x);
+  // Registers lora_A [rank, in] and lora_B [out, rank] in `dtype`, uninitialised.
+  void AddAdapter(int64_t rank, double scale, double dropout, torch::Dtype dtype);
+  bool has_adapter() const { return lora_A != nullptr; }
+  // W + scale * B A in W's dtype (W itself without an adapter), detached.
+  torch::Tensor MergedWeight() const;
+  torch::Tensor weight, bias;  // bias undefined when absent
+  std::shared_ptr<LinearImpl> lora_A, lora_B;  // null without an adapter
+  double lora_scale = 0.0, lora_dropout = 0.0;
+};
+TORCH_MODULE(Linear);
+
+// Token embedding table "weight" [count, dim], allocated uninitialised.
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t count, int64_t dim, torch::Dtype dtype);
+  torch::Tensor forward(const torch::Tensor& ids);  // [B, T] -> [B, T, dim]
+  torch::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+// RMSNorm with a learned scale named "weight".
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t dim, double eps, torch::Dtype dtype);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RmsNorm);
+
+// Grouped-query self-attention: q_proj, k_proj, v_proj, o_proj (+ q_norm, k_norm).
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& cfg, torch::Dtype dtype);
+  // x [B,T,D], cos/sin [B,T,hd], additive mask [B|1,1,T,P+T] -> [B,T,D]; `kv_out`
+  // receives past ++ new keys/values.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask_add, const LayerKV* past, LayerKV* kv_out);
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+// SwiGLU: down(silu(gate(x)) * up(x)).
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(const ModelConfig& cfg, torch::Dtype dtype);
+  torch::Tensor forward(const torch::Tensor& x);
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& cfg, torch::Dtype dtype);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask_add, const LayerKV* past, LayerKV* kv_out);
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// "model": embed_tokens, layers, norm.
+class DecoderImpl : public torch::nn::Module {
+ public:
+  DecoderImpl(const ModelConfig& cfg, torch::Dtype dtype);
+  Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RmsNorm norm{nullptr};
+  std::vector<DecoderLayer> layer_list;
+};
+TORCH_MODULE(Decoder);
+
+class TransformerLMImpl : public torch::nn::Module {
+ public:
+  // Parameters in `dtype` (the value head is always float32). With initialise
+  // = false they are left uninitialised: the caller must overwrite every one
+  // (checkpoint loading, weight copies), which avoids a random initialisation
+  // that is thrown away and never touches pages the loader does not fill.
+  explicit TransformerLMImpl(const ModelConfig& cfg, torch::Dtype dtype = torch::kFloat32,
+                             bool initialise = true);
+
+  // ids, positions: [B, T] int64. mask: [B or 1, 1, T, P + T] bool (true =
+  // may attend), where P is the past length (0 without past). Returns the
+  // final hidden states; `present` is filled when return_present is true.
+  ForwardOut forward(const torch::Tensor& ids, const torch::Tensor& positions,
+                     const torch::Tensor& mask, const PastKV* past = nullptr,
+                     bool return_present = false);
+  // hidden [..., D] -> logits [..., V] (float32; float64 for a float64 model).
+  torch::Tensor Logits(const torch::Tensor& hidden);
+  // hidden [..., D] -> value [...].
+  torch::Tensor Value(const torch::Tensor& hidden);
+
+  // Deterministic initialisation from a seed (independent of global RNG state).
+  void InitWeights(uint64_t seed);
+  const ModelConfig& config() const { return cfg_; }
+  torch::Device device() const { return model->embed_tokens->weight.device(); }
+  torch::Dtype dtype() const { return model->embed_tokens->weight.scalar_type(); }
+
+  // Standard causal mask for right-padded batches: [B, 1, T, T], key j visible
+  // to query i iff j <= i and j < length[b].
+  static torch::Tensor CausalMask(const torch::Tensor& lengths, int64_t T);
+  // Causal mask from a Hugging Face attention_mask [B, T] (1 = token, 0 =
+  // padding, anywhere, e.g. on the left): [B, 1, T, T], key j visible to query
+  // i iff j <= i and attention_mask[b][j] = 1.
+  static torch::Tensor CausalMaskFromAttention(const torch::Tensor& attention_mask);
+
+  // Activation checkpointing (policy.gradient_checkpointing): forwards that
+  // build a gradient in train mode keep only each decoder layer's input and
+  // recompute the layer during backward. Same gradients (dropout masks
+  // included, on CPU), less memory, one more forward per backward.
+  void set_checkpointing(bool on) { checkpointing_ = on; }
+  bool checkpointing() const { return checkpointing_; }
+
+  // ConfigError when a sequence reaches position `max_position_used` >=
+  // max_position. forward() checks CPU positions itself; callers on an
+  // accelerator check their host-side positions here, so that a forward never
+  // waits for the device to report a maximum.
+  void CheckPosition(int64_t max_position_used) const;
+
+  // The LoRA adapters attached (policy::AttachLora), or nullopt.
+  const std::optional<LoraConfig>& lora() const { return lora_; }
+  void set_lora(std::optional<LoraConfig> c) { lora_ = std::move(c); }
+
+  Decoder model{nullptr};
+  Linear lm_head{nullptr};     // null when tied
+  Linear value_head{nullptr};  // rlid's value head (not in HF files), float32
+
+ private:
+  ModelConfig cfg_;
+  std::vector<double> inv_freq_;  // RoPE inverse frequencies after scaling
+  torch::Tensor inv_freq_on_device_;  // inv_freq_ where the last forward ran (no upload per call)
+  double rope_scale_ = 1.0;       // cos/sin scale (yarn)
+  std::optional<LoraConfig> lora_;
+  bool checkpointing_ = false;
+};
+TORCH_MODULE(TransformerLM);
+
+// float32 for float32/bf16/f16 tensors, float64 for float64 (precision of reductions).
+torch::Dtype ComputeType(torch::Dtype d);
+// RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * w, in ComputeType(x).
+torch::Tensor ApplyRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps);
+
+}  // namespace rlid::policy

@@ -1,0 +1,520 @@
+// Single-pass label readout. Each row of the packed batch is
+//   prompt (P tokens) | wording trie (one node per distinct prefix) | afterstate branches
+// with a tree mask: trie nodes see the prompt and their own ancestors, branch
+// tokens see the prompt and their own earlier tokens. Log-softmax is taken only
+// at the last prompt token and at trie nodes that have children.
+#include "policy/reading/readout.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "policy/model/device.h"
+
+namespace rlid::policy {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+constexpr int64_t kMinSharedPrefix = 8;  // shorter common prefixes are not worth a second call
+
+std::string Repr(const std::vector<TokenId>& w) { return fmt::format("[{}]", fmt::join(w, ", ")); }
+
+bool IsProperPrefix(const std::vector<TokenId>& a, const std::vector<TokenId>& b) {
+  return a.size() < b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+void CheckIds(const std::vector<TokenId>& ids, int64_t vocab, const char* what, size_t row) {
+  for (TokenId t : ids)
+    if (t < 0 || t >= vocab)
+      throw ConfigError(fmt::format("readout request {}: {} token id {} is outside the vocabulary [0, {})",
+                                    row, what, t, vocab),
+                        "render prompts and labels with the model's tokenizer");
+}
+
+torch::Tensor IndexTensor(const std::vector<int64_t>& v, const torch::Device& device) {
+  return HostToDevice(v, device);
+}
+
+// One distinct wording of a row after deduplication and end-token handling.
+struct Wording {
+  int64_t item = 0;
+  std::vector<TokenId> tokens;
+  int64_t leaf = -1;  // trie node of its last token
+};
+
+// The packed layout of one request.
+struct PackedRow {
+  std::vector<int64_t> ids, positions;
+  int64_t prompt_len = 0;
+  int64_t num_items = 0;
+  std::vector<Wording> wordings;
+  std::vector<std::vector<int64_t>> slot_wording;  // [k][r] -> index into wordings
+  // Trie: node n sits at sequence index prompt_len + n.
+  std::vector<int64_t> node_parent;  // -1 = root (the last prompt token)
+  std::vector<TokenId> node_token;
+  std::vector<bool> node_has_children;
+  // Afterstate branch k occupies [branch_start[k], branch_start[k] + branch_len[k]).
+  std::vector<int64_t> branch_start, branch_len;
+  std::vector<TokenId> label_tokens;  // distinct first tokens of realisations[k][0]
+  int64_t attention_pairs = 0;         // true entries of this row's mask over its real tokens
+  int64_t span_begin = 0, span_end = 0;  // ReadoutRequest::scored_begin/end
+};
+
+PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool with_afterstates) {
+  PackedRow pr;
+  if (req.prompt.empty())
+    throw ConfigError(fmt::format("readout request {}: empty prompt", row),
+                      "a prompt must end with the answer prefix");
+  if (req.realisations.empty())
+    throw ConfigError(fmt::format("readout request {}: the menu has no items", row),
+                      "a state with no legal action is terminal; do not read it out");
+  CheckIds(req.prompt, vocab, "prompt", row);
+  const int64_t P = static_cast<int64_t>(req.prompt.size());
+  const bool no_span = req.scored_begin == 0 && req.scored_end == 0;
+  if (!no_span && (req.scored_begin < 1 || req.scored_begin > req.scored_end || req.scored_end > P))
+    throw ConfigError(fmt::format("readout request {}: scored span [{}, {}) is not inside the prompt "
+                                  "[1, {}]",
+                                  row, req.scored_begin, req.scored_end, P),
+                      "a scored span needs at least one token before it and must end within the "
+                      "prompt");
+  pr.span_begin = req.scored_begin;
+  pr.span_end = req.scored_end;
+  pr.prompt_len = static_cast<int64_t>(req.prompt.size());
+  pr.num_items = static_cast<int64_t>(req.realisations.size());
+
+  // Distinct wordings: identical sequences within an item count once; across
+  // items they make the events ambiguous.
+  std::map<std::vector<TokenId>, int64_t> seen;  // tokens -> wording index
+  pr.slot_wording.resize(pr.num_items);
+  for (int64_t k = 0; k < pr.num_items; ++k) {
+    const auto& item = req.realisations[k];
+    if (item.empty())
+      throw ConfigError(fmt::format("readout request {}: menu item {} has no wordings", row, k),
+                        "every item needs at least its label");
+    for (size_t r = 0; r < item.size(); ++r) {
+      const auto& w = item[r];
+      if (w.empty())
+        throw ConfigError(fmt::format("readout request {}: item {} wording {} is empty", row, k, r));
+      CheckIds(w, vocab, "wording", row);
+      auto [it, inserted] = seen.emplace(w, static_cast<int64_t>(pr.wordings.size()));
+      if (inserted) {
+        pr.wordings.push_back({k, w, -1});
+      } else if (pr.wordings[it->second].item != k) {
+        throw ConfigError(
+            fmt::format("readout request {}: items {} and {} share the wording {}", row,
+                        pr.wordings[it->second].item, k, Repr(w)),
+            "two different strings tokenize identically; reword one of the actions");
+      }
+      pr.slot_wording[k].push_back(it->second);
+    }
+    if (std::find(pr.label_tokens.begin(), pr.label_tokens.end(), item[0][0]) == pr.label_tokens.end())
+      pr.label_tokens.push_back(item[0][0]);
+  }
+
+  // Prefix-freeness: a wording that is a token-prefix of another gets end_token.
+  const size_t W = pr.wordings.size();
+  std::vector<bool> needs_end(W, false);
+  for (size_t i = 0; i < W; ++i)
+    for (size_t j = 0; j < W; ++j)
+      if (i != j && IsProperPrefix(pr.wordings[i].tokens, pr.wordings[j].tokens)) {
+        if (req.end_token < 0)
+          throw ConfigError(
+              fmt::format("readout request {}: wording {} (item {}) is a token-prefix of wording {} "
+                          "(item {})",
+                          row, Repr(pr.wordings[i].tokens), pr.wordings[i].item,
+                          Repr(pr.wordings[j].tokens), pr.wordings[j].item),
+              "set ReadoutRequest::end_token (e.g. the newline or end-of-text id) so the shorter "
+              "wording means 'this and nothing more'");
+        needs_end[i] = true;
+      }
+  if (req.end_token >= 0) CheckIds({req.end_token}, vocab, "end", row);
+  for (size_t i = 0; i < W; ++i)
+    if (needs_end[i]) pr.wordings[i].tokens.push_back(req.end_token);
+  for (size_t i = 0; i < W; ++i)
+    for (size_t j = 0; j < W; ++j)
+      if (i != j && (pr.wordings[i].tokens == pr.wordings[j].tokens ||
+                     IsProperPrefix(pr.wordings[i].tokens, pr.wordings[j].tokens)))
+        throw ConfigError(
+            fmt::format("readout request {}: after appending end token {}, wording {} (item {}) still "
+                        "collides with wording {} (item {})",
+                        row, req.end_token, Repr(pr.wordings[i].tokens), pr.wordings[i].item,
+                        Repr(pr.wordings[j].tokens), pr.wordings[j].item),
+            "the end token must not occur inside wordings");
+
+  // Trie over the distinct wordings; nodes in insertion order (parents first).
+  std::map<std::pair<int64_t, TokenId>, int64_t> child;  // (parent, token) -> node
+  for (auto& w : pr.wordings) {
+    int64_t parent = -1;
+    for (TokenId t : w.tokens) {
+      auto [it, inserted] = child.emplace(std::make_pair(parent, t), static_cast<int64_t>(pr.node_token.size()));
+      if (inserted) {
+        pr.node_parent.push_back(parent);
+        pr.node_token.push_back(t);
+        pr.node_has_children.push_back(false);
+        if (parent >= 0) pr.node_has_children[parent] = true;
+      }
+      parent = it->second;
+    }
+    w.leaf = parent;
+  }
+
+  // Token layout.
+  pr.ids.assign(req.prompt.begin(), req.prompt.end());
+  for (int64_t i = 0; i < pr.prompt_len; ++i) pr.positions.push_back(i);
+  std::vector<int64_t> depth(pr.node_token.size());
+  pr.attention_pairs = CausalPairs(pr.prompt_len);
+  for (size_t n = 0; n < pr.node_token.size(); ++n) {
+    depth[n] = pr.node_parent[n] < 0 ? 1 : depth[pr.node_parent[n]] + 1;
+    pr.ids.push_back(pr.node_token[n]);
+    pr.positions.push_back(pr.prompt_len - 1 + depth[n]);
+    pr.attention_pairs += pr.prompt_len + depth[n];  // the prompt and its own ancestors
+  }
+  if (with_afterstates) {
+    if (static_cast<int64_t>(req.afterstates.size()) != pr.num_items)
+      throw ConfigError(fmt::format("readout request {}: {} afterstate branches for {} menu items", row,
+                                    req.afterstates.size(), pr.num_items),
+                        "give one branch per item, or turn afterstate_values off");
+    for (const auto& br : req.afterstates) {
+      CheckIds(br, vocab, "afterstate", row);
+      pr.branch_start.push_back(static_cast<int64_t>(pr.ids.size()));
+      pr.branch_len.push_back(static_cast<int64_t>(br.size()));
+      for (size_t t = 0; t < br.size(); ++t) {
+        pr.ids.push_back(br[t]);
+        pr.positions.push_back(pr.prompt_len + static_cast<int64_t>(t));
+        pr.attention_pairs += pr.prompt_len + static_cast<int64_t>(t) + 1;
+      }
+    }
+  }
+  return pr;
+}
+
+// Writes row `pr`'s [L, L] attention pattern into `mask` (row-major, zeroed).
+void FillMask(const PackedRow& pr, int64_t L, bool* mask) {
+  const int64_t P = pr.prompt_len, n_nodes = static_cast<int64_t>(pr.node_token.size());
+  const int64_t len = static_cast<int64_t>(pr.ids.size());
+  for (int64_t i = 0; i < P; ++i)
+    for (int64_t j = 0; j <= i; ++j) mask[i * L + j] = true;
+  for (int64_t n = 0; n < n_nodes; ++n) {
+    bool* q = mask + (P + n) * L;
+    std::fill(q, q + P, true);
+    for (int64_t a = n; a >= 0; a = pr.node_parent[a]) q[P + a] = true;
+  }
+  for (size_t k = 0; k < pr.branch_start.size(); ++k) {
+    const int64_t s0 = pr.branch_start[k];
+    for (int64_t t = 0; t < pr.branch_len[k]; ++t) {
+      bool* q = mask + (s0 + t) * L;
+      std::fill(q, q + P, true);
+      for (int64_t j = s0; j <= s0 + t; ++j) q[j] = true;
+    }
+  }
+  for (int64_t i = len; i < L; ++i) mask[i * L + i] = true;  // padding sees itself only
+}
+
+}  // namespace
+
+ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& batch,
+                     const ReadoutOptions& options) {
+  if (options.normalisation != "menu" && options.normalisation != "other")
+    throw ConfigError(fmt::format("unknown readout normalisation '{}'", options.normalisation),
+                      "use 'menu' (renormalise over the menu) or 'other' (keep the off-menu mass)");
+  if (batch.empty()) throw ConfigError("readout batch is empty", "pass at least one state");
+  const int64_t vocab = model->config().vocab_size;
+  const int64_t B = static_cast<int64_t>(batch.size());
+  std::vector<PackedRow> rows;
+  rows.reserve(B);
+  int64_t L = 0, K = 0, R = 0;
+  ForwardCost cost;
+  cost.calls = 1;
+  for (int64_t b = 0; b < B; ++b) {
+    rows.push_back(PackRow(batch[b], b, vocab, options.afterstate_values));
+    const auto& pr = rows.back();
+    L = std::max<int64_t>(L, pr.ids.size());
+    K = std::max(K, pr.num_items);
+    for (const auto& s : pr.slot_wording) R = std::max<int64_t>(R, s.size());
+    cost.tokens += static_cast<int64_t>(pr.ids.size());
+    cost.attention_pairs += pr.attention_pairs;
+  }
+
+  // Packed inputs, right-padded (padding: id 0, position 0, attends to itself).
+  auto ids = torch::zeros({B, L}, torch::kInt64);
+  auto pos = torch::zeros({B, L}, torch::kInt64);
+  auto mask = torch::zeros({B, 1, L, L}, torch::kBool);
+  {
+    auto ida = ids.accessor<int64_t, 2>();
+    auto posa = pos.accessor<int64_t, 2>();
+    bool* m = mask.data_ptr<bool>();
+    for (int64_t b = 0; b < B; ++b) {
+      const auto& pr = rows[b];
+      for (size_t i = 0; i < pr.ids.size(); ++i) {
+        ida[b][i] = pr.ids[i];
+        posa[b][i] = pr.positions[i];
+      }
+      FillMask(pr, L, m + b * L * L);
+    }
+  }
+  const torch::Device device = model->device();
+  // The batch's common prompt prefix C, leaving every row >= 1 prompt token of
+  // its own (the root logits come from the last one).
+  int64_t C = 0;
+  if (options.share_prefix && B > 1) {
+    C = rows[0].prompt_len - 1;
+    for (int64_t b = 1; b < B && C > 0; ++b) {
+      C = std::min(C, rows[b].prompt_len - 1);
+      int64_t same = 0;
+      while (same < C && rows[b].ids[same] == rows[0].ids[same]) ++same;
+      C = same;
+    }
+    if (C < kMinSharedPrefix) C = 0;
+  }
+  torch::Tensor hidden;  // [B, L, D]
+  if (pos.numel() > 0) model->CheckPosition(pos.max().item<int64_t>());  // on the host copy
+  ids = ids.to(device), pos = pos.to(device), mask = mask.to(device);
+  if (C > 0) {
+    auto pre = model->forward(ids.slice(0, 0, 1).slice(1, 0, C), pos.slice(0, 0, 1).slice(1, 0, C),
+                              mask.slice(0, 0, 1).slice(2, 0, C).slice(3, 0, C), nullptr,
+                              /*return_present=*/true);
+    auto rest = model->forward(ids.slice(1, C), pos.slice(1, C), mask.slice(2, C), &pre.present);
+    hidden = torch::cat({pre.hidden.expand({B, -1, -1}), rest.hidden}, 1);
+    // Still one readout pass (calls); tokens and pairs count the work saved.
+    cost.tokens -= (B - 1) * C;
+    cost.attention_pairs -= (B - 1) * CausalPairs(C);
+  } else {
+    hidden = model->forward(ids, pos, mask).hidden;
+  }
+  auto flat_hidden = hidden.reshape({B * L, hidden.size(-1)});
+
+  // Hidden rows needing logits: per row the root, then every node with children.
+  std::vector<int64_t> logit_rows, root_row(B);
+  std::vector<std::vector<int64_t>> node_logit_row(B);  // node -> logit row, or -1
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& pr = rows[b];
+    root_row[b] = static_cast<int64_t>(logit_rows.size());
+    logit_rows.push_back(b * L + pr.prompt_len - 1);
+    node_logit_row[b].assign(pr.node_token.size(), -1);
+    for (size_t n = 0; n < pr.node_token.size(); ++n)
+      if (pr.node_has_children[n]) {
+        node_logit_row[b][n] = static_cast<int64_t>(logit_rows.size());
+        logit_rows.push_back(b * L + pr.prompt_len + static_cast<int64_t>(n));
+      }
+  }
+  // Scored spans: token t of the span is read at the row of token t - 1.
+  std::vector<int64_t> span_row, span_tok, span_b;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = rows[b].span_begin; t < rows[b].span_end; ++t) {
+      span_row.push_back(static_cast<int64_t>(logit_rows.size()));
+      logit_rows.push_back(b * L + t - 1);
+      span_tok.push_back(rows[b].ids[t]);
+      span_b.push_back(b);
+    }
+  auto logp_rows = torch::log_softmax(
+      model->Logits(flat_hidden.index_select(0, IndexTensor(logit_rows, device))), -1);  // [N, V]
+
+  // Edges (one per trie node): log-softmax at the parent's row for the node token.
+  std::vector<int64_t> edge_row, edge_tok, pair_wording, pair_edge, distinct_slot;
+  std::vector<int64_t> slot_index, slot_wording, item_valid, padding_slot, label_row, label_tok, label_b;
+  std::vector<int64_t> edge_base(B);
+  int64_t n_wordings = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& pr = rows[b];
+    edge_base[b] = static_cast<int64_t>(edge_row.size());
+    for (size_t n = 0; n < pr.node_token.size(); ++n) {
+      int64_t parent = pr.node_parent[n];
+      edge_row.push_back(parent < 0 ? root_row[b] : node_logit_row[b][parent]);
+      edge_tok.push_back(pr.node_token[n]);
+    }
+    for (size_t w = 0; w < pr.wordings.size(); ++w) {
+      const int64_t wid = n_wordings + static_cast<int64_t>(w);
+      for (int64_t a = pr.wordings[w].leaf; a >= 0; a = pr.node_parent[a]) {
+        pair_wording.push_back(wid);
+        pair_edge.push_back(edge_base[b] + a);
+      }
+    }
+    std::vector<bool> placed(pr.wordings.size(), false);
+    for (int64_t k = 0; k < pr.num_items; ++k) {
+      item_valid.push_back(b * K + k);
+      for (size_t r = 0; r < pr.slot_wording[k].size(); ++r) {
+        const int64_t slot = (b * K + k) * R + static_cast<int64_t>(r), w = pr.slot_wording[k][r];
+        slot_index.push_back(slot);
+        slot_wording.push_back(n_wordings + w);
+        if (!placed[w]) distinct_slot.push_back(slot);  // wording order == first appearance
+        placed[w] = true;
+      }
+    }
+    for (int64_t k = pr.num_items; k < K; ++k) padding_slot.push_back((b * K + k) * R);
+    for (TokenId t : pr.label_tokens) {
+      label_row.push_back(root_row[b]);
+      label_tok.push_back(t);
+      label_b.push_back(b);
+    }
+    n_wordings += static_cast<int64_t>(pr.wordings.size());
+  }
+  auto fopts = logp_rows.options();
+  auto edge_logp = logp_rows.index({IndexTensor(edge_row, device), IndexTensor(edge_tok, device)});
+  auto wording_logp = torch::zeros({n_wordings}, fopts)
+                          .index_add(0, IndexTensor(pair_wording, device),
+                                     edge_logp.index_select(0, IndexTensor(pair_edge, device)));
+
+  ReadoutBatch out;
+  out.normalisation = options.normalisation;
+  out.span_logp = torch::zeros({B}, fopts);
+  if (!span_row.empty())
+    out.span_logp = out.span_logp.index_add(
+        0, IndexTensor(span_b, device),
+        logp_rows.index({IndexTensor(span_row, device), IndexTensor(span_tok, device)}));
+  cost.logit_rows = static_cast<int64_t>(logit_rows.size());
+  auto slot_t = IndexTensor(slot_index, device);
+  out.realisation_logp = torch::full({B * K * R}, kNegInf, fopts)
+                             .scatter(0, slot_t, wording_logp.index_select(0, IndexTensor(slot_wording, device)))
+                             .view({B, K, R});
+  auto valid_t = IndexTensor(item_valid, device);
+  out.item_mask = torch::zeros({B * K}, fopts.dtype(torch::kBool)).index_fill_(0, valid_t, true).view({B, K});
+  // Item marginals over distinct wordings: [B,K,R] with -inf elsewhere; a padding
+  // item holds one finite 0 so its logsumexp (masked out below) has finite gradients.
+  auto marginal = torch::full({B * K * R}, kNegInf, fopts)
+                      .index_fill_(0, IndexTensor(padding_slot, device), 0.0)
+                      .scatter(0, IndexTensor(distinct_slot, device), wording_logp)
+                      .view({B, K, R});
+  auto item_lse = torch::where(out.item_mask, torch::logsumexp(marginal, -1), kNegInf);  // [B,K]
+  auto menu_lse = torch::logsumexp(item_lse, -1);                                       // [B] log Σ_a p
+  auto log_p_menu = item_lse - menu_lse.unsqueeze(1);
+  out.log_p = options.normalisation == "menu" ? log_p_menu : item_lse;
+  out.log_p_other = torch::log(-torch::expm1(torch::clamp_max(menu_lse, 0.0)));
+  auto lp_safe = torch::where(out.item_mask, log_p_menu, 0.0);
+  out.menu_entropy = -(torch::exp(lp_safe) * lp_safe).sum(-1);
+
+  auto root_t = IndexTensor(std::vector<int64_t>(root_row.begin(), root_row.end()), device);
+  auto root_logp = logp_rows.index_select(0, root_t);  // [B, V]
+  out.row_entropy = -(torch::exp(root_logp) * root_logp).sum(-1);
+  out.candidate_mass =
+      torch::zeros({B}, fopts).index_add(
+          0, IndexTensor(label_b, device),
+          torch::exp(logp_rows.index({IndexTensor(label_row, device), IndexTensor(label_tok, device)})));
+
+  // Values: last prompt token, and the last token of each afterstate branch
+  // (an empty branch is the prompt itself).
+  std::vector<int64_t> value_rows;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& pr = rows[b];
+    value_rows.push_back(b * L + (pr.span_end > 0 ? pr.span_begin : pr.prompt_len) - 1);
+  }
+  std::vector<int64_t> branch_slot;
+  if (options.afterstate_values) {
+    for (int64_t b = 0; b < B; ++b) {
+      const auto& pr = rows[b];
+      for (int64_t k = 0; k < pr.num_items; ++k) {
+        int64_t last = pr.branch_len[k] > 0 ? pr.branch_start[k] + pr.branch_len[k] - 1 : pr.prompt_len - 1;
+        value_rows.push_back(b * L + last);
+        branch_slot.push_back(b * K + k);
+      }
+    }
+  }
+  auto values = model->Value(flat_hidden.index_select(0, IndexTensor(value_rows, device)));
+  cost.value_rows = static_cast<int64_t>(value_rows.size());
+  out.cost = cost;
+  out.value = values.slice(0, 0, B);
+  if (options.afterstate_values)
+    out.afterstate_value = torch::zeros({B * K}, values.options())
+                               .scatter(0, IndexTensor(branch_slot, device), values.slice(0, B))
+                               .view({B, K});
+  return out;
+}
+
+DecisionLogProbs DecisionDistribution(const ReadoutBatch& rb) {
+  if (rb.normalisation == "menu") return {rb.log_p, rb.item_mask};
+  if (rb.normalisation != "other")
+    throw InternalError(fmt::format("readout batch with normalisation '{}'", rb.normalisation));
+  auto other_mask = torch::ones({rb.item_mask.size(0), 1}, rb.item_mask.options());
+  return {torch::cat({rb.log_p, rb.log_p_other.unsqueeze(1)}, 1),
+          torch::cat({rb.item_mask, other_mask}, 1)};
+}
+
+torch::Tensor NaiveRealisationLogProbs(TransformerLM& model, const std::vector<TokenId>& prompt,
+                                       const std::vector<TokenId>& wording) {
+  if (prompt.empty() || wording.empty())
+    throw ConfigError("naive readout needs a non-empty prompt and wording");
+  const int64_t vocab = model->config().vocab_size;
+  CheckIds(prompt, vocab, "prompt", 0);
+  CheckIds(wording, vocab, "wording", 0);
+  const int64_t P = static_cast<int64_t>(prompt.size()), n = static_cast<int64_t>(wording.size());
+  const torch::Device device = model->device();
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  seq.insert(seq.end(), wording.begin(), wording.end());
+  auto ids = torch::tensor(seq, torch::kInt64).view({1, P + n}).to(device);
+  auto positions = torch::arange(P + n, torch::TensorOptions().dtype(torch::kInt64).device(device)).view({1, P + n});
+  auto mask = TransformerLMImpl::CausalMask(
+      torch::full({1}, P + n, torch::TensorOptions().dtype(torch::kInt64).device(device)), P + n);
+  model->CheckPosition(P + n - 1);
+  auto hidden = model->forward(ids, positions, mask).hidden.squeeze(0).slice(0, P - 1, P + n - 1);  // [n, D]
+  auto logp = torch::log_softmax(model->Logits(hidden), -1);                                       // [n, V]
+  auto targets = torch::tensor(std::vector<int64_t>(wording.begin(), wording.end()), torch::kInt64).to(device);
+  return logp.gather(1, targets.unsqueeze(1)).squeeze(1);
+}
+
+torch::Tensor ContentFreePrior(TransformerLM& model, const std::vector<TokenId>& prompt_without_content,
+                               const std::vector<TokenId>& label_tokens) {
+  ReadoutRequest req;
+  req.prompt = prompt_without_content;
+  for (TokenId t : label_tokens) req.realisations.push_back({{t}});
+  return Readout(model, {req}, {}).log_p[0];
+}
+
+// ---- label-position statistics --------------------------------------------------
+
+void LabelPositionStats::AddMenu(const std::vector<double>& probs) {
+  if (probs.empty()) throw ConfigError("LabelPositionStats: empty menu distribution");
+  const size_t K = probs.size();
+  if (mass_sum_.size() < K) {
+    mass_sum_.resize(K, 0.0);
+    lift_sum_.resize(K, 0.0);
+    count_.resize(K, 0);
+  }
+  for (size_t i = 0; i < K; ++i) {
+    mass_sum_[i] += probs[i];
+    lift_sum_[i] += static_cast<double>(K) * probs[i];
+    ++count_[i];
+  }
+  ++menus_;
+}
+
+void LabelPositionStats::AddReversedPair(const std::vector<double>& forward,
+                                         const std::vector<double>& reversed) {
+  if (forward.size() != reversed.size())
+    throw ConfigError(fmt::format("LabelPositionStats: forward menu has {} items, reversed has {}",
+                                  forward.size(), reversed.size()),
+                      "pass the same menu in both orders");
+  AddMenu(forward);
+  AddMenu(reversed);
+  const size_t K = forward.size();
+  // Argmax by forward item index; ties resolve to the lowest index in both.
+  size_t best_f = 0, best_r = 0;
+  for (size_t k = 1; k < K; ++k) {
+    if (forward[k] > forward[best_f]) best_f = k;
+    if (reversed[K - 1 - k] > reversed[K - 1 - best_r]) best_r = k;
+  }
+  ++pairs_;
+  if (best_f != best_r) ++flips_;
+}
+
+std::vector<double> LabelPositionStats::MassByPosition() const {
+  std::vector<double> out(mass_sum_.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = mass_sum_[i] / static_cast<double>(count_[i]);
+  return out;
+}
+
+std::vector<double> LabelPositionStats::LiftByPosition() const {
+  std::vector<double> out(lift_sum_.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = lift_sum_[i] / static_cast<double>(count_[i]);
+  return out;
+}
+
+double LabelPositionStats::FlipRate() const {
+  return pairs_ == 0 ? 0.0 : static_cast<double>(flips_) / static_cast<double>(pairs_);
+}
+
+}  // namespace rlid::policy

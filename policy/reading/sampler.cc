@@ -1,0 +1,337 @@
+// Rollout engine. Prompts are right-padded and encoded once per group; each row
+// keeps a key-validity mask (prompt keys < its length, then every generated key)
+// so prompts of different lengths decode together with correct positions.
+// Sampling is inverse-CDF with uniforms from a seeded CPU torch generator (one
+// uniform per row per step, drawn for every row so a sample does not depend on
+// when other rows stop), which keeps it deterministic on any device.
+#include "policy/reading/sampler.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "policy/model/device.h"
+#include "core/rng.h"
+#include "policy/model/lora.h"
+
+namespace rlid::policy {
+namespace {
+
+// bf16 autocast for CUDA ops while alive (when `on`); restores the previous
+// state and drops autocast's cast cache at the outermost exit.
+class CudaBf16Autocast {
+ public:
+  explicit CudaBf16Autocast(bool on) : on_(on) {
+    if (!on_) return;
+    was_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+    was_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~CudaBf16Autocast() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCUDA, was_enabled_);
+    at::autocast::set_autocast_dtype(at::kCUDA, was_dtype_);
+  }
+  CudaBf16Autocast(const CudaBf16Autocast&) = delete;
+  CudaBf16Autocast& operator=(const CudaBf16Autocast&) = delete;
+
+ private:
+  bool on_, was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
+torch::Tensor IndexTensor(const std::vector<int64_t>& v, const torch::Device& device) {
+  return HostToDevice(v, device);
+}
+
+}  // namespace
+
+torch::Tensor TopPFilter(const torch::Tensor& logits, double top_p) {
+  if (!(top_p > 0.0 && top_p <= 1.0))
+    throw ConfigError(fmt::format("top_p must be in (0, 1], found {}", top_p));
+  if (top_p >= 1.0) return logits;
+  auto [sorted, order] = logits.sort(-1, /*descending=*/true);
+  auto probs = torch::softmax(sorted.to(torch::kFloat64), -1);
+  auto mass_before = probs.cumsum(-1) - probs;  // exclusive cumulative mass
+  auto drop_sorted = mass_before >= top_p;       // the nucleus was complete before this token
+  auto drop = torch::zeros_like(drop_sorted).scatter(-1, order, drop_sorted);
+  return logits.masked_fill(drop, -std::numeric_limits<float>::infinity());
+}
+
+namespace {
+void ValidateOptions(const SamplerOptions& o) {
+  if (o.dtype != "float32" && o.dtype != "bfloat16")
+    throw ConfigError(fmt::format("unknown sampler dtype '{}'", o.dtype), "use float32 or bfloat16");
+  if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
+    throw ConfigError(
+        fmt::format("sampler temperature must be a finite number >= 0, found {}", o.temperature),
+        "0 means greedy decoding");
+  if (!(o.top_p > 0.0 && o.top_p <= 1.0))
+    throw ConfigError(fmt::format("sampler top_p must be in (0, 1], found {}", o.top_p));
+  if (o.max_new_tokens < 1)
+    throw ConfigError(fmt::format("sampler max_new_tokens must be >= 1, found {}", o.max_new_tokens));
+}
+}  // namespace
+
+TextSampler::TextSampler(const ModelConfig& config, SamplerOptions options, torch::Device device)
+    : options_(std::move(options)), device_(device) {
+  ValidateOptions(options_);
+  // Weights arrive with SyncWeights(); until then the engine holds zeros (no
+  // random initialisation that would be overwritten). RoPE stays float32.
+  const auto dtype = options_.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  engine_ = TransformerLM(config, dtype, /*initialise=*/false);
+  torch::NoGradGuard no_grad;
+  for (auto& p : engine_->parameters()) {
+    p.set_requires_grad(false);
+    p.zero_();
+  }
+  engine_->to(device_);
+  engine_->eval();
+}
+
+TextSampler::TextSampler(TransformerLM model, SamplerOptions options)
+    : options_(std::move(options)), device_(model->device()) {
+  ValidateOptions(options_);
+  const auto dtype = options_.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  if (model->lora() || model->dtype() != dtype)
+    throw InternalError(fmt::format("TextSampler: a model to sample with in place must have no "
+                                    "LoRA adapters and be {}",
+                                    options_.dtype));
+  engine_ = std::move(model);
+  for (auto& p : engine_->parameters()) p.set_requires_grad(false);
+  engine_->eval();
+}
+
+void TextSampler::SetOptions(const SamplerOptions& options) {
+  if (options.dtype != options_.dtype)
+    throw InternalError(fmt::format("TextSampler::SetOptions cannot change the engine dtype ({} -> {})",
+                                    options_.dtype, options.dtype));
+  ValidateOptions(options);
+  options_ = options;
+}
+
+void TextSampler::SyncWeights(TransformerLM& train_model) {
+  torch::NoGradGuard no_grad;
+  auto dst = engine_->named_parameters();
+  size_t copied = 0;
+  // LoRA adapters are folded into the engine's weights (one merged tensor at a time).
+  ForEachMergedParameter(
+      train_model,
+      [&](const std::string& name, const torch::Tensor& src) {
+        torch::Tensor* d = dst.find(name);
+        if (d == nullptr || d->sizes() != src.sizes())
+          throw ConfigError(fmt::format("training-model parameter '{}' has no same-shaped counterpart "
+                                        "in the sampler engine",
+                                        name),
+                            "build the sampler from the training model's ModelConfig");
+        d->copy_(src);
+        ++copied;
+      },
+      /*include_value_head=*/true);
+  if (copied != dst.size())
+    throw ConfigError(fmt::format("sampler engine has {} parameter tensors, the training model {}", dst.size(),
+                                  copied),
+                      "build the sampler from the training model's ModelConfig");
+}
+
+TextSampler::Drawn TextSampler::Draw(const torch::Tensor& logits, const torch::Tensor& u) const {
+  torch::Tensor tok, lp;
+  if (options_.temperature == 0.0) {
+    tok = logits.argmax(-1);
+    lp = torch::log_softmax(logits, -1).gather(1, tok.unsqueeze(1)).squeeze(1);
+  } else {
+    auto scaled = logits / options_.temperature;
+    auto logp = torch::log_softmax(scaled, -1);
+    auto kept = TopPFilter(scaled, options_.top_p);
+    auto cdf = torch::softmax(kept.to(torch::kFloat64), -1).cumsum(-1);  // [A, V]
+    auto x = (u * cdf.select(1, cdf.size(1) - 1)).unsqueeze(1);
+    tok = torch::searchsorted(cdf, x, /*out_int32=*/false, /*right=*/true).squeeze(1).clamp_max(cdf.size(1) - 1);
+    lp = logp.gather(1, tok.unsqueeze(1)).squeeze(1);
+  }
+  return {tok.to(torch::kInt64), lp.to(torch::kFloat32)};
+}
+
+std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std::vector<TokenId>>& prompts,
+                                                           int n, const StopFn& stop, uint64_t seed) {
+  std::vector<uint64_t> row_seeds;
+  for (size_t r = 0; r < prompts.size() * static_cast<size_t>(std::max(n, 0)); ++r)
+    row_seeds.push_back(Rng::DeriveSeed(seed, "text_sampler", r));
+  return Sample(prompts, n, stop, row_seeds);
+}
+
+std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std::vector<TokenId>>& prompts,
+                                                           int n, const StopFn& stop,
+                                                           const std::vector<uint64_t>& row_seeds) {
+  if (n < 1) throw ConfigError(fmt::format("samples per prompt must be >= 1, found {}", n));
+  const int64_t N = static_cast<int64_t>(prompts.size());
+  if (row_seeds.size() != static_cast<size_t>(N * n))
+    throw InternalError(fmt::format("{} row seeds for {} prompts x {} samples", row_seeds.size(), N, n));
+  std::vector<std::vector<SampleResult>> results(N, std::vector<SampleResult>(n));
+  if (N == 0) return results;
+  const int64_t vocab = engine_->config().vocab_size;
+  int64_t Pmax = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) throw ConfigError(fmt::format("sampler prompt {} is empty", i));
+    for (TokenId t : prompts[i])
+      if (t < 0 || t >= vocab)
+        throw ConfigError(fmt::format("sampler prompt {}: token id {} is outside the vocabulary [0, {})", i, t,
+                                      vocab));
+    Pmax = std::max<int64_t>(Pmax, prompts[i].size());
+  }
+  // Inference mode (no autograd bookkeeping at all, not just no graph): nothing
+  // made here leaves as a tensor, the results are host vectors.
+  c10::InferenceMode inference;
+  CudaBf16Autocast autocast(device_.is_cuda() && options_.autocast && options_.dtype == "float32");
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const int64_t rows = N * n;
+
+  // Encode every distinct prompt once: right-padded [N, Pmax].
+  auto ids = torch::zeros({N, Pmax}, i64);
+  std::vector<int64_t> lengths(N), last(N);
+  for (int64_t i = 0; i < N; ++i) {
+    lengths[i] = static_cast<int64_t>(prompts[i].size());
+    last[i] = i * Pmax + lengths[i] - 1;
+    for (int64_t t = 0; t < lengths[i]; ++t) ids[i][t] = prompts[i][t];
+    prompt_tokens_ += lengths[i];
+    cost_.tokens += lengths[i];
+    cost_.attention_pairs += CausalPairs(lengths[i]);
+  }
+  cost_.calls += 1;
+  cost_.logit_rows += N;
+  auto len_t = IndexTensor(lengths, device_);
+  auto pos = torch::arange(Pmax, i64.device(device_)).unsqueeze(0).expand({N, Pmax}).contiguous();
+  engine_->CheckPosition(Pmax - 1);
+  auto enc = engine_->forward(ids.to(device_), pos, TransformerLMImpl::CausalMask(len_t, Pmax), nullptr,
+                              options_.kv_cache);
+  auto first_logits = engine_->Logits(
+      enc.hidden.reshape({N * Pmax, -1}).index_select(0, IndexTensor(last, device_)));  // [N, V]
+
+  // Row r samples from prompt r / n. `active` lists unfinished rows in batch order.
+  std::vector<int64_t> row_prompt(rows), active(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    row_prompt[r] = r / n;
+    active[r] = r;
+  }
+  auto logits = first_logits.index_select(0, IndexTensor(row_prompt, device_));
+  std::vector<std::vector<TokenId>> generated(rows);
+  PastKV past;
+  torch::Tensor key_valid;  // [A, S] bool, KV path only
+  if (options_.kv_cache) {
+    past = std::move(enc.present);  // [N, ...]; a single prompt broadcasts over rows
+    if (N > 1) {
+      auto sel = IndexTensor(row_prompt, device_);
+      for (auto& kv : past) kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
+    }
+    auto ar = torch::arange(Pmax, i64.device(device_));
+    key_valid = ar.unsqueeze(0) < len_t.index_select(0, IndexTensor(row_prompt, device_)).unsqueeze(1);
+  }
+
+  // Uniforms for every (row, step): 53 bits of a counter-based hash of (row
+  // seed, step), made on the host and uploaded once, [rows, max_new_tokens].
+  const int64_t max_new = options_.max_new_tokens;
+  std::vector<double> u_host(static_cast<size_t>(rows * max_new));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t step = 0; step < max_new; ++step)
+      u_host[r * max_new + step] =
+          static_cast<double>(Rng::DeriveSeed(row_seeds[r], "u", step) >> 11) * 0x1.0p-53;
+  const auto u_all = HostToDevice(u_host, device_).view({rows, max_new});
+  // On the device, aligned with `active`: the row indices and prompt lengths.
+  auto active_dev = IndexTensor(active, device_);
+  auto active_len = len_t.index_select(0, IndexTensor(row_prompt, device_));
+
+  for (int step = 0; step < options_.max_new_tokens; ++step) {
+    const Drawn drawn = Draw(logits, u_all.select(1, step).index_select(0, active_dev));
+    // The decode loop's one device -> host copy per token: the stop test needs
+    // the tokens (their log-probs travel with them; both exact in float64).
+    auto host = torch::stack({drawn.tokens.to(torch::kFloat64), drawn.logprobs.to(torch::kFloat64)})
+                    .to(torch::kCPU);
+    const double* tok = host.data_ptr<double>();
+    const double* lp = tok + host.size(1);
+    tokens_generated_ += static_cast<int64_t>(active.size());
+    std::vector<int64_t> keep;  // positions within `active` that continue
+    for (size_t a = 0; a < active.size(); ++a) {
+      const int64_t r = active[a];
+      auto& res = results[r / n][r % n];
+      const auto t = static_cast<TokenId>(tok[a]);
+      generated[r].push_back(t);
+      res.tokens.push_back(t);
+      res.logprobs.push_back(static_cast<float>(lp[a]));
+      if (stop && stop(generated[r])) {
+        res.finish = "stop";
+      } else if (static_cast<int>(generated[r].size()) >= options_.max_new_tokens) {
+        res.finish = "length";
+      } else {
+        keep.push_back(static_cast<int64_t>(a));
+      }
+    }
+    if (keep.empty()) break;
+    std::vector<int64_t> next_active;
+    for (int64_t a : keep) next_active.push_back(active[a]);
+    const int64_t A = static_cast<int64_t>(next_active.size());
+    torch::Tensor next_tokens = drawn.tokens;
+    if (keep.size() != active.size()) {  // drop finished rows from every per-row tensor
+      auto sel = IndexTensor(keep, device_);
+      next_tokens = next_tokens.index_select(0, sel);
+      active_dev = active_dev.index_select(0, sel);
+      active_len = active_len.index_select(0, sel);
+      if (options_.kv_cache) {
+        for (auto& kv : past)
+          if (kv.k.size(0) == static_cast<int64_t>(active.size())) kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
+        key_valid = key_valid.index_select(0, sel);
+      }
+    }
+
+    if (options_.kv_cache) {
+      // The next input is the drawn token, at position prompt length + step, on the device.
+      auto in = next_tokens.view({A, 1});
+      auto in_pos = (active_len + step).view({A, 1});
+      int64_t max_pos = 0;
+      for (int64_t r : next_active) max_pos = std::max(max_pos, lengths[row_prompt[r]] + step);
+      engine_->CheckPosition(max_pos);
+      key_valid = torch::cat({key_valid, torch::ones({A, 1}, key_valid.options())}, 1);
+      auto out = engine_->forward(in, in_pos, key_valid.view({A, 1, 1, -1}), &past, true);
+      past = std::move(out.present);
+      logits = engine_->Logits(out.hidden.select(1, 0));
+      cost_.calls += 1;
+      cost_.tokens += A;
+      cost_.logit_rows += A;
+      // The new token sees its prompt and the step + 1 tokens fed so far.
+      for (int64_t a = 0; a < A; ++a) cost_.attention_pairs += lengths[row_prompt[next_active[a]]] + step + 1;
+    } else {
+      // Recompute prompt ++ generated for every unfinished row.
+      const int64_t T = Pmax + step + 1;
+      auto seq = torch::zeros({A, T}, i64);
+      std::vector<int64_t> seq_len(A), seq_last(A);
+      for (int64_t a = 0; a < A; ++a) {
+        const int64_t r = next_active[a];
+        const auto& p = prompts[row_prompt[r]];
+        int64_t t = 0;
+        for (TokenId id : p) seq[a][t++] = id;
+        for (TokenId id : generated[r]) seq[a][t++] = id;
+        seq_len[a] = t;
+        seq_last[a] = a * T + t - 1;
+        cost_.tokens += t;
+        cost_.attention_pairs += CausalPairs(t);
+      }
+      cost_.calls += 1;
+      cost_.logit_rows += A;
+      auto seq_pos = torch::arange(T, i64.device(device_)).unsqueeze(0).expand({A, T}).contiguous();
+      engine_->CheckPosition(T - 1);
+      auto h = engine_->forward(seq.to(device_), seq_pos, TransformerLMImpl::CausalMask(IndexTensor(seq_len, device_), T))
+                   .hidden;
+      logits = engine_->Logits(h.reshape({A * T, -1}).index_select(0, IndexTensor(seq_last, device_)));
+    }
+    active = std::move(next_active);
+  }
+  return results;
+}
+
+}  // namespace rlid::policy

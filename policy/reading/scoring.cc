@@ -1,0 +1,214 @@
+// Response scoring. The plain path runs prompt ++ response[:-1] per row; the
+// shared-prefix path encodes the distinct prompts as one batch, gathers their
+// keys/values per response (a single prompt broadcasts without copies), and runs
+// the responses on top. Logits are computed only at the positions that predict a
+// response token.
+#include "policy/reading/scoring.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "core/error.h"
+
+namespace rlid::policy {
+namespace {
+
+torch::Tensor IndexTensor(const std::vector<int64_t>& v, const torch::Device& device) {
+  return torch::tensor(v, torch::kInt64).to(device);
+}
+
+// Right-padded [rows, T] ids from token lists.
+torch::Tensor PackIds(const std::vector<std::vector<int64_t>>& seqs, int64_t T) {
+  auto ids = torch::zeros({static_cast<int64_t>(seqs.size()), T}, torch::kInt64);
+  auto a = ids.accessor<int64_t, 2>();
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (size_t t = 0; t < seqs[i].size(); ++t) a[i][t] = seqs[i][t];
+  return ids;
+}
+
+// Hidden rows -> per-target tempered log-prob (and entropy), written into
+// [N * Tmax] slots.
+void Finish(TransformerLM& model, const torch::Tensor& hidden_rows, const std::vector<int64_t>& targets,
+            const std::vector<int64_t>& slots, int64_t N, int64_t Tmax, const ScoreOptions& options,
+            ScoreBatch& out) {
+  const torch::Device device = model->device();
+  auto fopts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  auto slot_t = IndexTensor(slots, device);
+  out.mask = torch::zeros({N * Tmax}, fopts).index_fill_(0, slot_t, 1.0).view({N, Tmax});
+  if (targets.empty()) {
+    out.logp = torch::zeros({N, Tmax}, fopts);
+    if (options.entropy) out.entropy = torch::zeros({N, Tmax}, fopts);
+    return;
+  }
+  auto logp_rows = torch::log_softmax(model->Logits(hidden_rows) / options.temperature, -1);  // [M, V]
+  auto tok = logp_rows.gather(1, IndexTensor(targets, device).unsqueeze(1)).squeeze(1);
+  out.logp = torch::zeros({N * Tmax}, fopts).scatter(0, slot_t, tok).view({N, Tmax});
+  if (options.entropy) {
+    auto ent = -(torch::exp(logp_rows) * logp_rows).sum(-1);
+    out.entropy = torch::zeros({N * Tmax}, fopts).scatter(0, slot_t, ent).view({N, Tmax});
+  }
+}
+
+}  // namespace
+
+ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>& reqs,
+                          const ScoreOptions& options) {
+  if (reqs.empty()) throw ConfigError("no responses to score", "pass at least one ScoreRequest");
+  if (!(options.temperature > 0.0))
+    throw ConfigError(fmt::format("scoring temperature must be > 0, found {}", options.temperature),
+                      "use the sampler's temperature (1 for greedy rollouts)");
+  const int64_t vocab = model->config().vocab_size;
+  const int64_t N = static_cast<int64_t>(reqs.size());
+  int64_t Tmax = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    if (reqs[i].prompt.empty()) throw ConfigError(fmt::format("score request {}: empty prompt", i));
+    for (const auto* seq : {&reqs[i].prompt, &reqs[i].response})
+      for (TokenId t : *seq)
+        if (t < 0 || t >= vocab)
+          throw ConfigError(fmt::format("score request {}: token id {} is outside the vocabulary [0, {})", i, t,
+                                        vocab),
+                            "render with the model's tokenizer");
+    Tmax = std::max<int64_t>(Tmax, reqs[i].response.size());
+  }
+  const torch::Device device = model->device();
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  ScoreBatch out;
+  std::vector<int64_t> targets, slots;  // in the order of the gathered hidden rows
+
+  if (!options.shared_prefix) {
+    // One row per non-empty response: prompt ++ response[:-1].
+    std::vector<std::vector<int64_t>> seqs;
+    std::vector<int64_t> lengths, hidden_idx;
+    int64_t L = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      const auto& q = reqs[i];
+      if (q.response.empty()) continue;
+      std::vector<int64_t> s(q.prompt.begin(), q.prompt.end());
+      s.insert(s.end(), q.response.begin(), q.response.end() - 1);
+      L = std::max<int64_t>(L, s.size());
+      lengths.push_back(static_cast<int64_t>(s.size()));
+      seqs.push_back(std::move(s));
+    }
+    for (size_t row = 0, i = 0; i < reqs.size(); ++i) {
+      const auto& q = reqs[i];
+      if (q.response.empty()) continue;
+      const int64_t P = static_cast<int64_t>(q.prompt.size());
+      for (size_t t = 0; t < q.response.size(); ++t) {
+        hidden_idx.push_back(static_cast<int64_t>(row) * L + P - 1 + static_cast<int64_t>(t));
+        targets.push_back(q.response[t]);
+        slots.push_back(static_cast<int64_t>(i) * Tmax + static_cast<int64_t>(t));
+      }
+      out.cost.tokens += lengths[row];
+      out.cost.attention_pairs += CausalPairs(lengths[row]);
+      ++row;
+    }
+    torch::Tensor rows_h;
+    out.cost.logit_rows = static_cast<int64_t>(targets.size());
+    if (!seqs.empty()) {
+      out.cost.calls = 1;
+      const int64_t B = static_cast<int64_t>(seqs.size());
+      auto pos = torch::arange(L, i64).unsqueeze(0).expand({B, L}).contiguous();
+      model->CheckPosition(L - 1);
+      auto h = model->forward(PackIds(seqs, L).to(device), pos,
+                              TransformerLMImpl::CausalMask(IndexTensor(lengths, device), L))
+                   .hidden;
+      rows_h = h.reshape({B * L, -1}).index_select(0, IndexTensor(hidden_idx, device));
+    }
+    Finish(model, rows_h, targets, slots, N, Tmax, options, out);
+    return out;
+  }
+
+  // Distinct prompts (with at least one non-empty response), encoded once.
+  std::map<std::vector<TokenId>, int64_t> group_of;
+  std::vector<std::vector<int64_t>> prompts;
+  std::vector<int64_t> req_group(N, -1), plen;
+  int64_t Pmax = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    if (reqs[i].response.empty()) continue;
+    auto [it, inserted] = group_of.emplace(reqs[i].prompt, static_cast<int64_t>(prompts.size()));
+    if (inserted) {
+      prompts.emplace_back(reqs[i].prompt.begin(), reqs[i].prompt.end());
+      plen.push_back(static_cast<int64_t>(reqs[i].prompt.size()));
+      Pmax = std::max<int64_t>(Pmax, plen.back());
+      out.cost.tokens += plen.back();
+      out.cost.attention_pairs += CausalPairs(plen.back());
+    }
+    req_group[i] = it->second;
+  }
+  if (prompts.empty()) {
+    Finish(model, torch::Tensor(), targets, slots, N, Tmax, options, out);
+    return out;
+  }
+  const int64_t U = static_cast<int64_t>(prompts.size());
+  out.cost.calls = 1;
+  auto ppos = torch::arange(Pmax, i64).unsqueeze(0).expand({U, Pmax}).contiguous();
+  auto plen_t = IndexTensor(plen, device);
+  model->CheckPosition(Pmax - 1);
+  auto enc = model->forward(PackIds(prompts, Pmax).to(device), ppos, TransformerLMImpl::CausalMask(plen_t, Pmax),
+                            nullptr, /*return_present=*/true);
+  std::vector<int64_t> first_idx;  // hidden rows of the last prompt token, per response
+  for (int64_t i = 0; i < N; ++i) {
+    if (req_group[i] < 0) continue;
+    first_idx.push_back(req_group[i] * Pmax + plen[req_group[i]] - 1);
+    targets.push_back(reqs[i].response[0]);
+    slots.push_back(i * Tmax);
+  }
+  auto hidden_rows = enc.hidden.reshape({U * Pmax, -1}).index_select(0, IndexTensor(first_idx, device));
+
+  // Responses with >= 2 tokens continue on top of their prompt's keys/values.
+  std::vector<std::vector<int64_t>> conts;
+  std::vector<int64_t> cont_group, cont_len, cont_pos_base, cont_idx;
+  int64_t T2 = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const auto& r = reqs[i].response;
+    if (r.size() < 2) continue;
+    conts.emplace_back(r.begin(), r.end() - 1);
+    cont_group.push_back(req_group[i]);
+    cont_len.push_back(static_cast<int64_t>(r.size()) - 1);
+    T2 = std::max(T2, cont_len.back());
+    out.cost.tokens += cont_len.back();
+    // Continuation token t sees its prompt and the t + 1 response tokens up to itself.
+    out.cost.attention_pairs +=
+        plen[req_group[i]] * cont_len.back() + CausalPairs(cont_len.back());
+  }
+  if (!conts.empty()) {
+    out.cost.calls += 1;
+    const int64_t M = static_cast<int64_t>(conts.size());
+    for (int64_t row = 0, i = 0; i < N; ++i) {
+      const auto& r = reqs[i].response;
+      if (r.size() < 2) continue;
+      for (size_t t = 1; t < r.size(); ++t) {
+        cont_idx.push_back(row * T2 + static_cast<int64_t>(t) - 1);
+        targets.push_back(r[t]);
+        slots.push_back(i * Tmax + static_cast<int64_t>(t));
+      }
+      ++row;
+    }
+    auto group_t = IndexTensor(cont_group, device);
+    PastKV past = enc.present;
+    if (U > 1)
+      for (auto& kv : past) kv = {kv.k.index_select(0, group_t), kv.v.index_select(0, group_t)};
+    auto ar_p = torch::arange(Pmax, i64), ar_t = torch::arange(T2, i64);
+    auto prompt_keys = (ar_p.unsqueeze(0) < plen_t.index_select(0, group_t).unsqueeze(1))  // [M, Pmax]
+                           .unsqueeze(1)
+                           .expand({M, T2, Pmax});
+    auto resp_keys = TransformerLMImpl::CausalMask(IndexTensor(cont_len, device), T2).squeeze(1);  // [M,T2,T2]
+    auto mask = torch::cat({prompt_keys, resp_keys}, -1).unsqueeze(1);  // [M, 1, T2, Pmax + T2]
+    // Padded queries get position 0 so they never exceed policy.max_position.
+    auto pos = torch::where(ar_t.unsqueeze(0) < IndexTensor(cont_len, device).unsqueeze(1),
+                            plen_t.index_select(0, group_t).unsqueeze(1) + ar_t.unsqueeze(0),
+                            torch::zeros({1, 1}, i64));
+    int64_t max_pos = 0;
+    for (size_t m = 0; m < cont_len.size(); ++m)
+      max_pos = std::max(max_pos, plen[cont_group[m]] + cont_len[m] - 1);
+    model->CheckPosition(max_pos);
+    auto h = model->forward(PackIds(conts, T2).to(device), pos, mask, &past).hidden;
+    hidden_rows = torch::cat({hidden_rows, h.reshape({M * T2, -1}).index_select(0, IndexTensor(cont_idx, device))});
+  }
+  out.cost.logit_rows = static_cast<int64_t>(targets.size());
+  Finish(model, hidden_rows, targets, slots, N, Tmax, options, out);
+  return out;
+}
+
+}  // namespace rlid::policy
