@@ -858,6 +858,14 @@ bool ConfigNode::Has(std::string_view key) const {
   return table_ && static_cast<toml::table*>(table_)->contains(key);
 }
 
+void ConfigNode::RejectRenamed(std::string_view old_key, std::string_view new_key,
+                               std::string_view what) const {
+  if (!Has(old_key)) return;
+  throw ConfigError(fmt::format("{}: '{}' was renamed '{}' ({})", Where(old_key),
+                                KeyPath(old_key), KeyPath(new_key), what),
+                    fmt::format("write {} = ... instead; the values are the same", KeyPath(new_key)));
+}
+
 std::vector<std::string> ConfigNode::PresentKeys() const {
   std::vector<std::string> out;
   std::function<void(const toml::table&, const std::string&)> walk = [&](const toml::table& t,

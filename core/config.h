@@ -168,6 +168,10 @@ class ConfigNode {
   // Array of tables ([[key]]); each element is a section "key[i]".
   std::vector<ConfigNode> TableArray(std::string_view key) const;
   bool Has(std::string_view key) const;
+  // A key that was renamed: when `old_key` is present, a ConfigError at its
+  // location naming `new_key` (both relative to this section) and what it sets.
+  void RejectRenamed(std::string_view old_key, std::string_view new_key,
+                     std::string_view what) const;
   // Full paths of the values present under this section (sub-tables
   // included, arrays of tables not), in document order.
   std::vector<std::string> PresentKeys() const;

@@ -17,10 +17,10 @@ const Registrar<TrainerPresetRegistry> kPreset("dapo", "DAPO defaults", [] {
     t.loss.clip_low = 0.2;
     t.loss.clip_high = 0.28;
     t.loss.aggregation = "token_mean";
-    t.filter_zero_variance_groups = true;
-    t.max_generation_rounds = 4;
-    t.overlong_buffer = 4;
-    t.overlong_factor = 1.0;
+    t.token.filter_zero_variance_groups = true;
+    t.token.max_generation_rounds = 4;
+    t.token.overlong_buffer = 4;
+    t.token.overlong_factor = 1.0;
   }});
 });
 

@@ -259,11 +259,11 @@ class PpoDecisionTrainer final : public Trainer {
   Metrics Iterate(IterationContext& c) override {
     const TrainerConfig& t = c.cfg;
     const int64_t it = c.iteration;
-    const bool all_action = t.estimator == "all_action";
+    const bool all_action = t.decision.all_action();
     const bool use_ref = t.kl.coef > 0 && c.agent.ref_model;
 
     // ---- 1. rollout: this rank's share of the train seeds ---------------------------
-    c.agent.bootstrap_truncated = t.bootstrap_truncated;
+    c.agent.bootstrap_truncated = t.decision.bootstrap_truncated;
     auto episodes = agents::RunDecisionEpisodes(c.agent, RankSpecs(TrainSpecs(t, c.seed, it), c.comm),
                                                 envs::Split::kTrain, /*greedy=*/false, c.budget);
     c.recorder.Episodes(episodes, c.agent);
@@ -276,7 +276,7 @@ class PpoDecisionTrainer final : public Trainer {
     std::tie(targets.advantages, targets.returns) = DecisionAdvantages(t, episodes, batch);
     CheckFinite(targets.advantages, "advantages", it);
     CheckFinite(targets.returns, "value targets", it);
-    targets.whiten = t.normalize_advantages &&
+    targets.whiten = t.decision.normalize_advantages &&
                      AdvantageRegistry::Global().Make(t.advantage.estimator)->uses_values();
 
     // ---- 3. gradient signal-to-noise at the rollout weights (rank 0's episodes) ----
@@ -359,7 +359,7 @@ class PpoDecisionTrainer final : public Trainer {
   LossTerms MinibatchTerms(IterationContext& c, const Batch& batch, const Targets& targets,
                            const std::vector<int64_t>& idx, double M) {
     const TrainerConfig& t = c.cfg;
-    const bool all_action = t.estimator == "all_action";
+    const bool all_action = t.decision.all_action();
     auto ix = torch::tensor(idx, torch::kInt64);
     // Whitening uses the whole minibatch's mean and std (every rank calls Sum).
     double adv_mean = 0, adv_std = 1;
@@ -400,11 +400,11 @@ class PpoDecisionTrainer final : public Trainer {
       auto after = fw.afterstate_value.gather(1, taken.unsqueeze(1)).squeeze(1);
       auto after_loss = 0.5 * (after - ret).pow(2).sum() / M;
       terms.afterstate = after_loss.item<double>();
-      pg = pg + t.vf_coef * after_loss;
+      pg = pg + t.decision.vf_coef * after_loss;
     }
-    auto v = ValueLoss(fw.value, pick(batch.old_value), ret, t.vf_clip, M);
+    auto v = ValueLoss(fw.value, pick(batch.old_value), ret, t.decision.vf_clip, M);
     auto ent = MenuEntropy(fw.dist, fw.mask).sum() / M;
-    torch::Tensor loss = pg + t.vf_coef * v - t.ent_coef * ent;
+    torch::Tensor loss = pg + t.decision.vf_coef * v - t.decision.ent_coef * ent;
     if (t.kl.coef > 0 && c.agent.ref_model && t.kl.placement == "loss") {
       auto ref = Rows(batch.ref_dist, idx, K, -INFINITY).to(dev);
       auto kl = MenuKl(fw.dist, ref, fw.mask).sum() / M;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
+#include "core/strings.h"
 #include "policy/reading/scoring.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/kl.h"
@@ -32,16 +33,17 @@ ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
   auto shaped = [&](size_t e, size_t t) {
     const auto& st = episodes[e].steps[t];
     double r = st.reward;
-    if (cfg.overlong_buffer > 0) {
+    if (cfg.token.overlong_buffer > 0) {
       double len = static_cast<double>(st.response.size());
-      double start = static_cast<double>(max_new_tokens - cfg.overlong_buffer);
-      r += std::min(-(len - start) / static_cast<double>(cfg.overlong_buffer) * cfg.overlong_factor,
+      double start = static_cast<double>(max_new_tokens - cfg.token.overlong_buffer);
+      r += std::min(-(len - start) / static_cast<double>(cfg.token.overlong_buffer) *
+                        cfg.token.overlong_factor,
                     0.0);
     }
     if (!kl_per_step.empty()) r -= cfg.kl.coef * kl_per_step[e].at(t);
     return r;
   };
-  const bool per_step = cfg.return_mode == "discounted";
+  const bool per_step = cfg.token.return_mode == "discounted";
   ShapedScores out;
   for (size_t e = 0; e < episodes.size(); ++e) {
     const auto& steps = episodes[e].steps;
@@ -80,14 +82,17 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
                                          const std::vector<std::vector<double>>& kl_per_step,
                                          Comm* comm) {
   const auto& adv_cfg = cfg.advantage;
-  if (adv_cfg.estimator != "grpo" && adv_cfg.estimator != "rloo" &&
-      adv_cfg.estimator != "reinforce_pp_baseline")
+  if (!AdvantageRegistry::Global().Make(adv_cfg.estimator)->needs_groups()) {
+    std::vector<std::string> group_estimators;
+    for (const auto& name : AdvantageRegistry::Global().Names())
+      if (AdvantageRegistry::Global().Make(name)->needs_groups()) group_estimators.push_back(name);
     throw ConfigError(
         fmt::format("token-plane trainers use group advantages; trainer.advantage.estimator = '{}'",
                     adv_cfg.estimator),
-        "use grpo, rloo or reinforce_pp_baseline");
+        fmt::format("use one of: {}", Join(group_estimators, ", ")));
+  }
   ShapedScores sc = ScoreEpisodes(cfg, max_new_tokens, episodes, kl_per_step);
-  const bool per_step = cfg.return_mode == "discounted";
+  const bool per_step = cfg.token.return_mode == "discounted";
   // The job's scores, rank after rank; this rank's are rows [first, first + n).
   int64_t first = 0;
   if (comm && comm->distributed()) {
@@ -259,7 +264,7 @@ Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, in
   const TrainerConfig& t = c.cfg;
   const int64_t want = t.episodes_per_iteration / t.group_size;
   const int64_t max_rounds =
-      t.filter_zero_variance_groups ? std::max<int64_t>(1, t.max_generation_rounds) : 1;
+      t.token.filter_zero_variance_groups ? std::max<int64_t>(1, t.token.max_generation_rounds) : 1;
   Rollout out;
   int64_t kept_groups = 0;
   while (kept_groups < want && out.rounds < max_rounds) {
@@ -273,7 +278,7 @@ Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, in
     ScoreOld(c, eps, sopts);
     auto kl = KlPerStep(c, eps);
     std::vector<int64_t> zero;
-    if (t.filter_zero_variance_groups) zero = ZeroVarianceGroups(ScoreEpisodes(t, max_new_tokens, eps, kl));
+    if (t.token.filter_zero_variance_groups) zero = ZeroVarianceGroups(ScoreEpisodes(t, max_new_tokens, eps, kl));
     std::map<int, std::vector<size_t>> by_group;
     for (size_t i = 0; i < eps.size(); ++i) {
       out.generated.samples += static_cast<int64_t>(eps[i].steps.size());
@@ -316,7 +321,7 @@ Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, in
     ++out.rounds;
   }
   if (kept_groups < want) {
-    if (t.on_partial_batch == "error")
+    if (t.token.on_partial_batch == "error")
       throw Error(
           fmt::format(
               "DAPO could not fill the batch of iteration {}: {} of {} groups had non-zero return "
@@ -476,140 +481,183 @@ JobSamples GatherSamples(const std::vector<TokenSample>& samples,
   return js;
 }
 
-}  // namespace
-
-Metrics TokenTrainer::Iterate(IterationContext& c) {
-  const TrainerConfig& t = c.cfg;
-  const int64_t it = c.iteration;
-  auto& sampler = *c.agent.sampler;
-  policy::TransformerLM model = c.agent.model;
-  const int max_new_tokens = sampler.options().max_new_tokens;
+// What every minibatch's loss uses this iteration: the loss library's configs
+// (Dr. GRPO's constant norm resolved; KL off unless it is in the loss and a
+// reference exists) and the scoring options that match the sampler.
+struct LossSettings {
+  LossConfig loss;
+  KlConfig kl;
   policy::ScoreOptions sopts;
-  sopts.temperature =
-      sampler.options().temperature > 0 ? sampler.options().temperature : 1.0;  // match the sampler
+};
 
-  // ---- 1. rollout: this rank's groups on train seeds, scored by the training forward --
-  //         (old / reference log-probs; DAPO resamples zero-variance groups, job-wide)
-  const double t_rollout = Seconds();
-  Rollout ro = CollectGroups(c, sopts, max_new_tokens);
-  Metrics metrics;
-  {
-    std::vector<agents::EpisodeData> generated = ro.kept;
-    generated.insert(generated.end(), ro.dropped.begin(), ro.dropped.end());
-    metrics = RolloutMetrics(generated, &c.comm);
+LossSettings ResolveLossSettings(const IterationContext& c, const policy::ScoreOptions& sopts,
+                                 int max_new_tokens) {
+  LossSettings s{c.cfg.loss, c.cfg.kl, sopts};
+  if (s.loss.aggregation == "seq_mean_token_sum_norm" && s.loss.aggregation_norm <= 0)
+    s.loss.aggregation_norm = max_new_tokens;  // Dr. GRPO's constant: the longest answer
+  if (s.kl.placement != "loss" || !c.agent.ref_model) s.kl.coef = 0;
+  return s;
+}
+
+// The rollout's metrics over every generated episode, kept and dropped.
+Metrics GeneratedMetrics(const Rollout& ro, Comm& comm) {
+  std::vector<agents::EpisodeData> generated = ro.kept;
+  generated.insert(generated.end(), ro.dropped.begin(), ro.dropped.end());
+  return RolloutMetrics(generated, &comm);
+}
+
+// Train-vs-rollout engine metrics of the kept responses, token-weighted over the job.
+void AppendEngineMetrics(const std::vector<TokenSample>& samples, const EngineConfig& engine,
+                         Comm& comm, Metrics& metrics) {
+  std::map<std::string, double> local;
+  double tokens = 0;
+  if (!samples.empty()) {
+    for (const auto& [k, v] : EngineMetrics(engine, samples)) local[k] = v;
+    for (const auto& smp : samples) tokens += static_cast<double>(smp.step->response.size());
   }
-  c.budget.groups_generated += ro.generated.groups;
-  c.budget.groups_kept += ro.kept_work.groups;
-  c.recorder.Episodes(ro.kept, c.agent);
-  c.recorder.Episodes(ro.dropped, c.agent);
+  for (const auto& [k, v] : ReduceMetrics(local, tokens, comm)) metrics.push_back({k, v});
+}
 
-  // ---- 2. advantages over the job's groups -------------------------------------------
-  auto samples = TokenAdvantages(t, max_new_tokens, ro.kept, ro.kept_kl, &c.comm);
-  const int64_t N = static_cast<int64_t>(samples.size());
-  const JobSamples job = GatherSamples(samples, ro.kept, c.comm);
-  const int64_t N_all = static_cast<int64_t>(job.rank.size());
-  {
-    std::map<std::string, double> local;
-    double tokens = 0;
-    if (N > 0) {
-      for (const auto& [k, v] : EngineMetrics(t.loss.engine, samples)) local[k] = v;
-      for (const auto& smp : samples) tokens += static_cast<double>(smp.step->response.size());
-    }
-    for (const auto& [k, v] : ReduceMetrics(local, tokens, c.comm)) metrics.push_back({k, v});
+// What the update accumulates over its optimiser steps.
+struct UpdateTotals {
+  std::map<std::string, double> sums;  // the job's loss metrics, summed over steps
+  double loss = 0, grad_norm = 0;
+  int64_t updates = 0, epochs = 0;
+};
+
+// One optimiser step on minibatch `mb` (indices into the job's responses):
+// this rank's loss with the minibatch's job-wide token and sequence counts,
+// gradients summed over ranks. Adds the job's loss, gradient norm and metrics
+// to `totals`; returns the job's approx_kl of the step (0 when not reported).
+double MinibatchStep(IterationContext& c, Optimizer& opt, const std::vector<TokenSample>& samples,
+                     const JobSamples& job, const std::vector<size_t>& mb, const LossSettings& s,
+                     const std::vector<torch::Tensor>& params, UpdateTotals& totals) {
+  std::vector<size_t> which;  // this rank's responses of the minibatch
+  for (size_t k : mb)
+    if (job.rank[k] == c.comm.rank()) which.push_back(job.local[k]);
+  opt.ZeroGrad();
+  LossBatch lb;
+  GlobalCounts local{0, 0};
+  if (!which.empty()) {
+    lb = BuildLossInputs(c, samples, which, s.sopts, s.kl);
+    local = LocalCounts(s.loss, lb.in);
   }
-  LossConfig loss_cfg = t.loss;
-  if (loss_cfg.aggregation == "seq_mean_token_sum_norm" && loss_cfg.aggregation_norm <= 0)
-    loss_cfg.aggregation_norm = max_new_tokens;  // Dr. GRPO's constant: the longest answer
-  KlConfig kl_cfg = t.kl;
-  if (kl_cfg.placement != "loss" || !c.agent.ref_model) kl_cfg.coef = 0;
+  const auto counts = c.comm.Sum({local.tokens, local.sequences}, "token counts");
+  std::map<std::string, double> local_metrics;
+  double loss_value = 0;
+  if (!which.empty()) {
+    lb.in.counts = GlobalCounts{counts[0], counts[1]};
+    auto res = PolicyLoss(s.loss, s.kl, lb.in);
+    res.loss.backward();
+    c.budget.update.AddForwardBackward(c.agent.model->config(), lb.cost);
+    loss_value = res.loss.item<double>();
+    for (const auto& [k, v] : res.metrics)
+      if (k.rfind("engine/", 0) != 0) local_metrics[k] = v;  // engine/* is reported once, on the whole batch
+  }
+  c.comm.AllReduceGradients(params);
+  loss_value = c.comm.Sum(loss_value, "loss");
+  if (!std::isfinite(loss_value))
+    throw NumericError(fmt::format("non-finite loss at iteration {}", c.iteration),
+                       "weights were not updated; lower the learning rate, check rewards, or "
+                       "resume from the last checkpoint");
+  totals.grad_norm += opt.Step(c.iteration, c.iteration);
+  totals.loss += loss_value;
+  const auto reduced = ReduceMetrics(local_metrics, local.tokens, c.comm);
+  for (const auto& [k, v] : reduced) totals.sums[k] += v;
+  ++totals.updates;
+  return reduced.count("approx_kl") ? reduced.at("approx_kl") : 0.0;
+}
 
-  // ---- 3. gradient signal-to-noise at the rollout weights (rank 0's responses) --------
-  if (t.grad_snr_every > 0 && it % t.grad_snr_every == 0 && c.comm.rank() == 0)
-    for (const auto& kv : Snr(c, samples, loss_cfg, sopts)) metrics.push_back(kv);
-
-  // ---- 4. epochs x minibatches of the job's responses ---------------------------------
-  // Every rank cuts the same prompt-bucketed minibatches of the N_all responses,
-  // computes the loss of the ones it holds with the minibatch's global token and
-  // sequence counts, and the gradients are summed over ranks.
-  const double t_update = Seconds();
+// Epochs x minibatches of the job's responses. Every rank cuts the same
+// prompt-bucketed minibatches of them; an epoch whose mean approx_kl exceeds
+// target_kl ends the update.
+UpdateTotals UpdateEpochs(IterationContext& c, Optimizer& opt,
+                          const std::vector<TokenSample>& samples, const JobSamples& job,
+                          const LossSettings& s) {
+  const TrainerConfig& t = c.cfg;
+  policy::TransformerLM model = c.agent.model;
   const std::vector<torch::Tensor> params = TrainableParameters(model).tensors;
-  Rng shuffle = Rng::Stream(c.seed, "minibatches", it);
-  std::map<std::string, double> sums;
-  double sum_loss = 0, sum_gn = 0;
-  int64_t updates = 0, epochs_run = 0;
+  Rng shuffle = Rng::Stream(c.seed, "minibatches", c.iteration);
+  UpdateTotals totals;
   model->train();
-  for (int64_t epoch = 0; epoch < t.epochs && N_all > 0; ++epoch) {
+  for (int64_t epoch = 0; epoch < t.epochs && !job.rank.empty(); ++epoch) {
     double epoch_kl = 0;
     int64_t epoch_updates = 0;
     for (const auto& mb : PromptMinibatches(job.hashes, t.minibatch_size, &shuffle)) {
       ThrowIfInterrupted();  // between optimiser steps
-      std::vector<size_t> which;  // this rank's responses of the minibatch
-      for (size_t k : mb)
-        if (job.rank[k] == c.comm.rank()) which.push_back(job.local[k]);
-      opt_->ZeroGrad();
-      LossBatch lb;
-      GlobalCounts local{0, 0};
-      if (!which.empty()) {
-        lb = BuildLossInputs(c, samples, which, sopts, kl_cfg);
-        local = LocalCounts(loss_cfg, lb.in);
-      }
-      const auto counts = c.comm.Sum({local.tokens, local.sequences}, "token counts");
-      std::map<std::string, double> local_metrics;
-      double loss_value = 0;
-      if (!which.empty()) {
-        lb.in.counts = GlobalCounts{counts[0], counts[1]};
-        auto res = PolicyLoss(loss_cfg, kl_cfg, lb.in);
-        res.loss.backward();
-        c.budget.update.AddForwardBackward(model->config(), lb.cost);
-        loss_value = res.loss.item<double>();
-        for (const auto& [k, v] : res.metrics)
-          if (k.rfind("engine/", 0) != 0)
-            local_metrics[k] = v;  // engine/* is reported once, on the whole batch
-      }
-      c.comm.AllReduceGradients(params);
-      loss_value = c.comm.Sum(loss_value, "loss");
-      if (!std::isfinite(loss_value))
-        throw NumericError(fmt::format("non-finite loss at iteration {}", it),
-                           "weights were not updated; lower the learning rate, check rewards, or "
-                           "resume from the last checkpoint");
-      sum_gn += opt_->Step(it, it);
-      sum_loss += loss_value;
-      const auto reduced = ReduceMetrics(local_metrics, local.tokens, c.comm);
-      for (const auto& [k, v] : reduced) sums[k] += v;
-      if (reduced.count("approx_kl")) epoch_kl += reduced.at("approx_kl");
+      epoch_kl += MinibatchStep(c, opt, samples, job, mb, s, params, totals);
       ++epoch_updates;
-      ++updates;
     }
-    ++epochs_run;
+    ++totals.epochs;
     if (t.target_kl > 0 && epoch_updates > 0 && epoch_kl / epoch_updates > t.target_kl) break;
   }
-  sampler.SyncWeights(model);
-  c.budget.samples_used += N;
-  c.budget.tokens_used += ro.kept_work.tokens;
+  return totals;
+}
 
-  // ---- 5. metrics ------------------------------------------------------------------------
-  const double u = static_cast<double>(std::max<int64_t>(updates, 1));
-  metrics.push_back({"losses/policy", sum_loss / u});
-  for (const auto& [k, v] : sums)
-    metrics.push_back({k == "clip_frac" ? "losses/clipfrac" : "losses/" + k, v / u});
-  metrics.push_back({"losses/grad_norm", sum_gn / u});
-  metrics.push_back({"charts/lr", opt_->current_lr()});
-  metrics.push_back({"charts/epochs", static_cast<double>(epochs_run)});
-  metrics.push_back({"charts/responses", static_cast<double>(N_all)});
-  metrics.push_back({"time/rollout_and_scoring_s", t_update - t_rollout});
+// Generated = kept + dropped, in groups, responses and response tokens, summed over the job.
+void AppendSamplingMetrics(const Rollout& ro, Comm& comm, Metrics& metrics) {
   metrics.push_back({"sampling/rounds", static_cast<double>(ro.rounds)});
   const std::pair<const char*, const Work*> kinds[] = {
       {"generated", &ro.generated}, {"kept", &ro.kept_work}, {"dropped", &ro.dropped_work}};
   std::vector<double> work;
   for (const auto& [name, w] : kinds)
     for (int64_t x : {w->groups, w->samples, w->tokens}) work.push_back(static_cast<double>(x));
-  work = c.comm.Sum(work, "sampling counts");
+  work = comm.Sum(work, "sampling counts");
   size_t i = 0;
   for (const auto& [name, w] : kinds) {
     metrics.push_back({fmt::format("sampling/{}_groups", name), work[i++]});
     metrics.push_back({fmt::format("sampling/{}_samples", name), work[i++]});
     metrics.push_back({fmt::format("sampling/{}_tokens", name), work[i++]});
   }
+}
+
+}  // namespace
+
+// One iteration, top to bottom: rollout (this rank's groups on train seeds,
+// scored by the training forward; DAPO resamples zero-variance groups
+// job-wide), advantages over the job's groups, gradient SNR at the rollout
+// weights, the update, metrics.
+Metrics TokenTrainer::Iterate(IterationContext& c) {
+  const TrainerConfig& t = c.cfg;
+  auto& sampler = *c.agent.sampler;
+  const int max_new_tokens = sampler.options().max_new_tokens;
+  policy::ScoreOptions sopts;
+  sopts.temperature =
+      sampler.options().temperature > 0 ? sampler.options().temperature : 1.0;  // match the sampler
+
+  const double t_rollout = Seconds();
+  Rollout ro = CollectGroups(c, sopts, max_new_tokens);
+  Metrics metrics = GeneratedMetrics(ro, c.comm);
+  c.budget.groups_generated += ro.generated.groups;
+  c.budget.groups_kept += ro.kept_work.groups;
+  c.recorder.Episodes(ro.kept, c.agent);
+  c.recorder.Episodes(ro.dropped, c.agent);
+
+  auto samples = TokenAdvantages(t, max_new_tokens, ro.kept, ro.kept_kl, &c.comm);
+  const JobSamples job = GatherSamples(samples, ro.kept, c.comm);
+  AppendEngineMetrics(samples, t.loss.engine, c.comm, metrics);
+  const LossSettings settings = ResolveLossSettings(c, sopts, max_new_tokens);
+
+  // Rank 0's responses (the same count of episodes in both planes).
+  if (t.grad_snr_every > 0 && c.iteration % t.grad_snr_every == 0 && c.comm.rank() == 0)
+    for (const auto& kv : Snr(c, samples, settings.loss, sopts)) metrics.push_back(kv);
+
+  const double t_update = Seconds();
+  const UpdateTotals totals = UpdateEpochs(c, *opt_, samples, job, settings);
+  sampler.SyncWeights(c.agent.model);
+  c.budget.samples_used += static_cast<int64_t>(samples.size());
+  c.budget.tokens_used += ro.kept_work.tokens;
+
+  const double u = static_cast<double>(std::max<int64_t>(totals.updates, 1));
+  metrics.push_back({"losses/policy", totals.loss / u});
+  for (const auto& [k, v] : totals.sums)
+    metrics.push_back({k == "clip_frac" ? "losses/clipfrac" : "losses/" + k, v / u});
+  metrics.push_back({"losses/grad_norm", totals.grad_norm / u});
+  metrics.push_back({"charts/lr", opt_->current_lr()});
+  metrics.push_back({"charts/epochs", static_cast<double>(totals.epochs)});
+  metrics.push_back({"charts/responses", static_cast<double>(job.rank.size())});
+  metrics.push_back({"time/rollout_and_scoring_s", t_update - t_rollout});
+  AppendSamplingMetrics(ro, c.comm, metrics);
   return metrics;
 }
 

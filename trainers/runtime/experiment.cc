@@ -97,8 +97,7 @@ void TokenizerConfig::Load(ConfigNode n) {
 }
 
 void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
-  const bool decision = plane == policy::Plane::kDecision;
-  // ---- every algorithm ----
+  const bool decision_plane = plane == policy::Plane::kDecision;
   n.Get("iterations", iterations, "outer iterations (rollout -> update)", IntRange::Positive());
   n.Get("episodes_per_iteration", episodes_per_iteration, "rollout episodes per iteration",
         IntRange::Closed(1, kMaxEpisodes));
@@ -113,7 +112,7 @@ void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
         "decisions (decision plane) or responses (token plane) per step",
         IntRange::Closed(1, kMaxBatch));
   n.Get("target_kl", target_kl,
-        decision
+        decision_plane
             ? "stop an iteration's epochs once the epoch's mean exact KL(old || new) of the "
               "decision distribution exceeds this (0 = off)"
             : "stop an iteration's epochs once the epoch's mean approx_kl exceeds this (0 = off)",
@@ -143,25 +142,30 @@ void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
   n.Get("budget_value", budget_value, "limit for env_steps / wall_seconds / flops",
         Range::NonNegative());
   optim.Load(n);
-  advantage.Load(n.Section("advantage"), /*gae_keys=*/decision);
-  loss.Load(n.Section("loss"), /*sequence_keys=*/!decision);
-  kl.Load(n.Section("kl"), /*estimator_keys=*/!decision);
+  advantage.Load(n.Section("advantage"), /*gae_keys=*/decision_plane);
+  loss.Load(n.Section("loss"), /*sequence_keys=*/!decision_plane);
+  kl.Load(n.Section("kl"), /*estimator_keys=*/!decision_plane);
   invalid.Load(n.Section("invalid"));
-  if (decision) {
-    // ---- decision PPO ----
-    n.Get("normalize_advantages", normalize_advantages, "whiten GAE advantages per minibatch");
-    n.Get("vf_coef", vf_coef, "value-loss weight", Range::NonNegative());
-    n.Get("vf_clip", vf_clip, "value clip range (0 = off)", Range::NonNegative());
-    n.Get("ent_coef", ent_coef, "entropy bonus weight (entropy of the decision distribution)",
-          Range::NonNegative());
-    n.GetEnum("estimator", estimator, {"sampled", "all_action"},
-              "decision policy gradient: sampled action, or Rao-Blackwellised over the whole menu");
-    n.Get("bootstrap_truncated", bootstrap_truncated,
-          "bootstrap an episode the step limit cut with V(s_T) (false: the cut is terminal, the "
-          "finite-horizon return; env.show_steps_left = true also makes it terminal)");
-    return;
-  }
-  // ---- token plane ----
+  if (decision_plane)
+    decision.Load(n);
+  else
+    token.Load(n);
+}
+
+void DecisionPlaneConfig::Load(ConfigNode n) {
+  n.Get("normalize_advantages", normalize_advantages, "whiten GAE advantages per minibatch");
+  n.Get("vf_coef", vf_coef, "value-loss weight", Range::NonNegative());
+  n.Get("vf_clip", vf_clip, "value clip range (0 = off)", Range::NonNegative());
+  n.Get("ent_coef", ent_coef, "entropy bonus weight (entropy of the decision distribution)",
+        Range::NonNegative());
+  n.GetEnum("gradient_estimator", gradient_estimator, {"sampled", "all_action"},
+            "decision policy gradient: sampled action, or Rao-Blackwellised over the whole menu");
+  n.Get("bootstrap_truncated", bootstrap_truncated,
+        "bootstrap an episode the step limit cut with V(s_T) (false: the cut is terminal, the "
+        "finite-horizon return; env.show_steps_left = true also makes it terminal)");
+}
+
+void TokenPlaneConfig::Load(ConfigNode n) {
   n.GetEnum("return_mode", return_mode, {"episode", "discounted"},
             "advantage from the episode return, or per-step discounted returns");
   auto s = n.Section("sampling");
@@ -201,6 +205,8 @@ const std::set<std::string>& KnownTrainerKeys() {
 }  // namespace
 
 void TrainerConfig::Load(ConfigNode n) {
+  n.RejectRenamed("estimator", "gradient_estimator",
+                  "the decision plane's policy-gradient estimator: sampled | all_action");
   n.Get("algorithm", algorithm, "registered trainer: ppo_decision, grpo, dr_grpo, dapo, gspo");
   // An unknown name is a ConfigError that lists the known ones.
   auto preset = TrainerPresetRegistry::Global().Get(algorithm).factory();
@@ -317,12 +323,12 @@ void ExperimentConfig::CheckConsistency() const {
                     root.Section("trainer").Where("group_size"), est, t.group_size, t.algorithm),
         "set trainer.group_size >= 2 (and episodes_per_iteration a multiple of it), or use "
         "estimator 'gae' in the decision plane");
-  if (t.estimator == "all_action" && readout.off_menu_outcome())
+  if (t.decision.all_action() && readout.off_menu_outcome())
     throw ConfigError(
         fmt::format(
-            "{}: trainer.estimator = 'all_action' sums over the menu's actions, but "
+            "{}: trainer.gradient_estimator = 'all_action' sums over the menu's actions, but "
             "readout.normalisation = 'other' adds an off-menu outcome it has no afterstate for",
-            root.Section("trainer").Where("estimator")),
+            root.Section("trainer").Where("gradient_estimator")),
         "use readout.normalisation = 'menu' with the all-action estimator");
   // Think-then-decide trains the joint log π(z|s) + log p(a|s,z) with PPO's
   // clipped surrogate; these options would need π(z|s) where only the menu
@@ -331,32 +337,34 @@ void ExperimentConfig::CheckConsistency() const {
       TrainerPresetRegistry::Global().Get(t.algorithm).factory()->plane == policy::Plane::kDecision;
   if (decision && prompt.reasoning) {
     const std::string where = root.Section("prompt").Where("reasoning");
-    if (t.estimator == "all_action")
-      throw ConfigError(fmt::format("{}: trainer.estimator = 'all_action' with prompt.reasoning: the "
-                                    "all-action sum is over the menu given one scratchpad, not over "
-                                    "scratchpads",
+    if (t.decision.all_action())
+      throw ConfigError(fmt::format("{}: trainer.gradient_estimator = 'all_action' with "
+                                    "prompt.reasoning: the all-action sum is over the menu given "
+                                    "one scratchpad, not over scratchpads",
                                     where),
                         "use the sampled-action estimator with reasoning");
     if (t.kl.coef > 0)
-      throw ConfigError(fmt::format("{}: trainer.kl with prompt.reasoning in the decision plane: the "
-                                    "exact menu KL does not cover the scratchpad",
-                                    where),
-                        "set trainer.kl.coef = 0, or prompt.reasoning = false");
+      throw ConfigError(
+          fmt::format("{}: trainer.kl with prompt.reasoning in the decision plane: the "
+                      "exact menu KL does not cover the scratchpad",
+                      where),
+          "set trainer.kl.coef = 0, or prompt.reasoning = false");
     if (sampler.temperature != 1.0 || sampler.top_p != 1.0)
-      throw ConfigError(fmt::format("{}: the decision plane samples its scratchpads at "
-                                    "sampler.temperature {} / top_p {}, but PPO's ratio uses π(z|s) "
-                                    "itself",
-                                    where, sampler.temperature, sampler.top_p),
-                        "set sampler.temperature = 1 and sampler.top_p = 1 with reasoning");
+      throw ConfigError(
+          fmt::format("{}: the decision plane samples its scratchpads at "
+                      "sampler.temperature {} / top_p {}, but PPO's ratio uses π(z|s) "
+                      "itself",
+                      where, sampler.temperature, sampler.top_p),
+          "set sampler.temperature = 1 and sampler.top_p = 1 with reasoning");
   }
-  if (t.overlong_buffer > 0 && t.overlong_buffer >= sampler.max_new_tokens)
+  if (t.token.overlong_buffer > 0 && t.token.overlong_buffer >= sampler.max_new_tokens)
     throw ConfigError(
         fmt::format(
             "{}: trainer.sampling.overlong_buffer = {} must be below sampler.max_new_tokens = {}: "
             "the penalty starts at max_new_tokens - overlong_buffer tokens, so every answer "
             "would be penalised",
-            root.Section("trainer").Section("sampling").Where("overlong_buffer"), t.overlong_buffer,
-            sampler.max_new_tokens),
+            root.Section("trainer").Section("sampling").Where("overlong_buffer"),
+            t.token.overlong_buffer, sampler.max_new_tokens),
         "raise sampler.max_new_tokens or lower (0 = off) trainer.sampling.overlong_buffer");
 }
 

@@ -21,23 +21,23 @@
 #include "policy/reading/prompt.h"
 #include "policy/reading/sampler.h"
 #include "policy/tokenizer/tokenizer.h"
-#include "trainers/runtime/optim.h"
 #include "trainers/losses/loss_config.h"
+#include "trainers/runtime/optim.h"
 
 namespace rlid::trainers {
 
 struct RunConfig {
-  std::string name = "run";    // run name (directory prefix under runs/)
-  uint64_t seed = 1;           // every random stream derives from it
-  std::string device = "cpu";  // cpu | cuda | cuda:N | auto (policy::ResolveDevice)
-  int threads = 0;             // LibTorch intra-op threads (0 = one per core)
+  std::string name = "run";      // run name (directory prefix under runs/)
+  uint64_t seed = 1;             // every random stream derives from it
+  std::string device = "cpu";    // cpu | cuda | cuda:N | auto (policy::ResolveDevice)
+  int threads = 0;               // LibTorch intra-op threads (0 = one per core)
   int64_t keep_checkpoints = 0;  // keep the newest N iteration checkpoints (0 = all)
   // Which checkpoints keep optimizer.pt: "latest" (resume's; older ones keep
   // weights only, which is 2/3 less for Adam on LoRA) | "all".
   std::string optimizer_state = "latest";
   // Data-parallel jobs (rlid train --nproc N, or torchrun's variables):
-  double dist_timeout_s = 300;   // rendezvous and every collective wait this long for a rank
-  int64_t dist_bucket_mb = 25;   // gradient all-reduce bucket size
+  double dist_timeout_s = 300;  // rendezvous and every collective wait this long for a rank
+  int64_t dist_bucket_mb = 25;  // gradient all-reduce bucket size
   void Load(ConfigNode n);
 };
 
@@ -48,7 +48,39 @@ struct TokenizerConfig {
   void Load(ConfigNode n);
 };
 
-// [trainer] keys shared by every algorithm (+ sub-tables of the loss library).
+// [trainer] keys only decision PPO reads (the decision plane's part).
+struct DecisionPlaneConfig {
+  // Whiten GAE advantages per minibatch. Off by default: rewards here are
+  // bounded, and once a task is solved the advantages are all ~0, so whitening
+  // blows value-head noise up into full-size updates (measured on bandit).
+  bool normalize_advantages = false;
+  double vf_coef = 0.5;    // value loss weight
+  double vf_clip = 0.0;    // value clip (0 = off)
+  double ent_coef = 0.01;  // menu-entropy bonus
+  // trainer.gradient_estimator: how ∇ log p(a|s) is estimated: sampled (the
+  // sampled action) | all_action (Rao-Blackwellised over the whole menu).
+  std::string gradient_estimator = "sampled";
+  // V(s_T) for episodes the step limit cut (false: a cut ends the return at 0).
+  bool bootstrap_truncated = true;
+  void Load(ConfigNode n);
+  bool all_action() const { return gradient_estimator == "all_action"; }
+};
+
+// [trainer] keys only the token-plane trainers read (GRPO, Dr. GRPO, DAPO, GSPO).
+struct TokenPlaneConfig {
+  std::string return_mode = "episode";  // episode return | discounted per-step return
+  // DAPO extras ([trainer.sampling]).
+  bool filter_zero_variance_groups = false;
+  int64_t max_generation_rounds = 4;
+  std::string on_partial_batch = "continue";  // continue | error
+  int64_t overlong_buffer = 0;
+  double overlong_factor = 1.0;
+  void Load(ConfigNode n);
+};
+
+// [trainer]: the shared loop's keys (iterations, batch, evaluation,
+// checkpoints, budget, optimiser), the loss library's sub-tables, and each
+// plane's own part. Only the part of the algorithm's plane is read.
 struct TrainerConfig {
   std::string algorithm = "ppo_decision";  // registered trainer (rlid train --help lists them)
   int64_t iterations = 50;                 // outer iterations (rollout -> update)
@@ -58,18 +90,8 @@ struct TrainerConfig {
   int num_envs = 16;                       // episodes played in lockstep (batch of one forward)
   int64_t epochs = 4;                      // passes over the rollout batch
   int64_t minibatch_size = 64;             // decisions (decision plane) / responses (token plane)
-  // Whiten GAE advantages per minibatch. Off by default: rewards here are
-  // bounded, and once a task is solved the advantages are all ~0, so whitening
-  // blows value-head noise up into full-size updates (measured on bandit).
-  bool normalize_advantages = false;
-  double vf_coef = 0.5;    // value loss weight
-  double vf_clip = 0.0;    // value clip (0 = off)
-  double ent_coef = 0.01;  // menu-entropy bonus
-  double target_kl = 0.0;  // stop an iteration's epochs once the epoch's mean menu KL(old||new)
+  double target_kl = 0.0;  // stop an iteration's epochs once the epoch's mean KL(old||new)
                            // exceeds it (0 = off)
-  std::string estimator = "sampled";  // sampled | all_action (Rao-Blackwellised, decision plane)
-  // Decision plane: V(s_T) for episodes the step limit cut (false: a cut ends the return at 0).
-  bool bootstrap_truncated = true;
   // Per-episode policy-gradient SNR (GradientSnr) every k iterations (0 = off),
   // on the first grad_snr_episodes episodes of the batch (same count in both planes).
   int64_t grad_snr_every = 0;
@@ -79,7 +101,8 @@ struct TrainerConfig {
   bool eval_sampled = true;       // also evaluate the sampled (not only greedy) policy
   bool eval_at_start = false;     // also evaluate the initial weights (iteration -1, 0 env steps)
   int64_t checkpoint_every = 10;  // write a checkpoint every k iterations (0 = only at the end)
-  double max_weight_growth = 10.0;  // stop when an iteration multiplies the trainable weights' norm by more (0 = off)
+  double max_weight_growth =
+      10.0;  // stop when an iteration multiplies the trainable weights' norm by more (0 = off)
   // What stops the run: iterations | env_steps (decision attempts) | wall_seconds
   // (training wall-clock) | flops (rollout + update FLOPs).
   std::string budget = "iterations";
@@ -88,18 +111,14 @@ struct TrainerConfig {
   AdvantageConfig advantage;      // [trainer.advantage]
   LossConfig loss;                // [trainer.loss] (+ [trainer.loss.engine])
   KlConfig kl;                    // [trainer.kl]
-  agents::InvalidConfig invalid;  // [trainer.invalid] (token plane)
-  // DAPO extras ([trainer.sampling]).
-  bool filter_zero_variance_groups = false;
-  int64_t max_generation_rounds = 4;
-  std::string on_partial_batch = "continue";  // continue | error
-  int64_t overlong_buffer = 0;
-  double overlong_factor = 1.0;
-  std::string return_mode = "episode";  // token plane: episode return | discounted per-step return
+  agents::InvalidConfig invalid;  // [trainer.invalid]
+  DecisionPlaneConfig decision;   // read when the algorithm is in the decision plane
+  TokenPlaneConfig token;         // read when it is in the token plane
 
   // Reads [trainer]: `algorithm` first, whose preset sets the defaults, then
   // the keys that algorithm's plane reads. A key only another algorithm reads
-  // is a ConfigError naming the algorithm and listing the keys it reads.
+  // is a ConfigError naming the algorithm and listing the keys it reads; a
+  // renamed key is a ConfigError naming its new name.
   void Load(ConfigNode n);
   // The keys of one plane (with their ranges), on top of the current values.
   void ReadKeys(ConfigNode n, policy::Plane plane);
@@ -143,8 +162,8 @@ struct ExperimentConfig {
   bool show_steps_left = false;  // [env] show_steps_left: observations end with "Steps left: N."
   TokenizerConfig tokenizer;
   policy::ModelConfig model;
-  std::string init_checkpoint;  // [policy] init: start from this checkpoint
-  policy::LoraConfig lora;      // [policy.lora]: adapters on a frozen base (rank 0 = off)
+  std::string init_checkpoint;          // [policy] init: start from this checkpoint
+  policy::LoraConfig lora;              // [policy.lora]: adapters on a frozen base (rank 0 = off)
   bool gradient_checkpointing = false;  // [policy]: recompute layers in backward (less memory)
   // Frozen copies of the weights (the KL reference model) in float32 or
   // bfloat16 (half the memory; their log-probs still come out in float32).

@@ -446,7 +446,7 @@ agents::AgentContext Run::Agent(policy::Plane plane, int64_t iteration) {
   ctx.policy_version = iteration;
   ctx.iteration = iteration;
   ctx.num_envs = cfg.trainer.num_envs;
-  ctx.afterstate_values = cfg.trainer.estimator == "all_action";
+  ctx.afterstate_values = cfg.trainer.decision.all_action();
   ctx.show_steps_left = cfg.show_steps_left;
   ctx.times = &times;
   return ctx;

@@ -69,7 +69,7 @@ TEST(TokenAdvantages, DiscountedReturnsToGoAreComparedWithinTheGroup) {
   // gamma 0.5. Episode A rewards (0, -0.1, 1): G = (0.2, 0.4, 1). Episode B rewards (-0.1, 0): G =
   // (-0.1, 0). Group members (5 steps): mean = 1.5 / 5 = 0.3.
   TrainerConfig c = Grpo(false);
-  c.return_mode = "discounted";
+  c.token.return_mode = "discounted";
   c.advantage.gamma = 0.5;
   std::vector<agents::EpisodeData> eps = {Episode(3, {0.0, -0.1, 1.0}), Episode(3, {-0.1, 0.0})};
   auto s = TokenAdvantages(c, 16, eps);
@@ -103,8 +103,8 @@ TEST(TokenAdvantages, DiscountedReturnsToGoAreComparedWithinTheGroup) {
 TEST(TokenAdvantages, OverlongShapingPenalisesLongAnswers) {
   // max_new_tokens 8, buffer 4, factor 2: penalty min(-(len - 4) / 4 * 2, 0).
   TrainerConfig c = Grpo(false);
-  c.overlong_buffer = 4;
-  c.overlong_factor = 2.0;
+  c.token.overlong_buffer = 4;
+  c.token.overlong_factor = 2.0;
   std::vector<agents::EpisodeData> eps = {Episode(0, {1.0}, {3}), Episode(0, {1.0}, {6}),
                                           Episode(0, {1.0}, {8})};
   auto s = TokenAdvantages(c, 8, eps);
@@ -140,7 +140,12 @@ TEST(TokenAdvantages, RejectsEstimatorsWithoutGroups) {
   TrainerConfig c = Grpo(true);
   c.advantage.estimator = "gae";
   std::vector<agents::EpisodeData> eps = {Episode(0, {1.0})};
-  EXPECT_THROW(TokenAdvantages(c, 16, eps), ConfigError);
+  try {
+    TokenAdvantages(c, 16, eps);
+    ADD_FAILURE() << "gae was accepted in the token plane";
+  } catch (const ConfigError& e) {  // the hint lists the registered group estimators
+    EXPECT_NE(e.hint().find("grpo, reinforce_pp_baseline, rloo"), std::string::npos) << e.hint();
+  }
   c.advantage.estimator = "rloo";
   eps.push_back(Episode(0, {0.0}));
   eps.push_back(Episode(0, {0.5}));
@@ -153,8 +158,7 @@ TEST(TokenAdvantages, RejectsEstimatorsWithoutGroups) {
 TEST(TokenAdvantages, ZeroVarianceGroupsCompareScoresExactly) {
   TrainerConfig c = Grpo(true);
   std::vector<agents::EpisodeData> eps = {Episode(0, {1.0}), Episode(0, {0.5, 0.5}),
-                                          Episode(1, {1.0}), Episode(1, {0.0}),
-                                          Episode(2, {0.0})};
+                                          Episode(1, {1.0}), Episode(1, {0.0}), Episode(2, {0.0})};
   EXPECT_EQ(ZeroVarianceGroups(ScoreEpisodes(c, 16, eps)), (std::vector<int64_t>{0, 2}));
 }
 
@@ -166,11 +170,11 @@ TEST(TokenAdvantages, ZeroVarianceFilterSeesTheShapedRewardsTheAdvantagesUse) {
   TrainerConfig c = Grpo(true);
   std::vector<agents::EpisodeData> eps = {Episode(0, {1.0}, {3}), Episode(0, {1.0}, {8})};
   EXPECT_EQ(ZeroVarianceGroups(ScoreEpisodes(c, 8, eps)), (std::vector<int64_t>{0}));
-  c.overlong_buffer = 4;
+  c.token.overlong_buffer = 4;
   EXPECT_TRUE(ZeroVarianceGroups(ScoreEpisodes(c, 8, eps)).empty());
   auto s = TokenAdvantages(c, 8, eps);
   EXPECT_GT(s[0].advantage, 0);  // the short answer is preferred
-  c.overlong_buffer = 0;
+  c.token.overlong_buffer = 0;
   c.kl.coef = 0.1;
   EXPECT_TRUE(ZeroVarianceGroups(ScoreEpisodes(c, 8, eps, {{0.0}, {1.0}})).empty());
 }

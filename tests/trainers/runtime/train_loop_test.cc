@@ -224,7 +224,8 @@ TEST(PpoDecision, ThinkingRunsResumeAndRecordTheScratchpad) {
         EXPECT_GE(AsDouble(g.rows[0][0]), AsDouble(q.rows[0][1]))
             << "the budget counts the scratchpads (evaluation's too)";
       });
-  for (const char* bad : {"trainer.estimator=all_action", "trainer.kl.coef=0.1", "sampler.temperature=0.7"}) {
+  for (const char* bad :
+       {"trainer.gradient_estimator=all_action", "trainer.kl.coef=0.1", "sampler.temperature=0.7"}) {
     EXPECT_THROW(Experiment(LoopToml("name = \"arith\"\ndigits = 2\nchoices = 2"),
                             {"prompt.reasoning=true", bad}),
                  ConfigError)
@@ -621,7 +622,7 @@ TEST(TrainLoop, LoraResumeEqualsAnUninterruptedRun) {
 }
 
 TEST(PpoDecision, AllActionEstimatorTrainsAndLogsTheGradientSnr) {
-  auto cfg = Experiment(LoopToml(), {"trainer.iterations=2", "trainer.estimator=all_action",
+  auto cfg = Experiment(LoopToml(), {"trainer.iterations=2", "trainer.gradient_estimator=all_action",
                                      "trainer.grad_snr_every=1", "trainer.grad_snr_episodes=6"});
   TempDir dir("all_action");
   RunTraining(*cfg, dir.str());

@@ -45,9 +45,33 @@ TEST(TrainerConfig, GroupEstimatorsNeedGroupsOfTwo) {
 }
 
 TEST(TrainerConfig, AllActionNeedsAMenuNormalisedReadout) {
-  auto e = ErrorOf({"trainer.estimator=all_action", "readout.normalisation=other"});
+  auto e = ErrorOf({"trainer.gradient_estimator=all_action", "readout.normalisation=other"});
   EXPECT_NE(e.find("all_action"), std::string::npos) << e;
-  EXPECT_EQ(ErrorOf({"trainer.estimator=all_action"}), "");
+  EXPECT_EQ(ErrorOf({"trainer.gradient_estimator=all_action"}), "");
+}
+
+// trainer.estimator was renamed trainer.gradient_estimator (three keys were
+// called "estimator"): the old spelling is an error that names the new key,
+// in every algorithm, from a file or from --set.
+TEST(TrainerConfig, TheRenamedEstimatorKeyNamesItsNewName) {
+  for (const char* algorithm : {"ppo_decision", "grpo"}) {
+    auto e =
+        ErrorOf({std::string("trainer.algorithm=") + algorithm, "trainer.estimator=all_action"});
+    EXPECT_NE(e.find("--set trainer.estimator: 'trainer.estimator' was renamed "
+                     "'trainer.gradient_estimator'"),
+              std::string::npos)
+        << algorithm << ": " << e;
+    EXPECT_NE(e.find("write trainer.gradient_estimator = ... instead"), std::string::npos) << e;
+  }
+  std::string toml = std::string(kToml) + "estimator = \"sampled\"\n";
+  try {
+    testing::Experiment(toml, {});
+    ADD_FAILURE() << "the old key loaded";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(":8:1: 'trainer.estimator' was renamed"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // A key only another algorithm reads would be silently ignored: it is an error
@@ -57,7 +81,7 @@ TEST(TrainerConfig, KeysOfAnotherAlgorithmAreErrors) {
     const char* algorithm;
     const char* key;
   } cases[] = {{"grpo", "trainer.vf_coef=0.5"},
-               {"gspo", "trainer.estimator=all_action"},
+               {"gspo", "trainer.gradient_estimator=all_action"},
                {"dapo", "trainer.advantage.lambda=0.9"},
                {"ppo_decision", "trainer.sampling.filter_zero_variance_groups=true"},
                {"ppo_decision", "trainer.loss.aggregation=token_sum"},
