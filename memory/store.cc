@@ -575,6 +575,99 @@ void Store::WriteJobRows(const WriteJob& job) {
       job);
 }
 
+namespace {
+
+// One `steps` row of episode `episode` (its prompt row is written by the caller).
+void WriteStepRow(Statement& step, int64_t episode, const StepRecord& s, const std::string& prompt_hex) {
+  step.Bind(1, episode)
+      .Bind(2, s.t)
+      .Bind(3, s.observation)
+      .Bind(4, prompt_hex)
+      .Bind(5, s.prompt_tokens)
+      .Bind(6, s.action)
+      .Bind(7, s.label)
+      .Bind(8, s.command);
+  if (s.generated_text.empty())
+    step.BindNull(9);
+  else
+    step.Bind(9, s.generated_text);
+  step.Bind(10, s.generated_tokens)
+      .Bind(11, s.logp_rollout)
+      .Bind(12, s.logp_train)
+      .Bind(13, s.value)
+      .Bind(14, s.reward)
+      .Bind(15, s.invalid)
+      .Bind(16, s.invalid_reason);
+  if (s.realisation.empty())
+    step.BindNull(17);
+  else
+    step.Bind(17, s.realisation);
+  if (s.state_hash == 0)
+    step.BindNull(18);
+  else
+    step.Bind(18, HashHex(s.state_hash));
+  if (s.afterstate_hash)
+    step.Bind(19, HashHex(*s.afterstate_hash));
+  else
+    step.BindNull(19);
+  if (s.optimal < 0)
+    step.BindNull(20);
+  else
+    step.Bind(20, s.optimal);
+  step.Bind(21, s.history_steps);
+  step.Run();
+}
+
+// The `menus` rows of one step: every item with its wordings' probabilities as
+// JSON (a non-finite probability as null).
+void WriteMenuRows(Statement& menu, int64_t episode, const StepRecord& s) {
+  for (const MenuItemRecord& m : s.menu) {
+    nlohmann::json real = nlohmann::json::array();
+    for (const auto& r : m.realisations) {
+      nlohmann::json p =
+          std::isfinite(r.probability) ? nlohmann::json(r.probability) : nlohmann::json(nullptr);
+      real.push_back({{"text", r.text}, {"probability", p}});
+    }
+    menu.Bind(1, episode)
+        .Bind(2, s.t)
+        .Bind(3, m.position)
+        .Bind(4, m.action)
+        .Bind(5, m.label)
+        .Bind(6, m.command)
+        .Bind(7, m.afterstate)
+        .Bind(8, m.probability)
+        .Bind(9, real.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    menu.Run();
+  }
+}
+
+// The episode's new memory items and their parents.
+void WriteMemoryItemRows(Statement& item, Statement& parent, const EpisodeRecord& e) {
+  for (const MemoryItem& it : e.new_items) {
+    item.Bind(1, it.id)
+        .Bind(2, it.source.run_id != 0 ? it.source.run_id : e.run_id)
+        .Bind(3, it.content)
+        .Bind(4, MemoryKindName(it.kind))
+        .Bind(5, e.id);
+    if (it.source.t < 0)
+      item.BindNull(6);
+    else
+      item.Bind(6, it.source.t);
+    item.Bind(7, it.split)
+        .Bind(8, it.policy_version)
+        .Bind(9, it.created_at.empty() ? NowIso8601() : it.created_at)
+        .Bind(10, static_cast<int64_t>(it.instance))  // same 64 bits
+        .Bind(11, it.pass);
+    item.Run();
+    for (int64_t p : it.parents) {
+      parent.Bind(1, it.id).Bind(2, p);
+      parent.Run();
+    }
+  }
+}
+
+}  // namespace
+
 void Store::WriteEpisodeRows(const EpisodeRecord& e) {
   st_->episode.Bind(1, e.id)
       .Bind(2, e.run_id)
@@ -604,83 +697,10 @@ void Store::WriteEpisodeRows(const EpisodeRecord& e) {
       st_->prompt.Bind(1, hex).Bind(2, s.prompt).Bind(3, s.prompt_tokens);
       st_->prompt.Run();
     }
-    st_->step.Bind(1, e.id)
-        .Bind(2, s.t)
-        .Bind(3, s.observation)
-        .Bind(4, hex)
-        .Bind(5, s.prompt_tokens)
-        .Bind(6, s.action)
-        .Bind(7, s.label)
-        .Bind(8, s.command);
-    if (s.generated_text.empty())
-      st_->step.BindNull(9);
-    else
-      st_->step.Bind(9, s.generated_text);
-    st_->step.Bind(10, s.generated_tokens)
-        .Bind(11, s.logp_rollout)
-        .Bind(12, s.logp_train)
-        .Bind(13, s.value)
-        .Bind(14, s.reward)
-        .Bind(15, s.invalid)
-        .Bind(16, s.invalid_reason);
-    if (s.realisation.empty())
-      st_->step.BindNull(17);
-    else
-      st_->step.Bind(17, s.realisation);
-    if (s.state_hash == 0)
-      st_->step.BindNull(18);
-    else
-      st_->step.Bind(18, HashHex(s.state_hash));
-    if (s.afterstate_hash)
-      st_->step.Bind(19, HashHex(*s.afterstate_hash));
-    else
-      st_->step.BindNull(19);
-    if (s.optimal < 0)
-      st_->step.BindNull(20);
-    else
-      st_->step.Bind(20, s.optimal);
-    st_->step.Bind(21, s.history_steps);
-    st_->step.Run();
-    for (const MenuItemRecord& m : s.menu) {
-      nlohmann::json real = nlohmann::json::array();
-      for (const auto& r : m.realisations) {
-        nlohmann::json p =
-            std::isfinite(r.probability) ? nlohmann::json(r.probability) : nlohmann::json(nullptr);
-        real.push_back({{"text", r.text}, {"probability", p}});
-      }
-      st_->menu.Bind(1, e.id)
-          .Bind(2, s.t)
-          .Bind(3, m.position)
-          .Bind(4, m.action)
-          .Bind(5, m.label)
-          .Bind(6, m.command)
-          .Bind(7, m.afterstate)
-          .Bind(8, m.probability)
-          .Bind(9, real.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-      st_->menu.Run();
-    }
+    WriteStepRow(st_->step, e.id, s, hex);
+    WriteMenuRows(st_->menu, e.id, s);
   }
-  for (const MemoryItem& it : e.new_items) {
-    st_->item.Bind(1, it.id)
-        .Bind(2, it.source.run_id != 0 ? it.source.run_id : e.run_id)
-        .Bind(3, it.content)
-        .Bind(4, MemoryKindName(it.kind))
-        .Bind(5, e.id);
-    if (it.source.t < 0)
-      st_->item.BindNull(6);
-    else
-      st_->item.Bind(6, it.source.t);
-    st_->item.Bind(7, it.split)
-        .Bind(8, it.policy_version)
-        .Bind(9, it.created_at.empty() ? NowIso8601() : it.created_at)
-        .Bind(10, static_cast<int64_t>(it.instance))  // same 64 bits
-        .Bind(11, it.pass);
-    st_->item.Run();
-    for (int64_t p : it.parents) {
-      st_->parent.Bind(1, it.id).Bind(2, p);
-      st_->parent.Run();
-    }
-  }
+  WriteMemoryItemRows(st_->item, st_->parent, e);
   for (const StepRecord& s : e.steps) {
     for (const MemoryRead& r : s.reads) {
       st_->read.Bind(1, e.id).Bind(2, s.t).Bind(3, r.rank).Bind(4, r.item_id).Bind(5, r.score);

@@ -282,11 +282,11 @@ const FamilyDefaults& DefaultsOf(const std::string& model_type) {
 
 }  // namespace
 
-ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
-  if (!j.is_object()) throw ConfigError("model config.json is not a JSON object");
-  ModelConfig c;
-  HfConfigReader rd(j);
-  const std::string type = rd.Get<std::string>("model_type", std::string("qwen3"));
+namespace {
+
+// What rlid's decoder does not implement is refused by its config.json name
+// (MoE, sliding windows, other layer types and activations, MLP biases).
+void RejectUnsupported(const nlohmann::json& j, HfConfigReader& rd, const std::string& type) {
   if (type != "qwen3" && type != "qwen2" && type != "llama")
     Unsupported("model_type", "\"" + type + "\"",
                 "rlid runs qwen3, qwen2 and llama decoders (MoE variants are not supported)");
@@ -304,13 +304,17 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
   if (rd.Get<bool>("mlp_bias", false)) Unsupported("mlp_bias", "true", "rlid's MLP has no biases");
   if (rd.Get<int64_t>("pretraining_tp", int64_t{1}) != 1)
     Unsupported("pretraining_tp", j["pretraining_tp"].dump(), "set it to 1 (it only changes rounding)");
-  c.preset = rd.Get<std::string>("rlid_preset", std::string("custom"));
+}
+
+// Sizes and divisors by their config.json names, checked before anything
+// divides by them; num_key_value_heads and head_dim fall back as transformers does.
+void ReadSizes(const nlohmann::json& j, HfConfigReader& rd, const FamilyDefaults& defaults,
+               ModelConfig& c) {
   c.vocab_size = rd.Get<int64_t>("vocab_size");
   c.hidden_size = rd.Get<int64_t>("hidden_size");
   c.intermediate_size = rd.Get<int64_t>("intermediate_size");
   c.num_layers = rd.Get<int64_t>("num_hidden_layers");
   c.num_heads = rd.Get<int64_t>("num_attention_heads");
-  const FamilyDefaults& defaults = DefaultsOf(type);
   // Absent: the family's default; null: num_attention_heads (as transformers does).
   const bool kv_absent = !j.contains("num_key_value_heads") && defaults.num_kv_heads > 0;
   c.num_kv_heads = rd.Get<int64_t>("num_key_value_heads", kv_absent ? defaults.num_kv_heads : c.num_heads);
@@ -340,6 +344,12 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
   // Without head_dim it is D / heads (Qwen3: 128).
   c.head_dim = rd.Get<int64_t>("head_dim", defaults.head_dim ? defaults.head_dim : c.hidden_size / c.num_heads);
   if (c.head_dim < 1) throw ConfigError(fmt::format("config.json: head_dim = {} must be >= 1", c.head_dim));
+}
+
+// max_position_embeddings and the rotary embedding: rope_parameters (current
+// layout) or top-level rope_theta + rope_scaling (older); partial rotary is refused.
+void ReadPositions(const nlohmann::json& j, HfConfigReader& rd, const FamilyDefaults& defaults,
+                   ModelConfig& c) {
   c.max_position = rd.Get<int64_t>("max_position_embeddings", defaults.max_position);
   // Current layout: rope_parameters {rope_theta, rope_type, ...}; older: top-level
   // rope_theta and rope_scaling (null or {rope_type | type, ...}).
@@ -366,8 +376,11 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
   if (partial_rotary != 1.0)
     Unsupported("partial_rotary_factor", fmt::format("{}", partial_rotary),
                 "rlid rotates the whole head (partial rotary embeddings are not implemented)");
-  c.rms_norm_eps = rd.Get<double>("rms_norm_eps", 1e-6);
-  c.tie_embeddings = rd.Get<bool>("tie_word_embeddings", false);
+}
+
+// q/k norm and attention biases: by family, or as an rlid config before 0.2 stated them.
+void ReadAttentionFlags(const nlohmann::json& j, HfConfigReader& rd, const std::string& type,
+                        ModelConfig& c) {
   c.qk_norm = type == "qwen3";
   if (j.contains("rlid_qk_norm")) {  // written by rlid before 0.2: flags stated explicitly
     c.qk_norm = rd.Get<bool>("rlid_qk_norm");
@@ -377,6 +390,23 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
   } else {
     c.attention_bias = c.output_bias = rd.Get<bool>("attention_bias", false);
   }
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
+  if (!j.is_object()) throw ConfigError("model config.json is not a JSON object");
+  ModelConfig c;
+  HfConfigReader rd(j);
+  const std::string type = rd.Get<std::string>("model_type", std::string("qwen3"));
+  RejectUnsupported(j, rd, type);
+  c.preset = rd.Get<std::string>("rlid_preset", std::string("custom"));
+  const FamilyDefaults& defaults = DefaultsOf(type);
+  ReadSizes(j, rd, defaults, c);
+  ReadPositions(j, rd, defaults, c);
+  c.rms_norm_eps = rd.Get<double>("rms_norm_eps", 1e-6);
+  c.tie_embeddings = rd.Get<bool>("tie_word_embeddings", false);
+  ReadAttentionFlags(j, rd, type, c);
   c.source_dtype = rd.Get<std::string>("dtype", rd.Get<std::string>("torch_dtype", std::string("float32")));
   try {
     c.Validate();

@@ -191,7 +191,26 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
   if (comm.distributed()) out_dir = comm.Broadcast(out_dir, 0, "run directory");
   dir = out_dir;
   checkpoints_dir = (fs::path(dir) / options.checkpoints).string();
-  // What a bad config, env or policy.init can fail on comes before any file is made.
+  const nlohmann::json loaded = LoadEnvAndPolicy(resume);
+  OpenRunDirectory();
+  // Rank 0 alone writes the directory's files (config, tokenizer, model.json, checkpoints).
+  const bool own_files = !options.shared_directory && rank == 0;
+  if (!own_files) options.config_file.clear();
+  if (rank > 0) options.quiet = true;
+  const std::string resolved = WriteRunFiles(options, own_files, loaded);
+  model->set_checkpointing(cfg.gradient_checkpointing);
+  if (own_files) tokenizer.SaveDirectory(dir);
+  if (cfg.trainer.kl.coef > 0 && !evaluation_)
+    ref_model = model->lora() ? policy::ShareBaseWeights(model)  // adapters off, no copy
+                              : policy::CloneModel(model, cfg.policy_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
+  BeginRecords(options, resolved);
+  if (!options.quiet) {
+    spdlog::info("run directory {} ({} trainable of {} parameters, {})", dir, TrainableCount(model),
+                 model->config().NumParameters(), policy::TorchSummary());
+  }
+}
+
+nlohmann::json Run::LoadEnvAndPolicy(bool resume) {
   env = envs::MakeEnv(cfg.env_section);
   nlohmann::json loaded;  // what policy.init loaded (model.json)
   if (!cfg.init_checkpoint.empty()) {
@@ -208,20 +227,25 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
     throw ConfigError("policy.gradient_checkpointing with LoRA dropout is exact on the CPU only (the "
                       "recomputation restores the CPU generator's state)",
                       "set policy.lora.dropout = 0 or policy.gradient_checkpointing = false");
+  return loaded;
+}
+
+void Run::OpenRunDirectory() {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError(fmt::format("cannot create run directory '{}': {}", dir, ec.message()));
   // The store's one-writer lock comes first: a second process pointed at a live
   // run directory is refused before it writes any file there.
+  const int rank = comm.rank();
   store = memory::Store::Open(
       (fs::path(dir) / (rank == 0 ? memory::kDatabaseFileName : memory::ShardFileName(rank))).string(),
       memory::Store::Mode::kReadWrite);
   ApplyShardIdFloor();
   if (rank == 0) PointRunsLatestAt(dir);
-  // Rank 0 alone writes the directory's files (config, tokenizer, model.json, checkpoints).
-  const bool own_files = !options.shared_directory && rank == 0;
-  if (!own_files) options.config_file.clear();
-  if (rank > 0) options.quiet = true;
+}
+
+std::string Run::WriteRunFiles(const RunOptions& options, bool own_files,
+                               const nlohmann::json& loaded) {
   std::string resolved = cfg.raw.ResolvedToml();
   if (!options.config_file.empty()) {
     std::ofstream f(fs::path(dir) / options.config_file);
@@ -231,24 +255,23 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
     f << "# resolved config of this run (rlid " << VersionString() << ")\n" << resolved;
   }
   if (own_files) policy::RemoveOrphanCheckpoints(checkpoints_dir);  // left by a killed run
-  if (!cfg.init_checkpoint.empty()) {
-    if (own_files) std::ofstream(fs::path(dir) / "model.json") << loaded.dump(2) << "\n";
-    // The [policy] size keys describe a fresh model; record what was loaded instead.
-    std::string note = fmt::format(
-        "\n# policy.init loaded {} ({} parameters, {} of them trainable, model_type {}, {} layers, hidden {}); the\n"
-        "# [policy] size keys above do not apply to it. Its config.json is in model.json.\n",
-        loaded["path"].get<std::string>(), model->config().NumParameters(), TrainableCount(model),
-        model->config().ModelType(), model->config().num_layers, model->config().hidden_size);
-    resolved += note;
-    if (!options.config_file.empty()) std::ofstream(fs::path(dir) / options.config_file, std::ios::app) << note;
-  } else {
+  if (cfg.init_checkpoint.empty()) {
     BuildFreshModel();
+    return resolved;
   }
-  model->set_checkpointing(cfg.gradient_checkpointing);
-  if (own_files) tokenizer.SaveDirectory(dir);
-  if (cfg.trainer.kl.coef > 0 && !evaluation_)
-    ref_model = model->lora() ? policy::ShareBaseWeights(model)  // adapters off, no copy
-                              : policy::CloneModel(model, cfg.policy_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
+  if (own_files) std::ofstream(fs::path(dir) / "model.json") << loaded.dump(2) << "\n";
+  // The [policy] size keys describe a fresh model; record what was loaded instead.
+  std::string note = fmt::format(
+      "\n# policy.init loaded {} ({} parameters, {} of them trainable, model_type {}, {} layers, hidden {}); the\n"
+      "# [policy] size keys above do not apply to it. Its config.json is in model.json.\n",
+      loaded["path"].get<std::string>(), model->config().NumParameters(), TrainableCount(model),
+      model->config().ModelType(), model->config().num_layers, model->config().hidden_size);
+  resolved += note;
+  if (!options.config_file.empty()) std::ofstream(fs::path(dir) / options.config_file, std::ios::app) << note;
+  return resolved;
+}
+
+void Run::BeginRecords(const RunOptions& options, const std::string& resolved) {
   writer = std::make_unique<memory::Writer>(*store);
   const policy::Tokenizer* tok = &tokenizer;
   auto make_bank = [&] {
@@ -263,7 +286,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
   rec.config_toml = resolved;
   rec.seed = cfg.run.seed;
   rec.allow_cross_split = cfg.memory.allow_cross_split;
-  if (resume) {
+  if (options.resume) {
     if (!options.record && cfg.memory.enabled)
       throw ConfigError(
           "--resume with memory enabled needs the run's episodes recorded (memory items live in "
@@ -274,6 +297,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
     bank->Restore(store->MemoryItems(run_id));
   } else {
     // Rank 0 numbers the run; every other rank's shard mirrors that row.
+    const int rank = comm.rank();
     int64_t id = rank == 0 ? writer->BeginRun(rec) : 0;
     if (comm.distributed()) {
       auto t = torch::tensor({id}, torch::kInt64);
@@ -288,10 +312,6 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
     make_bank();
   }
   recorder_ = std::make_unique<Recorder>(*writer, run_id, options.record, &times);
-  if (!options.quiet) {
-    spdlog::info("run directory {} ({} trainable of {} parameters, {})", dir, TrainableCount(model),
-                 model->config().NumParameters(), policy::TorchSummary());
-  }
 }
 
 nlohmann::json Run::LoadInitModel() {

@@ -166,6 +166,17 @@ class Run {
   void ResumeStore(memory::RunRecord rec);
   // Rank r > 0: ids of its shard start at r * memory::kShardIdStride + 1.
   void ApplyShardIdFloor();
+  // The constructor's steps, in order. LoadEnvAndPolicy builds what a bad
+  // config, env or policy.init can fail on, before any file is made, and
+  // returns what policy.init loaded (model.json; null for a fresh model).
+  // OpenRunDirectory creates dir and takes the store's one-writer lock.
+  // WriteRunFiles writes the resolved config (returned, with the loaded
+  // model's note) and model.json, or builds the fresh model. BeginRecords
+  // opens the writer, the run row (new or resumed) and the memory bank.
+  nlohmann::json LoadEnvAndPolicy(bool resume);
+  void OpenRunDirectory();
+  std::string WriteRunFiles(const RunOptions& options, bool own_files, const nlohmann::json& loaded);
+  void BeginRecords(const RunOptions& options, const std::string& resolved);
   std::unique_ptr<policy::TextSampler> sampler_;
   std::unique_ptr<Recorder> recorder_;
   bool ended_ = false;

@@ -409,35 +409,124 @@ double Find(const Metrics& m, const std::string& k) {
 
 }  // namespace
 
+namespace {
+
+// --resume: restores weights, sampler, trainer state and budget from the run's
+// checkpoint; returns the iteration to continue from.
+int64_t ResumeFromCheckpoint(Run& run, Trainer& trainer) {
+  if (run.resume_checkpoint.empty())
+    throw IoError(fmt::format("--resume: the run in '{}' was not opened to resume", run.dir),
+                  "open it with RunOptions::resume (rlid train --resume --out DIR)");
+  fs::path dir = run.resume_checkpoint;
+  policy::RestoreWeights(dir.string(), run.model);
+  run.SyncSampler();
+  trainer.LoadState(dir.string());
+  const nlohmann::json meta = policy::ReadCheckpointMeta(dir.string());
+  const int64_t start = meta.at("extra").at("iteration").get<int64_t>() + 1;
+  run.budget = BudgetFromJson(meta.at("extra").at("budget"));
+  spdlog::info("resumed from {} at iteration {}", dir.string(), start);
+  return start;
+}
+
+// Every rank starts from rank 0's weights (fresh, loaded or resumed).
+void BroadcastInitialWeights(Run& run) {
+  if (!run.comm.distributed()) return;
+  std::vector<torch::Tensor> state;
+  for (const auto& p : run.model->parameters()) state.push_back(p);
+  for (const auto& b : run.model->buffers()) state.push_back(b);
+  run.comm.Broadcast(state, 0, "initial weights");
+  run.SyncSampler();
+}
+
+// One iteration of the loop: the trainer's rollout and update, the numeric
+// guards, the job's budget, evaluation when due, and the metrics to record.
+struct IterationOutcome {
+  Metrics metrics;
+  bool last = false;  // the final iteration (count or budget reached)
+};
+
+IterationOutcome RunIteration(Run& run, Trainer& trainer, int64_t it, TrainResult& result) {
+  const auto& t = run.cfg.trainer;
+  const policy::Plane plane = trainer.plane();
+  Comm& comm = run.comm;
+  ThrowIfInterrupted();
+  comm.Mark(fmt::format("iteration {}", it));
+  comm.MaybeInjectFault(it);
+  const agents::StageTimes before = run.times;
+  const agents::Budget budget_before = run.budget;
+  double t0 = Now();
+  IterationContext ctx{it, t, run.cfg.run.seed, run.Agent(plane, it), run.budget,
+                       run.recorder(), comm};
+  // LibTorch's global generator (LoRA dropout) is re-seeded every iteration,
+  // so a resumed run draws what an uninterrupted one does; every rank has a
+  // stream of its own (rank 0's is a single process's).
+  const std::string torch_stream =
+      comm.rank() == 0 ? std::string("torch_global") : fmt::format("torch_global/rank{}", comm.rank());
+  torch::manual_seed(Rng::DeriveSeed(run.cfg.run.seed, torch_stream, static_cast<uint64_t>(it)));
+  const double norm_before = t.max_weight_growth > 0 ? TrainableNorm(run.model) : 0.0;
+  IterationOutcome out;
+  Metrics& m = out.metrics;
+  m = trainer.Iterate(ctx);
+  CheckParametersFinite(run.model, it);
+  if (t.max_weight_growth > 0)
+    CheckWeightGrowth(norm_before, TrainableNorm(run.model), t.max_weight_growth, t.optim.lr, it);
+  // The job's budget: what every rank spent; its wall-clock is the slowest rank's.
+  run.budget = ReduceBudget(budget_before, run.budget, comm);
+  const double iteration_s = comm.Max(Now() - t0, "iteration time");
+  run.budget.wall_seconds += iteration_s;
+  run.times.AddUnclaimedToUpdate(before, iteration_s);
+  out.last = it + 1 == t.iterations || BudgetReached(t, run.budget);
+  if (out.last || (t.eval_every > 0 && (it + 1) % t.eval_every == 0))
+    for (const auto& kv : EvalMetrics(run, plane, it, result)) m.push_back(kv);
+  for (const auto& kv : run.budget.Metrics()) m.push_back(kv);  // after evaluation: eval_* included
+  m.push_back({"time/iteration_s", iteration_s});
+  return out;
+}
+
+// The progress line after an iteration: by iterations, or by the budget when
+// a budget stops the run; train and test success; the checkpoint written; ETA.
+void LogProgress(const Run& run, const TrainOptions& opt, int64_t it, int64_t start,
+                 double elapsed, const Metrics& m, const std::string& written) {
+  const auto& t = run.cfg.trainer;
+  double frac = static_cast<double>(it + 1 - start) / static_cast<double>(t.iterations - start);
+  // The iteration number is the one metrics and checkpoints (iter_N) carry.
+  std::string where = fmt::format("iteration {} ({}/{})", it, it + 1, t.iterations);
+  if (t.budget == "env_steps") {
+    frac = static_cast<double>(run.budget.env_steps) / t.budget_value;
+    where = fmt::format("iteration {}, env steps {}/{:g}", it, run.budget.env_steps, t.budget_value);
+  } else if (t.budget == "wall_seconds") {
+    frac = run.budget.wall_seconds / t.budget_value;
+    where = fmt::format("iteration {}, {:.0f}/{:g}s", it, run.budget.wall_seconds, t.budget_value);
+  } else if (t.budget == "flops") {
+    frac = run.budget.TrainingFlops() / t.budget_value;
+    where = fmt::format("iteration {}, {:.0f}% of FLOPs", it, 100 * frac);
+  }
+  frac = std::clamp(frac, 1e-9, 1.0);
+  std::string eval;
+  if (!std::isnan(Find(m, "eval/success")))
+    eval = fmt::format(" | test greedy {:.2f}", Find(m, "eval/success"));
+  if (!std::isnan(Find(m, "eval/success_sampled")))
+    eval += fmt::format(" sampled {:.2f}", Find(m, "eval/success_sampled"));
+  const std::string train =
+      std::isnan(Find(m, "rollout/success"))
+          ? "train: every episode dropped"
+          : fmt::format("train success {:.2f} return {:+.3f}", Find(m, "rollout/success"),
+                        Find(m, "rollout/return"));
+  spdlog::info("{}[{}] {}{}{} | ETA {}", opt.label.empty() ? "" : opt.label + " ", where, train,
+               eval, written.empty() ? "" : " | saved " + written,
+               FormatDuration(elapsed * (1 - frac) / frac));
+}
+
+}  // namespace
+
 TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
   const auto& t = run.cfg.trainer;
   const policy::Plane plane = trainer.plane();
   TrainResult result;
-  int64_t start = 0;
   trainer.Setup(t, run.model);
-  if (opt.resume) {
-    if (run.resume_checkpoint.empty())
-      throw IoError(fmt::format("--resume: the run in '{}' was not opened to resume", run.dir),
-                    "open it with RunOptions::resume (rlid train --resume --out DIR)");
-    fs::path dir = run.resume_checkpoint;
-    policy::RestoreWeights(dir.string(), run.model);
-    run.SyncSampler();
-    trainer.LoadState(dir.string());
-    const nlohmann::json meta = policy::ReadCheckpointMeta(dir.string());
-    start = meta.at("extra").at("iteration").get<int64_t>() + 1;
-    run.budget = BudgetFromJson(meta.at("extra").at("budget"));
-    spdlog::info("resumed from {} at iteration {}", dir.string(), start);
-  }
-  Comm& comm = run.comm;
-  const bool lead = comm.rank() == 0;  // rank 0 records metrics and checkpoints, and reports
-  if (comm.distributed()) {
-    // Every rank starts from rank 0's weights (fresh, loaded or resumed).
-    std::vector<torch::Tensor> state;
-    for (const auto& p : run.model->parameters()) state.push_back(p);
-    for (const auto& b : run.model->buffers()) state.push_back(b);
-    comm.Broadcast(state, 0, "initial weights");
-    run.SyncSampler();
-  }
+  const int64_t start = opt.resume ? ResumeFromCheckpoint(run, trainer) : 0;
+  const bool lead = run.comm.rank() == 0;  // rank 0 records metrics and checkpoints, and reports
+  BroadcastInitialWeights(run);
   if (!opt.resume && t.eval_at_start) {
     // The starting point of the learning curve: 0 env steps, the initial weights.
     agents::Budget empty;
@@ -452,83 +541,26 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
   double t_start = Now();
   agents::StageTimes logged = run.times;  // time/* metrics are the stage times since the last metrics
   for (int64_t it = start; it < t.iterations; ++it) {
-    ThrowIfInterrupted();
-    comm.Mark(fmt::format("iteration {}", it));
-    comm.MaybeInjectFault(it);
-    const agents::StageTimes before = run.times;
-    const agents::Budget budget_before = run.budget;
-    double t0 = Now();
-    IterationContext ctx{it, t, run.cfg.run.seed, run.Agent(plane, it), run.budget,
-                         run.recorder(), comm};
-    // LibTorch's global generator (LoRA dropout) is re-seeded every iteration,
-    // so a resumed run draws what an uninterrupted one does; every rank has a
-    // stream of its own (rank 0's is a single process's).
-    const std::string torch_stream =
-        comm.rank() == 0 ? std::string("torch_global") : fmt::format("torch_global/rank{}", comm.rank());
-    torch::manual_seed(Rng::DeriveSeed(run.cfg.run.seed, torch_stream, static_cast<uint64_t>(it)));
-    const double norm_before = t.max_weight_growth > 0 ? TrainableNorm(run.model) : 0.0;
-    Metrics m = trainer.Iterate(ctx);
-    CheckParametersFinite(run.model, it);
-    if (t.max_weight_growth > 0)
-      CheckWeightGrowth(norm_before, TrainableNorm(run.model), t.max_weight_growth, t.optim.lr, it);
-    // The job's budget: what every rank spent; its wall-clock is the slowest rank's.
-    run.budget = ReduceBudget(budget_before, run.budget, comm);
-    const double iteration_s = comm.Max(Now() - t0, "iteration time");
-    run.budget.wall_seconds += iteration_s;
-    run.times.AddUnclaimedToUpdate(before, iteration_s);
-    bool last = it + 1 == t.iterations || BudgetReached(t, run.budget);
-    if (last || (t.eval_every > 0 && (it + 1) % t.eval_every == 0))
-      for (const auto& kv : EvalMetrics(run, plane, it, result)) m.push_back(kv);
-    for (const auto& kv : run.budget.Metrics()) m.push_back(kv);  // after evaluation: eval_* included
-    m.push_back({"time/iteration_s", iteration_s});
+    IterationOutcome step = RunIteration(run, trainer, it, result);
+    Metrics& m = step.metrics;
     for (const auto& kv : run.times.Delta(logged)) m.push_back(kv);
     logged = run.times;
     if (lead) run.recorder().Metrics(it, m);
     if (lead) WarnIfNotLearning(run.recorder().TakeRolloutTally(), oracle, plane, it, warned);
     result.iterations = it + 1;
     std::string written;
-    if (last || (t.checkpoint_every > 0 && (it + 1) % t.checkpoint_every == 0)) {
+    if (step.last || (t.checkpoint_every > 0 && (it + 1) % t.checkpoint_every == 0)) {
       result.final_checkpoint = WriteCheckpoint(run, trainer, it);
       written = fs::path(result.final_checkpoint).filename().string();
     }
-    if (!opt.quiet && lead) {
-      double elapsed = Now() - t_start;
-      // Progress by iterations, or by the budget when a budget stops the run.
-      double frac = static_cast<double>(it + 1 - start) / static_cast<double>(t.iterations - start);
-      // The iteration number is the one metrics and checkpoints (iter_N) carry.
-      std::string where = fmt::format("iteration {} ({}/{})", it, it + 1, t.iterations);
-      if (t.budget == "env_steps") {
-        frac = static_cast<double>(run.budget.env_steps) / t.budget_value;
-        where = fmt::format("iteration {}, env steps {}/{:g}", it, run.budget.env_steps, t.budget_value);
-      } else if (t.budget == "wall_seconds") {
-        frac = run.budget.wall_seconds / t.budget_value;
-        where = fmt::format("iteration {}, {:.0f}/{:g}s", it, run.budget.wall_seconds, t.budget_value);
-      } else if (t.budget == "flops") {
-        frac = run.budget.TrainingFlops() / t.budget_value;
-        where = fmt::format("iteration {}, {:.0f}% of FLOPs", it, 100 * frac);
-      }
-      frac = std::clamp(frac, 1e-9, 1.0);
-      std::string eval;
-      if (!std::isnan(Find(m, "eval/success")))
-        eval = fmt::format(" | test greedy {:.2f}", Find(m, "eval/success"));
-      if (!std::isnan(Find(m, "eval/success_sampled")))
-        eval += fmt::format(" sampled {:.2f}", Find(m, "eval/success_sampled"));
-      const std::string train =
-          std::isnan(Find(m, "rollout/success"))
-              ? "train: every episode dropped"
-              : fmt::format("train success {:.2f} return {:+.3f}", Find(m, "rollout/success"),
-                            Find(m, "rollout/return"));
-      spdlog::info("{}[{}] {}{}{} | ETA {}", opt.label.empty() ? "" : opt.label + " ", where, train,
-                   eval, written.empty() ? "" : " | saved " + written,
-                   FormatDuration(elapsed * (1 - frac) / frac));
-    }
+    if (!opt.quiet && lead) LogProgress(run, opt, it, start, Now() - t_start, m, written);
     if (BudgetReached(t, run.budget)) {
       result.budget_reached = true;
       break;
     }
   }
   run.recorder().Flush();
-  comm.Barrier("end of training");  // no rank leaves before rank 0's last checkpoint is written
+  run.comm.Barrier("end of training");  // no rank leaves before rank 0's last checkpoint is written
   return result;
 }
 
