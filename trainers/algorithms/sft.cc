@@ -17,25 +17,26 @@
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;
+namespace {
 
-SftResult RunSft(Run& s, bool quiet) {
-  const SftConfig& c = s.cfg.sft;
-  SftResult result;
+// The decisions SFT clones. `steps` points into `episodes` (a moved vector
+// keeps its elements in place); with reasoning prompts and a plain loss,
+// `plain_steps[i]` is `*steps[i]` rendered without reasoning.
+struct Demonstrations {
+  std::vector<agents::EpisodeData> episodes;
+  std::vector<const agents::StepData*> steps;
+  std::vector<agents::StepData> plain_steps;
+};
 
-  // ---- demonstrations ----------------------------------------------------------
-  std::vector<agents::EpisodeSpec> specs;
-  for (int64_t i = 0; i < c.episodes; ++i) {
-    agents::EpisodeSpec spec;
-    spec.env_seed = envs::SplitSeed(envs::Split::kTrain, static_cast<uint64_t>(i));
-    spec.stream = (uint64_t{1} << 41) + static_cast<uint64_t>(i);
-    specs.push_back(spec);
-  }
-  agents::Chooser oracle = [&](const envs::State& state, const agents::StepData& step, Rng& rng) {
+// The oracle's choice (an optimal action, ties broken at random), or with
+// probability sft.random_action_frac a uniformly random one.
+agents::Chooser OracleChooser(const Run& s) {
+  return [&s](const envs::State& state, const agents::StepData& step, Rng& rng) {
     auto* o = dynamic_cast<const envs::OracleState*>(&state);
     if (!o)
       throw ConfigError(
           fmt::format("env '{}' has no oracle; rlid sft needs one", s.env->Info().name));
-    if (rng.Bernoulli(c.random_action_frac))
+    if (rng.Bernoulli(s.cfg.sft.random_action_frac))
       return static_cast<int>(rng.UniformInt(step.menu.size()));
     auto best = o->OptimalActions();
     if (best.empty()) return static_cast<int>(rng.UniformInt(step.menu.size()));
@@ -43,134 +44,205 @@ SftResult RunSft(Run& s, bool quiet) {
     RLID_CHECK_GE(idx, 0, "oracle action not on the menu");
     return idx;
   };
+}
+
+// sft.episodes oracle episodes on train seeds, recorded in the run; sets
+// result.demo_success and result.examples.
+Demonstrations OracleDemonstrations(Run& s, bool quiet, SftResult& result) {
+  const SftConfig& c = s.cfg.sft;
+  std::vector<agents::EpisodeSpec> specs;
+  for (int64_t i = 0; i < c.episodes; ++i) {
+    agents::EpisodeSpec spec;
+    spec.env_seed = envs::SplitSeed(envs::Split::kTrain, static_cast<uint64_t>(i));
+    spec.stream = (uint64_t{1} << 41) + static_cast<uint64_t>(i);
+    specs.push_back(spec);
+  }
+  agents::Chooser oracle = OracleChooser(s);
   agents::AgentContext ctx = s.Agent(policy::Plane::kDecision, 0);
   Progress demos("sft demonstrations (oracle episodes)", c.episodes, !quiet);
   ctx.on_episode_end = [&](int64_t done, int64_t) { demos.Update(done); };
   agents::Budget demo_budget;
-  auto episodes = agents::RunScriptedEpisodes(ctx, specs, envs::Split::kTrain, oracle, demo_budget);
-  s.recorder().Episodes(episodes, ctx);
-  std::vector<const agents::StepData*> steps;
-  for (const auto& e : episodes) {
+  Demonstrations d;
+  d.episodes = agents::RunScriptedEpisodes(ctx, specs, envs::Split::kTrain, oracle, demo_budget);
+  s.recorder().Episodes(d.episodes, ctx);
+  for (const auto& e : d.episodes) {
     result.demo_success += e.success;
-    for (const auto& st : e.steps) steps.push_back(&st);
+    for (const auto& st : e.steps) d.steps.push_back(&st);
   }
-  result.demo_success /= std::max<size_t>(episodes.size(), 1);
+  result.demo_success /= std::max<size_t>(d.episodes.size(), 1);
   if (auto w = DemonstrationsWarning(result.demo_success, c.random_action_frac)) spdlog::warn("sft: {}", *w);
-  result.examples = static_cast<int64_t>(steps.size());
-  if (steps.empty())
+  result.examples = static_cast<int64_t>(d.steps.size());
+  if (d.steps.empty())
     throw ConfigError("rlid sft: the demonstrations contain no decisions", "raise sft.episodes");
+  return d;
+}
 
-  // With reasoning prompts, the same states as arms without reasoning see them
-  // (plain prompt, label readout right after the answer prefix).
-  const bool plain = s.cfg.prompt.reasoning && c.plain_weight > 0 && c.label_weight > 0;
+// With reasoning prompts, the same states as arms without reasoning see them
+// (plain prompt, label readout right after the answer prefix).
+std::vector<agents::StepData> PlainSteps(const Run& s,
+                                         const std::vector<const agents::StepData*>& steps) {
+  policy::PromptConfig pc = s.cfg.prompt;
+  pc.reasoning = false;
+  const policy::PromptRenderer plain_renderer(pc, s.tokenizer);
   std::vector<agents::StepData> plain_steps;
-  if (plain) {
-    policy::PromptConfig pc = s.cfg.prompt;
-    pc.reasoning = false;
-    const policy::PromptRenderer plain_renderer(pc, s.tokenizer);
-    for (const auto* st : steps) {
-      agents::StepData p;
-      p.menu = st->menu;
-      std::vector<std::string> memory;
-      for (const auto& r : st->memory) memory.push_back(r.item.content);
-      p.history = st->history;
-      p.prompt = plain_renderer.Render(s.env->Instructions(), st->observation, memory, st->menu,
-                                       policy::Plane::kDecision, st->history);
-      plain_steps.push_back(std::move(p));
-    }
+  for (const auto* st : steps) {
+    agents::StepData p;
+    p.menu = st->menu;
+    std::vector<std::string> memory;
+    for (const auto& r : st->memory) memory.push_back(r.item.content);
+    p.history = st->history;
+    p.prompt = plain_renderer.Render(s.env->Instructions(), st->observation, memory, st->menu,
+                                     policy::Plane::kDecision, st->history);
+    plain_steps.push_back(std::move(p));
+  }
+  return plain_steps;
+}
+
+// One batch of demonstrated decisions in both planes' forms.
+struct SftBatch {
+  std::vector<policy::ReadoutRequest> reqs, plain_reqs;  // label readouts (plain: see PlainSteps)
+  // One LM pass covers the prompt text (lm_weight) and the answer (answer_weight).
+  std::vector<policy::ScoreRequest> texts;
+  std::vector<int64_t> targets, prompt_len;  // demonstrated item; prompt tokens scored in texts
+};
+
+// The demonstrations perm[b0..b1) as one batch.
+SftBatch MakeBatch(const Run& s, const Demonstrations& d, const std::vector<int>& perm, int64_t b0,
+                   int64_t b1) {
+  const SftConfig& c = s.cfg.sft;
+  SftBatch b;
+  for (int64_t k = b0; k < b1; ++k) {
+    const auto* st = d.steps[perm[k]];
+    b.reqs.push_back(agents::ReadoutRequestFor(*s.renderer, *st, s.cfg.readout, false));
+    b.targets.push_back(st->item);
+    if (!d.plain_steps.empty())
+      b.plain_reqs.push_back(
+          agents::ReadoutRequestFor(*s.renderer, d.plain_steps[perm[k]], s.cfg.readout, false));
+    const auto& p = st->prompt.tokens;
+    std::vector<policy::TokenId> rest(p.begin() + 1, p.end());
+    // With reasoning prompts the answer is the worked scratchpad, then the action.
+    auto answer = s.renderer->AnswerTokens(st->menu.items[st->item], c.answer == "command",
+                                           st->readout_suffix.empty() ? "" : st->response_text);
+    rest.insert(rest.end(), answer.begin(), answer.end());
+    b.texts.push_back({{p.front()}, rest});
+    b.prompt_len.push_back(static_cast<int64_t>(p.size()) - 1);
+  }
+  return b;
+}
+
+// loss + the decision-plane terms: label_weight * NLL of the demonstrated
+// decision, -log p(a|s), or with a scratchpad the joint -(log π(z|s) +
+// log p(a|s,z)); plus, with plain requests, plain_weight times the plain
+// prompt's NLL. Each forward's cost goes to the update budget.
+torch::Tensor AddLabelLoss(Run& s, const SftBatch& b, const policy::ReadoutOptions& ropts,
+                           torch::Tensor loss) {
+  const SftConfig& c = s.cfg.sft;
+  auto rb = policy::Readout(s.model, b.reqs, ropts);
+  s.budget.update.AddForward(s.model->config(), rb.cost);
+  auto t = torch::tensor(b.targets, torch::kInt64).to(rb.log_p.device());
+  loss = loss +
+         c.label_weight * -(rb.log_p.gather(1, t.unsqueeze(1)).squeeze(1) + rb.span_logp).mean();
+  if (!b.plain_reqs.empty()) {
+    auto pb = policy::Readout(s.model, b.plain_reqs, ropts);
+    s.budget.update.AddForward(s.model->config(), pb.cost);
+    loss = loss + c.label_weight * c.plain_weight * -pb.log_p.gather(1, t.unsqueeze(1)).mean();
+  }
+  return loss;
+}
+
+// loss + the token-plane terms from one LM pass: answer_weight * mean NLL of
+// the answer tokens, lm_weight * mean NLL of the prompt tokens.
+torch::Tensor AddTextLoss(Run& s, const SftBatch& b, torch::Tensor loss) {
+  const SftConfig& c = s.cfg.sft;
+  auto sb = policy::ScoreResponses(s.model, b.texts);
+  s.budget.update.AddForward(s.model->config(), sb.cost);
+  auto pos = torch::arange(sb.logp.size(1), torch::kInt64).unsqueeze(0).to(sb.logp.device());
+  auto is_answer =
+      pos >= torch::tensor(b.prompt_len, torch::kInt64).unsqueeze(1).to(sb.logp.device());
+  auto answer_mask = sb.mask * is_answer.to(sb.mask.scalar_type());
+  auto prompt_mask = sb.mask - answer_mask;
+  if (c.answer_weight > 0)
+    loss = loss + c.answer_weight * -(sb.logp * answer_mask).sum() / answer_mask.sum().clamp_min(1);
+  if (c.lm_weight > 0)
+    loss = loss + c.lm_weight * -(sb.logp * prompt_mask).sum() / prompt_mask.sum().clamp_min(1);
+  return loss;
+}
+
+// The optimisation: sft.epochs passes over shuffled batches of the
+// demonstrations, a cosine LR schedule over all of them.
+class SftTraining {
+ public:
+  SftTraining(Run& s, const Demonstrations& d, bool quiet)
+      : s_(s),
+        c_(s.cfg.sft),
+        d_(d),
+        n_(static_cast<int64_t>(d.steps.size())),
+        steps_per_epoch_((n_ + c_.batch_size - 1) / c_.batch_size),
+        opt_(MakeOptimizer()),
+        ropts_(agents::ReadoutOptionsFor(s.cfg.readout, false)),
+        shuffle_(Rng::Stream(s.cfg.run.seed, "sft_batches")),
+        progress_("sft steps", c_.epochs * steps_per_epoch_, !quiet) {
+    s_.model->train();
   }
 
-  // ---- training ----------------------------------------------------------------
-  const int64_t N = result.examples;
-  const int64_t steps_per_epoch = (N + c.batch_size - 1) / c.batch_size;
-  OptimConfig oc = s.cfg.trainer.optim;
-  oc.lr = c.lr;
-  oc.schedule = "cosine";
-  oc.warmup_steps = std::min<int64_t>(20, steps_per_epoch);
-  auto trainable = TrainableParameters(s.model);
-  Optimizer opt(trainable.tensors, oc, c.epochs * steps_per_epoch, trainable.names);
-  const auto ropts = agents::ReadoutOptionsFor(s.cfg.readout, false);
-  Rng shuffle = Rng::Stream(s.cfg.run.seed, "sft_batches");
-  s.model->train();
-  int64_t step_no = 0;
-  Progress progress("sft steps", c.epochs * steps_per_epoch, !quiet);
-  for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
-    auto perm = shuffle.Permutation(static_cast<int>(N));
+  // One pass over the demonstrations; returns the mean batch loss.
+  double Epoch(int64_t epoch) {
+    auto perm = shuffle_.Permutation(static_cast<int>(n_));
     double epoch_loss = 0;
     int64_t batches = 0;
-    for (int64_t b0 = 0; b0 < N; b0 += c.batch_size) {
+    for (int64_t b0 = 0; b0 < n_; b0 += c_.batch_size) {
       ThrowIfInterrupted();
-      int64_t b1 = std::min(N, b0 + c.batch_size);
-      std::vector<policy::ReadoutRequest> reqs, plain_reqs;
-      // One LM pass covers the prompt text (lm_weight) and the answer (answer_weight).
-      std::vector<policy::ScoreRequest> texts;
-      std::vector<int64_t> targets, prompt_len;
-      const double flops_before = s.budget.update.flops;
-      for (int64_t k = b0; k < b1; ++k) {
-        const auto* st = steps[perm[k]];
-        reqs.push_back(agents::ReadoutRequestFor(*s.renderer, *st, s.cfg.readout, false));
-        targets.push_back(st->item);
-        if (plain)
-          plain_reqs.push_back(
-              agents::ReadoutRequestFor(*s.renderer, plain_steps[perm[k]], s.cfg.readout, false));
-        const auto& p = st->prompt.tokens;
-        std::vector<policy::TokenId> rest(p.begin() + 1, p.end());
-        // With reasoning prompts the answer is the worked scratchpad, then the action.
-        auto answer = s.renderer->AnswerTokens(st->menu.items[st->item], c.answer == "command",
-                                               st->readout_suffix.empty() ? "" : st->response_text);
-        rest.insert(rest.end(), answer.begin(), answer.end());
-        texts.push_back({{p.front()}, rest});
-        prompt_len.push_back(static_cast<int64_t>(p.size()) - 1);
-      }
-      torch::Tensor loss = torch::zeros({}, torch::TensorOptions().device(s.device));
-      if (c.label_weight > 0) {
-        auto rb = policy::Readout(s.model, reqs, ropts);
-        s.budget.update.AddForward(s.model->config(), rb.cost);
-        auto t = torch::tensor(targets, torch::kInt64).to(rb.log_p.device());
-        // NLL of the demonstrated decision: -log p(a|s), or with a scratchpad
-        // the joint -(log π(z|s) + log p(a|s,z)).
-        loss = loss + c.label_weight * -(rb.log_p.gather(1, t.unsqueeze(1)).squeeze(1) + rb.span_logp).mean();
-        if (plain) {
-          auto pb = policy::Readout(s.model, plain_reqs, ropts);
-          s.budget.update.AddForward(s.model->config(), pb.cost);
-          loss = loss + c.label_weight * c.plain_weight * -pb.log_p.gather(1, t.unsqueeze(1)).mean();
-        }
-      }
-      if (c.answer_weight > 0 || c.lm_weight > 0) {
-        auto sb = policy::ScoreResponses(s.model, texts);
-        s.budget.update.AddForward(s.model->config(), sb.cost);
-        auto pos = torch::arange(sb.logp.size(1), torch::kInt64).unsqueeze(0).to(sb.logp.device());
-        auto is_answer =
-            pos >= torch::tensor(prompt_len, torch::kInt64).unsqueeze(1).to(sb.logp.device());
-        auto answer_mask = sb.mask * is_answer.to(sb.mask.scalar_type());
-        auto prompt_mask = sb.mask - answer_mask;
-        if (c.answer_weight > 0)
-          loss = loss +
-                 c.answer_weight * -(sb.logp * answer_mask).sum() / answer_mask.sum().clamp_min(1);
-        if (c.lm_weight > 0)
-          loss =
-              loss + c.lm_weight * -(sb.logp * prompt_mask).sum() / prompt_mask.sum().clamp_min(1);
-      }
-      CheckFinite(loss, "sft loss", epoch);
-      opt.ZeroGrad();
-      loss.backward();
-      s.budget.update.backwards += 1;  // one backward through both forwards: 2x their FLOPs
-      s.budget.update.flops += 2 * (s.budget.update.flops - flops_before);
-      opt.Step(step_no++, epoch);
-      epoch_loss += loss.item<double>();
+      int64_t b1 = std::min(n_, b0 + c_.batch_size);
+      epoch_loss += Step(MakeBatch(s_, d_, perm, b0, b1), epoch);
       ++batches;
-      progress.Update(step_no, fmt::format("epoch {}/{} loss {:.4f}", epoch + 1, c.epochs,
-                                           epoch_loss / static_cast<double>(batches)));
+      progress_.Update(step_no_, fmt::format("epoch {}/{} loss {:.4f}", epoch + 1, c_.epochs,
+                                             epoch_loss / static_cast<double>(batches)));
     }
-    result.final_loss = epoch_loss / std::max<int64_t>(batches, 1);
-    Metrics m = {{"sft/loss", result.final_loss}, {"charts/lr", opt.current_lr()}};
-    for (const auto& kv : s.budget.Metrics()) m.push_back(kv);
-    s.recorder().Metrics(epoch, m);
-    if (!quiet)
-      spdlog::info("sft epoch {}/{}: loss {:.4f}", epoch + 1, c.epochs, result.final_loss);
+    return epoch_loss / std::max<int64_t>(batches, 1);
   }
 
-  // ---- evaluation and checkpoint -------------------------------------------------
+  double current_lr() const { return opt_.current_lr(); }
+
+ private:
+  Optimizer MakeOptimizer() {
+    OptimConfig oc = s_.cfg.trainer.optim;
+    oc.lr = c_.lr;
+    oc.schedule = "cosine";
+    oc.warmup_steps = std::min<int64_t>(20, steps_per_epoch_);
+    auto trainable = TrainableParameters(s_.model);
+    return Optimizer(trainable.tensors, oc, c_.epochs * steps_per_epoch_, trainable.names);
+  }
+
+  // The batch's loss, one backward through all its forwards and an optimizer
+  // step; returns the loss.
+  double Step(const SftBatch& b, int64_t epoch) {
+    const double flops_before = s_.budget.update.flops;
+    torch::Tensor loss = torch::zeros({}, torch::TensorOptions().device(s_.device));
+    if (c_.label_weight > 0) loss = AddLabelLoss(s_, b, ropts_, loss);
+    if (c_.answer_weight > 0 || c_.lm_weight > 0) loss = AddTextLoss(s_, b, loss);
+    CheckFinite(loss, "sft loss", epoch);
+    opt_.ZeroGrad();
+    loss.backward();
+    s_.budget.update.backwards += 1;  // one backward through both forwards: 2x their FLOPs
+    s_.budget.update.flops += 2 * (s_.budget.update.flops - flops_before);
+    opt_.Step(step_no_++, epoch);
+    return loss.item<double>();
+  }
+
+  Run& s_;
+  const SftConfig& c_;
+  const Demonstrations& d_;
+  const int64_t n_, steps_per_epoch_;
+  Optimizer opt_;
+  const policy::ReadoutOptions ropts_;
+  Rng shuffle_;
+  int64_t step_no_ = 0;
+  Progress progress_;
+};
+
+// Greedy test evaluation of both planes, logged at iteration sft.epochs.
+void EvaluateBothPlanes(Run& s, SftResult& result) {
+  const SftConfig& c = s.cfg.sft;
   s.SyncSampler();  // a reasoning decision plane made its rollout engine for the demonstrations
   const int64_t n_eval = s.cfg.trainer.eval_episodes;
   result.decision_greedy = Evaluate(s.Agent(policy::Plane::kDecision, c.epochs),
@@ -183,6 +255,10 @@ SftResult RunSft(Run& s, bool quiet) {
                {"sft/demo_success", result.demo_success}};
   for (const auto& kv : s.budget.Metrics()) m.push_back(kv);
   s.recorder().Metrics(c.epochs, m);
+}
+
+// <run dir>/checkpoints/sft, recorded in the run; returns its path.
+std::string SaveSftCheckpoint(Run& s, const SftResult& result) {
   fs::path dir = fs::path(s.dir) / "checkpoints" / "sft";
   policy::SaveCheckpoint(
       dir.string(), s.model, s.tokenizer,
@@ -190,9 +266,32 @@ SftResult RunSft(Run& s, bool quiet) {
        {"examples", result.examples},
        {"seed", s.cfg.run.seed},
        {"config_toml", s.cfg.raw.ResolvedToml()}});
-  s.recorder().Checkpoint(c.epochs, dir.string());
+  s.recorder().Checkpoint(s.cfg.sft.epochs, dir.string());
   s.recorder().Flush();
-  result.checkpoint = dir.string();
+  return dir.string();
+}
+
+}  // namespace
+
+SftResult RunSft(Run& s, bool quiet) {
+  const SftConfig& c = s.cfg.sft;
+  SftResult result;
+  Demonstrations d = OracleDemonstrations(s, quiet, result);
+  if (s.cfg.prompt.reasoning && c.plain_weight > 0 && c.label_weight > 0)
+    d.plain_steps = PlainSteps(s, d.steps);
+
+  SftTraining training(s, d, quiet);
+  for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
+    result.final_loss = training.Epoch(epoch);
+    Metrics m = {{"sft/loss", result.final_loss}, {"charts/lr", training.current_lr()}};
+    for (const auto& kv : s.budget.Metrics()) m.push_back(kv);
+    s.recorder().Metrics(epoch, m);
+    if (!quiet)
+      spdlog::info("sft epoch {}/{}: loss {:.4f}", epoch + 1, c.epochs, result.final_loss);
+  }
+
+  EvaluateBothPlanes(s, result);
+  result.checkpoint = SaveSftCheckpoint(s, result);
   return result;
 }
 

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
@@ -186,6 +188,21 @@ class FiniteGuard {
   std::vector<std::string> names_;
   int64_t count_ = 0;
 };
+
+// p(a_k|s) = exp(log p) of the readout's first row for k < K, each checked by
+// `finite` under the name item(k) (k from 0); a non-finite one clears
+// *all_finite when given.
+std::vector<double> MenuProbs(const policy::ReadoutBatch& rb, size_t K, FiniteGuard& finite,
+                              const std::function<std::string(size_t)>& item,
+                              bool* all_finite = nullptr) {
+  std::vector<double> p;
+  for (size_t k = 0; k < K; ++k) {
+    p.push_back(std::exp(rb.log_p[0][static_cast<int64_t>(k)].item<double>()));
+    const bool ok = finite(p.back(), [&] { return item(k); });
+    if (all_finite) *all_finite &= ok;
+  }
+  return p;
+}
 
 // ---- streaming gradient accumulation ------------------------------------------------
 // Every gradient vector the checks need is built by weighted backwards into the
@@ -450,6 +467,267 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
 // backward of E2 reduces ||E2 - E1|| on the fly (GradientNormProbe); likewise
 // for the Monte-Carlo means. For m1, .grad holds G and the probe reduces each
 // wording's ||grad n_r - G||^2 during its backward.
+
+// Forward and backward passes the Rao-Blackwell check ran.
+struct PassCounts {
+  int64_t separate_forwards = 0, backwards = 0;
+};
+
+// One state's two sides and the weighted backwards both estimators are built
+// from; X is the accumulator's .grad. The single-pass side's graph lives only
+// while its own backwards run (each Readout() is a fresh forward), so that it
+// never sits in memory next to a separate wording's graph.
+class EstimatorSides {
+ public:
+  EstimatorSides(policy::TransformerLM& model, policy::TransformerLM& ref,
+                 policy::ReadoutRequest req, GradAccumulator& g, PassCounts& counts)
+      : model_(model),
+        ref_(ref),
+        req_(std::move(req)),
+        words_(ScoredWordings(req_)),
+        g_(g),
+        counts_(counts) {}
+
+  const Wordings& words() const { return words_; }
+  size_t R() const { return words_.tokens.size(); }
+
+  // n_r = log pi(r|s) of every wording, one plain forward each, no graph.
+  std::vector<double> SeparateLogProbs() {
+    torch::NoGradGuard ng;
+    std::vector<double> n(R());
+    for (size_t r = 0; r < R(); ++r) {
+      n[r] = SeparateLogProb(ref_, req_.prompt, words_.tokens[r]).item<double>();
+      ++counts_.separate_forwards;
+    }
+    return n;
+  }
+  // The single-pass readout (one forward), with its graph.
+  policy::ReadoutBatch Readout() { return policy::Readout(model_, {req_}, {"menu", false}); }
+  // X += grad sum_k w_k log p(a_k|s).
+  void Marginal(const policy::ReadoutBatch& rb, const std::vector<double>& w, bool retain) {
+    torch::Tensor y = torch::zeros({}, rb.log_p.options());
+    for (size_t k = 0; k < w.size(); ++k) y = y + w[k] * rb.log_p[0][static_cast<int64_t>(k)];
+    Backward(y, 1.0, retain);
+    ++counts_.backwards;
+  }
+  // X += sum_r w_r grad n_r, one wording's graph at a time.
+  void Separate(const std::vector<double>& w) {
+    for (size_t r = 0; r < R(); ++r) {
+      if (w[r] == 0) continue;
+      Backward(SeparateLogProb(ref_, req_.prompt, words_.tokens[r]), w[r]);
+      ++counts_.separate_forwards, ++counts_.backwards;
+    }
+  }
+  // ||grad sum_k w_k log p(a_k|s) - X|| by a fresh forward and a probed
+  // backward (X unchanged).
+  double MarginalDistance(const std::vector<double>& w) {
+    auto rb = Readout();
+    GradientNormProbe probe(g_, /*minus_accumulated=*/true);
+    Marginal(rb, w, false);
+    return std::sqrt(probe.Take());
+  }
+  // ||E2||^2 and m2 = sum_k p_k A_k^2 ||grad log p_k||^2 from the readout `rb`
+  // (X = 0), each backward's norm probed; pa_k = p_k A_k.
+  std::pair<double, double> MarginalMoments(const policy::ReadoutBatch& rb,
+                                            const std::vector<double>& p,
+                                            const std::vector<double>& A,
+                                            const std::vector<double>& pa) {
+    const int64_t K = static_cast<int64_t>(p.size());
+    GradientNormProbe probe(g_, /*minus_accumulated=*/false);
+    Marginal(rb, pa, true);
+    const double e2_sq = probe.Take();
+    double m2 = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      Backward(rb.log_p[0][k], 1.0, /*retain_graph=*/k + 1 < K);
+      ++counts_.backwards;
+      m2 += p[k] * A[k] * A[k] * probe.Take();
+    }
+    return {e2_sq, m2};
+  }
+  // m1 = sum_r q_r A(a(r))^2 ||grad n_r - X||^2, one probed backward per
+  // wording (X = G when called).
+  double SampledSecondMoment(const std::vector<double>& q, const std::vector<double>& A) {
+    double m1 = 0;
+    GradientNormProbe probe(g_, /*minus_accumulated=*/true);
+    for (size_t r = 0; r < R(); ++r) {
+      Backward(SeparateLogProb(ref_, req_.prompt, words_.tokens[r]), 1.0);
+      ++counts_.separate_forwards, ++counts_.backwards;
+      const double a = A[words_.owner[r]];
+      m1 += q[r] * a * a * probe.Take();
+    }
+    return m1;
+  }
+
+ private:
+  policy::TransformerLM& model_;
+  policy::TransformerLM& ref_;
+  const policy::ReadoutRequest req_;
+  const Wordings words_;
+  GradAccumulator& g_;
+  PassCounts& counts_;
+};
+
+// One compared state's numbers (see the comment above EstimatorSides).
+struct EstimatorMoments {
+  double e1_sq = 0, e2_sq = 0;  // ||E_sampled||^2, ||E_marginal||^2
+  double diff = 0;              // ||E_sampled - E_marginal||
+  double mc_diff = 0;           // ||MC mean difference||
+  double m1 = 0, m2 = 0;        // second moments, sampled and marginal
+};
+
+// A FiniteGuard name "state <si + 1> <what>".
+std::function<std::string()> StateValue(size_t si, std::string what) {
+  return [si, what = std::move(what)] { return fmt::format("state {} {}", si + 1, what); };
+}
+
+// The Monte-Carlo weights: `mc` independent draws r ~ q and a ~ p; the means
+// are weighted backwards with the draw counts as weights. Returns u (separate
+// side, taking .grad from E1 = sum_r w1_r grad n_r to MC1) and the marginal
+// side's weights.
+std::pair<std::vector<double>, std::vector<double>> MonteCarloWeights(
+    Rng& rng, int64_t mc, const std::vector<double>& q, const std::vector<double>& p,
+    const std::vector<double>& A, const std::vector<int64_t>& owner,
+    const std::vector<double>& w1) {
+  const size_t R = q.size();
+  const int64_t K = static_cast<int64_t>(p.size());
+  std::vector<double> cr(R, 0), da(K, 0);
+  for (int64_t i = 0; i < mc; ++i) {
+    cr[rng.Categorical(q)] += 1.0 / static_cast<double>(mc);
+    da[rng.Categorical(p)] += 1.0 / static_cast<double>(mc);
+  }
+  double c_bar = 0;
+  for (size_t r = 0; r < R; ++r) c_bar += cr[r] * A[owner[r]];
+  std::vector<double> u(R), mc2(K);
+  for (size_t r = 0; r < R; ++r) u[r] = cr[r] * A[owner[r]] - c_bar * q[r] - w1[r];
+  for (int64_t k = 0; k < K; ++k) mc2[k] = da[k] * A[k];
+  return {u, mc2};
+}
+
+// Both estimators' exact means, Monte-Carlo means and second moments on one
+// state with advantages A; nullopt when a number is not finite (`finite`
+// records it). Leaves .grad zero.
+std::optional<EstimatorMoments> CompareEstimators(EstimatorSides& x, GradAccumulator& g,
+                                                  const std::vector<double>& A, Rng& rng,
+                                                  int64_t mc, FiniteGuard& finite, size_t si) {
+  const int64_t K = static_cast<int64_t>(A.size());
+  const size_t R = x.R();
+  const auto& owner = x.words().owner;
+  // The independent side: q over the separately scored wordings.
+  const std::vector<double> n = x.SeparateLogProbs();
+  bool ok = true;
+  for (size_t r = 0; r < R; ++r)
+    ok &= finite(n[r], StateValue(si, fmt::format("wording {} separate log pi", r + 1)));
+  // ||E2||^2 and m2.
+  EstimatorMoments out;
+  g.Zero();
+  std::vector<double> p, pa(K);
+  {
+    auto rb = x.Readout();
+    auto item = [si](size_t k) {
+      return fmt::format("state {} item {} single-pass p(a|s)", si + 1, k + 1);
+    };
+    p = MenuProbs(rb, static_cast<size_t>(K), finite, item, &ok);
+    if (!ok) return std::nullopt;
+    for (int64_t k = 0; k < K; ++k) pa[k] = p[k] * A[k];
+    std::tie(out.e2_sq, out.m2) = x.MarginalMoments(rb, p, A, pa);
+  }
+  const double log_z = LogSumExp(n);
+  double a_bar = 0;
+  std::vector<double> q(R);
+  for (size_t r = 0; r < R; ++r) {
+    q[r] = std::exp(n[r] - log_z);
+    a_bar += q[r] * A[owner[r]];
+  }
+  // .grad = E1: ||E1||^2, then ||E2 - E1|| by a probed single-pass backward.
+  std::vector<double> w1(R);
+  for (size_t r = 0; r < R; ++r) w1[r] = q[r] * (A[owner[r]] - a_bar);
+  x.Separate(w1);
+  out.e1_sq = g.SquaredNorm();
+  out.diff = x.MarginalDistance(pa);
+  // Monte Carlo: .grad goes from E1 to MC1.
+  const auto [u, mc2] = MonteCarloWeights(rng, mc, q, p, A, owner, w1);
+  x.Separate(u);
+  out.mc_diff = x.MarginalDistance(mc2);
+  // m1: .grad = G, then per wording one probed backward: ||grad n_r - G||^2.
+  g.Zero();
+  x.Separate(q);
+  out.m1 = x.SampledSecondMoment(q, A);
+  g.Zero();
+
+  ok = finite(out.e1_sq, StateValue(si, "||E_sampled||^2")) &
+       finite(out.e2_sq, StateValue(si, "||E_marginal||^2")) &
+       finite(out.diff, StateValue(si, "||E_sampled - E_marginal||")) &
+       finite(out.mc_diff, StateValue(si, "||MC mean difference||")) &
+       finite(out.m1, StateValue(si, "second moment, sampled")) &
+       finite(out.m2, StateValue(si, "second moment, marginal"));
+  if (!ok) return std::nullopt;
+  return out;
+}
+
+// The Rao-Blackwell check's summary over the compared states.
+struct RaoBlackwellTally {
+  double worst_rel = 0, worst_z = 0, worst_var = -std::numeric_limits<double>::infinity();
+  double var_sampled = 0, var_marginal = 0;
+  int64_t compared = 0, one_action = 0, zero_means = 0, zero_se = 0;
+
+  void Add(const EstimatorMoments& e, int64_t mc) {
+    const double v1 = e.m1 - e.e1_sq, v2 = e.m2 - e.e2_sq;
+    ++compared;
+    const double scale = std::sqrt(std::max(e.e1_sq, e.e2_sq));
+    if (scale == 0) {
+      ++zero_means;
+    } else {
+      worst_rel = std::max(worst_rel, e.diff / scale);
+    }
+    var_sampled += v1, var_marginal += v2;
+    if (e.m1 > 0) worst_var = std::max(worst_var, (v2 - v1) / e.m1);
+    const double se = std::sqrt(std::max(v1 + v2, 0.0) / static_cast<double>(mc));
+    if (se > 0)
+      worst_z = std::max(worst_z, e.mc_diff / se);
+    else
+      ++zero_se;
+  }
+
+  // The verdict, numbers and note of the check.
+  void Report(AuditCheck& c, const FiniteGuard& finite, size_t states, const PassCounts& passes,
+              int64_t mc) const {
+    const bool any = compared > zero_means;
+    c.passed = worst_rel <= kMeanTolerance && worst_z <= kMonteCarloZ &&
+               (worst_var <= kVarianceTolerance || compared == 0);
+    if (compared == 0 && finite.ok()) c.informational = true;
+    c.numbers = {
+        {"states compared", fmt::format("{} of {} collected (the first {} with >= 2 actions)",
+                                        compared, states, kRaoBlackwellStates)},
+        {"states excluded: one action (both estimators exactly 0)", std::to_string(one_action)},
+        {"forward + backward passes", fmt::format("{} separate forwards, {} backwards",
+                                                  passes.separate_forwards, passes.backwards)},
+        {"exact means: max ||E_sampled - E_marginal|| / max(||E_sampled||, ||E_marginal||)",
+         any ? Num(worst_rel) : "n/a"},
+        {"  tolerance (relative)", Num(kMeanTolerance)},
+        {"Monte-Carlo: max ||mean diff|| / standard error",
+         fmt::format("{} ({} draws per state; tolerance {:g})",
+                     compared > zero_se ? fmt::format("{:.2f}", worst_z) : "n/a", mc,
+                     kMonteCarloZ)},
+        {"variance, sampled-realisation estimator (sum over states)", Num(var_sampled)},
+        {"variance, marginal estimator (sum over states)", Num(var_marginal)},
+        {"variance ratio marginal / sampled",
+         var_sampled > 0 ? Num(var_marginal / var_sampled) : "n/a"},
+        {"variance gap: max (v_marginal - v_sampled) / E||g_sampled||^2",
+         compared > 0 ? Num(worst_var) : "n/a"},
+        {"  tolerance (<=, relative)", Num(kVarianceTolerance)}};
+    if (zero_means > 0)
+      c.numbers.push_back({"states with both exact means exactly 0 (excluded from the ratio)",
+                           std::to_string(zero_means)});
+    if (zero_se > 0)
+      c.numbers.push_back(
+          {"states with zero variance (excluded from the MC ratio)", std::to_string(zero_se)});
+    c.note = compared == 0 && finite.ok()
+                 ? "No state with two or more actions: nothing to compare (raise --states)."
+                 : "Same expectation E_r[A(a(r)) grad log q(r)] = E_a[A(a) grad log p(a|s)]; "
+                   "realisation noise is removed.";
+  }
+};
+
 AuditCheck RaoBlackwell(policy::TransformerLM& model, policy::TransformerLM& ref,
                         const policy::PromptRenderer& renderer,
                         const std::vector<AuditState>& states, int64_t mc, uint64_t seed) {
@@ -460,185 +738,22 @@ AuditCheck RaoBlackwell(policy::TransformerLM& model, policy::TransformerLM& ref
   FiniteGuard finite;
   GradAccumulator g(model, ref);
   Rng rng = Rng::Stream(seed, "audit_rao_blackwell");
-  double worst_rel = 0, worst_z = 0, worst_var = -std::numeric_limits<double>::infinity();
-  double var_sampled = 0, var_marginal = 0;
-  int64_t compared = 0, one_action = 0, zero_means = 0, zero_se = 0;
-  int64_t separate_forwards = 0, backwards = 0;
-  for (size_t si = 0; si < states.size() && compared < kRaoBlackwellStates; ++si) {
+  RaoBlackwellTally tally;
+  PassCounts passes;
+  for (size_t si = 0; si < states.size() && tally.compared < kRaoBlackwellStates; ++si) {
     auto req = DistinctRequest(renderer, states[si]);
     const int64_t K = static_cast<int64_t>(req.realisations.size());
     if (K < 2) {  // p(a|s) = 1: both estimators are exactly 0 by construction
-      ++one_action;
+      ++tally.one_action;
       continue;
     }
-    auto where = [&](const std::string& what) {
-      return [&, what] { return fmt::format("state {} {}", si + 1, what); };
-    };
     std::vector<double> A(K);
     for (auto& v : A) v = 2.0 * rng.Uniform() - 1.0;
-
-    // The independent side: q over the separately scored wordings.
-    auto words = ScoredWordings(req);
-    const size_t R = words.tokens.size();
-    std::vector<double> n(R), q(R);
-    {
-      torch::NoGradGuard ng;
-      for (size_t r = 0; r < R; ++r) {
-        n[r] = SeparateLogProb(ref, req.prompt, words.tokens[r]).item<double>();
-        ++separate_forwards;
-      }
-    }
-    bool ok = true;
-    for (size_t r = 0; r < R; ++r)
-      ok &= finite(n[r], where(fmt::format("wording {} separate log pi", r + 1)));
-    // The single-pass side. Its graph lives only while its own backwards run
-    // (it is rebuilt, one forward, for the two later comparisons), so that it
-    // never sits in memory next to a separate wording's graph.
-    std::vector<double> p(K);
-    auto readout = [&] { return policy::Readout(model, {req}, {"menu", false}); };
-    auto weighted = [&](const policy::ReadoutBatch& rb, const std::vector<double>& w, bool retain) {
-      torch::Tensor y = torch::zeros({}, rb.log_p.options());
-      for (int64_t k = 0; k < K; ++k) y = y + w[k] * rb.log_p[0][k];
-      Backward(y, 1.0, retain);
-      ++backwards;
-    };
-    // Separate side: sum_r w_r grad n_r, one wording's graph at a time.
-    auto separate = [&](const std::vector<double>& w) {
-      for (size_t r = 0; r < R; ++r) {
-        if (w[r] == 0) continue;
-        Backward(SeparateLogProb(ref, req.prompt, words.tokens[r]), w[r]);
-        ++separate_forwards, ++backwards;
-      }
-    };
-    // ||E2||^2 and m2, each backward's norm probed.
-    g.Zero();
-    double e2_sq = 0, m2 = 0;
-    std::vector<double> pa(K);
-    {
-      auto rb = readout();
-      for (int64_t k = 0; k < K; ++k) {
-        p[k] = std::exp(rb.log_p[0][k].item<double>());
-        ok &= finite(p[k], where(fmt::format("item {} single-pass p(a|s)", k + 1)));
-      }
-      if (!ok) continue;
-      for (int64_t k = 0; k < K; ++k) pa[k] = p[k] * A[k];
-      GradientNormProbe probe(g, /*minus_accumulated=*/false);
-      weighted(rb, pa, true);
-      e2_sq = probe.Take();
-      for (int64_t k = 0; k < K; ++k) {
-        Backward(rb.log_p[0][k], 1.0, /*retain_graph=*/k + 1 < K);
-        ++backwards;
-        m2 += p[k] * A[k] * A[k] * probe.Take();
-      }
-    }
-    const double log_z = LogSumExp(n);
-    double a_bar = 0;
-    for (size_t r = 0; r < R; ++r) {
-      q[r] = std::exp(n[r] - log_z);
-      a_bar += q[r] * A[words.owner[r]];
-    }
-    // .grad = E1: ||E1||^2, then ||E2 - E1|| by a probed single-pass backward.
-    std::vector<double> w1(R);
-    for (size_t r = 0; r < R; ++r) w1[r] = q[r] * (A[words.owner[r]] - a_bar);
-    separate(w1);
-    const double e1_sq = g.SquaredNorm();
-    double diff = 0;
-    {
-      auto rb = readout();
-      GradientNormProbe probe(g, /*minus_accumulated=*/true);
-      weighted(rb, pa, false);
-      diff = std::sqrt(probe.Take());
-    }
-    // Monte Carlo: independent draws r ~ q and a ~ p; the means are weighted
-    // backwards with the draw counts as weights. .grad goes from E1 to MC1.
-    std::vector<double> cr(R, 0), da(K, 0);
-    for (int64_t i = 0; i < mc; ++i) {
-      cr[rng.Categorical(q)] += 1.0 / static_cast<double>(mc);
-      da[rng.Categorical(p)] += 1.0 / static_cast<double>(mc);
-    }
-    double c_bar = 0;
-    for (size_t r = 0; r < R; ++r) c_bar += cr[r] * A[words.owner[r]];
-    std::vector<double> u(R), mc2(K);
-    for (size_t r = 0; r < R; ++r) u[r] = cr[r] * A[words.owner[r]] - c_bar * q[r] - w1[r];
-    for (int64_t k = 0; k < K; ++k) mc2[k] = da[k] * A[k];
-    separate(u);
-    double mc_diff = 0;
-    {
-      auto rb = readout();
-      GradientNormProbe probe(g, /*minus_accumulated=*/true);
-      weighted(rb, mc2, false);
-      mc_diff = std::sqrt(probe.Take());
-    }
-    // m1: .grad = G, then per wording one probed backward: ||grad n_r - G||^2.
-    g.Zero();
-    separate(q);
-    double m1 = 0;
-    {
-      GradientNormProbe probe(g, /*minus_accumulated=*/true);
-      for (size_t r = 0; r < R; ++r) {
-        Backward(SeparateLogProb(ref, req.prompt, words.tokens[r]), 1.0);
-        ++separate_forwards, ++backwards;
-        const double a = A[words.owner[r]];
-        m1 += q[r] * a * a * probe.Take();
-      }
-    }
-    g.Zero();
-
-    const double v1 = m1 - e1_sq, v2 = m2 - e2_sq;
-    ok = finite(e1_sq, where("||E_sampled||^2")) & finite(e2_sq, where("||E_marginal||^2")) &
-         finite(diff, where("||E_sampled - E_marginal||")) &
-         finite(mc_diff, where("||MC mean difference||")) &
-         finite(m1, where("second moment, sampled")) & finite(m2, where("second moment, marginal"));
-    if (!ok) continue;
-    ++compared;
-    const double scale = std::sqrt(std::max(e1_sq, e2_sq));
-    if (scale == 0) {
-      ++zero_means;
-    } else {
-      worst_rel = std::max(worst_rel, diff / scale);
-    }
-    var_sampled += v1, var_marginal += v2;
-    if (m1 > 0) worst_var = std::max(worst_var, (v2 - v1) / m1);
-    const double se = std::sqrt(std::max(v1 + v2, 0.0) / static_cast<double>(mc));
-    if (se > 0)
-      worst_z = std::max(worst_z, mc_diff / se);
-    else
-      ++zero_se;
+    EstimatorSides sides(model, ref, std::move(req), g, passes);
+    if (auto e = CompareEstimators(sides, g, A, rng, mc, finite, si)) tally.Add(*e, mc);
   }
   g.Release();
-  const bool any = compared > zero_means;
-  c.passed = worst_rel <= kMeanTolerance && worst_z <= kMonteCarloZ &&
-             (worst_var <= kVarianceTolerance || compared == 0);
-  if (compared == 0 && finite.ok()) c.informational = true;
-  c.numbers = {
-      {"states compared", fmt::format("{} of {} collected (the first {} with >= 2 actions)",
-                                      compared, states.size(), kRaoBlackwellStates)},
-      {"states excluded: one action (both estimators exactly 0)", std::to_string(one_action)},
-      {"forward + backward passes",
-       fmt::format("{} separate forwards, {} backwards", separate_forwards, backwards)},
-      {"exact means: max ||E_sampled - E_marginal|| / max(||E_sampled||, ||E_marginal||)",
-       any ? Num(worst_rel) : "n/a"},
-      {"  tolerance (relative)", Num(kMeanTolerance)},
-      {"Monte-Carlo: max ||mean diff|| / standard error",
-       fmt::format("{} ({} draws per state; tolerance {:g})",
-                   compared > zero_se ? fmt::format("{:.2f}", worst_z) : "n/a", mc, kMonteCarloZ)},
-      {"variance, sampled-realisation estimator (sum over states)", Num(var_sampled)},
-      {"variance, marginal estimator (sum over states)", Num(var_marginal)},
-      {"variance ratio marginal / sampled",
-       var_sampled > 0 ? Num(var_marginal / var_sampled) : "n/a"},
-      {"variance gap: max (v_marginal - v_sampled) / E||g_sampled||^2",
-       compared > 0 ? Num(worst_var) : "n/a"},
-      {"  tolerance (<=, relative)", Num(kVarianceTolerance)}};
-  if (zero_means > 0)
-    c.numbers.push_back({"states with both exact means exactly 0 (excluded from the ratio)",
-                         std::to_string(zero_means)});
-  if (zero_se > 0)
-    c.numbers.push_back(
-        {"states with zero variance (excluded from the MC ratio)", std::to_string(zero_se)});
-  c.note = compared == 0 && finite.ok()
-               ? "No state with two or more actions: nothing to compare (raise --states)."
-               : "Same expectation E_r[A(a(r)) grad log q(r)] = E_a[A(a) grad log p(a|s)]; "
-                 "realisation noise is removed.";
+  tally.Report(c, finite, states.size(), passes, mc);
   finite.Apply(c);
   return c;
 }
@@ -688,71 +803,95 @@ class Float64Scope {
   std::vector<std::pair<std::string, torch::Tensor>> selected_;
 };
 
-AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
-                       const std::vector<AuditState>& states, uint64_t seed) {
-  AuditCheck c{"ppo_gradient",
-               "PPO gradient check: autograd vs central finite differences (float64)"};
-  FiniteGuard finite;
-  Rng rng = Rng::Stream(seed, "audit_ppo");
+// The PPO check's batch: the first kPpoStates states, with a chosen item each,
+// random advantages and returns, and offsets of the old log-probs and values
+// from the model's own (so ratios and value clipping are exercised).
+struct PpoBatch {
   std::vector<policy::ReadoutRequest> reqs;
-  for (size_t i = 0; i < std::min<size_t>(states.size(), kPpoStates); ++i)
-    reqs.push_back(DistinctRequest(renderer, states[i]));
-  const int64_t B = static_cast<int64_t>(reqs.size());
   std::vector<int64_t> chosen;
   std::vector<double> adv, noise, vnoise, ret;
-  for (const auto& r : reqs) {
-    chosen.push_back(static_cast<int64_t>(rng.UniformInt(r.realisations.size())));
-    adv.push_back(2 * rng.Uniform() - 1);
-    noise.push_back(0.3 * (2 * rng.Uniform() - 1));
-    vnoise.push_back(0.2 * (2 * rng.Uniform() - 1));
-    ret.push_back(2 * rng.Uniform() - 1);
+  int64_t size() const { return static_cast<int64_t>(reqs.size()); }
+};
+
+PpoBatch DrawPpoBatch(const policy::PromptRenderer& renderer, const std::vector<AuditState>& states,
+                      uint64_t seed) {
+  Rng rng = Rng::Stream(seed, "audit_ppo");
+  PpoBatch b;
+  for (size_t i = 0; i < std::min<size_t>(states.size(), kPpoStates); ++i)
+    b.reqs.push_back(DistinctRequest(renderer, states[i]));
+  for (const auto& r : b.reqs) {
+    b.chosen.push_back(static_cast<int64_t>(rng.UniformInt(r.realisations.size())));
+    b.adv.push_back(2 * rng.Uniform() - 1);
+    b.noise.push_back(0.3 * (2 * rng.Uniform() - 1));
+    b.vnoise.push_back(0.2 * (2 * rng.Uniform() - 1));
+    b.ret.push_back(2 * rng.Uniform() - 1);
   }
-  // Directions live on the first and last decoder layer, the final norm and the
-  // value head: every kind of tensor the loss reaches except the embedding.
-  const int64_t L = model->config().num_layers;
-  const std::string first = "model.layers.0.", last = fmt::format("model.layers.{}.", L - 1);
-  auto keep = [&](const std::string& name) {
+  return b;
+}
+
+// The parameters the directions live on: the first and last decoder layer, the
+// final norm and the value head, i.e. every kind of tensor the loss reaches
+// except the embedding.
+std::function<bool(const std::string&)> PerturbedParameters(int64_t num_layers) {
+  const std::string first = "model.layers.0.",
+                    last = fmt::format("model.layers.{}.", num_layers - 1);
+  return [first, last](const std::string& name) {
     return name.rfind(first, 0) == 0 || name.rfind(last, 0) == 0 || name == "model.norm.weight" ||
            name.rfind("value_head.", 0) == 0;
   };
-  int64_t total_values = 0;
-  for (auto& p : model->parameters()) total_values += p.numel();
-  Float64Scope f64(model, keep);
-  const auto& sel = f64.selected();
-  int64_t sel_values = 0;
-  for (const auto& [name, p] : sel) sel_values += p.numel();
+}
 
-  LossConfig lc;
-  lc.clip_low = lc.clip_high = 0.2;
-  torch::Tensor old_logp, old_v;
-  {
-    torch::NoGradGuard ng;
-    auto rb = policy::Readout(model, reqs, {"menu", false});
-    old_logp = rb.log_p.gather(1, torch::tensor(chosen).unsqueeze(1)).squeeze(1) +
-               torch::tensor(noise, torch::kFloat64);
-    old_v = rb.value + torch::tensor(vnoise, torch::kFloat64);
+// The audited loss: clipped surrogate on p(a|s) ratios + 0.5 * clipped value
+// loss - 0.01 * menu entropy, against old log-probs and values read once at
+// construction (without grad). It is the batch mean of per-state losses,
+// evaluated state by state (the same function as one batched readout, since
+// every term is a mean over states) so that autograd keeps only one state's
+// float64 activations.
+class PpoAuditLoss {
+ public:
+  PpoAuditLoss(policy::TransformerLM& model, const PpoBatch& b) : model_(model), b_(b) {
+    lc_.clip_low = lc_.clip_high = 0.2;
+    {
+      torch::NoGradGuard ng;
+      auto rb = policy::Readout(model_, b_.reqs, {"menu", false});
+      old_logp_ = rb.log_p.gather(1, torch::tensor(b_.chosen).unsqueeze(1)).squeeze(1) +
+                  torch::tensor(b_.noise, torch::kFloat64);
+      old_v_ = rb.value + torch::tensor(b_.vnoise, torch::kFloat64);
+    }
+    adv_t_ = torch::tensor(b_.adv, torch::kFloat64);
+    ret_t_ = torch::tensor(b_.ret, torch::kFloat64);
   }
-  // The loss is the batch mean of per-state losses, evaluated state by state
-  // (the same function as one batched readout, since every term is a mean over
-  // states) so that autograd keeps only one state's float64 activations.
-  const auto adv_t = torch::tensor(adv, torch::kFloat64),
-             ret_t = torch::tensor(ret, torch::kFloat64);
-  auto state_loss = [&](int64_t b) {
-    auto rb = policy::Readout(model, {reqs[b]}, {"menu", false});
-    auto logp = rb.log_p[0][chosen[b]].reshape({1});
-    auto pg = DecisionPpoLoss(lc, logp, old_logp[b].reshape({1}), adv_t[b].reshape({1})).loss;
-    auto v = ValueLoss(rb.value, old_v[b].reshape({1}), ret_t[b].reshape({1}), 0.2);
+  // State b's term (with its graph when grad mode is on).
+  torch::Tensor State(int64_t b) const {
+    auto rb = policy::Readout(model_, {b_.reqs[b]}, {"menu", false});
+    auto logp = rb.log_p[0][b_.chosen[b]].reshape({1});
+    auto pg = DecisionPpoLoss(lc_, logp, old_logp_[b].reshape({1}), adv_t_[b].reshape({1})).loss;
+    auto v = ValueLoss(rb.value, old_v_[b].reshape({1}), ret_t_[b].reshape({1}), 0.2);
     auto ent = MenuEntropy(rb.log_p, rb.item_mask).mean();
-    return (pg + 0.5 * v - 0.01 * ent) / static_cast<double>(B);
-  };
-  auto loss_fn = [&]() {
+    return (pg + 0.5 * v - 0.01 * ent) / static_cast<double>(b_.size());
+  }
+  // The loss, state by state.
+  double Value() const {
     double total = 0;
-    for (int64_t b = 0; b < B; ++b) total += state_loss(b).item<double>();
+    for (int64_t b = 0; b < b_.size(); ++b) total += State(b).item<double>();
     return total;
-  };
+  }
+
+ private:
+  policy::TransformerLM& model_;
+  const PpoBatch& b_;
+  LossConfig lc_;
+  torch::Tensor old_logp_, old_v_, adv_t_, ret_t_;
+};
+
+// Accumulates the loss's autograd gradient in the parameters' .grad (one
+// backward per state); returns its squared norm over `sel`.
+double AutogradGradient(const PpoAuditLoss& loss_fn, int64_t B,
+                        const std::vector<std::pair<std::string, torch::Tensor>>& sel,
+                        FiniteGuard& finite) {
   double loss = 0;
   for (int64_t b = 0; b < B; ++b) {
-    auto l = state_loss(b);
+    auto l = loss_fn.State(b);
     loss += l.item<double>();
     l.backward();
   }
@@ -763,18 +902,36 @@ AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRendere
     const double s = SumSquares(p.grad());
     if (finite(s, [&] { return "||autograd gradient of " + name + "||^2"; })) grad_sq += s;
   }
+  return grad_sq;
+}
 
-  torch::NoGradGuard ng;
+// The loss's derivative along one direction over `sel` (dir[i] shaped like
+// parameter i; unit norm overall), by a fourth-order central difference with
+// step h: truncation O(h^4), rounding ~1e-16 / h. Restores the parameters.
+double CentralDifference(const std::vector<std::pair<std::string, torch::Tensor>>& sel,
+                         const std::vector<torch::Tensor>& orig,
+                         const std::vector<torch::Tensor>& dir, double h,
+                         const PpoAuditLoss& loss_fn) {
+  auto loss_at = [&](double s) {
+    for (size_t i = 0; i < sel.size(); ++i) sel[i].second.copy_(orig[i] + s * dir[i]);
+    return loss_fn.Value();
+  };
+  const double p2 = loss_at(2 * h), p1 = loss_at(h), n1 = loss_at(-h), n2 = loss_at(-2 * h);
+  for (size_t i = 0; i < sel.size(); ++i) sel[i].second.copy_(orig[i]);
+  return (n2 - 8 * n1 + 8 * p1 - p2) / (12 * h);
+}
+
+// Three random unit directions over `sel` (drawn from `seed`): autograd's
+// directional derivative (from .grad) vs CentralDifference, each pair added to
+// c.numbers. Returns the worst relative error, its denominator floored at
+// `typical`. Call without grad mode.
+double WorstDirectionalError(const std::vector<std::pair<std::string, torch::Tensor>>& sel,
+                             double typical, const PpoAuditLoss& loss_fn, uint64_t seed,
+                             FiniteGuard& finite, AuditCheck& c) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x9e3779b97f4a7c15ULL);
   std::vector<torch::Tensor> orig;
   for (const auto& [name, p] : sel) orig.push_back(p.detach().clone());
-  // A random unit direction's derivative is typically ||grad|| / sqrt(n); it
-  // floors the relative error's denominator so that a direction that happens
-  // to be nearly orthogonal to the gradient does not turn float64 rounding
-  // into a failure, while a wrong gradient still shows at ||error|| / ||grad||.
-  const double typical = std::sqrt(grad_sq / static_cast<double>(std::max<int64_t>(sel_values, 1)));
   double worst = 0;
-  const double h = kFdStep;
   for (int d = 0; d < 3; ++d) {
     std::vector<torch::Tensor> dir;
     double sq = 0;
@@ -787,14 +944,7 @@ AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRendere
       dir[i] /= std::sqrt(sq);
       if (sel[i].second.grad().defined()) analytic += SumProducts(sel[i].second.grad(), dir[i]);
     }
-    auto loss_at = [&](double s) {
-      for (size_t i = 0; i < sel.size(); ++i) sel[i].second.copy_(orig[i] + s * dir[i]);
-      return loss_fn();
-    };
-    // Fourth-order central difference: truncation O(h^4), rounding ~1e-16 / h.
-    const double p2 = loss_at(2 * h), p1 = loss_at(h), n1 = loss_at(-h), n2 = loss_at(-2 * h);
-    for (size_t i = 0; i < sel.size(); ++i) sel[i].second.copy_(orig[i]);
-    const double fd = (n2 - 8 * n1 + 8 * p1 - p2) / (12 * h);
+    const double fd = CentralDifference(sel, orig, dir, kFdStep, loss_fn);
     auto name = [d](const char* what) {
       return [d, what] { return fmt::format("direction {} {}", d + 1, what); };
     };
@@ -805,6 +955,33 @@ AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRendere
     c.numbers.push_back({fmt::format("direction {}: autograd vs finite difference", d + 1),
                          fmt::format("{:.10g} vs {:.10g}", analytic, fd)});
   }
+  return worst;
+}
+
+AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
+                       const std::vector<AuditState>& states, uint64_t seed) {
+  AuditCheck c{"ppo_gradient",
+               "PPO gradient check: autograd vs central finite differences (float64)"};
+  FiniteGuard finite;
+  const PpoBatch batch = DrawPpoBatch(renderer, states, seed);
+  const int64_t B = batch.size();
+  const int64_t L = model->config().num_layers;
+  int64_t total_values = 0;
+  for (auto& p : model->parameters()) total_values += p.numel();
+  Float64Scope f64(model, PerturbedParameters(L));
+  const auto& sel = f64.selected();
+  int64_t sel_values = 0;
+  for (const auto& [name, p] : sel) sel_values += p.numel();
+
+  const PpoAuditLoss loss_fn(model, batch);
+  const double grad_sq = AutogradGradient(loss_fn, B, sel, finite);
+  torch::NoGradGuard ng;
+  // A random unit direction's derivative is typically ||grad|| / sqrt(n); it
+  // floors the relative error's denominator so that a direction that happens
+  // to be nearly orthogonal to the gradient does not turn float64 rounding
+  // into a failure, while a wrong gradient still shows at ||error|| / ||grad||.
+  const double typical = std::sqrt(grad_sq / static_cast<double>(std::max<int64_t>(sel_values, 1)));
+  const double worst = WorstDirectionalError(sel, typical, loss_fn, seed, finite, c);
   c.numbers.push_back(
       {"parameters perturbed",
        fmt::format("{} tensors, {} of {} values (layers 0 and {}, final norm, value head)",
@@ -818,19 +995,18 @@ AuditCheck PpoGradient(policy::TransformerLM& model, const policy::PromptRendere
       "Loss = clipped surrogate on p(a|s) ratios + 0.5 * clipped value loss - 0.01 * menu "
       "entropy, B = {}; unit random directions, 4-point central differences with step {:g}; "
       "the model is converted to float64 in place and back (exact).",
-      B, h);
+      B, kFdStep);
   finite.Apply(c);
   return c;
 }
 
 // ---- 4 ----------------------------------------------------------------------------
-AuditCheck Teaching(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
-                    const std::vector<AuditState>& states) {
-  AuditCheck c{"teaching", "GRPO-family teaching cases"};
-  FiniteGuard finite;
+// Each teaching case adds its numbers to `c` and returns whether it holds.
+
+// (a) An all-wrong group gives zero advantage under GRPO and Dr. GRPO.
+bool AllWrongGroupHasNoAdvantage(AuditCheck& c) {
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   bool ok = true;
-  // (a) an all-wrong group gives zero advantage under GRPO and Dr. GRPO.
   for (bool std_norm : {true, false}) {
     AdvantageConfig ac;
     ac.estimator = "grpo";
@@ -844,7 +1020,12 @@ AuditCheck Teaching(policy::TransformerLM& model, const policy::PromptRenderer& 
     c.numbers.push_back(
         {fmt::format("all-wrong group, {}: max |A|", std_norm ? "GRPO" : "Dr. GRPO"), Num(m)});
   }
-  // (b) GSPO's sequence clip vs per-token clipping with one outlier token.
+  return ok;
+}
+
+// (b) GSPO's sequence clip vs per-token clipping with one outlier token.
+bool SequenceClipDropsTheOutlier(AuditCheck& c) {
+  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   auto old = torch::full({1, 4}, -1.0, f64);
   auto lp_data = torch::tensor({-1.0, -1.0, -1.0, 1.0}, f64).unsqueeze(0);
   int nonzero[2];
@@ -865,14 +1046,18 @@ AuditCheck Teaching(policy::TransformerLM& model, const policy::PromptRenderer& 
     nonzero[which] = static_cast<int>((g.abs() > 0).sum().item<int64_t>());
     losses[which] = res.loss.item<double>();
   }
-  ok = ok && nonzero[0] == 3 && nonzero[1] == 0;
   c.numbers.push_back(
       {"outlier token (log-ratio 2 on 1 of 4 tokens): tokens with gradient, per-token PPO clip",
        fmt::format("{} of 4 (loss {:.4f})", nonzero[0], losses[0])});
   c.numbers.push_back({"same sequence, GSPO sequence clip",
                        fmt::format("{} of 4 (loss {:.4f}; geometric-mean ratio {:.3f} is clipped)",
                                    nonzero[1], losses[1], std::exp(0.5))});
-  // (c) TIS keeps a very small engine ratio, IcePop zeroes it.
+  return nonzero[0] == 3 && nonzero[1] == 0;
+}
+
+// (c) TIS keeps a very small engine ratio, IcePop zeroes it.
+bool EngineCorrectionsTreatASmallRatio(AuditCheck& c) {
+  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   auto o = torch::full({1, 1}, -1.0, f64), r = torch::full({1, 1}, -1.0 + std::log(1000.0), f64);
   auto mask = torch::ones({1, 1}, torch::kBool);
   EngineConfig tis;
@@ -881,27 +1066,40 @@ AuditCheck Teaching(policy::TransformerLM& model, const policy::PromptRenderer& 
   ice.kind = "icepop";
   double wt = CorrectEngine(tis, o, r, mask).weight.item<double>();
   double wi = CorrectEngine(ice, o, r, mask).weight.item<double>();
-  ok = ok && std::abs(wt - 1e-3) < 1e-9 && wi == 0.0;
   c.numbers.push_back({"engine ratio k = 1e-3: TIS weight (cap 2, floor 0)", Num(wt)});
   c.numbers.push_back({"engine ratio k = 1e-3: IcePop weight ([0.5, 5])", Num(wi)});
-  // (d) label-marginal KL/entropy vs the full-vocabulary row on the same state.
-  {
-    torch::NoGradGuard ng;
-    auto rb = policy::Readout(model, {DistinctRequest(renderer, states[0])}, {"menu", false});
-    double hm = rb.menu_entropy[0].item<double>(), hr = rb.row_entropy[0].item<double>();
-    double mass = rb.candidate_mass[0].item<double>();
-    finite(hm, [] { return std::string("state 1 menu entropy"); });
-    finite(hr, [] { return std::string("state 1 row entropy"); });
-    finite(mass, [] { return std::string("state 1 candidate mass"); });
-    double K = static_cast<double>(states[0].menu.size()),
-           V = static_cast<double>(model->config().vocab_size);
-    c.numbers.push_back({"state 1: menu entropy H(p(.|s)) / KL(p || uniform menu)",
-                         fmt::format("{:.4f} / {:.4f} nats", hm, std::log(K) - hm)});
-    c.numbers.push_back({"state 1: full-row entropy / KL(row || uniform vocab)",
-                         fmt::format("{:.4f} / {:.4f} nats", hr, std::log(V) - hr)});
-    c.numbers.push_back({"state 1: candidate mass", Num(mass)});
-  }
-  c.passed = ok;
+  return std::abs(wt - 1e-3) < 1e-9 && wi == 0.0;
+}
+
+// (d) Label-marginal KL/entropy vs the full-vocabulary row on the same state
+// (reported, not judged).
+void MenuVsRowEntropy(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
+                      const AuditState& state, FiniteGuard& finite, AuditCheck& c) {
+  torch::NoGradGuard ng;
+  auto rb = policy::Readout(model, {DistinctRequest(renderer, state)}, {"menu", false});
+  double hm = rb.menu_entropy[0].item<double>(), hr = rb.row_entropy[0].item<double>();
+  double mass = rb.candidate_mass[0].item<double>();
+  finite(hm, [] { return std::string("state 1 menu entropy"); });
+  finite(hr, [] { return std::string("state 1 row entropy"); });
+  finite(mass, [] { return std::string("state 1 candidate mass"); });
+  double K = static_cast<double>(state.menu.size()),
+         V = static_cast<double>(model->config().vocab_size);
+  c.numbers.push_back({"state 1: menu entropy H(p(.|s)) / KL(p || uniform menu)",
+                       fmt::format("{:.4f} / {:.4f} nats", hm, std::log(K) - hm)});
+  c.numbers.push_back({"state 1: full-row entropy / KL(row || uniform vocab)",
+                       fmt::format("{:.4f} / {:.4f} nats", hr, std::log(V) - hr)});
+  c.numbers.push_back({"state 1: candidate mass", Num(mass)});
+}
+
+AuditCheck Teaching(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
+                    const std::vector<AuditState>& states) {
+  AuditCheck c{"teaching", "GRPO-family teaching cases"};
+  FiniteGuard finite;
+  const bool advantages = AllWrongGroupHasNoAdvantage(c);
+  const bool clip = SequenceClipDropsTheOutlier(c);
+  const bool engine = EngineCorrectionsTreatASmallRatio(c);
+  MenuVsRowEntropy(model, renderer, states[0], finite, c);
+  c.passed = advantages && clip && engine;
   c.note =
       "The menu KL that decision PPO uses is exact over K actions; the row statistics spread over "
       "the whole vocabulary.";
@@ -910,63 +1108,29 @@ AuditCheck Teaching(policy::TransformerLM& model, const policy::PromptRenderer& 
 }
 
 // ---- 5 ----------------------------------------------------------------------------
-AuditCheck LabelBias(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
-                     const std::vector<AuditState>& states, const envs::Env& env, uint64_t seed) {
-  AuditCheck c{"label_bias",
-               "Label bias: position prior under shuffled menus, order flip rate, candidate mass"};
-  c.informational = true;
-  FiniteGuard finite;
-  torch::NoGradGuard ng;
-  policy::LabelPositionStats stats;
-  Rng rng = Rng::Stream(seed, "audit_labels");
-  double mass = 0;
-  int64_t menus = 0;
-  auto read = [&](const policy::ReadoutBatch& rb, size_t K, const char* which) {
-    std::vector<double> out;
-    for (size_t k = 0; k < K; ++k) {
-      out.push_back(std::exp(rb.log_p[0][static_cast<int64_t>(k)].item<double>()));
-      finite(out.back(),
-             [&] { return fmt::format("menu {} ({}) item {} p(a|s)", menus, which, k + 1); });
-    }
-    return out;
-  };
-  for (const auto& a : states) {
-    for (int rep = 0; rep < 4; ++rep) {
-      envs::Menu m = a.menu;
-      envs::ShuffleMenu(m, rng);
-      auto prompt = renderer.Render(env.Instructions(), a.state->Observation(), {}, m,
-                                    policy::Plane::kDecision);
-      policy::ReadoutRequest req;
-      req.prompt = prompt.tokens;
-      req.realisations = renderer.Realisations(m, false);
-      req.end_token = renderer.tokenizer().eos_id();
-      auto rb = policy::Readout(model, {req}, {"menu", false});
-      ++menus;
-      auto fwd = read(rb, m.size(), "forward");
-      double cm = rb.candidate_mass[0].item<double>();
-      finite(cm, [&] { return fmt::format("menu {} candidate mass", menus); });
-      mass += cm;
-      // The same menu in reversed order.
-      std::vector<int> rev(m.size());
-      for (size_t k = 0; k < m.size(); ++k) rev[k] = static_cast<int>(m.size() - 1 - k);
-      envs::Menu mr = m;
-      envs::PermuteMenu(mr, rev);
-      auto pr = renderer.Render(env.Instructions(), a.state->Observation(), {}, mr,
-                                policy::Plane::kDecision);
-      req.prompt = pr.tokens;
-      req.realisations = renderer.Realisations(mr, false);
-      auto back = read(policy::Readout(model, {req}, {"menu", false}), mr.size(), "reversed");
-      stats.AddReversedPair(fwd, back);
-    }
-  }
-  std::string lift;
-  for (double l : stats.LiftByPosition())
-    lift += fmt::format("{}{:.2f}", lift.empty() ? "" : " ", l);
-  // Content-free prior: the same prompt frame with the observation and the
-  // menu contents removed; what is left is the model's preference for letters.
+// The menu readout of `menu` at `state` (decision prompt without memory, first
+// wordings only); one forward.
+policy::ReadoutBatch ReadMenu(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
+                              const envs::Env& env, const envs::State& state,
+                              const envs::Menu& menu) {
+  auto prompt =
+      renderer.Render(env.Instructions(), state.Observation(), {}, menu, policy::Plane::kDecision);
+  policy::ReadoutRequest req;
+  req.prompt = prompt.tokens;
+  req.realisations = renderer.Realisations(menu, false);
+  req.end_token = renderer.tokenizer().eos_id();
+  return policy::Readout(model, {req}, {"menu", false});
+}
+
+// The content-free prior over the first K labels, "A=0.250 B=0.250 ...": the
+// same prompt frame with the observation and the menu contents removed; what
+// is left is the model's preference for letters.
+std::string ContentFreePriorText(policy::TransformerLM& model,
+                                 const policy::PromptRenderer& renderer, const envs::Env& env,
+                                 size_t K, FiniteGuard& finite) {
   envs::Menu blank;
   std::vector<TokenId> label_tokens;
-  for (size_t k = 0; k < states[0].menu.size(); ++k) {
+  for (size_t k = 0; k < K; ++k) {
     envs::MenuItem it;
     it.label = envs::LabelFor(static_cast<int>(k));
     blank.items.push_back(it);
@@ -981,10 +1145,54 @@ AuditCheck LabelBias(policy::TransformerLM& model, const policy::PromptRenderer&
     prior_text += fmt::format("{}{}={:.3f}", prior_text.empty() ? "" : " ",
                               envs::LabelFor(static_cast<int>(k)), pk);
   }
+  return prior_text;
+}
+
+AuditCheck LabelBias(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
+                     const std::vector<AuditState>& states, const envs::Env& env, uint64_t seed) {
+  AuditCheck c{"label_bias",
+               "Label bias: position prior under shuffled menus, order flip rate, candidate mass"};
+  c.informational = true;
+  FiniteGuard finite;
+  torch::NoGradGuard ng;
+  policy::LabelPositionStats stats;
+  Rng rng = Rng::Stream(seed, "audit_labels");
+  double mass = 0;
+  int64_t menus = 0;
+  auto item = [&](const char* which) {
+    return [&, which](size_t k) {
+      return fmt::format("menu {} ({}) item {} p(a|s)", menus, which, k + 1);
+    };
+  };
+  for (const auto& a : states) {
+    for (int rep = 0; rep < 4; ++rep) {
+      envs::Menu m = a.menu;
+      envs::ShuffleMenu(m, rng);
+      auto rb = ReadMenu(model, renderer, env, *a.state, m);
+      ++menus;
+      auto fwd = MenuProbs(rb, m.size(), finite, item("forward"));
+      double cm = rb.candidate_mass[0].item<double>();
+      finite(cm, [&] { return fmt::format("menu {} candidate mass", menus); });
+      mass += cm;
+      // The same menu in reversed order.
+      std::vector<int> rev(m.size());
+      for (size_t k = 0; k < m.size(); ++k) rev[k] = static_cast<int>(m.size() - 1 - k);
+      envs::Menu mr = m;
+      envs::PermuteMenu(mr, rev);
+      auto back = MenuProbs(ReadMenu(model, renderer, env, *a.state, mr), mr.size(), finite,
+                            item("reversed"));
+      stats.AddReversedPair(fwd, back);
+    }
+  }
+  std::string lift;
+  for (double l : stats.LiftByPosition())
+    lift += fmt::format("{}{:.2f}", lift.empty() ? "" : " ", l);
+  const std::string prior =
+      ContentFreePriorText(model, renderer, env, states[0].menu.size(), finite);
   c.numbers = {
       {"menus (shuffled, each also reversed)", std::to_string(stats.pairs())},
       {"lift by position A, B, C, ... (1 = no position preference)", lift},
-      {"content-free prior over the labels", prior_text},
+      {"content-free prior over the labels", prior},
       {"order flip rate (argmax changes when the menu is reversed)", Num(stats.FlipRate())},
       {"mean candidate mass (share of the row on menu labels)",
        Num(mass / std::max<int64_t>(menus, 1))}};

@@ -297,6 +297,168 @@ std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const Compar
   return out;
 }
 
+namespace {
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The compare directory: `out_dir`, else runs/<name>-compare-<time>, chosen by
+// rank 0 (which refuses one that holds a run) and created on every rank.
+std::string CompareDirectory(Comm& comm, const std::string& out_dir, const std::string& run_name) {
+  std::string dir =
+      out_dir.empty()
+          ? (fs::path("runs") / fmt::format("{}-compare-{}", run_name, Timestamp())).string()
+          : out_dir;
+  if (comm.rank() == 0) RefuseExistingRun(dir, "compare");
+  dir = comm.Broadcast(dir, 0, "compare directory");
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Rank 0's warm start, run in the compare directory with the first seed:
+// behaviour cloning (sft), a saved fresh init (none), or a checkpoint the
+// config names (loaded once to fail early on a bad path). Returns its path.
+std::string LeadWarmStart(const std::string& config_path, const std::vector<std::string>& sets,
+                          const CompareConfig& cc, const std::string& run_dir, bool quiet) {
+  if (cc.warm_start != "sft" && cc.warm_start != "none") {
+    policy::LoadCheckpoint(cc.warm_start);  // fail early on a bad path
+    return cc.warm_start;
+  }
+  std::string warm_start;
+  Config c = BaseConfig(config_path, sets);
+  c.ApplyOverride(fmt::format("run.seed={}", cc.seeds.front()));
+  auto exp = ExperimentConfig::FromConfig(std::move(c));
+  Run s(*exp, {.out_dir = run_dir,
+               .kind = cc.warm_start == "sft" ? "sft" : "init",
+               .arm = "warm_start",
+               .config_file = "config-warm_start.toml",
+               .quiet = quiet,
+               .job = false});
+  if (cc.warm_start == "sft") {
+    if (!quiet)
+      spdlog::info("warm start: behaviour cloning ({} oracle episodes)", exp->sft.episodes);
+    auto r = RunSft(s, quiet);
+    warm_start = r.checkpoint;
+    if (!quiet)
+      spdlog::info("warm start: test success {:.2f} (decision) / {:.2f} (token), checkpoint {}",
+                   r.decision_greedy.success, r.token_greedy.success, r.checkpoint);
+  } else {
+    warm_start = (fs::path(run_dir) / "checkpoints" / "init").string();
+    policy::SaveCheckpoint(warm_start, s.model, s.tokenizer,
+                           {{"kind", "init"}, {"config_toml", exp->raw.ResolvedToml()}});
+  }
+  s.End("completed");
+  return warm_start;
+}
+
+// The shared warm start on every rank: rank 0 makes it, the others wait for
+// its path as long as it takes (it may take longer than run.dist_timeout_s),
+// and stop if rank 0 dies.
+std::string SharedWarmStart(Comm& comm, const std::string& config_path,
+                            const std::vector<std::string>& sets, const CompareConfig& cc,
+                            const std::string& run_dir, bool quiet) {
+  const bool lead = comm.rank() == 0;
+  std::string warm_start;
+  if (lead) warm_start = LeadWarmStart(config_path, sets, cc, run_dir, quiet);
+  if (comm.distributed()) {
+    if (lead)
+      comm.Post("warm_start", warm_start);
+    else
+      warm_start = comm.AwaitPost("warm_start", 0);
+  }
+  return warm_start;
+}
+
+// One arm x seed's experiment: the base config from the shared start with the
+// matched budget, then the arm's own overrides (an error names the arm).
+std::unique_ptr<ExperimentConfig> ArmExperiment(const std::string& config_path,
+                                                const std::vector<std::string>& sets,
+                                                const CompareConfig& cc, const ArmSpec& arm,
+                                                uint64_t seed, const std::string& warm_start) {
+  Config c = BaseConfig(config_path, sets);
+  c.ApplyOverrides({fmt::format("trainer.algorithm={}", arm.algorithm),
+                    fmt::format("run.seed={}", seed), fmt::format("policy.init={}", warm_start),
+                    fmt::format("trainer.budget={}", cc.budget),
+                    fmt::format("trainer.budget_value={}", cc.budget_value),
+                    fmt::format("trainer.iterations={}", cc.max_iterations)});
+  if (cc.success_metric == "sampled") c.ApplyOverride("trainer.eval_sampled=true");
+  c.ApplyOverride("trainer.eval_at_start=true");  // the curves start at the warm start
+  c.ApplyOverrides(arm.sets);
+  try {
+    return ExperimentConfig::FromConfig(std::move(c));
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("compare arm '{}' ({}): {}", arm.name, arm.algorithm, e.what()),
+                      e.hint());
+  }
+}
+
+// Records how `arm` measures the gradient SNR in `snr_settings` and throws
+// unless every arm recorded so far measures it the same way.
+void RequireSameSnrSettings(std::map<std::string, std::pair<int64_t, int64_t>>& snr_settings,
+                            const ArmSpec& arm, const ExperimentConfig& exp) {
+  snr_settings[arm.name] = {exp.trainer.grad_snr_every, exp.trainer.grad_snr_episodes};
+  if (snr_settings[arm.name] != snr_settings.begin()->second)
+    throw ConfigError(
+        fmt::format("compare: arm '{}' measures the gradient SNR with grad_snr_every = {}, "
+                    "grad_snr_episodes = {}, arm '{}' with {}, {}",
+                    arm.name, exp.trainer.grad_snr_every, exp.trainer.grad_snr_episodes,
+                    snr_settings.begin()->first, snr_settings.begin()->second.first,
+                    snr_settings.begin()->second.second),
+        "the SNR is comparable only when measured the same way: set them in [trainer], not "
+        "in an arm's set");
+}
+
+// Trains one arm x seed until the matched budget, as a 'compare' run in the
+// compare directory; returns its run id.
+int64_t TrainArmSeed(const ExperimentConfig& exp, Trainer& trainer, const CompareConfig& cc,
+                     const ArmSpec& arm, uint64_t seed, const std::string& run_dir, bool quiet) {
+  Run s(exp, {.out_dir = run_dir,
+              .kind = "compare",
+              .arm = arm.name,
+              .config_file = fmt::format("config-{}-seed{}.toml", arm.name, seed),
+              .quiet = true,
+              .checkpoints = fmt::format("checkpoints/{}-seed{}", arm.name, seed)});
+  if (!quiet)
+    spdlog::info("arm {} ({} plane), seed {}: training until {} = {:g}", arm.name,
+                 policy::PlaneName(trainer.plane()), seed, cc.budget, cc.budget_value);
+  Train(s, trainer,
+        {.resume = false, .quiet = quiet, .label = fmt::format("{} s{}", arm.name, seed)});
+  s.End("completed");
+  return s.run_id;
+}
+
+// report.html (curves, config diffs against the first arm) and summary.txt in
+// the compare directory; `t0` is when the compare started.
+void WriteReport(CompareResult& result, const ExperimentConfig& base_exp,
+                 const std::string& env_name, const std::string& config_path,
+                 const std::vector<std::string>& sets,
+                 const std::map<std::string, std::string>& resolved_by_arm, double t0) {
+  const CompareConfig& cc = result.config;
+  ReportInputs report;
+  report.env_name = env_name;
+  report.config_path = config_path;
+  report.sets = sets;
+  report.show_afterstates = base_exp.prompt.show_afterstates;
+  report.label_order = base_exp.prompt.label_order;
+  report.memory_enabled = base_exp.memory.enabled;
+  report.eval_episodes = base_exp.trainer.eval_episodes;
+  const std::string& first = resolved_by_arm.at(cc.arms.front().name);
+  for (const auto& arm : cc.arms)
+    report.arm_diffs.push_back({arm.name, ConfigDiff(first, resolved_by_arm.at(arm.name))});
+  if (cc.plots)
+    report.plots = RenderPlots(fs::path(result.run_dir) / "plots", result.runs, cc.arms,
+                               cc.success_metric, result.chance);
+  report.total_seconds = NowSeconds() - t0;
+  std::string html = RenderReportHtml(result, report);
+  result.report = (fs::path(result.run_dir) / "report.html").string();
+  std::ofstream(result.report) << html;
+  std::ofstream(fs::path(result.run_dir) / "summary.txt") << result.table << "\n"
+                                                          << result.verdict << "\n";
+}
+
+}  // namespace
+
 CompareResult RunCompare(const std::string& config_path, const std::vector<std::string>& sets,
                          const std::string& out_dir, bool quiet) {
   CompareResult result;
@@ -311,14 +473,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
   // rank 0 alone trains the warm start, collects the results and writes the report.
   Comm& comm = ProcessComm();
   const bool lead = comm.rank() == 0;
-  result.run_dir =
-      out_dir.empty()
-          ? (fs::path("runs") / fmt::format("{}-compare-{}", base_exp->run.name, Timestamp()))
-                .string()
-          : out_dir;
-  if (lead) RefuseExistingRun(result.run_dir, "compare");
-  result.run_dir = comm.Broadcast(result.run_dir, 0, "compare directory");
-  fs::create_directories(result.run_dir);
+  result.run_dir = CompareDirectory(comm, out_dir, base_exp->run.name);
   const std::string db = (fs::path(result.run_dir) / memory::kDatabaseFileName).string();
   // Held to the end: a second compare (or train) on this directory is refused
   // before anything here is written, and the arms' stores join it.
@@ -326,47 +481,9 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
   if (lead) lock.emplace(db);
   comm.Barrier("compare lock");
   if (lead) std::ofstream(fs::path(result.run_dir) / "compare.toml") << base.DocumentToml();
-  double t0 =
-      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  double t0 = NowSeconds();
 
-  // ---- one shared warm start -------------------------------------------------------
-  if (!lead) {
-    // Rank 0 trains it (below); the path comes with the broadcast after.
-  } else if (cc.warm_start == "sft" || cc.warm_start == "none") {
-    Config c = BaseConfig(config_path, sets);
-    c.ApplyOverride(fmt::format("run.seed={}", cc.seeds.front()));
-    auto exp = ExperimentConfig::FromConfig(std::move(c));
-    Run s(*exp, {.out_dir = result.run_dir,
-                 .kind = cc.warm_start == "sft" ? "sft" : "init",
-                 .arm = "warm_start",
-                 .config_file = "config-warm_start.toml",
-                 .quiet = quiet,
-                 .job = false});
-    if (cc.warm_start == "sft") {
-      if (!quiet)
-        spdlog::info("warm start: behaviour cloning ({} oracle episodes)", exp->sft.episodes);
-      auto r = RunSft(s, quiet);
-      result.warm_start = r.checkpoint;
-      if (!quiet)
-        spdlog::info("warm start: test success {:.2f} (decision) / {:.2f} (token), checkpoint {}",
-                     r.decision_greedy.success, r.token_greedy.success, r.checkpoint);
-    } else {
-      result.warm_start = (fs::path(result.run_dir) / "checkpoints" / "init").string();
-      policy::SaveCheckpoint(result.warm_start, s.model, s.tokenizer,
-                             {{"kind", "init"}, {"config_toml", exp->raw.ResolvedToml()}});
-    }
-    s.End("completed");
-  } else {
-    result.warm_start = cc.warm_start;
-    policy::LoadCheckpoint(cc.warm_start);  // fail early on a bad path
-  }
-
-  // The others wait for rank 0's warm start as long as it takes (it may take
-  // longer than run.dist_timeout_s), and stop if rank 0 dies.
-  if (comm.distributed()) {
-    if (lead) comm.Post("warm_start", result.warm_start);
-    else result.warm_start = comm.AwaitPost("warm_start", 0);
-  }
+  result.warm_start = SharedWarmStart(comm, config_path, sets, cc, result.run_dir, quiet);
   if (lead) result.chance = ChanceLevel(*base_exp, cc.chance_episodes);
 
   // ---- every arm x seed from the same start, same budget --------------------------------
@@ -377,51 +494,11 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
                    !quiet, /*every_s=*/0);
   for (const auto& arm : cc.arms) {
     for (uint64_t seed : cc.seeds) {
-      Config c = BaseConfig(config_path, sets);
-      c.ApplyOverrides({fmt::format("trainer.algorithm={}", arm.algorithm),
-                        fmt::format("run.seed={}", seed),
-                        fmt::format("policy.init={}", result.warm_start),
-                        fmt::format("trainer.budget={}", cc.budget),
-                        fmt::format("trainer.budget_value={}", cc.budget_value),
-                        fmt::format("trainer.iterations={}", cc.max_iterations)});
-      if (cc.success_metric == "sampled") c.ApplyOverride("trainer.eval_sampled=true");
-      c.ApplyOverride("trainer.eval_at_start=true");  // the curves start at the warm start
-      c.ApplyOverrides(arm.sets);
-      std::unique_ptr<ExperimentConfig> exp;
-      try {
-        exp = ExperimentConfig::FromConfig(std::move(c));
-      } catch (const ConfigError& e) {
-        throw ConfigError(
-            fmt::format("compare arm '{}' ({}): {}", arm.name, arm.algorithm, e.what()), e.hint());
-      }
-      snr_settings[arm.name] = {exp->trainer.grad_snr_every, exp->trainer.grad_snr_episodes};
-      if (snr_settings[arm.name] != snr_settings.begin()->second)
-        throw ConfigError(
-            fmt::format("compare: arm '{}' measures the gradient SNR with grad_snr_every = {}, "
-                        "grad_snr_episodes = {}, arm '{}' with {}, {}",
-                        arm.name, exp->trainer.grad_snr_every, exp->trainer.grad_snr_episodes,
-                        snr_settings.begin()->first, snr_settings.begin()->second.first,
-                        snr_settings.begin()->second.second),
-            "the SNR is comparable only when measured the same way: set them in [trainer], not "
-            "in an arm's set");
+      auto exp = ArmExperiment(config_path, sets, cc, arm, seed, result.warm_start);
+      RequireSameSnrSettings(snr_settings, arm, *exp);
       auto trainer = TrainerRegistry::Global().Make(arm.algorithm);
-      int64_t run_id = 0;
-      {
-        Run s(*exp, {.out_dir = result.run_dir,
-                     .kind = "compare",
-                     .arm = arm.name,
-                     .config_file = fmt::format("config-{}-seed{}.toml", arm.name, seed),
-                     .quiet = true,
-                     .checkpoints = fmt::format("checkpoints/{}-seed{}", arm.name, seed)});
-        if (!quiet)
-          spdlog::info("arm {} ({} plane), seed {}: training until {} = {:g}", arm.name,
-                       policy::PlaneName(trainer->plane()), seed, cc.budget, cc.budget_value);
-        Train(s, *trainer,
-              {.resume = false, .quiet = quiet, .label = fmt::format("{} s{}", arm.name, seed)});
-        s.End("completed");
-        run_id = s.run_id;
-        resolved_by_arm.emplace(arm.name, exp->raw.ResolvedToml());
-      }
+      const int64_t run_id = TrainArmSeed(*exp, *trainer, cc, arm, seed, result.run_dir, quiet);
+      resolved_by_arm.emplace(arm.name, exp->raw.ResolvedToml());
       if (!lead) continue;
       auto r = Collect(db, run_id, arm, policy::PlaneName(trainer->plane()), seed,
                        cc.success_threshold, cc.success_metric == "sampled");
@@ -436,30 +513,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
   result.arms = Summarise(result.runs, cc.arms);
   result.table = FormatSummaryTable(result.arms, cc);
   result.verdict = Verdict(result.arms, env_name, result.chance);
-
-  // ---- curves and report ----------------------------------------------------------------
-  ReportInputs report;
-  report.env_name = env_name;
-  report.config_path = config_path;
-  report.sets = sets;
-  report.show_afterstates = base_exp->prompt.show_afterstates;
-  report.label_order = base_exp->prompt.label_order;
-  report.memory_enabled = base_exp->memory.enabled;
-  report.eval_episodes = base_exp->trainer.eval_episodes;
-  const std::string& first = resolved_by_arm.at(cc.arms.front().name);
-  for (const auto& arm : cc.arms)
-    report.arm_diffs.push_back({arm.name, ConfigDiff(first, resolved_by_arm.at(arm.name))});
-  if (cc.plots)
-    report.plots = RenderPlots(fs::path(result.run_dir) / "plots", result.runs, cc.arms,
-                               cc.success_metric, result.chance);
-  report.total_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
-      t0;
-  std::string html = RenderReportHtml(result, report);
-  result.report = (fs::path(result.run_dir) / "report.html").string();
-  std::ofstream(result.report) << html;
-  std::ofstream(fs::path(result.run_dir) / "summary.txt") << result.table << "\n"
-                                                          << result.verdict << "\n";
+  WriteReport(result, *base_exp, env_name, config_path, sets, resolved_by_arm, t0);
   return result;
 }
 
