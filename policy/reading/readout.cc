@@ -66,8 +66,9 @@ struct PackedRow {
   int64_t span_begin = 0, span_end = 0;  // ReadoutRequest::scored_begin/end
 };
 
-PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool with_afterstates) {
-  PackedRow pr;
+// The prompt is non-empty and in the vocabulary, the menu non-empty, the span
+// (if any) inside the prompt with a token before it.
+void CheckPromptAndSpan(const ReadoutRequest& req, size_t row, int64_t vocab) {
   if (req.prompt.empty())
     throw ConfigError(fmt::format("readout request {}: empty prompt", row),
                       "a prompt must end with the answer prefix");
@@ -83,13 +84,12 @@ PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool wit
                                   row, req.scored_begin, req.scored_end, P),
                       "a scored span needs at least one token before it and must end within the "
                       "prompt");
-  pr.span_begin = req.scored_begin;
-  pr.span_end = req.scored_end;
-  pr.prompt_len = static_cast<int64_t>(req.prompt.size());
-  pr.num_items = static_cast<int64_t>(req.realisations.size());
+}
 
-  // Distinct wordings: identical sequences within an item count once; across
-  // items they make the events ambiguous.
+// Distinct wordings: identical sequences within an item count once; across
+// items they make the events ambiguous. Fills wordings, slot_wording and
+// label_tokens.
+void CollectWordings(const ReadoutRequest& req, size_t row, int64_t vocab, PackedRow& pr) {
   std::map<std::vector<TokenId>, int64_t> seen;  // tokens -> wording index
   pr.slot_wording.resize(pr.num_items);
   for (int64_t k = 0; k < pr.num_items; ++k) {
@@ -116,8 +116,11 @@ PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool wit
     if (std::find(pr.label_tokens.begin(), pr.label_tokens.end(), item[0][0]) == pr.label_tokens.end())
       pr.label_tokens.push_back(item[0][0]);
   }
+}
 
-  // Prefix-freeness: a wording that is a token-prefix of another gets end_token.
+// Prefix-freeness: a wording that is a token-prefix of another gets end_token;
+// afterwards no wording may equal or prefix another.
+void AppendEndTokens(const ReadoutRequest& req, size_t row, int64_t vocab, PackedRow& pr) {
   const size_t W = pr.wordings.size();
   std::vector<bool> needs_end(W, false);
   for (size_t i = 0; i < W; ++i)
@@ -146,8 +149,10 @@ PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool wit
                         row, req.end_token, Repr(pr.wordings[i].tokens), pr.wordings[i].item,
                         Repr(pr.wordings[j].tokens), pr.wordings[j].item),
             "the end token must not occur inside wordings");
+}
 
-  // Trie over the distinct wordings; nodes in insertion order (parents first).
+// Trie over the distinct wordings; nodes in insertion order (parents first).
+void BuildTrie(PackedRow& pr) {
   std::map<std::pair<int64_t, TokenId>, int64_t> child;  // (parent, token) -> node
   for (auto& w : pr.wordings) {
     int64_t parent = -1;
@@ -163,8 +168,10 @@ PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool wit
     }
     w.leaf = parent;
   }
+}
 
-  // Token layout.
+// Token layout of the prompt and the trie: ids, positions, attention pairs.
+void LayOutPromptAndTrie(const ReadoutRequest& req, PackedRow& pr) {
   pr.ids.assign(req.prompt.begin(), req.prompt.end());
   for (int64_t i = 0; i < pr.prompt_len; ++i) pr.positions.push_back(i);
   std::vector<int64_t> depth(pr.node_token.size());
@@ -175,22 +182,38 @@ PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool wit
     pr.positions.push_back(pr.prompt_len - 1 + depth[n]);
     pr.attention_pairs += pr.prompt_len + depth[n];  // the prompt and its own ancestors
   }
-  if (with_afterstates) {
-    if (static_cast<int64_t>(req.afterstates.size()) != pr.num_items)
-      throw ConfigError(fmt::format("readout request {}: {} afterstate branches for {} menu items", row,
-                                    req.afterstates.size(), pr.num_items),
-                        "give one branch per item, or turn afterstate_values off");
-    for (const auto& br : req.afterstates) {
-      CheckIds(br, vocab, "afterstate", row);
-      pr.branch_start.push_back(static_cast<int64_t>(pr.ids.size()));
-      pr.branch_len.push_back(static_cast<int64_t>(br.size()));
-      for (size_t t = 0; t < br.size(); ++t) {
-        pr.ids.push_back(br[t]);
-        pr.positions.push_back(pr.prompt_len + static_cast<int64_t>(t));
-        pr.attention_pairs += pr.prompt_len + static_cast<int64_t>(t) + 1;
-      }
+}
+
+// Appends one afterstate branch per item after the trie.
+void AppendBranches(const ReadoutRequest& req, size_t row, int64_t vocab, PackedRow& pr) {
+  if (static_cast<int64_t>(req.afterstates.size()) != pr.num_items)
+    throw ConfigError(fmt::format("readout request {}: {} afterstate branches for {} menu items", row,
+                                  req.afterstates.size(), pr.num_items),
+                      "give one branch per item, or turn afterstate_values off");
+  for (const auto& br : req.afterstates) {
+    CheckIds(br, vocab, "afterstate", row);
+    pr.branch_start.push_back(static_cast<int64_t>(pr.ids.size()));
+    pr.branch_len.push_back(static_cast<int64_t>(br.size()));
+    for (size_t t = 0; t < br.size(); ++t) {
+      pr.ids.push_back(br[t]);
+      pr.positions.push_back(pr.prompt_len + static_cast<int64_t>(t));
+      pr.attention_pairs += pr.prompt_len + static_cast<int64_t>(t) + 1;
     }
   }
+}
+
+PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool with_afterstates) {
+  CheckPromptAndSpan(req, row, vocab);
+  PackedRow pr;
+  pr.span_begin = req.scored_begin;
+  pr.span_end = req.scored_end;
+  pr.prompt_len = static_cast<int64_t>(req.prompt.size());
+  pr.num_items = static_cast<int64_t>(req.realisations.size());
+  CollectWordings(req, row, vocab, pr);
+  AppendEndTokens(req, row, vocab, pr);
+  BuildTrie(pr);
+  LayOutPromptAndTrie(req, pr);
+  if (with_afterstates) AppendBranches(req, row, vocab, pr);
   return pr;
 }
 
@@ -216,62 +239,84 @@ void FillMask(const PackedRow& pr, int64_t L, bool* mask) {
   for (int64_t i = len; i < L; ++i) mask[i * L + i] = true;  // padding sees itself only
 }
 
-}  // namespace
-
-ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& batch,
-                     const ReadoutOptions& options) {
-  if (options.normalisation != "menu" && options.normalisation != "other")
-    throw ConfigError(fmt::format("unknown readout normalisation '{}'", options.normalisation),
-                      "use 'menu' (renormalise over the menu) or 'other' (keep the off-menu mass)");
-  if (batch.empty()) throw ConfigError("readout batch is empty", "pass at least one state");
-  const int64_t vocab = model->config().vocab_size;
-  const int64_t B = static_cast<int64_t>(batch.size());
+// The packed batch: B rows, padded to L tokens, K items and R wordings per item.
+struct PackedBatch {
   std::vector<PackedRow> rows;
-  rows.reserve(B);
-  int64_t L = 0, K = 0, R = 0;
+  int64_t B = 0, L = 0, K = 0, R = 0;
+};
+
+PackedBatch PackBatch(const std::vector<ReadoutRequest>& batch, int64_t vocab,
+                      bool with_afterstates) {
+  PackedBatch pb;
+  pb.B = static_cast<int64_t>(batch.size());
+  pb.rows.reserve(pb.B);
+  for (int64_t b = 0; b < pb.B; ++b) {
+    pb.rows.push_back(PackRow(batch[b], b, vocab, with_afterstates));
+    const auto& pr = pb.rows.back();
+    pb.L = std::max<int64_t>(pb.L, pr.ids.size());
+    pb.K = std::max(pb.K, pr.num_items);
+    for (const auto& s : pr.slot_wording) pb.R = std::max<int64_t>(pb.R, s.size());
+  }
+  return pb;
+}
+
+// One call over the packed (unpadded) tokens and their mask pairs.
+ForwardCost PackedCost(const PackedBatch& pb) {
   ForwardCost cost;
   cost.calls = 1;
-  for (int64_t b = 0; b < B; ++b) {
-    rows.push_back(PackRow(batch[b], b, vocab, options.afterstate_values));
-    const auto& pr = rows.back();
-    L = std::max<int64_t>(L, pr.ids.size());
-    K = std::max(K, pr.num_items);
-    for (const auto& s : pr.slot_wording) R = std::max<int64_t>(R, s.size());
+  for (const auto& pr : pb.rows) {
     cost.tokens += static_cast<int64_t>(pr.ids.size());
     cost.attention_pairs += pr.attention_pairs;
   }
+  return cost;
+}
 
-  // Packed inputs, right-padded (padding: id 0, position 0, attends to itself).
-  auto ids = torch::zeros({B, L}, torch::kInt64);
-  auto pos = torch::zeros({B, L}, torch::kInt64);
-  auto mask = torch::zeros({B, 1, L, L}, torch::kBool);
-  {
-    auto ida = ids.accessor<int64_t, 2>();
-    auto posa = pos.accessor<int64_t, 2>();
-    bool* m = mask.data_ptr<bool>();
-    for (int64_t b = 0; b < B; ++b) {
-      const auto& pr = rows[b];
-      for (size_t i = 0; i < pr.ids.size(); ++i) {
-        ida[b][i] = pr.ids[i];
-        posa[b][i] = pr.positions[i];
-      }
-      FillMask(pr, L, m + b * L * L);
+// Host inputs, right-padded (padding: id 0, position 0, attends to itself).
+struct PackedInputs {
+  torch::Tensor ids, pos;  // [B, L] int64
+  torch::Tensor mask;      // [B, 1, L, L] bool
+};
+
+PackedInputs PackInputs(const PackedBatch& pb) {
+  const int64_t B = pb.B, L = pb.L;
+  PackedInputs in{torch::zeros({B, L}, torch::kInt64), torch::zeros({B, L}, torch::kInt64),
+                  torch::zeros({B, 1, L, L}, torch::kBool)};
+  auto ida = in.ids.accessor<int64_t, 2>();
+  auto posa = in.pos.accessor<int64_t, 2>();
+  bool* m = in.mask.data_ptr<bool>();
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& pr = pb.rows[b];
+    for (size_t i = 0; i < pr.ids.size(); ++i) {
+      ida[b][i] = pr.ids[i];
+      posa[b][i] = pr.positions[i];
     }
+    FillMask(pr, L, m + b * L * L);
   }
+  return in;
+}
+
+// The batch's common prompt prefix C, leaving every row >= 1 prompt token of
+// its own (the root logits come from the last one); 0 below kMinSharedPrefix.
+int64_t SharedPrefixLength(const std::vector<PackedRow>& rows) {
+  if (rows.size() < 2) return 0;
+  int64_t C = rows[0].prompt_len - 1;
+  for (size_t b = 1; b < rows.size() && C > 0; ++b) {
+    C = std::min(C, rows[b].prompt_len - 1);
+    int64_t same = 0;
+    while (same < C && rows[b].ids[same] == rows[0].ids[same]) ++same;
+    C = same;
+  }
+  return C < kMinSharedPrefix ? 0 : C;
+}
+
+// Packed batch -> hidden [B * L, D]. With C > 0 the first C tokens run once
+// (row 0's copy) and every row attends to their keys/values; `cost` then
+// counts the work saved (still one readout pass).
+torch::Tensor RunForward(TransformerLM& model, const PackedBatch& pb, int64_t C,
+                         ForwardCost& cost) {
+  const int64_t B = pb.B, L = pb.L;
+  auto [ids, pos, mask] = PackInputs(pb);
   const torch::Device device = model->device();
-  // The batch's common prompt prefix C, leaving every row >= 1 prompt token of
-  // its own (the root logits come from the last one).
-  int64_t C = 0;
-  if (options.share_prefix && B > 1) {
-    C = rows[0].prompt_len - 1;
-    for (int64_t b = 1; b < B && C > 0; ++b) {
-      C = std::min(C, rows[b].prompt_len - 1);
-      int64_t same = 0;
-      while (same < C && rows[b].ids[same] == rows[0].ids[same]) ++same;
-      C = same;
-    }
-    if (C < kMinSharedPrefix) C = 0;
-  }
   torch::Tensor hidden;  // [B, L, D]
   if (pos.numel() > 0) model->CheckPosition(pos.max().item<int64_t>());  // on the host copy
   ids = ids.to(device), pos = pos.to(device), mask = mask.to(device);
@@ -281,132 +326,182 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
                               /*return_present=*/true);
     auto rest = model->forward(ids.slice(1, C), pos.slice(1, C), mask.slice(2, C), &pre.present);
     hidden = torch::cat({pre.hidden.expand({B, -1, -1}), rest.hidden}, 1);
-    // Still one readout pass (calls); tokens and pairs count the work saved.
     cost.tokens -= (B - 1) * C;
     cost.attention_pairs -= (B - 1) * CausalPairs(C);
   } else {
     hidden = model->forward(ids, pos, mask).hidden;
   }
-  auto flat_hidden = hidden.reshape({B * L, hidden.size(-1)});
+  return hidden.reshape({B * L, hidden.size(-1)});
+}
 
-  // Hidden rows needing logits: per row the root, then every node with children.
-  std::vector<int64_t> logit_rows, root_row(B);
-  std::vector<std::vector<int64_t>> node_logit_row(B);  // node -> logit row, or -1
+// Flat hidden rows that get logits: per row the root (its last prompt token),
+// then every trie node with children; then the scored spans, whose token t is
+// read at the row of token t - 1.
+struct LogitRows {
+  std::vector<int64_t> hidden_row;                  // [N] index into the [B * L] hidden
+  std::vector<int64_t> root;                        // [B] logit row of each root
+  std::vector<std::vector<int64_t>> node;           // [B][node] logit row, or -1 (a leaf)
+  std::vector<int64_t> span_row, span_tok, span_b;  // per scored token: logit row, token, b
+  std::vector<int64_t> label_row, label_tok, label_b;  // distinct label tokens, at the root
+};
+
+LogitRows PlanLogitRows(const PackedBatch& pb) {
+  const int64_t B = pb.B, L = pb.L;
+  LogitRows lr;
+  lr.root.resize(B);
+  lr.node.resize(B);
   for (int64_t b = 0; b < B; ++b) {
-    const auto& pr = rows[b];
-    root_row[b] = static_cast<int64_t>(logit_rows.size());
-    logit_rows.push_back(b * L + pr.prompt_len - 1);
-    node_logit_row[b].assign(pr.node_token.size(), -1);
+    const auto& pr = pb.rows[b];
+    lr.root[b] = static_cast<int64_t>(lr.hidden_row.size());
+    lr.hidden_row.push_back(b * L + pr.prompt_len - 1);
+    lr.node[b].assign(pr.node_token.size(), -1);
     for (size_t n = 0; n < pr.node_token.size(); ++n)
       if (pr.node_has_children[n]) {
-        node_logit_row[b][n] = static_cast<int64_t>(logit_rows.size());
-        logit_rows.push_back(b * L + pr.prompt_len + static_cast<int64_t>(n));
+        lr.node[b][n] = static_cast<int64_t>(lr.hidden_row.size());
+        lr.hidden_row.push_back(b * L + pr.prompt_len + static_cast<int64_t>(n));
       }
   }
-  // Scored spans: token t of the span is read at the row of token t - 1.
-  std::vector<int64_t> span_row, span_tok, span_b;
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = rows[b].span_begin; t < rows[b].span_end; ++t) {
-      span_row.push_back(static_cast<int64_t>(logit_rows.size()));
-      logit_rows.push_back(b * L + t - 1);
-      span_tok.push_back(rows[b].ids[t]);
-      span_b.push_back(b);
+    for (int64_t t = pb.rows[b].span_begin; t < pb.rows[b].span_end; ++t) {
+      lr.span_row.push_back(static_cast<int64_t>(lr.hidden_row.size()));
+      lr.hidden_row.push_back(b * L + t - 1);
+      lr.span_tok.push_back(pb.rows[b].ids[t]);
+      lr.span_b.push_back(b);
     }
-  auto logp_rows = torch::log_softmax(
-      model->Logits(flat_hidden.index_select(0, IndexTensor(logit_rows, device))), -1);  // [N, V]
+  for (int64_t b = 0; b < B; ++b)
+    for (TokenId t : pb.rows[b].label_tokens) {
+      lr.label_row.push_back(lr.root[b]);
+      lr.label_tok.push_back(t);
+      lr.label_b.push_back(b);
+    }
+  return lr;
+}
 
-  // Edges (one per trie node): log-softmax at the parent's row for the node token.
-  std::vector<int64_t> edge_row, edge_tok, pair_wording, pair_edge, distinct_slot;
-  std::vector<int64_t> slot_index, slot_wording, item_valid, padding_slot, label_row, label_tok, label_b;
-  std::vector<int64_t> edge_base(B);
-  int64_t n_wordings = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& pr = rows[b];
-    edge_base[b] = static_cast<int64_t>(edge_row.size());
+// Index lists that read wordings and items off the log-softmax rows: one edge
+// per trie node (its token at its parent's row); a wording is the sum of the
+// edges on its root path; realisations fill [B, K, R] slots.
+struct TrieGather {
+  std::vector<int64_t> edge_row, edge_tok;        // per edge: parent's logit row, node token
+  std::vector<int64_t> pair_wording, pair_edge;   // (wording, an edge on its root path)
+  int64_t n_wordings = 0;                         // distinct wordings over the batch
+  std::vector<int64_t> slot_index, slot_wording;  // per realisation: (b*K + k)*R + r, its wording
+  std::vector<int64_t> distinct_slot;             // first slot of each wording, in wording order
+  std::vector<int64_t> item_valid;                // b*K + k of each real item
+  std::vector<int64_t> padding_slot;              // first slot of each padding item
+};
+
+TrieGather PlanTrieGather(const PackedBatch& pb, const LogitRows& lr) {
+  const int64_t K = pb.K, R = pb.R;
+  TrieGather g;
+  for (int64_t b = 0; b < pb.B; ++b) {
+    const auto& pr = pb.rows[b];
+    const int64_t edge_base = static_cast<int64_t>(g.edge_row.size());
     for (size_t n = 0; n < pr.node_token.size(); ++n) {
       int64_t parent = pr.node_parent[n];
-      edge_row.push_back(parent < 0 ? root_row[b] : node_logit_row[b][parent]);
-      edge_tok.push_back(pr.node_token[n]);
+      g.edge_row.push_back(parent < 0 ? lr.root[b] : lr.node[b][parent]);
+      g.edge_tok.push_back(pr.node_token[n]);
     }
     for (size_t w = 0; w < pr.wordings.size(); ++w) {
-      const int64_t wid = n_wordings + static_cast<int64_t>(w);
+      const int64_t wid = g.n_wordings + static_cast<int64_t>(w);
       for (int64_t a = pr.wordings[w].leaf; a >= 0; a = pr.node_parent[a]) {
-        pair_wording.push_back(wid);
-        pair_edge.push_back(edge_base[b] + a);
+        g.pair_wording.push_back(wid);
+        g.pair_edge.push_back(edge_base + a);
       }
     }
     std::vector<bool> placed(pr.wordings.size(), false);
     for (int64_t k = 0; k < pr.num_items; ++k) {
-      item_valid.push_back(b * K + k);
+      g.item_valid.push_back(b * K + k);
       for (size_t r = 0; r < pr.slot_wording[k].size(); ++r) {
         const int64_t slot = (b * K + k) * R + static_cast<int64_t>(r), w = pr.slot_wording[k][r];
-        slot_index.push_back(slot);
-        slot_wording.push_back(n_wordings + w);
-        if (!placed[w]) distinct_slot.push_back(slot);  // wording order == first appearance
+        g.slot_index.push_back(slot);
+        g.slot_wording.push_back(g.n_wordings + w);
+        if (!placed[w]) g.distinct_slot.push_back(slot);  // wording order == first appearance
         placed[w] = true;
       }
     }
-    for (int64_t k = pr.num_items; k < K; ++k) padding_slot.push_back((b * K + k) * R);
-    for (TokenId t : pr.label_tokens) {
-      label_row.push_back(root_row[b]);
-      label_tok.push_back(t);
-      label_b.push_back(b);
-    }
-    n_wordings += static_cast<int64_t>(pr.wordings.size());
+    for (int64_t k = pr.num_items; k < K; ++k) g.padding_slot.push_back((b * K + k) * R);
+    g.n_wordings += static_cast<int64_t>(pr.wordings.size());
   }
-  auto fopts = logp_rows.options();
-  auto edge_logp = logp_rows.index({IndexTensor(edge_row, device), IndexTensor(edge_tok, device)});
-  auto wording_logp = torch::zeros({n_wordings}, fopts)
-                          .index_add(0, IndexTensor(pair_wording, device),
-                                     edge_logp.index_select(0, IndexTensor(pair_edge, device)));
+  return g;
+}
 
-  ReadoutBatch out;
-  out.normalisation = options.normalisation;
-  out.span_logp = torch::zeros({B}, fopts);
-  if (!span_row.empty())
-    out.span_logp = out.span_logp.index_add(
-        0, IndexTensor(span_b, device),
-        logp_rows.index({IndexTensor(span_row, device), IndexTensor(span_tok, device)}));
-  cost.logit_rows = static_cast<int64_t>(logit_rows.size());
-  auto slot_t = IndexTensor(slot_index, device);
-  out.realisation_logp = torch::full({B * K * R}, kNegInf, fopts)
-                             .scatter(0, slot_t, wording_logp.index_select(0, IndexTensor(slot_wording, device)))
-                             .view({B, K, R});
-  auto valid_t = IndexTensor(item_valid, device);
+// logp_rows [N, V] -> log π(wording | prompt) [W], one per distinct wording.
+torch::Tensor WordingLogProbs(const torch::Tensor& logp_rows, const TrieGather& g,
+                              const torch::Device& device) {
+  auto edge_logp =
+      logp_rows.index({IndexTensor(g.edge_row, device), IndexTensor(g.edge_tok, device)});
+  return torch::zeros({g.n_wordings}, logp_rows.options())
+      .index_add(0, IndexTensor(g.pair_wording, device),
+                 edge_logp.index_select(0, IndexTensor(g.pair_edge, device)));
+}
+
+// logp_rows [N, V] -> Σ over each row's scored span [B]; 0 without a span.
+torch::Tensor SpanLogProbs(const torch::Tensor& logp_rows, const LogitRows& lr, int64_t B,
+                           const torch::Device& device) {
+  auto span_logp = torch::zeros({B}, logp_rows.options());
+  if (!lr.span_row.empty())
+    span_logp = span_logp.index_add(
+        0, IndexTensor(lr.span_b, device),
+        logp_rows.index({IndexTensor(lr.span_row, device), IndexTensor(lr.span_tok, device)}));
+  return span_logp;
+}
+
+// wording_logp [W] -> realisation_logp [B,K,R], item_mask [B,K], log_p [B,K],
+// log_p_other [B] and menu_entropy [B].
+void Marginalise(const torch::Tensor& wording_logp, const TrieGather& g, const PackedBatch& pb,
+                 const std::string& normalisation, const torch::Device& device, ReadoutBatch& out) {
+  const int64_t B = pb.B, K = pb.K, R = pb.R;
+  auto fopts = wording_logp.options();
+  auto slot_t = IndexTensor(g.slot_index, device);
+  out.realisation_logp =
+      torch::full({B * K * R}, kNegInf, fopts)
+          .scatter(0, slot_t, wording_logp.index_select(0, IndexTensor(g.slot_wording, device)))
+          .view({B, K, R});
+  auto valid_t = IndexTensor(g.item_valid, device);
   out.item_mask = torch::zeros({B * K}, fopts.dtype(torch::kBool)).index_fill_(0, valid_t, true).view({B, K});
   // Item marginals over distinct wordings: [B,K,R] with -inf elsewhere; a padding
   // item holds one finite 0 so its logsumexp (masked out below) has finite gradients.
   auto marginal = torch::full({B * K * R}, kNegInf, fopts)
-                      .index_fill_(0, IndexTensor(padding_slot, device), 0.0)
-                      .scatter(0, IndexTensor(distinct_slot, device), wording_logp)
+                      .index_fill_(0, IndexTensor(g.padding_slot, device), 0.0)
+                      .scatter(0, IndexTensor(g.distinct_slot, device), wording_logp)
                       .view({B, K, R});
   auto item_lse = torch::where(out.item_mask, torch::logsumexp(marginal, -1), kNegInf);  // [B,K]
   auto menu_lse = torch::logsumexp(item_lse, -1);                                       // [B] log Σ_a p
   auto log_p_menu = item_lse - menu_lse.unsqueeze(1);
-  out.log_p = options.normalisation == "menu" ? log_p_menu : item_lse;
+  out.log_p = normalisation == "menu" ? log_p_menu : item_lse;
   out.log_p_other = torch::log(-torch::expm1(torch::clamp_max(menu_lse, 0.0)));
   auto lp_safe = torch::where(out.item_mask, log_p_menu, 0.0);
   out.menu_entropy = -(torch::exp(lp_safe) * lp_safe).sum(-1);
+}
 
-  auto root_t = IndexTensor(std::vector<int64_t>(root_row.begin(), root_row.end()), device);
-  auto root_logp = logp_rows.index_select(0, root_t);  // [B, V]
+// The full-vocabulary answer rows -> row_entropy [B] and candidate_mass [B].
+void ReadAnswerRows(const torch::Tensor& logp_rows, const LogitRows& lr, int64_t B,
+                    const torch::Device& device, ReadoutBatch& out) {
+  auto root_logp = logp_rows.index_select(0, IndexTensor(lr.root, device));  // [B, V]
   out.row_entropy = -(torch::exp(root_logp) * root_logp).sum(-1);
   out.candidate_mass =
-      torch::zeros({B}, fopts).index_add(
-          0, IndexTensor(label_b, device),
-          torch::exp(logp_rows.index({IndexTensor(label_row, device), IndexTensor(label_tok, device)})));
+      torch::zeros({B}, logp_rows.options())
+          .index_add(0, IndexTensor(lr.label_b, device),
+                     torch::exp(logp_rows.index(
+                         {IndexTensor(lr.label_row, device), IndexTensor(lr.label_tok, device)})));
+}
 
-  // Values: last prompt token, and the last token of each afterstate branch
-  // (an empty branch is the prompt itself).
+// Value head at each row's state (the last prompt token, or the one before the
+// scored span) -> value [B]; with afterstates also at the last token of each
+// branch (an empty branch is the prompt itself) -> afterstate_value [B,K].
+void ReadValues(TransformerLM& model, const torch::Tensor& flat_hidden, const PackedBatch& pb,
+                bool afterstate_values, ReadoutBatch& out) {
+  const int64_t B = pb.B, L = pb.L, K = pb.K;
+  const torch::Device device = model->device();
   std::vector<int64_t> value_rows;
   for (int64_t b = 0; b < B; ++b) {
-    const auto& pr = rows[b];
+    const auto& pr = pb.rows[b];
     value_rows.push_back(b * L + (pr.span_end > 0 ? pr.span_begin : pr.prompt_len) - 1);
   }
   std::vector<int64_t> branch_slot;
-  if (options.afterstate_values) {
+  if (afterstate_values) {
     for (int64_t b = 0; b < B; ++b) {
-      const auto& pr = rows[b];
+      const auto& pr = pb.rows[b];
       for (int64_t k = 0; k < pr.num_items; ++k) {
         int64_t last = pr.branch_len[k] > 0 ? pr.branch_start[k] + pr.branch_len[k] - 1 : pr.prompt_len - 1;
         value_rows.push_back(b * L + last);
@@ -415,13 +510,42 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
     }
   }
   auto values = model->Value(flat_hidden.index_select(0, IndexTensor(value_rows, device)));
-  cost.value_rows = static_cast<int64_t>(value_rows.size());
-  out.cost = cost;
+  out.cost.value_rows = static_cast<int64_t>(value_rows.size());
   out.value = values.slice(0, 0, B);
-  if (options.afterstate_values)
+  if (afterstate_values)
     out.afterstate_value = torch::zeros({B * K}, values.options())
                                .scatter(0, IndexTensor(branch_slot, device), values.slice(0, B))
                                .view({B, K});
+}
+
+}  // namespace
+
+// Pack -> forward -> log-softmax at roots, inner trie nodes and spans -> trie
+// edges summed per wording -> items marginalised over wordings -> values.
+ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& batch,
+                     const ReadoutOptions& options) {
+  if (options.normalisation != "menu" && options.normalisation != "other")
+    throw ConfigError(fmt::format("unknown readout normalisation '{}'", options.normalisation),
+                      "use 'menu' (renormalise over the menu) or 'other' (keep the off-menu mass)");
+  if (batch.empty()) throw ConfigError("readout batch is empty", "pass at least one state");
+  const PackedBatch pb = PackBatch(batch, model->config().vocab_size, options.afterstate_values);
+  const torch::Device device = model->device();
+  ReadoutBatch out;
+  out.normalisation = options.normalisation;
+  out.cost = PackedCost(pb);
+  const int64_t C = options.share_prefix ? SharedPrefixLength(pb.rows) : 0;
+  auto flat_hidden = RunForward(model, pb, C, out.cost);  // [B * L, D]
+
+  const LogitRows lr = PlanLogitRows(pb);
+  auto logp_rows = torch::log_softmax(  // [N, V]
+      model->Logits(flat_hidden.index_select(0, IndexTensor(lr.hidden_row, device))), -1);
+  out.cost.logit_rows = static_cast<int64_t>(lr.hidden_row.size());
+  const TrieGather g = PlanTrieGather(pb, lr);
+  auto wording_logp = WordingLogProbs(logp_rows, g, device);  // [W]
+  out.span_logp = SpanLogProbs(logp_rows, lr, pb.B, device);
+  Marginalise(wording_logp, g, pb, options.normalisation, device, out);
+  ReadAnswerRows(logp_rows, lr, pb.B, device, out);
+  ReadValues(model, flat_hidden, pb, options.afterstate_values, out);
   return out;
 }
 

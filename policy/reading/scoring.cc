@@ -50,6 +50,212 @@ void Finish(TransformerLM& model, const torch::Tensor& hidden_rows, const std::v
   }
 }
 
+// Every prompt is non-empty and every token id inside the vocabulary.
+void CheckRequests(const std::vector<ScoreRequest>& reqs, int64_t vocab) {
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i].prompt.empty()) throw ConfigError(fmt::format("score request {}: empty prompt", i));
+    for (const auto* seq : {&reqs[i].prompt, &reqs[i].response})
+      for (TokenId t : *seq)
+        if (t < 0 || t >= vocab)
+          throw ConfigError(fmt::format("score request {}: token id {} is outside the vocabulary [0, {})", i, t,
+                                        vocab),
+                            "render with the model's tokenizer");
+  }
+}
+
+// Plain path: one causal row per non-empty response, prompt ++ response[:-1].
+ScoreBatch ScorePlain(TransformerLM& model, const std::vector<ScoreRequest>& reqs, int64_t Tmax,
+                      const ScoreOptions& options) {
+  const int64_t N = static_cast<int64_t>(reqs.size());
+  const torch::Device device = model->device();
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  ScoreBatch out;
+  std::vector<int64_t> targets, slots;  // in the order of the gathered hidden rows
+  std::vector<std::vector<int64_t>> seqs;
+  std::vector<int64_t> lengths, hidden_idx;
+  int64_t L = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const auto& q = reqs[i];
+    if (q.response.empty()) continue;
+    std::vector<int64_t> s(q.prompt.begin(), q.prompt.end());
+    s.insert(s.end(), q.response.begin(), q.response.end() - 1);
+    L = std::max<int64_t>(L, s.size());
+    lengths.push_back(static_cast<int64_t>(s.size()));
+    seqs.push_back(std::move(s));
+  }
+  for (size_t row = 0, i = 0; i < reqs.size(); ++i) {
+    const auto& q = reqs[i];
+    if (q.response.empty()) continue;
+    const int64_t P = static_cast<int64_t>(q.prompt.size());
+    for (size_t t = 0; t < q.response.size(); ++t) {
+      hidden_idx.push_back(static_cast<int64_t>(row) * L + P - 1 + static_cast<int64_t>(t));
+      targets.push_back(q.response[t]);
+      slots.push_back(static_cast<int64_t>(i) * Tmax + static_cast<int64_t>(t));
+    }
+    out.cost.tokens += lengths[row];
+    out.cost.attention_pairs += CausalPairs(lengths[row]);
+    ++row;
+  }
+  torch::Tensor rows_h;
+  out.cost.logit_rows = static_cast<int64_t>(targets.size());
+  if (!seqs.empty()) {
+    out.cost.calls = 1;
+    const int64_t B = static_cast<int64_t>(seqs.size());
+    auto pos = torch::arange(L, i64).unsqueeze(0).expand({B, L}).contiguous();
+    model->CheckPosition(L - 1);
+    auto h = model->forward(PackIds(seqs, L).to(device), pos,
+                            TransformerLMImpl::CausalMask(IndexTensor(lengths, device), L))
+                 .hidden;
+    rows_h = h.reshape({B * L, -1}).index_select(0, IndexTensor(hidden_idx, device));
+  }
+  Finish(model, rows_h, targets, slots, N, Tmax, options, out);
+  return out;
+}
+
+// The distinct prompts of the requests with a non-empty response, in order of
+// first appearance.
+struct PromptGroups {
+  std::vector<std::vector<int64_t>> prompts;  // [U]
+  std::vector<int64_t> plen;                  // [U] prompt lengths
+  std::vector<int64_t> of_request;            // [N] group of request i; -1 for an empty response
+  int64_t Pmax = 0;
+};
+
+// Also counts the prompts' tokens and attention pairs into `cost`.
+PromptGroups GroupPrompts(const std::vector<ScoreRequest>& reqs, ForwardCost& cost) {
+  PromptGroups g;
+  std::map<std::vector<TokenId>, int64_t> group_of;
+  g.of_request.assign(reqs.size(), -1);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i].response.empty()) continue;
+    auto [it, inserted] = group_of.emplace(reqs[i].prompt, static_cast<int64_t>(g.prompts.size()));
+    if (inserted) {
+      g.prompts.emplace_back(reqs[i].prompt.begin(), reqs[i].prompt.end());
+      g.plen.push_back(static_cast<int64_t>(reqs[i].prompt.size()));
+      g.Pmax = std::max<int64_t>(g.Pmax, g.plen.back());
+      cost.tokens += g.plen.back();
+      cost.attention_pairs += CausalPairs(g.plen.back());
+    }
+    g.of_request[i] = it->second;
+  }
+  return g;
+}
+
+// Responses with >= 2 tokens: response[:-1], run on top of their prompt's
+// keys/values.
+struct Continuations {
+  std::vector<std::vector<int64_t>> tokens;  // [M] response[:-1]
+  std::vector<int64_t> group, len;           // [M] prompt group, |response| - 1
+  int64_t T2 = 0;                            // max len
+};
+
+// Also counts the continuation tokens and attention pairs into `cost`.
+Continuations CollectContinuations(const std::vector<ScoreRequest>& reqs, const PromptGroups& g,
+                                   ForwardCost& cost) {
+  Continuations c;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto& r = reqs[i].response;
+    if (r.size() < 2) continue;
+    c.tokens.emplace_back(r.begin(), r.end() - 1);
+    c.group.push_back(g.of_request[i]);
+    c.len.push_back(static_cast<int64_t>(r.size()) - 1);
+    c.T2 = std::max(c.T2, c.len.back());
+    cost.tokens += c.len.back();
+    // Continuation token t sees its prompt and the t + 1 response tokens up to itself.
+    cost.attention_pairs += g.plen[g.of_request[i]] * c.len.back() + CausalPairs(c.len.back());
+  }
+  return c;
+}
+
+// The continuation forward -> hidden rows [Σ len, D] predicting response
+// tokens 1.. (appended to targets/slots in the same order). plen_t: [U]
+// prompt lengths on the device; present: the prompts' keys/values [U, ...].
+torch::Tensor ContinueResponses(TransformerLM& model, const std::vector<ScoreRequest>& reqs,
+                                const PromptGroups& g, const Continuations& c,
+                                const torch::Tensor& plen_t, const PastKV& present, int64_t Tmax,
+                                std::vector<int64_t>& targets, std::vector<int64_t>& slots) {
+  const torch::Device device = model->device();
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  const int64_t N = static_cast<int64_t>(reqs.size()), U = static_cast<int64_t>(g.prompts.size());
+  const int64_t M = static_cast<int64_t>(c.tokens.size()), T2 = c.T2, Pmax = g.Pmax;
+  std::vector<int64_t> cont_idx;
+  for (int64_t row = 0, i = 0; i < N; ++i) {
+    const auto& r = reqs[i].response;
+    if (r.size() < 2) continue;
+    for (size_t t = 1; t < r.size(); ++t) {
+      cont_idx.push_back(row * T2 + static_cast<int64_t>(t) - 1);
+      targets.push_back(r[t]);
+      slots.push_back(i * Tmax + static_cast<int64_t>(t));
+    }
+    ++row;
+  }
+  auto group_t = IndexTensor(c.group, device);
+  PastKV past = present;
+  if (U > 1)
+    for (auto& kv : past) kv = {kv.k.index_select(0, group_t), kv.v.index_select(0, group_t)};
+  auto ar_p = torch::arange(Pmax, i64), ar_t = torch::arange(T2, i64);
+  auto prompt_keys = (ar_p.unsqueeze(0) < plen_t.index_select(0, group_t).unsqueeze(1))  // [M, Pmax]
+                         .unsqueeze(1)
+                         .expand({M, T2, Pmax});
+  auto resp_keys =  // [M, T2, T2]
+      TransformerLMImpl::CausalMask(IndexTensor(c.len, device), T2).squeeze(1);
+  auto mask = torch::cat({prompt_keys, resp_keys}, -1).unsqueeze(1);  // [M, 1, T2, Pmax + T2]
+  // Padded queries get position 0 so they never exceed policy.max_position.
+  auto pos = torch::where(ar_t.unsqueeze(0) < IndexTensor(c.len, device).unsqueeze(1),
+                          plen_t.index_select(0, group_t).unsqueeze(1) + ar_t.unsqueeze(0),
+                          torch::zeros({1, 1}, i64));
+  int64_t max_pos = 0;
+  for (size_t m = 0; m < c.len.size(); ++m)
+    max_pos = std::max(max_pos, g.plen[c.group[m]] + c.len[m] - 1);
+  model->CheckPosition(max_pos);
+  auto h = model->forward(PackIds(c.tokens, T2).to(device), pos, mask, &past).hidden;
+  return h.reshape({M * T2, -1}).index_select(0, IndexTensor(cont_idx, device));
+}
+
+// Shared-prefix path: the distinct prompts in one forward (their last hidden
+// row predicts response token 0), then the continuations on their keys/values.
+ScoreBatch ScoreShared(TransformerLM& model, const std::vector<ScoreRequest>& reqs, int64_t Tmax,
+                       const ScoreOptions& options) {
+  const int64_t N = static_cast<int64_t>(reqs.size());
+  const torch::Device device = model->device();
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  ScoreBatch out;
+  std::vector<int64_t> targets, slots;  // in the order of the gathered hidden rows
+  const PromptGroups g = GroupPrompts(reqs, out.cost);
+  if (g.prompts.empty()) {
+    Finish(model, torch::Tensor(), targets, slots, N, Tmax, options, out);
+    return out;
+  }
+  const int64_t U = static_cast<int64_t>(g.prompts.size()), Pmax = g.Pmax;
+  out.cost.calls = 1;
+  auto ppos = torch::arange(Pmax, i64).unsqueeze(0).expand({U, Pmax}).contiguous();
+  auto plen_t = IndexTensor(g.plen, device);
+  model->CheckPosition(Pmax - 1);
+  auto enc = model->forward(PackIds(g.prompts, Pmax).to(device), ppos,
+                            TransformerLMImpl::CausalMask(plen_t, Pmax), nullptr,
+                            /*return_present=*/true);
+  std::vector<int64_t> first_idx;  // hidden rows of the last prompt token, per response
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t group = g.of_request[i];
+    if (group < 0) continue;
+    first_idx.push_back(group * Pmax + g.plen[group] - 1);
+    targets.push_back(reqs[i].response[0]);
+    slots.push_back(i * Tmax);
+  }
+  auto hidden_rows = enc.hidden.reshape({U * Pmax, -1}).index_select(0, IndexTensor(first_idx, device));
+
+  const Continuations c = CollectContinuations(reqs, g, out.cost);
+  if (!c.tokens.empty()) {
+    out.cost.calls += 1;
+    auto cont_rows =
+        ContinueResponses(model, reqs, g, c, plen_t, enc.present, Tmax, targets, slots);
+    hidden_rows = torch::cat({hidden_rows, cont_rows});
+  }
+  out.cost.logit_rows = static_cast<int64_t>(targets.size());
+  Finish(model, hidden_rows, targets, slots, N, Tmax, options, out);
+  return out;
+}
+
 }  // namespace
 
 ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>& reqs,
@@ -58,157 +264,11 @@ ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>&
   if (!(options.temperature > 0.0))
     throw ConfigError(fmt::format("scoring temperature must be > 0, found {}", options.temperature),
                       "use the sampler's temperature (1 for greedy rollouts)");
-  const int64_t vocab = model->config().vocab_size;
-  const int64_t N = static_cast<int64_t>(reqs.size());
+  CheckRequests(reqs, model->config().vocab_size);
   int64_t Tmax = 0;
-  for (int64_t i = 0; i < N; ++i) {
-    if (reqs[i].prompt.empty()) throw ConfigError(fmt::format("score request {}: empty prompt", i));
-    for (const auto* seq : {&reqs[i].prompt, &reqs[i].response})
-      for (TokenId t : *seq)
-        if (t < 0 || t >= vocab)
-          throw ConfigError(fmt::format("score request {}: token id {} is outside the vocabulary [0, {})", i, t,
-                                        vocab),
-                            "render with the model's tokenizer");
-    Tmax = std::max<int64_t>(Tmax, reqs[i].response.size());
-  }
-  const torch::Device device = model->device();
-  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
-  ScoreBatch out;
-  std::vector<int64_t> targets, slots;  // in the order of the gathered hidden rows
-
-  if (!options.shared_prefix) {
-    // One row per non-empty response: prompt ++ response[:-1].
-    std::vector<std::vector<int64_t>> seqs;
-    std::vector<int64_t> lengths, hidden_idx;
-    int64_t L = 0;
-    for (int64_t i = 0; i < N; ++i) {
-      const auto& q = reqs[i];
-      if (q.response.empty()) continue;
-      std::vector<int64_t> s(q.prompt.begin(), q.prompt.end());
-      s.insert(s.end(), q.response.begin(), q.response.end() - 1);
-      L = std::max<int64_t>(L, s.size());
-      lengths.push_back(static_cast<int64_t>(s.size()));
-      seqs.push_back(std::move(s));
-    }
-    for (size_t row = 0, i = 0; i < reqs.size(); ++i) {
-      const auto& q = reqs[i];
-      if (q.response.empty()) continue;
-      const int64_t P = static_cast<int64_t>(q.prompt.size());
-      for (size_t t = 0; t < q.response.size(); ++t) {
-        hidden_idx.push_back(static_cast<int64_t>(row) * L + P - 1 + static_cast<int64_t>(t));
-        targets.push_back(q.response[t]);
-        slots.push_back(static_cast<int64_t>(i) * Tmax + static_cast<int64_t>(t));
-      }
-      out.cost.tokens += lengths[row];
-      out.cost.attention_pairs += CausalPairs(lengths[row]);
-      ++row;
-    }
-    torch::Tensor rows_h;
-    out.cost.logit_rows = static_cast<int64_t>(targets.size());
-    if (!seqs.empty()) {
-      out.cost.calls = 1;
-      const int64_t B = static_cast<int64_t>(seqs.size());
-      auto pos = torch::arange(L, i64).unsqueeze(0).expand({B, L}).contiguous();
-      model->CheckPosition(L - 1);
-      auto h = model->forward(PackIds(seqs, L).to(device), pos,
-                              TransformerLMImpl::CausalMask(IndexTensor(lengths, device), L))
-                   .hidden;
-      rows_h = h.reshape({B * L, -1}).index_select(0, IndexTensor(hidden_idx, device));
-    }
-    Finish(model, rows_h, targets, slots, N, Tmax, options, out);
-    return out;
-  }
-
-  // Distinct prompts (with at least one non-empty response), encoded once.
-  std::map<std::vector<TokenId>, int64_t> group_of;
-  std::vector<std::vector<int64_t>> prompts;
-  std::vector<int64_t> req_group(N, -1), plen;
-  int64_t Pmax = 0;
-  for (int64_t i = 0; i < N; ++i) {
-    if (reqs[i].response.empty()) continue;
-    auto [it, inserted] = group_of.emplace(reqs[i].prompt, static_cast<int64_t>(prompts.size()));
-    if (inserted) {
-      prompts.emplace_back(reqs[i].prompt.begin(), reqs[i].prompt.end());
-      plen.push_back(static_cast<int64_t>(reqs[i].prompt.size()));
-      Pmax = std::max<int64_t>(Pmax, plen.back());
-      out.cost.tokens += plen.back();
-      out.cost.attention_pairs += CausalPairs(plen.back());
-    }
-    req_group[i] = it->second;
-  }
-  if (prompts.empty()) {
-    Finish(model, torch::Tensor(), targets, slots, N, Tmax, options, out);
-    return out;
-  }
-  const int64_t U = static_cast<int64_t>(prompts.size());
-  out.cost.calls = 1;
-  auto ppos = torch::arange(Pmax, i64).unsqueeze(0).expand({U, Pmax}).contiguous();
-  auto plen_t = IndexTensor(plen, device);
-  model->CheckPosition(Pmax - 1);
-  auto enc = model->forward(PackIds(prompts, Pmax).to(device), ppos, TransformerLMImpl::CausalMask(plen_t, Pmax),
-                            nullptr, /*return_present=*/true);
-  std::vector<int64_t> first_idx;  // hidden rows of the last prompt token, per response
-  for (int64_t i = 0; i < N; ++i) {
-    if (req_group[i] < 0) continue;
-    first_idx.push_back(req_group[i] * Pmax + plen[req_group[i]] - 1);
-    targets.push_back(reqs[i].response[0]);
-    slots.push_back(i * Tmax);
-  }
-  auto hidden_rows = enc.hidden.reshape({U * Pmax, -1}).index_select(0, IndexTensor(first_idx, device));
-
-  // Responses with >= 2 tokens continue on top of their prompt's keys/values.
-  std::vector<std::vector<int64_t>> conts;
-  std::vector<int64_t> cont_group, cont_len, cont_pos_base, cont_idx;
-  int64_t T2 = 0;
-  for (int64_t i = 0; i < N; ++i) {
-    const auto& r = reqs[i].response;
-    if (r.size() < 2) continue;
-    conts.emplace_back(r.begin(), r.end() - 1);
-    cont_group.push_back(req_group[i]);
-    cont_len.push_back(static_cast<int64_t>(r.size()) - 1);
-    T2 = std::max(T2, cont_len.back());
-    out.cost.tokens += cont_len.back();
-    // Continuation token t sees its prompt and the t + 1 response tokens up to itself.
-    out.cost.attention_pairs +=
-        plen[req_group[i]] * cont_len.back() + CausalPairs(cont_len.back());
-  }
-  if (!conts.empty()) {
-    out.cost.calls += 1;
-    const int64_t M = static_cast<int64_t>(conts.size());
-    for (int64_t row = 0, i = 0; i < N; ++i) {
-      const auto& r = reqs[i].response;
-      if (r.size() < 2) continue;
-      for (size_t t = 1; t < r.size(); ++t) {
-        cont_idx.push_back(row * T2 + static_cast<int64_t>(t) - 1);
-        targets.push_back(r[t]);
-        slots.push_back(i * Tmax + static_cast<int64_t>(t));
-      }
-      ++row;
-    }
-    auto group_t = IndexTensor(cont_group, device);
-    PastKV past = enc.present;
-    if (U > 1)
-      for (auto& kv : past) kv = {kv.k.index_select(0, group_t), kv.v.index_select(0, group_t)};
-    auto ar_p = torch::arange(Pmax, i64), ar_t = torch::arange(T2, i64);
-    auto prompt_keys = (ar_p.unsqueeze(0) < plen_t.index_select(0, group_t).unsqueeze(1))  // [M, Pmax]
-                           .unsqueeze(1)
-                           .expand({M, T2, Pmax});
-    auto resp_keys = TransformerLMImpl::CausalMask(IndexTensor(cont_len, device), T2).squeeze(1);  // [M,T2,T2]
-    auto mask = torch::cat({prompt_keys, resp_keys}, -1).unsqueeze(1);  // [M, 1, T2, Pmax + T2]
-    // Padded queries get position 0 so they never exceed policy.max_position.
-    auto pos = torch::where(ar_t.unsqueeze(0) < IndexTensor(cont_len, device).unsqueeze(1),
-                            plen_t.index_select(0, group_t).unsqueeze(1) + ar_t.unsqueeze(0),
-                            torch::zeros({1, 1}, i64));
-    int64_t max_pos = 0;
-    for (size_t m = 0; m < cont_len.size(); ++m)
-      max_pos = std::max(max_pos, plen[cont_group[m]] + cont_len[m] - 1);
-    model->CheckPosition(max_pos);
-    auto h = model->forward(PackIds(conts, T2).to(device), pos, mask, &past).hidden;
-    hidden_rows = torch::cat({hidden_rows, h.reshape({M * T2, -1}).index_select(0, IndexTensor(cont_idx, device))});
-  }
-  out.cost.logit_rows = static_cast<int64_t>(targets.size());
-  Finish(model, hidden_rows, targets, slots, N, Tmax, options, out);
-  return out;
+  for (const auto& q : reqs) Tmax = std::max<int64_t>(Tmax, q.response.size());
+  return options.shared_prefix ? ScoreShared(model, reqs, Tmax, options)
+                               : ScorePlain(model, reqs, Tmax, options);
 }
 
 }  // namespace rlid::policy

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <deque>
 #include <fstream>
+#include <optional>
 #include <queue>
 #include <sstream>
 
@@ -194,24 +195,17 @@ uint64_t ComputeFingerprint(const TokenizerData& d) {
   return HashCombine(h, d.ignore_merges ? 1 : 0);
 }
 
-}  // namespace
-
-std::shared_ptr<const TokenizerData> BuildTokenizerData(const Json& j, const std::string& source) {
-  auto d = std::make_shared<TokenizerData>();
-  d->source = source;
-  Reader r(d->source);
-  if (!j.is_object())
-    r.Fail(fmt::format("expected a JSON object at the top, found {}", j.type_name()));
-
-  // ---- model ----
-  const Json& model = r.Object(j, "model", "model");
+// model.type and the model's options: plain byte-level BPE only (no dropout,
+// subword prefix/suffix or byte fallback). Keys other than type/vocab/merges
+// are kept verbatim for ToJsonString().
+void ReadModelOptions(const Reader& r, const Json& model, TokenizerData& d) {
   if (model.contains("type")) {
     const std::string type = r.String(model, "type", "model");
     if (type != "BPE") r.Unsupported("model", type, "BPE");
   }
   for (const auto& [key, value] : model.items()) {
     if (key == "type" || key == "vocab" || key == "merges") continue;
-    d->model_extra[key] = value;
+    d.model_extra[key] = value;
     if (key == "dropout" && !value.is_null() && !(value.is_number() && value.get<double>() == 0.0))
       r.Unsupported("model.dropout", value.dump(), "null");
     if ((key == "continuing_subword_prefix" || key == "end_of_word_suffix") && !value.is_null() &&
@@ -220,34 +214,43 @@ std::shared_ptr<const TokenizerData> BuildTokenizerData(const Json& j, const std
     if (key == "byte_fallback" && value.is_boolean() && value.get<bool>())
       r.Unsupported("model.byte_fallback", "true", "false (byte-level BPE covers every byte)");
   }
-  d->ignore_merges = r.Bool(model, "ignore_merges", false, "model");
+  d.ignore_merges = r.Bool(model, "ignore_merges", false, "model");
+}
 
+// model.vocab, which must hold all 256 byte symbols -> vocab, byte_ids.
+// Returns the largest id.
+TokenId ReadVocab(const Reader& r, const Json& model, TokenizerData& d) {
   const Json& vocab = r.Object(model, "vocab", "model.vocab");
   TokenId max_id = -1;
-  d->vocab.reserve(vocab.size());
+  d.vocab.reserve(vocab.size());
   for (const auto& [token, id_json] : vocab.items()) {
     if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
         id_json.get<int64_t>() > INT32_MAX)
       r.Fail(fmt::format("model.vocab['{}'] must be a non-negative integer id, found {}", token,
                          id_json.dump()));
     const TokenId id = id_json.get<TokenId>();
-    d->vocab.emplace(token, id);
+    d.vocab.emplace(token, id);
     max_id = std::max(max_id, id);
   }
   const auto& byte_map = ByteToUnicode();
   for (int b = 0; b < 256; ++b) {
-    auto it = d->vocab.find(byte_map[b]);
-    if (it == d->vocab.end())
+    auto it = d.vocab.find(byte_map[b]);
+    if (it == d.vocab.end())
       r.Fail(fmt::format("model.vocab has no token for byte 0x{:02x} ('{}')", b, byte_map[b]),
              "a byte-level BPE vocabulary must contain all 256 byte symbols");
-    d->byte_ids[b] = it->second;
+    d.byte_ids[b] = it->second;
   }
+  return max_id;
+}
 
+// model.merges, each "a b" or ["a", "b"] over vocab tokens whose concatenation
+// is in the vocab -> merges (rank order) and merge_map (the first rank wins).
+void ReadMerges(const Reader& r, const Json& model, TokenizerData& d) {
   auto merges_it = model.find("merges");
   if (merges_it == model.end() || !merges_it->is_array())
     r.Fail("expected an array at 'model.merges'");
-  d->merges.reserve(merges_it->size());
-  d->merge_map.reserve(merges_it->size());
+  d.merges.reserve(merges_it->size());
+  d.merge_map.reserve(merges_it->size());
   for (size_t i = 0; i < merges_it->size(); ++i) {
     const Json& m = (*merges_it)[i];
     std::string a, b;
@@ -266,118 +269,151 @@ std::shared_ptr<const TokenizerData> BuildTokenizerData(const Json& j, const std
       r.Fail(
           fmt::format("model.merges[{}] must be \"a b\" or [\"a\", \"b\"], found {}", i, m.dump()));
     }
-    auto ia = d->vocab.find(a), ib = d->vocab.find(b), iab = d->vocab.find(a + b);
+    auto ia = d.vocab.find(a), ib = d.vocab.find(b), iab = d.vocab.find(a + b);
     for (const auto* part : {&a, &b})
-      if (d->vocab.find(*part) == d->vocab.end())
+      if (d.vocab.find(*part) == d.vocab.end())
         r.Fail(fmt::format("model.merges[{}] ('{}' '{}'): '{}' is not in model.vocab", i, a, b,
                            *part));
-    if (iab == d->vocab.end())
+    if (iab == d.vocab.end())
       r.Fail(
           fmt::format("model.merges[{}] ('{}' '{}'): the merged token '{}' is not in model.vocab",
                       i, a, b, a + b));
-    d->merge_map.emplace(PairKey(ia->second, ib->second),
-                         MergeTarget{static_cast<int32_t>(i), iab->second});  // first rank wins
-    d->merges.emplace_back(std::move(a), std::move(b));
+    d.merge_map.emplace(PairKey(ia->second, ib->second),
+                        MergeTarget{static_cast<int32_t>(i), iab->second});  // first rank wins
+    d.merges.emplace_back(std::move(a), std::move(b));
   }
+}
 
-  // ---- added tokens ----
-  const Json& added = Section(j, "added_tokens");
+// The optional added_tokens array -> added, added_index. Returns the largest
+// id (-1 without any).
+TokenId ReadAddedTokens(const Reader& r, const Json& added, TokenizerData& d) {
   if (!added.is_null() && !added.is_array()) r.Fail("expected an array at 'added_tokens'");
-  if (added.is_array()) {
-    for (size_t i = 0; i < added.size(); ++i) {
-      const std::string path = fmt::format("added_tokens[{}]", i);
-      const Json& a = added[i];
-      if (!a.is_object()) r.Fail(fmt::format("expected an object at '{}'", path));
-      AddedToken t;
-      t.content = r.String(a, "content", path);
-      auto id_it = a.find("id");
-      if (id_it == a.end() || !id_it->is_number_integer() || id_it->get<int64_t>() < 0 ||
-          id_it->get<int64_t>() > INT32_MAX)
-        r.Fail(fmt::format("expected a non-negative integer at '{}.id'", path));
-      t.id = id_it->get<TokenId>();
-      t.special = r.Bool(a, "special", false, path);
-      t.lstrip = r.Bool(a, "lstrip", false, path);
-      t.rstrip = r.Bool(a, "rstrip", false, path);
-      t.normalized = r.Bool(a, "normalized", false, path);
-      if (r.Bool(a, "single_word", false, path))
-        r.Unsupported("added token option", "single_word=true", "single_word=false");
-      if (t.content.empty()) r.Fail(fmt::format("'{}.content' is empty", path));
-      if (d->added_index.count(t.content))
-        r.Fail(fmt::format("added token '{}' appears twice in added_tokens", t.content));
-      max_id = std::max(max_id, t.id);
-      d->added_index.emplace(t.content, d->added.size());
-      d->added.push_back(std::move(t));
-    }
+  TokenId max_id = -1;
+  if (!added.is_array()) return max_id;
+  for (size_t i = 0; i < added.size(); ++i) {
+    const std::string path = fmt::format("added_tokens[{}]", i);
+    const Json& a = added[i];
+    if (!a.is_object()) r.Fail(fmt::format("expected an object at '{}'", path));
+    AddedToken t;
+    t.content = r.String(a, "content", path);
+    auto id_it = a.find("id");
+    if (id_it == a.end() || !id_it->is_number_integer() || id_it->get<int64_t>() < 0 ||
+        id_it->get<int64_t>() > INT32_MAX)
+      r.Fail(fmt::format("expected a non-negative integer at '{}.id'", path));
+    t.id = id_it->get<TokenId>();
+    t.special = r.Bool(a, "special", false, path);
+    t.lstrip = r.Bool(a, "lstrip", false, path);
+    t.rstrip = r.Bool(a, "rstrip", false, path);
+    t.normalized = r.Bool(a, "normalized", false, path);
+    if (r.Bool(a, "single_word", false, path))
+      r.Unsupported("added token option", "single_word=true", "single_word=false");
+    if (t.content.empty()) r.Fail(fmt::format("'{}.content' is empty", path));
+    if (d.added_index.count(t.content))
+      r.Fail(fmt::format("added token '{}' appears twice in added_tokens", t.content));
+    max_id = std::max(max_id, t.id);
+    d.added_index.emplace(t.content, d.added.size());
+    d.added.push_back(std::move(t));
   }
+  return max_id;
+}
 
-  // ---- pipeline ----
-  d->normalizer_json = Section(j, "normalizer");
-  d->pre_tokenizer_json = Section(j, "pre_tokenizer");
-  d->post_processor_json = Section(j, "post_processor");
-  d->decoder_json = Section(j, "decoder");
-  d->truncation_json = Section(j, "truncation");
-  d->padding_json = Section(j, "padding");
-  ReadNormalizer(r, d->normalizer_json, "normalizer", d->normalizers);
-  if (d->pre_tokenizer_json.is_null())
+// normalizer -> pre_tokenizer (ending in exactly one ByteLevel) ->
+// post_processor -> decoder; every section is also kept verbatim.
+void ReadPipeline(const Reader& r, const Json& j, TokenizerData& d) {
+  d.normalizer_json = Section(j, "normalizer");
+  d.pre_tokenizer_json = Section(j, "pre_tokenizer");
+  d.post_processor_json = Section(j, "post_processor");
+  d.decoder_json = Section(j, "decoder");
+  d.truncation_json = Section(j, "truncation");
+  d.padding_json = Section(j, "padding");
+  ReadNormalizer(r, d.normalizer_json, "normalizer", d.normalizers);
+  if (d.pre_tokenizer_json.is_null())
     r.Fail("pre_tokenizer is null; a byte-level tokenizer needs a ByteLevel pre-tokenizer");
-  ReadPreTokenizer(r, d->pre_tokenizer_json, "pre_tokenizer", d->pre_tokenizer);
+  ReadPreTokenizer(r, d.pre_tokenizer_json, "pre_tokenizer", d.pre_tokenizer);
   const auto byte_level_steps =
-      std::count_if(d->pre_tokenizer.begin(), d->pre_tokenizer.end(),
+      std::count_if(d.pre_tokenizer.begin(), d.pre_tokenizer.end(),
                     [](const auto& s) { return s.kind == PreTokenizerStep::Kind::kByteLevel; });
-  if (byte_level_steps != 1 || d->pre_tokenizer.back().kind != PreTokenizerStep::Kind::kByteLevel)
+  if (byte_level_steps != 1 || d.pre_tokenizer.back().kind != PreTokenizerStep::Kind::kByteLevel)
     r.Fail("pre_tokenizer must end with exactly one ByteLevel step (byte-level BPE)",
            "e.g. Sequence[Split(regex, Isolated), ByteLevel(use_regex=false)] as in Llama-3/Qwen");
-  CheckPostProcessor(r, d->post_processor_json, "post_processor");
-  CheckDecoder(r, d->decoder_json);
+  CheckPostProcessor(r, d.post_processor_json, "post_processor");
+  CheckDecoder(r, d.decoder_json);
+}
 
-  // ---- id tables ----
+// Per id in [0, max_id]: token string, decoded bytes and kind. Each id names
+// one token; an added token may repeat its own vocab entry.
+void BuildIdTables(const Reader& r, TokenId max_id, TokenizerData& d) {
   const size_t n = static_cast<size_t>(max_id) + 1;
-  d->id_token.assign(n, {});
-  d->id_bytes.assign(n, {});
-  d->id_kind.assign(n, TokenizerData::IdKind::kNone);
-  for (const auto& [token, id] : d->vocab) {
-    if (d->id_kind[id] != TokenizerData::IdKind::kNone)
+  d.id_token.assign(n, {});
+  d.id_bytes.assign(n, {});
+  d.id_kind.assign(n, TokenizerData::IdKind::kNone);
+  for (const auto& [token, id] : d.vocab) {
+    if (d.id_kind[id] != TokenizerData::IdKind::kNone)
       r.Fail(
-          fmt::format("model.vocab gives id {} to both '{}' and '{}'", id, d->id_token[id], token));
-    d->id_kind[id] = TokenizerData::IdKind::kVocab;
-    d->id_token[id] = token;
+          fmt::format("model.vocab gives id {} to both '{}' and '{}'", id, d.id_token[id], token));
+    d.id_kind[id] = TokenizerData::IdKind::kVocab;
+    d.id_token[id] = token;
   }
-  for (const auto& t : d->added) {
-    if (d->id_kind[t.id] == TokenizerData::IdKind::kVocab && d->id_token[t.id] != t.content)
+  for (const auto& t : d.added) {
+    if (d.id_kind[t.id] == TokenizerData::IdKind::kVocab && d.id_token[t.id] != t.content)
       r.Fail(fmt::format("added token '{}' has id {}, which model.vocab gives to '{}'", t.content,
-                         t.id, d->id_token[t.id]));
-    if (d->id_kind[t.id] == TokenizerData::IdKind::kAdded ||
-        d->id_kind[t.id] == TokenizerData::IdKind::kSpecial)
-      r.Fail(fmt::format("added tokens '{}' and '{}' share id {}", d->id_token[t.id], t.content,
+                         t.id, d.id_token[t.id]));
+    if (d.id_kind[t.id] == TokenizerData::IdKind::kAdded ||
+        d.id_kind[t.id] == TokenizerData::IdKind::kSpecial)
+      r.Fail(fmt::format("added tokens '{}' and '{}' share id {}", d.id_token[t.id], t.content,
                          t.id));
-    d->id_kind[t.id] = t.special ? TokenizerData::IdKind::kSpecial : TokenizerData::IdKind::kAdded;
-    d->id_token[t.id] = t.content;
+    d.id_kind[t.id] = t.special ? TokenizerData::IdKind::kSpecial : TokenizerData::IdKind::kAdded;
+    d.id_token[t.id] = t.content;
   }
   for (size_t id = 0; id < n; ++id) {
-    if (d->id_kind[id] == TokenizerData::IdKind::kNone) continue;
+    if (d.id_kind[id] == TokenizerData::IdKind::kNone) continue;
     // HF's ByteLevel decoder: map every character back to its byte; a token
     // with any other character is emitted as its own UTF-8.
-    auto bytes = ByteLevelDecode(d->id_token[id]);
-    d->id_bytes[id] = bytes ? std::move(*bytes) : d->id_token[id];
+    auto bytes = ByteLevelDecode(d.id_token[id]);
+    d.id_bytes[id] = bytes ? std::move(*bytes) : d.id_token[id];
   }
-  std::vector<size_t> order(d->added.size());
+}
+
+// added_by_first_byte: per first byte, the added tokens longest first (ties in
+// file order), so the first match is the leftmost-longest one.
+void IndexAddedTokens(TokenizerData& d) {
+  std::vector<size_t> order(d.added.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return d->added[a].content.size() > d->added[b].content.size();
+    return d.added[a].content.size() > d.added[b].content.size();
   });
   for (size_t i : order)
-    d->added_by_first_byte[static_cast<unsigned char>(d->added[i].content[0])].push_back(i);
+    d.added_by_first_byte[static_cast<unsigned char>(d.added[i].content[0])].push_back(i);
+}
 
+// The first usual end-of-text name that exists (an added token before a vocab
+// entry of the same name).
+std::optional<TokenId> FindEos(const TokenizerData& d) {
   for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"}) {
-    if (auto it = d->added_index.find(name); it != d->added_index.end()) {
-      d->eos = d->added[it->second].id;
-      break;
-    }
-    if (auto it = d->vocab.find(name); it != d->vocab.end()) {
-      d->eos = it->second;
-      break;
-    }
+    if (auto it = d.added_index.find(name); it != d.added_index.end())
+      return d.added[it->second].id;
+    if (auto it = d.vocab.find(name); it != d.vocab.end()) return it->second;
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::shared_ptr<const TokenizerData> BuildTokenizerData(const Json& j, const std::string& source) {
+  auto d = std::make_shared<TokenizerData>();
+  d->source = source;
+  Reader r(d->source);
+  if (!j.is_object())
+    r.Fail(fmt::format("expected a JSON object at the top, found {}", j.type_name()));
+  const Json& model = r.Object(j, "model", "model");
+  ReadModelOptions(r, model, *d);
+  const TokenId vocab_max_id = ReadVocab(r, model, *d);
+  ReadMerges(r, model, *d);
+  const TokenId added_max_id = ReadAddedTokens(r, Section(j, "added_tokens"), *d);
+  ReadPipeline(r, j, *d);
+  BuildIdTables(r, std::max(vocab_max_id, added_max_id), *d);
+  IndexAddedTokens(*d);
+  d->eos = FindEos(*d);
   d->fingerprint = ComputeFingerprint(*d);
   return d;
 }
