@@ -13,7 +13,45 @@
 
 namespace rlid::agents {
 
-using namespace internal;
+using internal::Slot;
+
+namespace {
+
+// [prompt] reasoning: the env's worked reasoning becomes the step's scratchpad
+// z, read before the answer prefix. ConfigError when the env writes none.
+void AttachWorkedReasoning(const AgentContext& ctx, const envs::State& state, StepData& step) {
+  auto* worked = dynamic_cast<const envs::ReasoningOracle*>(&state);
+  if (!worked)
+    throw ConfigError(
+        fmt::format("prompt.reasoning: env '{}' writes no worked reasoning for "
+                    "demonstrations (it is not an envs::ReasoningOracle)",
+                    ctx.env->Info().name),
+        "warm-start without reasoning (prompt.reasoning = false in the sft run), or use an "
+        "env with oracle reasoning such as arith");
+  step.response_text = worked->OracleReasoning();
+  step.response = ctx.renderer->ThoughtTokens(step.response_text);
+  step.readout_suffix = ctx.renderer->AnswerPrefixTokens();
+}
+
+// Plays one episode to its end, every action chosen by `choose`.
+void PlayScripted(AgentContext& ctx, Slot& s, const Chooser& choose, Rng& rng, Budget& budget) {
+  const bool think = ctx.renderer->config().reasoning;
+  while (!s.state->IsTerminal()) {
+    ThrowIfInterrupted();
+    StepData step = internal::PrepareStep(ctx, s, policy::Plane::kDecision);
+    step.item = choose(*s.state, step, rng);
+    RLID_CHECK(step.item >= 0 && step.item < static_cast<int>(step.menu.size()),
+               "scripted choice out of range");
+    step.action = step.menu.items[step.item].action;
+    step.realisation = step.menu.items[step.item].label;
+    if (think) AttachWorkedReasoning(ctx, *s.state, step);
+    internal::CountAttempt(s, budget);
+    internal::ApplyChoice(ctx, s, step);
+    s.data.steps.push_back(std::move(step));
+  }
+}
+
+}  // namespace
 
 std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
                                              const std::vector<EpisodeSpec>& specs,
@@ -23,50 +61,25 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
   std::vector<EpisodeData> out;
   int64_t local_ids = 0;
   const bool drop = ctx.env->Info().drop_failed_episodes;
-  const bool think = ctx.renderer->config().reasoning;
   for (const auto& spec : specs) {
     Slot s;
     s.data.spec = spec;
     Rng rng = Rng::Stream(ctx.seed, "scripted", spec.stream);
     try {
-      s = StartEpisode(ctx, spec, split, policy::Plane::kDecision, local_ids);
-      WriteFacts(ctx, s, 0);
-      while (!s.state->IsTerminal()) {
-        ThrowIfInterrupted();
-        StepData step = PrepareStep(ctx, s, policy::Plane::kDecision);
-        step.item = choose(*s.state, step, rng);
-        RLID_CHECK(step.item >= 0 && step.item < static_cast<int>(step.menu.size()),
-                   "scripted choice out of range");
-        step.action = step.menu.items[step.item].action;
-        step.realisation = step.menu.items[step.item].label;
-        if (think) {  // the worked reasoning as the step's scratchpad
-          auto* worked = dynamic_cast<const envs::ReasoningOracle*>(s.state.get());
-          if (!worked)
-            throw ConfigError(
-                fmt::format("prompt.reasoning: env '{}' writes no worked reasoning for "
-                            "demonstrations (it is not an envs::ReasoningOracle)",
-                            ctx.env->Info().name),
-                "warm-start without reasoning (prompt.reasoning = false in the sft run), or use an "
-                "env with oracle reasoning such as arith");
-          step.response_text = worked->OracleReasoning();
-          step.response = ctx.renderer->ThoughtTokens(step.response_text);
-          step.readout_suffix = ctx.renderer->AnswerPrefixTokens();
-        }
-        CountAttempt(s, budget);
-        ApplyChoice(ctx, s, step);
-        s.data.steps.push_back(std::move(step));
-      }
+      s = internal::StartEpisode(ctx, spec, split, policy::Plane::kDecision, local_ids);
+      internal::WriteFacts(ctx, s, 0);
+      PlayScripted(ctx, s, choose, rng, budget);
     } catch (const EnvError& e) {
       if (!drop) throw;
-      DropEpisode(ctx, s, e);
+      internal::DropEpisode(ctx, s, e);
       budget.episodes_dropped += 1;
       continue;
     }
-    FinishEpisode(ctx, s);
+    internal::FinishEpisode(ctx, s);
     budget.episodes += 1;
     out.push_back(std::move(s.data));
   }
-  return WithMode(std::move(out), EpisodeMode::kScripted);
+  return internal::WithMode(std::move(out), EpisodeMode::kScripted);
 }
 
 }  // namespace rlid::agents
