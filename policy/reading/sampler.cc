@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <numeric>
 #include <limits>
 
 #include "core/check.h"
@@ -167,6 +168,204 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
   return Sample(prompts, n, stop, row_seeds);
 }
 
+namespace {
+
+// The distinct prompts of one Sample call, checked against the vocabulary and
+// right-padded into [N, Pmax] (host), with each one's length and the flat
+// index of its last token.
+struct PaddedPrompts {
+  torch::Tensor ids;
+  std::vector<int64_t> lengths, last;
+  int64_t width = 0;  // Pmax
+};
+
+PaddedPrompts PadPrompts(const std::vector<std::vector<TokenId>>& prompts, int64_t vocab) {
+  const int64_t N = static_cast<int64_t>(prompts.size());
+  PaddedPrompts p;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) throw ConfigError(fmt::format("sampler prompt {} is empty", i));
+    for (TokenId t : prompts[i])
+      if (t < 0 || t >= vocab)
+        throw ConfigError(fmt::format("sampler prompt {}: token id {} is outside the vocabulary [0, {})", i, t,
+                                      vocab));
+    p.width = std::max<int64_t>(p.width, prompts[i].size());
+  }
+  p.ids = torch::zeros({N, p.width}, torch::kInt64);
+  p.lengths.resize(N);
+  p.last.resize(N);
+  for (int64_t i = 0; i < N; ++i) {
+    p.lengths[i] = static_cast<int64_t>(prompts[i].size());
+    p.last[i] = i * p.width + p.lengths[i] - 1;
+    for (int64_t t = 0; t < p.lengths[i]; ++t) p.ids[i][t] = prompts[i][t];
+  }
+  return p;
+}
+
+// Uniforms for every (row, step): 53 bits of a counter-based hash of (row
+// seed, step), made on the host and uploaded once, [rows, max_new].
+torch::Tensor RowUniforms(const std::vector<uint64_t>& row_seeds, int64_t max_new,
+                          const torch::Device& device) {
+  const auto rows = static_cast<int64_t>(row_seeds.size());
+  std::vector<double> u_host(static_cast<size_t>(rows * max_new));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t step = 0; step < max_new; ++step)
+      u_host[r * max_new + step] =
+          static_cast<double>(Rng::DeriveSeed(row_seeds[r], "u", step) >> 11) * 0x1.0p-53;
+  return HostToDevice(u_host, device).view({rows, max_new});
+}
+
+// The rows still decoding, aligned with `active` (row indices in batch order):
+// on the device their indices, prompt lengths, KV cache and key-validity mask
+// (KV path only), and the logits their next token is drawn from.
+struct DecodeRows {
+  std::vector<int64_t> row_prompt;  // row r samples from prompt r / n
+  std::vector<int64_t> active;
+  std::vector<std::vector<TokenId>> generated;
+  torch::Tensor logits, active_dev, active_len, key_valid;
+  PastKV past;
+};
+
+// Encodes the N distinct prompts in one forward and starts the N * n rows
+// (row r samples from prompt r / n): their first logits, and with a KV cache
+// the prompts' keys and values per row and which keys are valid.
+DecodeRows EncodePrompts(TransformerLM& engine, const PaddedPrompts& p, int n, bool kv_cache,
+                         const torch::Device& device, ForwardCost& cost) {
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const int64_t N = p.ids.size(0), width = p.width, rows = N * n;
+  for (int64_t len : p.lengths) {
+    cost.tokens += len;
+    cost.attention_pairs += CausalPairs(len);
+  }
+  cost.calls += 1;
+  cost.logit_rows += N;
+  auto len_t = IndexTensor(p.lengths, device);
+  auto pos = torch::arange(width, i64.device(device)).unsqueeze(0).expand({N, width}).contiguous();
+  engine->CheckPosition(width - 1);
+  auto enc = engine->forward(p.ids.to(device), pos, TransformerLMImpl::CausalMask(len_t, width), nullptr,
+                             kv_cache);
+  auto first_logits = engine->Logits(
+      enc.hidden.reshape({N * width, -1}).index_select(0, IndexTensor(p.last, device)));  // [N, V]
+  DecodeRows d;
+  d.row_prompt.resize(rows);
+  d.active.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    d.row_prompt[r] = r / n;
+    d.active[r] = r;
+  }
+  d.logits = first_logits.index_select(0, IndexTensor(d.row_prompt, device));
+  d.generated.resize(rows);
+  if (kv_cache) {
+    d.past = std::move(enc.present);  // [N, ...]; a single prompt broadcasts over rows
+    if (N > 1) {
+      auto sel = IndexTensor(d.row_prompt, device);
+      for (auto& kv : d.past) kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
+    }
+    auto ar = torch::arange(width, i64.device(device));
+    d.key_valid = ar.unsqueeze(0) < len_t.index_select(0, IndexTensor(d.row_prompt, device)).unsqueeze(1);
+  }
+  d.active_dev = IndexTensor(d.active, device);
+  d.active_len = len_t.index_select(0, IndexTensor(d.row_prompt, device));
+  return d;
+}
+
+// Appends one drawn token (host copies `tok`, `lp`, aligned with `active`) to
+// every active row's result and returns the positions within `active` that
+// continue: not stopped by `stop` and shorter than max_new.
+std::vector<int64_t> RecordTokens(const double* tok, const double* lp, DecodeRows& d, int n,
+                                  int64_t max_new, const StopFn& stop,
+                                  std::vector<std::vector<SampleResult>>& results) {
+  std::vector<int64_t> keep;
+  for (size_t a = 0; a < d.active.size(); ++a) {
+    const int64_t r = d.active[a];
+    auto& res = results[r / n][r % n];
+    const auto t = static_cast<TokenId>(tok[a]);
+    d.generated[r].push_back(t);
+    res.tokens.push_back(t);
+    res.logprobs.push_back(static_cast<float>(lp[a]));
+    if (stop && stop(d.generated[r])) {
+      res.finish = "stop";
+    } else if (static_cast<int>(d.generated[r].size()) >= max_new) {
+      res.finish = "length";
+    } else {
+      keep.push_back(static_cast<int64_t>(a));
+    }
+  }
+  return keep;
+}
+
+// Drops finished rows from every per-row device tensor (and the drawn tokens).
+void KeepRows(const std::vector<int64_t>& keep, bool kv_cache, const torch::Device& device,
+              DecodeRows& d, torch::Tensor& next_tokens) {
+  auto sel = HostToDevice(keep, device);
+  next_tokens = next_tokens.index_select(0, sel);
+  d.active_dev = d.active_dev.index_select(0, sel);
+  d.active_len = d.active_len.index_select(0, sel);
+  if (kv_cache) {
+    for (auto& kv : d.past)
+      if (kv.k.size(0) == static_cast<int64_t>(d.active.size()))
+        kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
+    d.key_valid = d.key_valid.index_select(0, sel);
+  }
+}
+
+// KV path: the drawn tokens at position prompt length + step, one forward
+// over the cache; returns the next logits [A, V].
+torch::Tensor DecodeCached(TransformerLM& engine, const torch::Tensor& next_tokens, int step,
+                           const std::vector<int64_t>& next_active, const std::vector<int64_t>& lengths,
+                           DecodeRows& d, ForwardCost& cost) {
+  const int64_t A = static_cast<int64_t>(next_active.size());
+  auto in = next_tokens.view({A, 1});
+  auto in_pos = (d.active_len + step).view({A, 1});
+  int64_t max_pos = 0;
+  for (int64_t r : next_active) max_pos = std::max(max_pos, lengths[d.row_prompt[r]] + step);
+  engine->CheckPosition(max_pos);
+  d.key_valid = torch::cat({d.key_valid, torch::ones({A, 1}, d.key_valid.options())}, 1);
+  auto out = engine->forward(in, in_pos, d.key_valid.view({A, 1, 1, -1}), &d.past, true);
+  d.past = std::move(out.present);
+  torch::Tensor logits = engine->Logits(out.hidden.select(1, 0));
+  cost.calls += 1;
+  cost.tokens += A;
+  cost.logit_rows += A;
+  // The new token sees its prompt and the step + 1 tokens fed so far.
+  for (int64_t a = 0; a < A; ++a) cost.attention_pairs += lengths[d.row_prompt[next_active[a]]] + step + 1;
+  return logits;
+}
+
+// Without a KV cache: recomputes prompt ++ generated for every unfinished row;
+// returns the next logits [A, V].
+torch::Tensor DecodeRecomputed(TransformerLM& engine, const std::vector<std::vector<TokenId>>& prompts,
+                               int64_t width, int step, const std::vector<int64_t>& next_active,
+                               const DecodeRows& d, const torch::Device& device, ForwardCost& cost) {
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const int64_t A = static_cast<int64_t>(next_active.size());
+  const int64_t T = width + step + 1;
+  auto seq = torch::zeros({A, T}, i64);
+  std::vector<int64_t> seq_len(A), seq_last(A);
+  for (int64_t a = 0; a < A; ++a) {
+    const int64_t r = next_active[a];
+    const auto& p = prompts[d.row_prompt[r]];
+    int64_t t = 0;
+    for (TokenId id : p) seq[a][t++] = id;
+    for (TokenId id : d.generated[r]) seq[a][t++] = id;
+    seq_len[a] = t;
+    seq_last[a] = a * T + t - 1;
+    cost.tokens += t;
+    cost.attention_pairs += CausalPairs(t);
+  }
+  cost.calls += 1;
+  cost.logit_rows += A;
+  auto seq_pos = torch::arange(T, i64.device(device)).unsqueeze(0).expand({A, T}).contiguous();
+  engine->CheckPosition(T - 1);
+  auto h = engine->forward(seq.to(device), seq_pos, TransformerLMImpl::CausalMask(IndexTensor(seq_len, device), T))
+               .hidden;
+  return engine->Logits(h.reshape({A * T, -1}).index_select(0, IndexTensor(seq_last, device)));
+}
+
+}  // namespace
+
+// Encodes every distinct prompt once, then decodes all rows together: draw,
+// record (the one device -> host copy per token), drop finished rows, feed the
+// drawn tokens (KV cache) or recompute (without).
 std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std::vector<TokenId>>& prompts,
                                                            int n, const StopFn& stop,
                                                            const std::vector<uint64_t>& row_seeds) {
@@ -176,160 +375,31 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
     throw InternalError(fmt::format("{} row seeds for {} prompts x {} samples", row_seeds.size(), N, n));
   std::vector<std::vector<SampleResult>> results(N, std::vector<SampleResult>(n));
   if (N == 0) return results;
-  const int64_t vocab = engine_->config().vocab_size;
-  int64_t Pmax = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    if (prompts[i].empty()) throw ConfigError(fmt::format("sampler prompt {} is empty", i));
-    for (TokenId t : prompts[i])
-      if (t < 0 || t >= vocab)
-        throw ConfigError(fmt::format("sampler prompt {}: token id {} is outside the vocabulary [0, {})", i, t,
-                                      vocab));
-    Pmax = std::max<int64_t>(Pmax, prompts[i].size());
-  }
+  PaddedPrompts padded = PadPrompts(prompts, engine_->config().vocab_size);
   // Inference mode (no autograd bookkeeping at all, not just no graph): nothing
   // made here leaves as a tensor, the results are host vectors.
   c10::InferenceMode inference;
   CudaBf16Autocast autocast(device_.is_cuda() && options_.autocast && options_.dtype == "float32");
-  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  const int64_t rows = N * n;
-
-  // Encode every distinct prompt once: right-padded [N, Pmax].
-  auto ids = torch::zeros({N, Pmax}, i64);
-  std::vector<int64_t> lengths(N), last(N);
-  for (int64_t i = 0; i < N; ++i) {
-    lengths[i] = static_cast<int64_t>(prompts[i].size());
-    last[i] = i * Pmax + lengths[i] - 1;
-    for (int64_t t = 0; t < lengths[i]; ++t) ids[i][t] = prompts[i][t];
-    prompt_tokens_ += lengths[i];
-    cost_.tokens += lengths[i];
-    cost_.attention_pairs += CausalPairs(lengths[i]);
-  }
-  cost_.calls += 1;
-  cost_.logit_rows += N;
-  auto len_t = IndexTensor(lengths, device_);
-  auto pos = torch::arange(Pmax, i64.device(device_)).unsqueeze(0).expand({N, Pmax}).contiguous();
-  engine_->CheckPosition(Pmax - 1);
-  auto enc = engine_->forward(ids.to(device_), pos, TransformerLMImpl::CausalMask(len_t, Pmax), nullptr,
-                              options_.kv_cache);
-  auto first_logits = engine_->Logits(
-      enc.hidden.reshape({N * Pmax, -1}).index_select(0, IndexTensor(last, device_)));  // [N, V]
-
-  // Row r samples from prompt r / n. `active` lists unfinished rows in batch order.
-  std::vector<int64_t> row_prompt(rows), active(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    row_prompt[r] = r / n;
-    active[r] = r;
-  }
-  auto logits = first_logits.index_select(0, IndexTensor(row_prompt, device_));
-  std::vector<std::vector<TokenId>> generated(rows);
-  PastKV past;
-  torch::Tensor key_valid;  // [A, S] bool, KV path only
-  if (options_.kv_cache) {
-    past = std::move(enc.present);  // [N, ...]; a single prompt broadcasts over rows
-    if (N > 1) {
-      auto sel = IndexTensor(row_prompt, device_);
-      for (auto& kv : past) kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
-    }
-    auto ar = torch::arange(Pmax, i64.device(device_));
-    key_valid = ar.unsqueeze(0) < len_t.index_select(0, IndexTensor(row_prompt, device_)).unsqueeze(1);
-  }
-
-  // Uniforms for every (row, step): 53 bits of a counter-based hash of (row
-  // seed, step), made on the host and uploaded once, [rows, max_new_tokens].
-  const int64_t max_new = options_.max_new_tokens;
-  std::vector<double> u_host(static_cast<size_t>(rows * max_new));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t step = 0; step < max_new; ++step)
-      u_host[r * max_new + step] =
-          static_cast<double>(Rng::DeriveSeed(row_seeds[r], "u", step) >> 11) * 0x1.0p-53;
-  const auto u_all = HostToDevice(u_host, device_).view({rows, max_new});
-  // On the device, aligned with `active`: the row indices and prompt lengths.
-  auto active_dev = IndexTensor(active, device_);
-  auto active_len = len_t.index_select(0, IndexTensor(row_prompt, device_));
-
+  DecodeRows d = EncodePrompts(engine_, padded, n, options_.kv_cache, device_, cost_);
+  prompt_tokens_ += std::accumulate(padded.lengths.begin(), padded.lengths.end(), int64_t{0});
+  const auto u_all = RowUniforms(row_seeds, options_.max_new_tokens, device_);
   for (int step = 0; step < options_.max_new_tokens; ++step) {
-    const Drawn drawn = Draw(logits, u_all.select(1, step).index_select(0, active_dev));
-    // The decode loop's one device -> host copy per token: the stop test needs
-    // the tokens (their log-probs travel with them; both exact in float64).
+    const Drawn drawn = Draw(d.logits, u_all.select(1, step).index_select(0, d.active_dev));
     auto host = torch::stack({drawn.tokens.to(torch::kFloat64), drawn.logprobs.to(torch::kFloat64)})
-                    .to(torch::kCPU);
+                    .to(torch::kCPU);  // the stop test needs the tokens (exact in float64)
     const double* tok = host.data_ptr<double>();
-    const double* lp = tok + host.size(1);
-    tokens_generated_ += static_cast<int64_t>(active.size());
-    std::vector<int64_t> keep;  // positions within `active` that continue
-    for (size_t a = 0; a < active.size(); ++a) {
-      const int64_t r = active[a];
-      auto& res = results[r / n][r % n];
-      const auto t = static_cast<TokenId>(tok[a]);
-      generated[r].push_back(t);
-      res.tokens.push_back(t);
-      res.logprobs.push_back(static_cast<float>(lp[a]));
-      if (stop && stop(generated[r])) {
-        res.finish = "stop";
-      } else if (static_cast<int>(generated[r].size()) >= options_.max_new_tokens) {
-        res.finish = "length";
-      } else {
-        keep.push_back(static_cast<int64_t>(a));
-      }
-    }
+    tokens_generated_ += static_cast<int64_t>(d.active.size());
+    const std::vector<int64_t> keep =
+        RecordTokens(tok, tok + host.size(1), d, n, options_.max_new_tokens, stop, results);
     if (keep.empty()) break;
     std::vector<int64_t> next_active;
-    for (int64_t a : keep) next_active.push_back(active[a]);
-    const int64_t A = static_cast<int64_t>(next_active.size());
+    for (int64_t a : keep) next_active.push_back(d.active[a]);
     torch::Tensor next_tokens = drawn.tokens;
-    if (keep.size() != active.size()) {  // drop finished rows from every per-row tensor
-      auto sel = IndexTensor(keep, device_);
-      next_tokens = next_tokens.index_select(0, sel);
-      active_dev = active_dev.index_select(0, sel);
-      active_len = active_len.index_select(0, sel);
-      if (options_.kv_cache) {
-        for (auto& kv : past)
-          if (kv.k.size(0) == static_cast<int64_t>(active.size())) kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
-        key_valid = key_valid.index_select(0, sel);
-      }
-    }
-
-    if (options_.kv_cache) {
-      // The next input is the drawn token, at position prompt length + step, on the device.
-      auto in = next_tokens.view({A, 1});
-      auto in_pos = (active_len + step).view({A, 1});
-      int64_t max_pos = 0;
-      for (int64_t r : next_active) max_pos = std::max(max_pos, lengths[row_prompt[r]] + step);
-      engine_->CheckPosition(max_pos);
-      key_valid = torch::cat({key_valid, torch::ones({A, 1}, key_valid.options())}, 1);
-      auto out = engine_->forward(in, in_pos, key_valid.view({A, 1, 1, -1}), &past, true);
-      past = std::move(out.present);
-      logits = engine_->Logits(out.hidden.select(1, 0));
-      cost_.calls += 1;
-      cost_.tokens += A;
-      cost_.logit_rows += A;
-      // The new token sees its prompt and the step + 1 tokens fed so far.
-      for (int64_t a = 0; a < A; ++a) cost_.attention_pairs += lengths[row_prompt[next_active[a]]] + step + 1;
-    } else {
-      // Recompute prompt ++ generated for every unfinished row.
-      const int64_t T = Pmax + step + 1;
-      auto seq = torch::zeros({A, T}, i64);
-      std::vector<int64_t> seq_len(A), seq_last(A);
-      for (int64_t a = 0; a < A; ++a) {
-        const int64_t r = next_active[a];
-        const auto& p = prompts[row_prompt[r]];
-        int64_t t = 0;
-        for (TokenId id : p) seq[a][t++] = id;
-        for (TokenId id : generated[r]) seq[a][t++] = id;
-        seq_len[a] = t;
-        seq_last[a] = a * T + t - 1;
-        cost_.tokens += t;
-        cost_.attention_pairs += CausalPairs(t);
-      }
-      cost_.calls += 1;
-      cost_.logit_rows += A;
-      auto seq_pos = torch::arange(T, i64.device(device_)).unsqueeze(0).expand({A, T}).contiguous();
-      engine_->CheckPosition(T - 1);
-      auto h = engine_->forward(seq.to(device_), seq_pos, TransformerLMImpl::CausalMask(IndexTensor(seq_len, device_), T))
-                   .hidden;
-      logits = engine_->Logits(h.reshape({A * T, -1}).index_select(0, IndexTensor(seq_last, device_)));
-    }
-    active = std::move(next_active);
+    if (keep.size() != d.active.size()) KeepRows(keep, options_.kv_cache, device_, d, next_tokens);
+    d.logits = options_.kv_cache
+                   ? DecodeCached(engine_, next_tokens, step, next_active, padded.lengths, d, cost_)
+                   : DecodeRecomputed(engine_, prompts, padded.width, step, next_active, d, device_, cost_);
+    d.active = std::move(next_active);
   }
   return results;
 }
