@@ -453,6 +453,13 @@ void Comm::CheckIn() {
     store.set(ConfigKey(rank_), ToBytes(options_.config));
     const auto start = std::chrono::steady_clock::now();
     if (rank_ == 0) {
+      // Rank 0's store goes when it exits: a failed verdict waits (briefly) until
+      // the ranks that came have read it.
+      auto linger = [&](int readers) {
+        const auto until = std::chrono::steady_clock::now() + std::min(impl_->timeout, Millis(10000));
+        while (store.add(kSeenKey, 0) < readers && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(step);
+      };
       std::vector<int> missing;
       for (int r = 1; r < size_; ++r) missing.push_back(r);
       while (!missing.empty()) {
@@ -474,13 +481,6 @@ void Comm::CheckIn() {
         ThrowIfInterrupted();
         std::this_thread::sleep_for(step);
       }
-      // Rank 0's store goes when it exits: a failed verdict waits (briefly) until
-      // the ranks that came have read it.
-      auto linger = [&](int readers) {
-        const auto until = std::chrono::steady_clock::now() + std::min(impl_->timeout, Millis(10000));
-        while (store.add(kSeenKey, 0) < readers && std::chrono::steady_clock::now() < until)
-          std::this_thread::sleep_for(step);
-      };
       std::vector<std::string> differ;
       for (int r = 1; r < size_; ++r) {
         const std::string theirs = ToString(store.get(ConfigKey(r)));
