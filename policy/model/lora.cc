@@ -149,13 +149,20 @@ bool IsAdapterDirectory(const std::string& dir) {
   return fs::exists(fs::path(dir) / "adapter_config.json");
 }
 
-LoraConfig ReadAdapterConfig(const std::string& dir) {
-  const fs::path path = fs::path(dir) / "adapter_config.json";
-  const nlohmann::json j = ReadJsonFile(path);
-  auto bad = [&](const std::string& field, const std::string& why, const std::string& hint = "") {
-    return ConfigError(fmt::format("'{}': {} {}", path.string(), field, why), hint);
-  };
-  if (!j.is_object()) throw bad("the file", "is not a JSON object");
+namespace {
+
+// "'<dir>/adapter_config.json': <field> <why>" as a ConfigError.
+struct AdapterConfigError {
+  std::string path;
+  ConfigError operator()(const std::string& field, const std::string& why,
+                         const std::string& hint = "") const {
+    return ConfigError(fmt::format("'{}': {} {}", path, field, why), hint);
+  }
+};
+
+// Every PEFT setting that would make the adapter compute something other than
+// plain LoRA (x W^T + s B A x on the listed modules) is refused by name.
+void RejectUnsupportedPeft(const nlohmann::json& j, const AdapterConfigError& bad) {
   if (j.value("peft_type", std::string("LORA")) != "LORA")
     throw bad("peft_type", fmt::format("= {} (rlid reads LoRA adapters only)", j["peft_type"].dump()));
   auto flag = [&](const char* key) { return j.contains(key) && j[key].is_boolean() && j[key].get<bool>(); };
@@ -195,38 +202,54 @@ LoraConfig ReadAdapterConfig(const std::string& dir) {
                 "save it from PEFT with save_pretrained(..., path_initial_model_for_weight_conversion=...), "
                 "which writes a plain LoRA adapter of the original base");
   }
+}
+
+// target_modules: "all-linear" or a list of (possibly full) module names; an
+// entry counts for its last component, in KnownTargets' order.
+void ReadTargetModules(const nlohmann::json& j, const AdapterConfigError& bad, LoraConfig& c) {
+  const auto& t = j.at("target_modules");
+  c.target_modules.clear();
+  if (t.is_string()) {
+    if (t.get<std::string>() != "all-linear")
+      throw bad("target_modules", fmt::format("= {}: a regular expression is not supported", t.dump()),
+                "list the modules (q_proj, k_proj, ...)");
+    c.target_modules = KnownTargets();
+  } else {
+    // PEFT matches a module when its name equals an entry or ends with "." + entry, and
+    // save_pretrained writes "all-linear" as the full names ("model.layers.0.self_attn.q_proj").
+    // An entry counts for its last component here; LoadAdapterWeights checks that the entries
+    // select that projection in every layer, as rlid adapts it.
+    for (const auto& m : t) {
+      c.peft_target_modules.push_back(m.get<std::string>());
+      std::string leaf = c.peft_target_modules.back();
+      leaf = leaf.substr(leaf.rfind('.') + 1);
+      if (std::find(c.target_modules.begin(), c.target_modules.end(), leaf) == c.target_modules.end())
+        c.target_modules.push_back(leaf);
+    }
+    std::sort(c.target_modules.begin(), c.target_modules.end(), [](const auto& a, const auto& b) {
+      auto pos = [](const std::string& s) {
+        return std::find(KnownTargets().begin(), KnownTargets().end(), s) - KnownTargets().begin();
+      };
+      return pos(a) < pos(b);
+    });
+  }
+}
+
+}  // namespace
+
+LoraConfig ReadAdapterConfig(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "adapter_config.json";
+  const nlohmann::json j = ReadJsonFile(path);
+  const AdapterConfigError bad{path.string()};
+  if (!j.is_object()) throw bad("the file", "is not a JSON object");
+  RejectUnsupportedPeft(j, bad);
   LoraConfig c;
   try {
     if (!j.at("r").is_number_integer()) throw bad("r", fmt::format("= {} is not an integer", j["r"].dump()));
     c.rank = j.at("r").get<int64_t>();
     c.alpha = j.at("lora_alpha").get<double>();
     c.dropout = j.value("lora_dropout", 0.0);
-    const auto& t = j.at("target_modules");
-    c.target_modules.clear();
-    if (t.is_string()) {
-      if (t.get<std::string>() != "all-linear")
-        throw bad("target_modules", fmt::format("= {}: a regular expression is not supported", t.dump()),
-                  "list the modules (q_proj, k_proj, ...)");
-      c.target_modules = KnownTargets();
-    } else {
-      // PEFT matches a module when its name equals an entry or ends with "." + entry, and
-      // save_pretrained writes "all-linear" as the full names ("model.layers.0.self_attn.q_proj").
-      // An entry counts for its last component here; LoadAdapterWeights checks that the entries
-      // select that projection in every layer, as rlid adapts it.
-      for (const auto& m : t) {
-        c.peft_target_modules.push_back(m.get<std::string>());
-        std::string leaf = c.peft_target_modules.back();
-        leaf = leaf.substr(leaf.rfind('.') + 1);
-        if (std::find(c.target_modules.begin(), c.target_modules.end(), leaf) == c.target_modules.end())
-          c.target_modules.push_back(leaf);
-      }
-      std::sort(c.target_modules.begin(), c.target_modules.end(), [](const auto& a, const auto& b) {
-        auto pos = [](const std::string& s) {
-          return std::find(KnownTargets().begin(), KnownTargets().end(), s) - KnownTargets().begin();
-        };
-        return pos(a) < pos(b);
-      });
-    }
+    ReadTargetModules(j, bad, c);
     c.base_model = j.value("base_model_name_or_path", std::string());
   } catch (const nlohmann::json::exception& e) {
     throw bad("a field", fmt::format("is missing or mistyped: {}", e.what()),
