@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <functional>
+#include <unordered_set>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -158,6 +160,54 @@ bool Writer::IsCommitted(int64_t item_id) {
   return true;
 }
 
+namespace {
+
+// The jobs of one batch that can be written now, in an order where every job
+// comes after the memory items it depends on: those committed (`committed`)
+// or accepted earlier in this batch, repeating until nothing changes (a held
+// job may depend on a later one in the same batch). Adds the accepted items to
+// `batch_items` and their counts to `delta`; returns the accepted indices.
+std::vector<size_t> AcceptReady(const std::vector<const WriteJob*>& jobs,
+                                const std::vector<std::vector<int64_t>>& deps,
+                                const std::function<bool(int64_t)>& committed,
+                                std::unordered_set<int64_t>& batch_items, Writer::Stats& delta) {
+  std::vector<size_t> order;
+  std::vector<bool> accepted(jobs.size(), false);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (accepted[i]) continue;
+      bool ready = true;
+      for (int64_t d : deps[i]) ready = ready && (batch_items.count(d) || committed(d));
+      if (!ready) continue;
+      accepted[i] = progress = true;
+      if (const auto* e = std::get_if<EpisodeRecord>(jobs[i])) {
+        for (const auto& it : e->new_items) batch_items.insert(it.id);
+        ++delta.episodes;
+        delta.rows += RowCount(*e);
+      } else {
+        ++(std::holds_alternative<MetricRecord>(*jobs[i]) ? delta.metrics : delta.checkpoints);
+        ++delta.rows;
+      }
+      order.push_back(i);
+    }
+  }
+  return order;
+}
+
+// Adds one transaction's counts and busy time to the writer's totals.
+void AddCounts(const Writer::Stats& d, Writer::Stats& into) {
+  into.episodes += d.episodes;
+  into.metrics += d.metrics;
+  into.checkpoints += d.checkpoints;
+  into.rows += d.rows;
+  into.transactions += d.transactions;
+  into.busy_seconds += d.busy_seconds;
+  into.busy_cpu_seconds += d.busy_cpu_seconds;
+}
+
+}  // namespace
+
 void Writer::Loop() {
   while (true) {
     std::vector<Job> candidates;
@@ -191,30 +241,17 @@ void Writer::Loop() {
     {
       std::lock_guard store_lk(store_mu_);
       try {
-        // Accept jobs whose dependencies are committed or earlier in this
-        // batch; repeat until nothing changes (a held job may depend on a
-        // later one in the same batch).
         std::vector<std::vector<int64_t>> deps(candidates.size());
-        for (size_t i = 0; i < candidates.size(); ++i) deps[i] = Dependencies(candidates[i].job);
-        for (bool progress = true; progress;) {
-          progress = false;
-          for (size_t i = 0; i < candidates.size(); ++i) {
-            if (accepted[i]) continue;
-            bool ready = true;
-            for (int64_t d : deps[i]) ready = ready && (batch_items.count(d) || IsCommitted(d));
-            if (!ready) continue;
-            accepted[i] = progress = true;
-            if (const auto* e = std::get_if<EpisodeRecord>(&candidates[i].job)) {
-              for (const auto& it : e->new_items) batch_items.insert(it.id);
-              ++delta.episodes;
-              delta.rows += RowCount(*e);
-            } else {
-              ++(std::holds_alternative<MetricRecord>(candidates[i].job) ? delta.metrics
-                                                                         : delta.checkpoints);
-              ++delta.rows;
-            }
-            ordered.push_back(std::move(candidates[i].job));
-          }
+        std::vector<const WriteJob*> jobs(candidates.size());
+        for (size_t i = 0; i < candidates.size(); ++i) {
+          deps[i] = Dependencies(candidates[i].job);
+          jobs[i] = &candidates[i].job;
+        }
+        const std::vector<size_t> order =
+            AcceptReady(jobs, deps, [this](int64_t id) { return IsCommitted(id); }, batch_items, delta);
+        for (size_t i : order) {
+          accepted[i] = true;
+          ordered.push_back(std::move(candidates[i].job));
         }
         if (!ordered.empty()) {
           const double t0 = MonotonicSeconds(), c0 = ThreadCpuSeconds();
@@ -235,13 +272,7 @@ void Writer::Loop() {
       if (failure) {
         error_ = failure;
       } else {
-        stats_.episodes += delta.episodes;
-        stats_.metrics += delta.metrics;
-        stats_.checkpoints += delta.checkpoints;
-        stats_.rows += delta.rows;
-        stats_.transactions += delta.transactions;
-        stats_.busy_seconds += delta.busy_seconds;
-        stats_.busy_cpu_seconds += delta.busy_cpu_seconds;
+        AddCounts(delta, stats_);
       }
       stats_.held = static_cast<int64_t>(held_.size());
       processed_ = std::max(processed_, last_seq);
