@@ -255,26 +255,16 @@ int Walk(const KeysLayout& m, int from, int to, uint8_t locked) {
   return d[to];
 }
 
-// One attempt at an instance. Keys are placed in unlock order: key k lies in
-// the region reachable once locks before it are open, so every instance is
-// solvable. The object lies in the last region a lock opened; the goal
-// surface is in another room. `plan_steps` is the length of that constructive
-// solution, an upper bound on the optimal length. `locks_matter` says whether
-// some room is unreachable without keys (false when every lock is bypassed).
-std::shared_ptr<KeysLayout> TryGenerate(const KeysParams& p, uint64_t seed, uint64_t attempt,
-                                        int& plan_steps, bool& locks_matter) {
-  auto m = std::make_shared<KeysLayout>();
-  m->params = p;
-  const int R = m->num_rooms = p.rooms;
-  m->num_items = p.locked_doors + 1;
-  m->num_containers = p.containers;
-  Rng rng = Rng::Stream(seed, "keys", attempt);
-
+// Room kinds: the first `num_rooms` of a random order of kRooms.
+void DrawRoomKinds(KeysLayout& m, Rng& rng) {
   auto kinds = rng.Permutation(kMaxRooms);
-  m->room_kind.assign(kinds.begin(), kinds.begin() + R);
+  m.room_kind.assign(kinds.begin(), kinds.begin() + m.num_rooms);
+}
 
-  // Doors: a random spanning tree of the complete graph on rooms (Kruskal
-  // over distinct random weights) plus extra doors among the other pairs.
+// Doors: a random spanning tree of the complete graph on rooms (Kruskal
+// over distinct random weights) plus extra doors among the other pairs.
+void DrawDoors(KeysLayout& m, int extra_doors, Rng& rng) {
+  const int R = m.num_rooms;
   using Graph =
       boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, boost::no_property,
                             boost::property<boost::edge_weight_t, int>>;
@@ -289,7 +279,7 @@ std::shared_ptr<KeysLayout> TryGenerate(const KeysParams& p, uint64_t seed, uint
   std::vector<bool> used(pairs.size(), false);
   for (const Edge& e : tree) {
     int a = static_cast<int>(boost::source(e, g)), b = static_cast<int>(boost::target(e, g));
-    m->doors.push_back({std::min(a, b), std::max(a, b), -1});
+    m.doors.push_back({std::min(a, b), std::max(a, b), -1});
     used[std::find(pairs.begin(), pairs.end(), std::make_pair(std::min(a, b), std::max(a, b))) -
          pairs.begin()] = true;
   }
@@ -297,109 +287,166 @@ std::shared_ptr<KeysLayout> TryGenerate(const KeysParams& p, uint64_t seed, uint
   for (size_t i = 0; i < pairs.size(); ++i)
     if (!used[i]) rest.push_back(pairs[i]);
   rng.Shuffle(rest);
-  for (int i = 0; i < p.extra_doors; ++i) m->doors.push_back({rest[i].first, rest[i].second, -1});
+  for (int i = 0; i < extra_doors; ++i) m.doors.push_back({rest[i].first, rest[i].second, -1});
+}
 
-  auto door_order = rng.Permutation(static_cast<int>(m->doors.size()));
+// Locks: the first `locked_doors` doors of a random order, in distinct random
+// colours; then each room's (other room, door) list, sorted.
+void DrawLocks(KeysLayout& m, int locked_doors, Rng& rng) {
+  auto door_order = rng.Permutation(static_cast<int>(m.doors.size()));
   auto colours = rng.Permutation(kMaxLocks);
-  for (int k = 0; k < p.locked_doors; ++k) {
-    m->doors[door_order[k]].lock = k;
-    m->lock_door.push_back(door_order[k]);
-    m->lock_colour.push_back(colours[k]);
+  for (int k = 0; k < locked_doors; ++k) {
+    m.doors[door_order[k]].lock = k;
+    m.lock_door.push_back(door_order[k]);
+    m.lock_colour.push_back(colours[k]);
   }
-  m->adj.assign(R, {});
-  for (int d = 0; d < static_cast<int>(m->doors.size()); ++d) {
-    m->adj[m->doors[d].a].emplace_back(m->doors[d].b, d);
-    m->adj[m->doors[d].b].emplace_back(m->doors[d].a, d);
+  m.adj.assign(m.num_rooms, {});
+  for (int d = 0; d < static_cast<int>(m.doors.size()); ++d) {
+    m.adj[m.doors[d].a].emplace_back(m.doors[d].b, d);
+    m.adj[m.doors[d].b].emplace_back(m.doors[d].a, d);
   }
-  for (auto& list : m->adj) std::sort(list.begin(), list.end());
+  for (auto& list : m.adj) std::sort(list.begin(), list.end());
+}
 
+// Containers: distinct random kinds, each in a random room.
+void DrawContainers(KeysLayout& m, Rng& rng) {
   auto ckinds = rng.Permutation(kMaxContainers);
-  for (int c = 0; c < p.containers; ++c) {
-    m->container_kind.push_back(ckinds[c]);
-    m->container_room.push_back(static_cast<int>(rng.UniformInt(R)));
+  for (int c = 0; c < m.num_containers; ++c) {
+    m.container_kind.push_back(ckinds[c]);
+    m.container_room.push_back(static_cast<int>(rng.UniformInt(m.num_rooms)));
   }
+}
 
-  World& w = m->initial;
-  w.room = static_cast<int8_t>(rng.UniformInt(R));
-  w.locked = static_cast<uint8_t>((1u << p.locked_doors) - 1);
-  // Somewhere in `rooms`: in one of their containers (half the time, if any) or else
-  // on the floor (keys) / the surface (the object) of one of them.
-  auto place = [&](const std::vector<int>& rooms, bool on_surface) -> int8_t {
-    std::vector<int> boxes;
-    for (int c = 0; c < p.containers; ++c)
-      if (std::find(rooms.begin(), rooms.end(), m->container_room[c]) != rooms.end())
-        boxes.push_back(c);
-    if (!boxes.empty() && rng.Bernoulli(0.5))
-      return m->InContainer(boxes[rng.UniformInt(boxes.size())]);
-    int r = rooms[rng.UniformInt(rooms.size())];
-    return on_surface ? m->Surface(r) : m->Floor(r);
-  };
-  auto rooms_where = [&](const std::vector<bool>& in) {
-    std::vector<int> out;
-    for (int r = 0; r < R; ++r)
-      if (in[r]) out.push_back(r);
-    return out;
-  };
-  // A walk through the constructive solution, counted in steps.
-  int here = w.room;
-  uint8_t locked = w.locked;
-  uint8_t opened = 0;
-  plan_steps = 0;
-  auto fetch = [&](int8_t loc) {  // walk to loc, open its container if needed, take
-    int r = m->RoomOf(loc);
-    plan_steps += Walk(*m, here, r, locked) + 1;
+// Somewhere in `rooms`: in one of their containers (half the time, if any) or else
+// on the floor (keys) / the surface (the object) of one of them.
+int8_t Place(const KeysLayout& m, const std::vector<int>& rooms, bool on_surface, Rng& rng) {
+  std::vector<int> boxes;
+  for (int c = 0; c < m.num_containers; ++c)
+    if (std::find(rooms.begin(), rooms.end(), m.container_room[c]) != rooms.end())
+      boxes.push_back(c);
+  if (!boxes.empty() && rng.Bernoulli(0.5))
+    return m.InContainer(boxes[rng.UniformInt(boxes.size())]);
+  int r = rooms[rng.UniformInt(rooms.size())];
+  return on_surface ? m.Surface(r) : m.Floor(r);
+}
+
+// The rooms r with in[r], ascending.
+std::vector<int> RoomsWhere(const std::vector<bool>& in) {
+  std::vector<int> out;
+  for (int r = 0; r < static_cast<int>(in.size()); ++r)
+    if (in[r]) out.push_back(r);
+  return out;
+}
+
+// A walk through the constructive solution, counted in steps.
+struct PlanWalk {
+  const KeysLayout& m;
+  int here = 0;        // the room the walk stands in
+  uint8_t locked = 0;  // bit k: lock k is still locked on the walk
+  uint8_t opened = 0;  // bit c: the walk has opened container c
+  int steps = 0;
+
+  // Walk to room r, then one action there (unlock, take or put).
+  void GoAndAct(int r) {
+    steps += Walk(m, here, r, locked) + 1;
     here = r;
-    int c = loc - 2 - 2 * R;
+  }
+  // Walk to loc, open its container if needed, take.
+  void Fetch(int8_t loc) {
+    GoAndAct(m.RoomOf(loc));
+    int c = loc - 2 - 2 * m.num_rooms;
     if (c >= 0 && !((opened >> c) & 1)) {
       opened = static_cast<uint8_t>(opened | 1u << c);
-      ++plan_steps;
+      ++steps;
     }
-  };
+  }
+};
 
-  std::vector<bool> region = Region(*m, w.room, locked);
-  locks_matter = std::find(region.begin(), region.end(), false) != region.end();
-  std::vector<int> last_new;  // rooms the latest region-growing unlock added
-  for (int step = 0; step < p.locked_doors; ++step) {
+// Places the keys in unlock order (each in the region reachable so far,
+// bordering a locked door), walking `plan` through fetching each and opening
+// its lock. Returns the rooms the latest region-growing unlock added.
+std::vector<int> PlaceKeys(KeysLayout& m, PlanWalk& plan, Rng& rng) {
+  World& w = m.initial;
+  const int locks = static_cast<int>(m.lock_door.size());
+  std::vector<bool> region = Region(m, w.room, plan.locked);
+  std::vector<int> last_new;
+  for (int step = 0; step < locks; ++step) {
     std::vector<int> frontier;
-    for (int k = 0; k < p.locked_doors; ++k) {
-      const Door& d = m->doors[m->lock_door[k]];
-      if (((locked >> k) & 1) && (region[d.a] || region[d.b])) frontier.push_back(k);
+    for (int k = 0; k < locks; ++k) {
+      const Door& d = m.doors[m.lock_door[k]];
+      if (((plan.locked >> k) & 1) && (region[d.a] || region[d.b])) frontier.push_back(k);
     }
     RLID_CHECK(!frontier.empty(), "no locked door borders the reachable rooms");
     int k = frontier[rng.UniformInt(frontier.size())];
-    w.loc[1 + k] = place(rooms_where(region), /*on_surface=*/false);
-    fetch(w.loc[1 + k]);
-    const Door& d = m->doors[m->lock_door[k]];
-    int side = region[d.a] ? d.a : d.b;
-    plan_steps += Walk(*m, here, side, locked) + 1;
-    here = side;
-    locked = static_cast<uint8_t>(locked & ~(1u << k));
-    auto grown = Region(*m, w.room, locked);
+    w.loc[1 + k] = Place(m, RoomsWhere(region), /*on_surface=*/false, rng);
+    plan.Fetch(w.loc[1 + k]);
+    const Door& d = m.doors[m.lock_door[k]];
+    plan.GoAndAct(region[d.a] ? d.a : d.b);
+    plan.locked = static_cast<uint8_t>(plan.locked & ~(1u << k));
+    auto grown = Region(m, w.room, plan.locked);
     std::vector<int> added;
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < m.num_rooms; ++r)
       if (grown[r] && !region[r]) added.push_back(r);
     if (!added.empty()) last_new = added;
     region = grown;
   }
-  std::vector<int> pool = last_new;
-  if (pool.empty())
-    for (int r = 0; r < R; ++r) pool.push_back(r);
-  w.loc[0] = place(pool, /*on_surface=*/true);
-  int object_room = m->RoomOf(w.loc[0]);
-  m->goal_room = static_cast<int>(rng.UniformInt(R - 1));
-  if (m->goal_room >= object_room) ++m->goal_room;
-  m->object_kind = static_cast<int>(rng.UniformInt(kObjects.size()));
-  fetch(w.loc[0]);
-  plan_steps += Walk(*m, here, m->goal_room, locked) + 1;
+  return last_new;
+}
 
+// Places the goal object in `pool` (every room when empty), then draws the
+// goal room (any other room) and the object's kind.
+void PlaceObject(KeysLayout& m, std::vector<int> pool, Rng& rng) {
+  if (pool.empty())
+    for (int r = 0; r < m.num_rooms; ++r) pool.push_back(r);
+  m.initial.loc[0] = Place(m, pool, /*on_surface=*/true, rng);
+  int object_room = m.RoomOf(m.initial.loc[0]);
+  m.goal_room = static_cast<int>(rng.UniformInt(m.num_rooms - 1));
+  if (m.goal_room >= object_room) ++m.goal_room;
+  m.object_kind = static_cast<int>(rng.UniformInt(kObjects.size()));
+}
+
+// The instance's identity: everything drawn, with the attempt.
+uint64_t Fingerprint(const KeysLayout& m, uint64_t attempt) {
   uint64_t h = HashCombine(HashBytes("keys"), attempt);
-  for (int r : m->room_kind) h = HashCombine(h, r);
-  for (const Door& d : m->doors) h = HashCombine(h, (d.a * 16 + d.b) * 16 + d.lock + 1);
-  for (int k : m->lock_colour) h = HashCombine(h, k);
-  for (int c = 0; c < p.containers; ++c)
-    h = HashCombine(h, m->container_kind[c] * 16 + m->container_room[c]);
-  h = HashCombine(HashCombine(h, m->object_kind), m->goal_room);
-  m->fingerprint = HashCombine(h, w.Pack());
+  for (int r : m.room_kind) h = HashCombine(h, r);
+  for (const Door& d : m.doors) h = HashCombine(h, (d.a * 16 + d.b) * 16 + d.lock + 1);
+  for (int k : m.lock_colour) h = HashCombine(h, k);
+  for (int c = 0; c < m.num_containers; ++c)
+    h = HashCombine(h, m.container_kind[c] * 16 + m.container_room[c]);
+  h = HashCombine(HashCombine(h, m.object_kind), m.goal_room);
+  return HashCombine(h, m.initial.Pack());
+}
+
+// One attempt at an instance. Keys are placed in unlock order: key k lies in
+// the region reachable once locks before it are open, so every instance is
+// solvable. The object lies in the last region a lock opened; the goal
+// surface is in another room. `plan_steps` is the length of that constructive
+// solution, an upper bound on the optimal length. `locks_matter` says whether
+// some room is unreachable without keys (false when every lock is bypassed).
+std::shared_ptr<KeysLayout> TryGenerate(const KeysParams& p, uint64_t seed, uint64_t attempt,
+                                        int& plan_steps, bool& locks_matter) {
+  auto m = std::make_shared<KeysLayout>();
+  m->params = p;
+  m->num_rooms = p.rooms;
+  m->num_items = p.locked_doors + 1;
+  m->num_containers = p.containers;
+  Rng rng = Rng::Stream(seed, "keys", attempt);
+  DrawRoomKinds(*m, rng);
+  DrawDoors(*m, p.extra_doors, rng);
+  DrawLocks(*m, p.locked_doors, rng);
+  DrawContainers(*m, rng);
+
+  World& w = m->initial;
+  w.room = static_cast<int8_t>(rng.UniformInt(p.rooms));
+  w.locked = static_cast<uint8_t>((1u << p.locked_doors) - 1);
+  std::vector<bool> region = Region(*m, w.room, w.locked);
+  locks_matter = std::find(region.begin(), region.end(), false) != region.end();
+  PlanWalk plan{*m, w.room, w.locked};
+  PlaceObject(*m, PlaceKeys(*m, plan, rng), rng);
+  plan.Fetch(w.loc[0]);
+  plan.GoAndAct(m->goal_room);
+  plan_steps = plan.steps;
+  m->fingerprint = Fingerprint(*m, attempt);
   return m;
 }
 
