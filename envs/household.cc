@@ -630,6 +630,134 @@ int PlanLength(const HouseLayout& m) {
   return steps;
 }
 
+// Receptacle kinds with the given flag, ascending.
+std::vector<int> RecKindsWith(uint8_t flag) {
+  std::vector<int> out;
+  for (int k = 0; k < kNumRecKinds; ++k)
+    if (kRecKinds[k].flags & flag) out.push_back(k);
+  return out;
+}
+
+// Receptacle kinds the task needs: its target, the object's start, the
+// appliance and the knife's start (the last, for kSliceTask).
+std::vector<int> NeededKinds(const Task& task, int start, Rng& rng) {
+  std::vector<int> needed = {task.receptacle, start};
+  const uint8_t appliance = task.family == kCleanTask  ? kCleans
+                            : task.family == kHeatTask ? kHeats
+                            : task.family == kCoolTask ? kCools
+                                                       : 0;
+  if (appliance) {
+    auto options = RecKindsWith(appliance);
+    needed.push_back(options[rng.UniformInt(options.size())]);
+  }
+  if (task.family == kSliceTask) {
+    const auto& options = Objects().starts[kKnifeKind];
+    needed.push_back(options[rng.UniformInt(options.size())]);
+  }
+  return needed;
+}
+
+// Rooms: the kitchen and the rooms the needed kinds stand in, then others.
+void DrawRooms(HouseLayout& m, const std::vector<int>& needed, int rooms, Rng& rng) {
+  std::vector<int> kinds = {kKitchen};
+  for (int k : needed)
+    if (std::find(kinds.begin(), kinds.end(), kRecKinds[k].room) == kinds.end())
+      kinds.push_back(kRecKinds[k].room);
+  RLID_CHECK_LE(static_cast<int>(kinds.size()), rooms);
+  for (int r : rng.Permutation(kMaxRooms))
+    if (static_cast<int>(kinds.size()) < rooms &&
+        std::find(kinds.begin(), kinds.end(), r) == kinds.end())
+      kinds.push_back(r);
+  for (int r : rng.Permutation(rooms)) m.room_kind.push_back(kinds[r]);
+}
+
+// Receptacles: the needed ones of each room, then random others of its kind.
+// Returns the receptacle of each kind (-1 for a kind not in the house).
+std::vector<int> DrawReceptacles(HouseLayout& m, const std::vector<int>& needed, int per_room,
+                                 Rng& rng) {
+  const int rooms = static_cast<int>(m.room_kind.size());
+  m.room_recs.assign(rooms, {});
+  std::vector<int> rec_of_kind(kNumRecKinds, -1);
+  for (int r = 0; r < rooms; ++r) {
+    std::vector<int> chosen;
+    for (int k : needed)
+      if (kRecKinds[k].room == m.room_kind[r] &&
+          std::find(chosen.begin(), chosen.end(), k) == chosen.end())
+        chosen.push_back(k);
+    for (int k : rng.Permutation(kNumRecKinds))
+      if (static_cast<int>(chosen.size()) < per_room && kRecKinds[k].room == m.room_kind[r] &&
+          std::find(chosen.begin(), chosen.end(), k) == chosen.end())
+        chosen.push_back(k);
+    RLID_CHECK_EQ(static_cast<int>(chosen.size()), per_room);
+    rng.Shuffle(chosen);
+    for (int k : chosen) {
+      rec_of_kind[k] = m.num_recs();
+      m.room_recs[r].push_back(m.num_recs());
+      if (kRecKinds[k].flags & kOpenable) m.openable_mask |= 1u << m.num_recs();
+      m.rec_kind.push_back(k);
+      m.rec_room.push_back(r);
+    }
+  }
+  return rec_of_kind;
+}
+
+// The desk lamp: on the target for kLightTask; otherwise, half the time, on a
+// random lamp host of the house (so a lamp is no hint of the task).
+void PlaceLamp(HouseLayout& m, Rng& rng) {
+  if (m.task.family == kLightTask) {
+    m.lamp = m.target;
+    return;
+  }
+  std::vector<int> hosts;
+  for (int k = 0; k < m.num_recs(); ++k)
+    if (m.Kind(k).flags & kLampHost) hosts.push_back(k);
+  if (!hosts.empty() && rng.Bernoulli(0.5)) m.lamp = hosts[rng.UniformInt(hosts.size())];
+}
+
+// Adds an object of `kind` on/in receptacle `rec`; one that can be cleaned
+// starts dirty with probability 0.3.
+void AddObject(HouseLayout& m, int kind, int rec, Rng& rng) {
+  const int i = m.num_objects++;
+  m.obj_kind.push_back(kind);
+  m.initial.loc[i] = static_cast<int8_t>(rec);
+  if ((kObjKinds[kind].caps & kCanClean) && rng.Bernoulli(0.3)) m.initial.state[i] = kDirty;
+}
+
+// Distractors of other kinds than the task object and the knife, on
+// receptacles they may start on (a kind with none in this house lies on any
+// receptacle, and is drawn only after every kind that has one).
+void AddDistractors(HouseLayout& m, const std::vector<int>& rec_of_kind, int distractors,
+                    Rng& rng) {
+  std::vector<int> placeable, elsewhere;
+  for (int o : rng.Permutation(kNumObjKinds)) {
+    if (o == m.task.object || o == kKnifeKind) continue;
+    bool here = false;
+    for (int s : Objects().starts[o]) here = here || rec_of_kind[s] >= 0;
+    (here ? placeable : elsewhere).push_back(o);
+  }
+  placeable.insert(placeable.end(), elsewhere.begin(), elsewhere.end());
+  for (int d = 0; d < distractors; ++d) {
+    const int o = placeable[d];
+    std::vector<int> recs;
+    for (int s : Objects().starts[o])
+      if (rec_of_kind[s] >= 0) recs.push_back(rec_of_kind[s]);
+    if (recs.empty())
+      for (int k = 0; k < m.num_recs(); ++k) recs.push_back(k);
+    AddObject(m, o, recs[rng.UniformInt(recs.size())], rng);
+  }
+}
+
+// The instance's identity: the task and everything drawn, with the attempt.
+uint64_t Fingerprint(const HouseLayout& m, uint64_t attempt) {
+  const Task& task = m.task;
+  uint64_t h = HashCombine(HashBytes("household"), attempt);
+  h = HashCombine(h, (task.family * 64 + task.object) * 64 + task.receptacle);
+  for (int r : m.room_kind) h = HashCombine(h, r);
+  for (int k : m.rec_kind) h = HashCombine(h, k);
+  for (int o : m.obj_kind) h = HashCombine(h, o);
+  return HashCombine(h, m.lamp + 1);
+}
+
 // One attempt at an instance: a family drawn uniformly among the split's
 // families, then one of its tasks.
 std::shared_ptr<HouseLayout> TryGenerate(const HouseParams& p, const TaskLists& tasks,
@@ -642,118 +770,24 @@ std::shared_ptr<HouseLayout> TryGenerate(const HouseParams& p, const TaskLists& 
   const auto starts = FeasibleStarts(task, p.rooms);
   const int start = starts[rng.UniformInt(starts.size())];
 
-  // Receptacle kinds the task needs: its target, the object's start, the
-  // appliance and the knife's start.
-  std::vector<int> needed = {task.receptacle, start};
-  auto kinds_with = [](uint8_t flag) {
-    std::vector<int> out;
-    for (int k = 0; k < kNumRecKinds; ++k)
-      if (kRecKinds[k].flags & flag) out.push_back(k);
-    return out;
-  };
-  const uint8_t appliance = task.family == kCleanTask  ? kCleans
-                            : task.family == kHeatTask ? kHeats
-                            : task.family == kCoolTask ? kCools
-                                                       : 0;
-  if (appliance) {
-    auto options = kinds_with(appliance);
-    needed.push_back(options[rng.UniformInt(options.size())]);
-  }
-  if (task.family == kSliceTask) {
-    const auto& options = Objects().starts[kKnifeKind];
-    needed.push_back(options[rng.UniformInt(options.size())]);
-  }
-
-  // Rooms: the kitchen and the rooms the needed kinds stand in, then others.
-  std::vector<int> kinds = {kKitchen};
-  for (int k : needed)
-    if (std::find(kinds.begin(), kinds.end(), kRecKinds[k].room) == kinds.end())
-      kinds.push_back(kRecKinds[k].room);
-  RLID_CHECK_LE(static_cast<int>(kinds.size()), p.rooms);
-  for (int r : rng.Permutation(kMaxRooms))
-    if (static_cast<int>(kinds.size()) < p.rooms &&
-        std::find(kinds.begin(), kinds.end(), r) == kinds.end())
-      kinds.push_back(r);
-  for (int r : rng.Permutation(p.rooms)) m->room_kind.push_back(kinds[r]);
-
-  // Receptacles: the needed ones of each room, then random others of its kind.
-  m->room_recs.assign(p.rooms, {});
-  std::vector<int> rec_of_kind(kNumRecKinds, -1);
-  for (int r = 0; r < p.rooms; ++r) {
-    std::vector<int> chosen;
-    for (int k : needed)
-      if (kRecKinds[k].room == m->room_kind[r] &&
-          std::find(chosen.begin(), chosen.end(), k) == chosen.end())
-        chosen.push_back(k);
-    for (int k : rng.Permutation(kNumRecKinds))
-      if (static_cast<int>(chosen.size()) < p.receptacles && kRecKinds[k].room == m->room_kind[r] &&
-          std::find(chosen.begin(), chosen.end(), k) == chosen.end())
-        chosen.push_back(k);
-    RLID_CHECK_EQ(static_cast<int>(chosen.size()), p.receptacles);
-    rng.Shuffle(chosen);
-    for (int k : chosen) {
-      rec_of_kind[k] = m->num_recs();
-      m->room_recs[r].push_back(m->num_recs());
-      if (kRecKinds[k].flags & kOpenable) m->openable_mask |= 1u << m->num_recs();
-      m->rec_kind.push_back(k);
-      m->rec_room.push_back(r);
-    }
-  }
+  const std::vector<int> needed = NeededKinds(task, start, rng);
+  DrawRooms(*m, needed, p.rooms, rng);
+  const std::vector<int> rec_of_kind = DrawReceptacles(*m, needed, p.receptacles, rng);
   m->target = rec_of_kind[task.receptacle];
+  PlaceLamp(*m, rng);
 
-  // The desk lamp: on the target for kLightTask; otherwise, half the time, on a
-  // random lamp host of the house (so a lamp is no hint of the task).
-  if (task.family == kLightTask) {
-    m->lamp = m->target;
-  } else {
-    std::vector<int> hosts;
-    for (int k = 0; k < m->num_recs(); ++k)
-      if (m->Kind(k).flags & kLampHost) hosts.push_back(k);
-    if (!hosts.empty() && rng.Bernoulli(0.5)) m->lamp = hosts[rng.UniformInt(hosts.size())];
-  }
-
-  // Objects: the task object, the knife, then distractors of other kinds on
-  // receptacles they may start on (a kind with none in this house lies on any
-  // receptacle, and is drawn only after every kind that has one).
+  // Objects: the task object, the knife, then distractors.
   World& w = m->initial;
-  auto add_object = [&](int kind, int rec) {
-    const int i = m->num_objects++;
-    m->obj_kind.push_back(kind);
-    w.loc[i] = static_cast<int8_t>(rec);
-    if ((kObjKinds[kind].caps & kCanClean) && rng.Bernoulli(0.3)) w.state[i] = kDirty;
-  };
-  add_object(task.object, rec_of_kind[start]);
+  AddObject(*m, task.object, rec_of_kind[start], rng);
   if (task.family == kCleanTask) w.state[0] = kDirty;
   if (task.family == kSliceTask) {
     m->knife = m->num_objects;
-    add_object(kKnifeKind, rec_of_kind[needed.back()]);
+    AddObject(*m, kKnifeKind, rec_of_kind[needed.back()], rng);
   }
   m->num_core = m->num_objects;
-  std::vector<int> placeable, elsewhere;
-  for (int o : rng.Permutation(kNumObjKinds)) {
-    if (o == task.object || o == kKnifeKind) continue;
-    bool here = false;
-    for (int s : Objects().starts[o]) here = here || rec_of_kind[s] >= 0;
-    (here ? placeable : elsewhere).push_back(o);
-  }
-  placeable.insert(placeable.end(), elsewhere.begin(), elsewhere.end());
-  for (int d = 0; d < p.distractors; ++d) {
-    const int o = placeable[d];
-    std::vector<int> recs;
-    for (int s : Objects().starts[o])
-      if (rec_of_kind[s] >= 0) recs.push_back(rec_of_kind[s]);
-    if (recs.empty())
-      for (int k = 0; k < m->num_recs(); ++k) recs.push_back(k);
-    add_object(o, recs[rng.UniformInt(recs.size())]);
-  }
+  AddDistractors(*m, rec_of_kind, p.distractors, rng);
   w.room = static_cast<int8_t>(rng.UniformInt(p.rooms));
-
-  uint64_t h = HashCombine(HashBytes("household"), attempt);
-  h = HashCombine(h, (task.family * 64 + task.object) * 64 + task.receptacle);
-  for (int r : m->room_kind) h = HashCombine(h, r);
-  for (int k : m->rec_kind) h = HashCombine(h, k);
-  for (int o : m->obj_kind) h = HashCombine(h, o);
-  m->fingerprint = HashCombine(h, m->lamp + 1);
+  m->fingerprint = Fingerprint(*m, attempt);
   return m;
 }
 
