@@ -248,6 +248,108 @@ int PlanLength(const CraftInstance& inst, Inventory inv) {
   return cost;
 }
 
+// The full recipe tree of a target: multiplicity of every item, products in BFS order.
+struct RecipeTree {
+  std::array<int, kNumItems> mult{};
+  std::vector<int> products;
+};
+RecipeTree TreeOf(int target) {
+  const World& w = TheWorld();
+  RecipeTree tree;
+  std::vector<int> queue = {target};
+  for (size_t q = 0; q < queue.size(); ++q) {
+    int x = queue[q];
+    if (tree.mult[x]++ == 0 && !w.IsBase(x)) tree.products.push_back(x);
+    if (!w.IsBase(x)) {
+      queue.push_back(w.recipe[x][0]);
+      queue.push_back(w.recipe[x][1]);
+    }
+  }
+  return tree;
+}
+
+// Starting inventory: some needed items (their subtrees are then not
+// needed) and one unrelated item.
+void DrawHeld(int target, const RecipeTree& tree, Inventory& held, Rng& rng) {
+  const World& w = TheWorld();
+  std::vector<int> stack = {w.recipe[target][1], w.recipe[target][0]};
+  while (!stack.empty()) {
+    int x = stack.back();
+    stack.pop_back();
+    if (rng.Bernoulli(kHeldProbability)) {
+      ++held[x];
+    } else if (!w.IsBase(x)) {
+      stack.push_back(w.recipe[x][1]);
+      stack.push_back(w.recipe[x][0]);
+    }
+  }
+  std::vector<int> unrelated;
+  for (int i = 0; i < kNumItems; ++i)
+    if (w.depth[i] <= 1 && tree.mult[i] == 0) unrelated.push_back(i);
+  if (!unrelated.empty()) ++held[unrelated[rng.UniformInt(unrelated.size())]];
+}
+
+// Decoy recipes: products off the tree whose ingredients are obtainable
+// (base, in the tree, or held); those sharing an ingredient with the tree
+// come first because they look most plausible. At most `extra_recipes`.
+std::vector<int> DrawDecoys(const RecipeTree& tree, const Inventory& held, int extra_recipes,
+                            Rng& rng) {
+  const World& w = TheWorld();
+  const auto& mult = tree.mult;
+  std::vector<int> near, far;
+  for (int i = 0; i < kNumItems; ++i) {
+    if (w.IsBase(i) || mult[i] > 0) continue;
+    auto [a, b] = w.recipe[i];
+    auto obtainable = [&](int x) { return w.IsBase(x) || mult[x] > 0 || held[x] > 0; };
+    if (!obtainable(a) || !obtainable(b)) continue;
+    bool shares = (mult[a] > 0) || (mult[b] > 0);
+    (shares ? near : far).push_back(i);
+  }
+  rng.Shuffle(near);
+  rng.Shuffle(far);
+  near.insert(near.end(), far.begin(), far.end());
+  if (static_cast<int>(near.size()) > extra_recipes) near.resize(extra_recipes);
+  return near;
+}
+
+// The recipe book (the target first, then the tree's other products and the
+// decoys in random order) and the base materials its recipes use.
+void DrawBook(CraftInstance& inst, const RecipeTree& tree, const std::vector<int>& decoys,
+              Rng& rng) {
+  const World& w = TheWorld();
+  std::vector<int> rest(tree.products.begin() + 1, tree.products.end());
+  rest.insert(rest.end(), decoys.begin(), decoys.end());
+  rng.Shuffle(rest);
+  inst.book = {inst.target};
+  inst.book.insert(inst.book.end(), rest.begin(), rest.end());
+  std::vector<bool> source(kNumItems, false);
+  for (int b : inst.book) {
+    inst.in_book[b] = true;
+    for (int x : w.recipe[b])
+      if (w.IsBase(x)) source[x] = true;
+  }
+  for (int i = 0; i < kNumItems; ++i)
+    if (source[i]) inst.sources.push_back(i);
+}
+
+// The instance's hash and its goal text with the recipe book.
+void Describe(CraftInstance& inst) {
+  const World& w = TheWorld();
+  std::vector<std::string> recipes;
+  uint64_t h = HashCombine(HashBytes("craft"), inst.target);
+  for (int b : inst.book) {
+    recipes.push_back(
+        fmt::format("{} = {} + {}", Name(b), Name(w.recipe[b][0]), Name(w.recipe[b][1])));
+    h = HashCombine(h, b);
+  }
+  for (int s : inst.sources) h = HashCombine(h, 1000 + s);
+  inst.hash = HashCombine(h, inst.cap);
+  inst.goal_text =
+      fmt::format("Goal: make {}.\nRecipes: {}.", WithArticle(inst.target), Join(recipes, "; "));
+}
+
+// The first attempt of the seed's stream whose plan takes at least two steps;
+// `held` receives its starting inventory.
 std::shared_ptr<const CraftInstance> Generate(const CraftParams& p, uint64_t seed,
                                               Inventory& held) {
   const World& w = TheWorld();
@@ -261,84 +363,14 @@ std::shared_ptr<const CraftInstance> Generate(const CraftParams& p, uint64_t see
     held.fill(0);
     int target = targets[rng.UniformInt(targets.size())];
     inst->target = target;
-
-    // The full recipe tree: multiplicity of every item, products in BFS order.
-    std::array<int, kNumItems> mult{};
-    std::vector<int> tree_products, queue = {target};
-    for (size_t q = 0; q < queue.size(); ++q) {
-      int x = queue[q];
-      if (mult[x]++ == 0 && !w.IsBase(x)) tree_products.push_back(x);
-      if (!w.IsBase(x)) {
-        queue.push_back(w.recipe[x][0]);
-        queue.push_back(w.recipe[x][1]);
-      }
-    }
+    const RecipeTree tree = TreeOf(target);
     inst->cap = 2;
     for (int i = 0; i < kNumItems; ++i)
-      if (i != target) inst->cap = std::max(inst->cap, mult[i]);
-
-    // Starting inventory: some needed items (their subtrees are then not
-    // needed) and one unrelated item.
-    std::vector<int> stack = {w.recipe[target][1], w.recipe[target][0]};
-    while (!stack.empty()) {
-      int x = stack.back();
-      stack.pop_back();
-      if (rng.Bernoulli(kHeldProbability)) {
-        ++held[x];
-      } else if (!w.IsBase(x)) {
-        stack.push_back(w.recipe[x][1]);
-        stack.push_back(w.recipe[x][0]);
-      }
-    }
-    std::vector<int> unrelated;
-    for (int i = 0; i < kNumItems; ++i)
-      if (w.depth[i] <= 1 && mult[i] == 0) unrelated.push_back(i);
-    if (!unrelated.empty()) ++held[unrelated[rng.UniformInt(unrelated.size())]];
-
-    // Decoy recipes: products off the tree whose ingredients are obtainable
-    // (base, in the tree, or held); those sharing an ingredient with the tree
-    // come first because they look most plausible.
-    std::vector<int> near, far;
-    for (int i = 0; i < kNumItems; ++i) {
-      if (w.IsBase(i) || mult[i] > 0) continue;
-      auto [a, b] = w.recipe[i];
-      auto obtainable = [&](int x) { return w.IsBase(x) || mult[x] > 0 || held[x] > 0; };
-      if (!obtainable(a) || !obtainable(b)) continue;
-      bool shares = (mult[a] > 0) || (mult[b] > 0);
-      (shares ? near : far).push_back(i);
-    }
-    rng.Shuffle(near);
-    rng.Shuffle(far);
-    near.insert(near.end(), far.begin(), far.end());
-    if (static_cast<int>(near.size()) > p.extra_recipes) near.resize(p.extra_recipes);
-
-    std::vector<int> rest(tree_products.begin() + 1, tree_products.end());
-    rest.insert(rest.end(), near.begin(), near.end());
-    rng.Shuffle(rest);
-    inst->book = {target};
-    inst->book.insert(inst->book.end(), rest.begin(), rest.end());
-    std::vector<bool> source(kNumItems, false);
-    for (int b : inst->book) {
-      inst->in_book[b] = true;
-      for (int x : w.recipe[b])
-        if (w.IsBase(x)) source[x] = true;
-    }
-    for (int i = 0; i < kNumItems; ++i)
-      if (source[i]) inst->sources.push_back(i);
-
+      if (i != target) inst->cap = std::max(inst->cap, tree.mult[i]);
+    DrawHeld(target, tree, held, rng);
+    DrawBook(*inst, tree, DrawDecoys(tree, held, p.extra_recipes, rng), rng);
     if (PlanLength(*inst, held) < 2) continue;  // a one-step task is no decision
-
-    std::vector<std::string> recipes;
-    uint64_t h = HashCombine(HashBytes("craft"), target);
-    for (int b : inst->book) {
-      recipes.push_back(
-          fmt::format("{} = {} + {}", Name(b), Name(w.recipe[b][0]), Name(w.recipe[b][1])));
-      h = HashCombine(h, b);
-    }
-    for (int s : inst->sources) h = HashCombine(h, 1000 + s);
-    inst->hash = HashCombine(h, inst->cap);
-    inst->goal_text =
-        fmt::format("Goal: make {}.\nRecipes: {}.", WithArticle(target), Join(recipes, "; "));
+    Describe(*inst);
     return inst;
   }
   throw InternalError(
