@@ -48,7 +48,8 @@ void SampleThoughts(AgentContext& ctx, const std::vector<Slot*>& slots,
   for (size_t b = 0; b < slots.size(); ++b)
     if (!slots[b]->needs_value) thinking.push_back(&steps[b]);
   if (!thinking.empty()) internal::SampleTexts(ctx, thinking, end_of_line, "think", budget);
-  for (StepData* st : thinking) st->readout_suffix = ctx.renderer->AfterThought(st->response_text);
+  for (StepData* st : thinking)
+    st->decision.readout_suffix = ctx.renderer->AfterThought(st->text.response_text);
 }
 
 // One group's readout, on the CPU: the requests (row b = steps[b]) and the
@@ -98,25 +99,26 @@ GroupReadout ReadGroup(AgentContext& ctx, const std::vector<StepData>& steps,
 // Copies row b of the readout into the step (K = the step's menu size;
 // `outcomes` = K, + 1 with the off-menu outcome) and returns p over the outcomes.
 std::vector<double> TakeRow(StepData& step, const GroupReadout& r, size_t b, int outcomes) {
+  DecisionRead& d = step.decision;
   const int K = static_cast<int>(step.menu.size());
   std::vector<double> probs(outcomes);
   for (int k = 0; k < outcomes; ++k) probs[k] = std::exp(r.dist[b][k].item<double>());
   for (int k = 0; k < K; ++k) {
-    step.log_p.push_back(r.dist[b][k].item<float>());
+    d.log_p.push_back(r.dist[b][k].item<float>());
     std::vector<float> words;
     for (size_t w = 0; w < r.reqs[b].realisations[k].size(); ++w)
       words.push_back(r.wlogp[b][k][w].item<float>());
-    step.wording_logp.push_back(std::move(words));
-    if (r.after.defined()) step.afterstate_values.push_back(r.after[b][k].item<float>());
+    d.wording_logp.push_back(std::move(words));
+    if (r.after.defined()) d.afterstate_values.push_back(r.after[b][k].item<float>());
   }
   if (r.ref_log_p.defined())
-    for (int k = 0; k < outcomes; ++k) step.ref_log_p.push_back(r.ref_log_p[b][k].item<float>());
-  step.log_p_other = r.log_p_other[b].item<float>();
-  step.think_logp = r.span[b].item<float>();
-  step.value = r.value[b].item<float>();
-  step.candidate_mass = r.mass[b].item<float>();
-  step.row_entropy = r.rowh[b].item<float>();
-  step.menu_entropy = r.menuh[b].item<float>();
+    for (int k = 0; k < outcomes; ++k) d.ref_log_p.push_back(r.ref_log_p[b][k].item<float>());
+  d.log_p_other = r.log_p_other[b].item<float>();
+  d.think_logp = r.span[b].item<float>();
+  d.value = r.value[b].item<float>();
+  d.candidate_mass = r.mass[b].item<float>();
+  d.row_entropy = r.rowh[b].item<float>();
+  d.menu_entropy = r.menuh[b].item<float>();
   return probs;
 }
 
@@ -124,7 +126,7 @@ std::vector<double> TakeRow(StepData& step, const GroupReadout& r, size_t b, int
 // invalid answer; a menu item is said in a wording drawn from π(y | s, a).
 void PlayOutcome(AgentContext& ctx, Slot& s, StepData& step, const std::vector<double>& probs,
                  int choice, Budget& budget) {
-  if (ctx.oracle_probs) step.p_optimal = OptimalMass(*s.state, step.menu, probs);
+  if (ctx.oracle_probs) step.decision.p_optimal = OptimalMass(*s.state, step.menu, probs);
   internal::CountAttempt(s, budget);
   if (choice == static_cast<int>(step.menu.size())) {
     internal::ApplyInvalid(ctx, s, step, kOffMenuReason, budget);
@@ -134,7 +136,7 @@ void PlayOutcome(AgentContext& ctx, Slot& s, StepData& step, const std::vector<d
   step.item = choice;
   step.action = step.menu.items[choice].action;
   // The wording said, y ~ π(y | s, a): a draw over this item's wordings.
-  const auto& words = step.wording_logp[choice];
+  const auto& words = step.decision.wording_logp[choice];
   std::vector<double> wp;
   for (float w : words) wp.push_back(std::isfinite(w) ? std::exp(static_cast<double>(w)) : 0);
   const size_t w = s.wording_rng.Categorical(wp);
@@ -169,11 +171,12 @@ policy::ReadoutRequest ReadoutRequestFor(const policy::PromptRenderer& renderer,
                                          bool afterstates) {
   policy::ReadoutRequest r;
   r.prompt = step.prompt.tokens;
-  if (!step.readout_suffix.empty()) {  // think-then-decide: read after z, score z
+  const auto& suffix = step.decision.readout_suffix;
+  if (!suffix.empty()) {  // think-then-decide: read after z, score z
     r.scored_begin = static_cast<int64_t>(r.prompt.size());
-    r.prompt.insert(r.prompt.end(), step.response.begin(), step.response.end());
+    r.prompt.insert(r.prompt.end(), step.text.response.begin(), step.text.response.end());
     r.scored_end = static_cast<int64_t>(r.prompt.size());
-    r.prompt.insert(r.prompt.end(), step.readout_suffix.begin(), step.readout_suffix.end());
+    r.prompt.insert(r.prompt.end(), suffix.begin(), suffix.end());
   }
   r.realisations = renderer.Realisations(step.menu, readout.realisations == "all");
   if (afterstates) r.afterstates = renderer.AfterstateBranches(step.menu);
@@ -241,13 +244,13 @@ policy::StopFn EndOfThought(const policy::Tokenizer& tok) {
 }
 
 std::vector<float> DecisionLogP(const StepData& step, const ReadoutConfig& readout) {
-  std::vector<float> out = step.log_p;
-  if (readout.off_menu_outcome()) out.push_back(step.log_p_other);
+  std::vector<float> out = step.decision.log_p;
+  if (readout.off_menu_outcome()) out.push_back(step.decision.log_p_other);
   return out;
 }
 
 int DecisionOutcome(const StepData& step) {
-  return step.item >= 0 ? step.item : static_cast<int>(step.log_p.size());
+  return step.item >= 0 ? step.item : static_cast<int>(step.decision.log_p.size());
 }
 
 }  // namespace rlid::agents

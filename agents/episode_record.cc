@@ -20,27 +20,29 @@ std::string RecordMode(const EpisodeData& e) {
 // The step's log-probabilities and value under the decision readout.
 void DecisionFields(const StepData& s, memory::StepRecord& sr) {
   // log p(a|s), or with a scratchpad the joint log π(z|s) + log p(a|s,z).
-  if (s.item >= 0 && static_cast<size_t>(s.item) < s.log_p.size())
-    sr.logp_rollout = sr.logp_train = s.log_p[s.item] + s.think_logp;
+  const DecisionRead& d = s.decision;
+  if (s.item >= 0 && static_cast<size_t>(s.item) < d.log_p.size())
+    sr.logp_rollout = sr.logp_train = d.log_p[s.item] + d.think_logp;
   else if (s.invalid)  // the off-menu outcome
-    sr.logp_rollout = sr.logp_train = s.log_p_other + s.think_logp;
-  if (!s.log_p.empty()) sr.value = s.value;
-  if (!s.readout_suffix.empty()) {  // the scratchpad is the step's generated text
-    sr.generated_text = s.response_text;
-    sr.generated_tokens = static_cast<int>(s.response.size());
+    sr.logp_rollout = sr.logp_train = d.log_p_other + d.think_logp;
+  if (!d.log_p.empty()) sr.value = d.value;
+  if (!d.readout_suffix.empty()) {  // the scratchpad is the step's generated text
+    sr.generated_text = s.text.response_text;
+    sr.generated_tokens = static_cast<int>(s.text.response.size());
   }
 }
 
 // The step's answer text and its summed log-probabilities (rollout engine,
 // and the training forward once the trainer filled train_logp).
 void TokenFields(const StepData& s, memory::StepRecord& sr) {
-  sr.generated_text = s.response_text;
-  sr.generated_tokens = static_cast<int>(s.response.size());
+  const SampledText& x = s.text;
+  sr.generated_text = x.response_text;
+  sr.generated_tokens = static_cast<int>(x.response.size());
   double roll = 0, train = 0;
-  for (float v : s.rollout_logp) roll += v;
-  for (float v : s.train_logp) train += v;
+  for (float v : x.rollout_logp) roll += v;
+  for (float v : x.train_logp) train += v;
   sr.logp_rollout = roll;
-  if (!s.train_logp.empty()) sr.logp_train = train;
+  if (!x.train_logp.empty()) sr.logp_train = train;
 }
 
 // The menu as shown; decision-plane items carry p(a|s) and p of each wording.
@@ -54,9 +56,9 @@ std::vector<memory::MenuItemRecord> MenuRecords(const StepData& s, bool decision
     m.label = it.label;
     m.command = it.command;
     m.afterstate = it.afterstate;
-    if (decision && k < s.log_p.size()) {
-      m.probability = std::exp(static_cast<double>(s.log_p[k]));
-      const auto& words = s.wording_logp[k];
+    if (decision && k < s.decision.log_p.size()) {
+      m.probability = std::exp(static_cast<double>(s.decision.log_p[k]));
+      const auto& words = s.decision.wording_logp[k];
       for (size_t w = 0; w < words.size(); ++w) {
         std::string text =
             w == 0 ? it.label : (w - 1 < it.realisations.size() ? it.realisations[w - 1] : "");

@@ -55,6 +55,39 @@ struct EpisodeSpec {
   int group = -1;       // episodes sharing an env seed (group advantages)
 };
 
+// What the decision plane read at a step: the rollout readout, which in the
+// decision plane is also the training forward (policy::Readout).
+struct DecisionRead {
+  std::vector<float> log_p;                     // per menu item (unnormalised with "other")
+  float log_p_other = 0;                        // log of the off-menu mass (outcome K with "other")
+  std::vector<std::vector<float>> wording_logp;  // per item, per wording
+  float value = 0, candidate_mass = 0, row_entropy = 0, menu_entropy = 0;
+  std::vector<float> afterstate_values;
+  // The reference policy's decision distribution (K or K + 1 outcomes, as
+  // policy::DecisionDistribution), when a reference is set.
+  std::vector<float> ref_log_p;
+  // Sum of p(a|s) over the oracle's optimal items (AgentContext::oracle_probs
+  // and an env with an oracle); < 0 when not measured.
+  double p_optimal = -1;
+  // With [prompt] reasoning (think-then-decide): the sampled scratchpad z is
+  // the step's SampledText, the readout reads the menu at prompt ++ z ++
+  // readout_suffix, and think_logp is log π(z|s) read in that same pass.
+  std::vector<policy::TokenId> readout_suffix;  // empty: no scratchpad
+  float think_logp = 0;
+};
+
+// Free text sampled at a step: the token plane's answer, or the decision
+// plane's scratchpad.
+struct SampledText {
+  std::vector<policy::TokenId> response;
+  std::vector<float> rollout_logp;  // per response token, rollout engine
+  std::vector<float> train_logp;    // per response token, training forward (filled by the trainer)
+  std::vector<float> ref_logp;      // per response token, reference model (trainer; if one)
+  std::string response_text;
+};
+
+// One decision attempt of an episode: what the agent saw, what it read or
+// sampled (by plane), and the outcome.
 struct StepData {
   int t = 0;
   // The random stream of this turn's sampled text (answer or scratchpad): from
@@ -68,29 +101,8 @@ struct StepData {
   // The episode's earlier steps the prompt showed (prompt.history_steps), oldest first.
   std::vector<policy::HistoryTurn> history;
   uint64_t state_hash = 0;  // env State::Hash() before acting
-  // Decision plane (rollout readout; in the decision plane rollout = training forward).
-  std::vector<float> log_p;                     // per menu item (unnormalised with "other")
-  float log_p_other = 0;                        // log of the off-menu mass (outcome K with "other")
-  std::vector<std::vector<float>> wording_logp;  // per item, per wording
-  float value = 0, candidate_mass = 0, row_entropy = 0, menu_entropy = 0;
-  std::vector<float> afterstate_values;
-  // The reference policy's decision distribution (K or K + 1 outcomes, as
-  // policy::DecisionDistribution), when a reference is set.
-  std::vector<float> ref_log_p;
-  // Sum of p(a|s) over the oracle's optimal items (AgentContext::oracle_probs
-  // and an env with an oracle); < 0 when not measured.
-  double p_optimal = -1;
-  // Decision plane with [prompt] reasoning (think-then-decide): the sampled
-  // scratchpad z is in response / rollout_logp / response_text below, the
-  // readout reads the menu at prompt ++ z ++ readout_suffix, and think_logp is
-  // log π(z|s) read in that same pass (the rollout = training forward).
-  std::vector<policy::TokenId> readout_suffix;  // empty: no scratchpad
-  float think_logp = 0;
-  // Token plane (and the decision plane's scratchpad).
-  std::vector<policy::TokenId> response;
-  std::vector<float> rollout_logp;  // per response token, rollout engine
-  std::vector<float> train_logp;    // per response token, training forward (filled by the trainer)
-  std::string response_text;
+  DecisionRead decision;    // decision plane (empty in the token plane)
+  SampledText text;         // token plane, and the decision plane's scratchpad
   // Outcome.
   int item = -1;                       // chosen menu index (-1: invalid)
   envs::ActionId action = envs::kNoAction;
@@ -145,7 +157,7 @@ struct AgentContext {
   int64_t iteration = 0;
   int num_envs = 16;               // episodes played in lockstep (readout batch size)
   bool afterstate_values = false;  // read the afterstate critic in the same pass
-  bool oracle_probs = false;       // fill StepData::p_optimal (evaluation; needs an OracleState)
+  bool oracle_probs = false;       // fill decision.p_optimal (evaluation; needs an OracleState)
   // [env] show_steps_left: observations end with "Steps left: N." (the time
   // limit is then part of the state, and a cut is terminal for the critic).
   bool show_steps_left = false;

@@ -120,7 +120,7 @@ class SamplerScope {
 };
 
 // Samples one text per step after its prompt (token-plane answers, or the
-// decision plane's scratchpads) into response / rollout_logp / response_text,
+// decision plane's scratchpads) into each step's SampledText,
 // and books the sampler's work. Identical prompts (e.g. a group at its first
 // step) share one encoding: they are bucketed by how many steps show them.
 // Every text draws from its step's sample_seed and `stream`.

@@ -28,9 +28,9 @@ void AttachWorkedReasoning(const AgentContext& ctx, const envs::State& state, St
                     ctx.env->Info().name),
         "warm-start without reasoning (prompt.reasoning = false in the sft run), or use an "
         "env with oracle reasoning such as arith");
-  step.response_text = worked->OracleReasoning();
-  step.response = ctx.renderer->ThoughtTokens(step.response_text);
-  step.readout_suffix = ctx.renderer->AnswerPrefixTokens();
+  step.text.response_text = worked->OracleReasoning();
+  step.text.response = ctx.renderer->ThoughtTokens(step.text.response_text);
+  step.decision.readout_suffix = ctx.renderer->AnswerPrefixTokens();
 }
 
 // Plays one episode to its end, every action chosen by `choose`.

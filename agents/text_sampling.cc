@@ -39,11 +39,11 @@ void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const p
     for (size_t p = 0; p < hashes.size(); ++p) {
       const auto& members = by_prompt[hashes[p]];
       for (size_t j = 0; j < members.size(); ++j) {
-        StepData& step = *steps[members[j]];
+        SampledText& text = steps[members[j]]->text;
         const auto& r = results[p][j];
-        step.response = r.tokens;
-        step.rollout_logp = r.logprobs;
-        step.response_text = tok.Decode(r.tokens, /*skip_special=*/true);
+        text.response = r.tokens;
+        text.rollout_logp = r.logprobs;
+        text.response_text = tok.Decode(r.tokens, /*skip_special=*/true);
       }
     }
   }

@@ -34,7 +34,7 @@ policy::StopFn EndOfAnswer(const policy::Tokenizer& tok, bool reasoning, std::st
 // Plays the step's sampled answer: the action it compiles to, or an invalid answer.
 void PlayAnswer(AgentContext& ctx, Slot& s, StepData& step, Budget& budget) {
   internal::CountAttempt(s, budget);
-  const auto res = CompileAnswer(*s.state, step.menu, step.response_text);
+  const auto res = CompileAnswer(*s.state, step.menu, step.text.response_text);
   if (!res.valid()) {
     internal::ApplyInvalid(ctx, s, step, res.reason, budget);
     internal::FileStep(ctx, s, std::move(step));

@@ -57,7 +57,7 @@ TEST(Rollout, DecisionEpisodesAreDeterministicAndCounted) {
       EXPECT_EQ(a[e].steps[t].prompt.text, b[e].steps[t].prompt.text);
       // p(a|s) over the menu sums to one.
       double total = 0;
-      for (float lp : a[e].steps[t].log_p) total += std::exp(lp);
+      for (float lp : a[e].steps[t].decision.log_p) total += std::exp(lp);
       EXPECT_NEAR(total, 1.0, 1e-4);
     }
     EXPECT_EQ(a[e].spec.env_seed, Specs(8)[e].env_seed);
@@ -81,7 +81,8 @@ TEST(Rollout, GreedyPicksTheArgmax) {
   auto eps = RunDecisionEpisodes(ctx, Specs(6), envs::Split::kTest, true, b);
   for (const auto& e : eps)
     for (const auto& s : e.steps)
-      EXPECT_EQ(s.item, std::max_element(s.log_p.begin(), s.log_p.end()) - s.log_p.begin());
+      EXPECT_EQ(s.item, std::max_element(s.decision.log_p.begin(), s.decision.log_p.end()) -
+                            s.decision.log_p.begin());
 }
 
 TEST(Rollout, RecordsReachTheStore) {
@@ -136,8 +137,8 @@ TEST(Rollout, TokenPlaneRecordsEveryInvalidAnswerWithItsReason) {
   for (const auto& e : eps) {
     for (const auto& s : e.steps) {
       ++decisions;
-      EXPECT_FALSE(s.response.empty());
-      EXPECT_EQ(s.response.size(), s.rollout_logp.size());
+      EXPECT_FALSE(s.text.response.empty());
+      EXPECT_EQ(s.text.response.size(), s.text.rollout_logp.size());
       if (s.invalid) {
         ++invalid;
         EXPECT_FALSE(s.invalid_reason.empty());
@@ -180,27 +181,30 @@ TEST(Rollout, DecisionPlaneThinksThenReadsTheMenu) {
     ASSERT_EQ(e.steps.size(), 1u);
     const auto& st = e.steps[0];
     EXPECT_NE(st.prompt.text.find("Reasoning:"), std::string::npos);
-    ASSERT_FALSE(st.response.empty());
-    EXPECT_LE(st.response.size(), 5u);
-    long_thoughts += st.response.size() > 2;
-    EXPECT_EQ(st.response.size(), st.rollout_logp.size());
-    z_tokens += static_cast<int64_t>(st.response.size());
+    ASSERT_FALSE(st.text.response.empty());
+    EXPECT_LE(st.text.response.size(), 5u);
+    long_thoughts += st.text.response.size() > 2;
+    EXPECT_EQ(st.text.response.size(), st.text.rollout_logp.size());
+    z_tokens += static_cast<int64_t>(st.text.response.size());
     // The readout suffix is the answer prefix, after a newline unless z ended its line.
-    ASSERT_GE(st.readout_suffix.size(), prefix.size());
-    EXPECT_TRUE(std::equal(prefix.rbegin(), prefix.rend(), st.readout_suffix.rbegin()));
+    ASSERT_GE(st.decision.readout_suffix.size(), prefix.size());
+    EXPECT_TRUE(std::equal(prefix.rbegin(), prefix.rend(), st.decision.readout_suffix.rbegin()));
     // log π(z|s) from the readout pass = plain teacher-forced scoring.
     torch::NoGradGuard ng;
     const double plain =
-        policy::NaiveRealisationLogProbs(rig.model, st.prompt.tokens, st.response).sum().item<double>();
-    EXPECT_NEAR(st.think_logp, plain, 1e-3 * std::max(1.0, std::abs(plain)));
-    EXPECT_LT(st.think_logp, 0.0);
+        policy::NaiveRealisationLogProbs(rig.model, st.prompt.tokens, st.text.response)
+            .sum()
+            .item<double>();
+    EXPECT_NEAR(st.decision.think_logp, plain, 1e-3 * std::max(1.0, std::abs(plain)));
+    EXPECT_LT(st.decision.think_logp, 0.0);
     double total = 0;
-    for (float lp : st.log_p) total += std::exp(lp);
+    for (float lp : st.decision.log_p) total += std::exp(lp);
     EXPECT_NEAR(total, 1.0, 1e-4);
     // The store keeps the scratchpad as the step's generated text, and the joint log-prob.
     auto rec = ToRecord(e, ctx);
-    EXPECT_EQ(rec.steps[0].generated_text, st.response_text);
-    EXPECT_NEAR(rec.steps[0].logp_rollout, st.log_p[st.item] + st.think_logp, 1e-5);
+    EXPECT_EQ(rec.steps[0].generated_text, st.text.response_text);
+    EXPECT_NEAR(rec.steps[0].logp_rollout, st.decision.log_p[st.item] + st.decision.think_logp,
+                1e-5);
   }
   EXPECT_GT(long_thoughts, 0);  // the sampler's own max_new_tokens did not cap z
   EXPECT_EQ(b.generated_tokens, z_tokens);
@@ -211,7 +215,7 @@ TEST(Rollout, DecisionPlaneThinksThenReadsTheMenu) {
   auto a = RunDecisionEpisodes(ctx, Specs(4), envs::Split::kTest, true, g1);
   auto c = RunDecisionEpisodes(ctx, Specs(4), envs::Split::kTest, true, g2);
   for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].steps[0].response, c[i].steps[0].response);
+    EXPECT_EQ(a[i].steps[0].text.response, c[i].steps[0].text.response);
     EXPECT_EQ(a[i].steps[0].item, c[i].steps[0].item);
   }
   EXPECT_EQ(sampler.options().temperature, 1.0);
@@ -243,18 +247,19 @@ TEST(Rollout, ScriptedDemonstrationsCarryTheWorkedReasoning) {
     const auto& st = e.steps.at(0);
     const auto& item = st.menu.items[st.item];
     // "... ; so 8 1 1": the worked reasoning ends with the answer the item names.
-    ASSERT_NE(st.response_text.find(" so "), std::string::npos) << st.response_text;
-    EXPECT_EQ(item.command, "answer " + st.response_text.substr(st.response_text.rfind(" so ") + 4));
-    EXPECT_EQ(st.response, rig.renderer->ThoughtTokens(st.response_text));
-    EXPECT_EQ(st.readout_suffix, rig.renderer->EncodeCached(pc.answer_prefix));
-    auto answer = rig.renderer->AnswerTokens(item, false, st.response_text);
+    ASSERT_NE(st.text.response_text.find(" so "), std::string::npos) << st.text.response_text;
+    EXPECT_EQ(item.command,
+              "answer " + st.text.response_text.substr(st.text.response_text.rfind(" so ") + 4));
+    EXPECT_EQ(st.text.response, rig.renderer->ThoughtTokens(st.text.response_text));
+    EXPECT_EQ(st.decision.readout_suffix, rig.renderer->EncodeCached(pc.answer_prefix));
+    auto answer = rig.renderer->AnswerTokens(item, false, st.text.response_text);
     EXPECT_EQ(answer.back(), tok.eos_id());
     const std::string text = tok.Decode(answer, /*skip_special=*/true);
-    EXPECT_EQ(text, " " + st.response_text + "\nAction: " + item.label);
+    EXPECT_EQ(text, " " + st.text.response_text + "\nAction: " + item.label);
     EXPECT_EQ(st.menu.Compile(text).item, st.item) << text;
     auto req = ReadoutRequestFor(*rig.renderer, st, ctx.readout, false);
     EXPECT_EQ(req.scored_begin, static_cast<int64_t>(st.prompt.tokens.size()));
-    EXPECT_EQ(req.scored_end - req.scored_begin, static_cast<int64_t>(st.response.size()));
+    EXPECT_EQ(req.scored_end - req.scored_begin, static_cast<int64_t>(st.text.response.size()));
   }
   Rig maze("maze", {"size=3"}, pc);
   auto mctx = maze.Ctx();

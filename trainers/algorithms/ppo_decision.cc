@@ -44,16 +44,16 @@ DecisionBatch FlattenDecisions(const std::vector<agents::EpisodeData>& episodes,
     b.old_dist.push_back(agents::DecisionLogP(*st, readout));
     outcome[i] = agents::DecisionOutcome(*st);
     // The joint log π(z|s) + log p(a|s,z) with a scratchpad (think_logp = 0 without).
-    old_logp[i] = b.old_dist.back()[outcome[i]] + st->think_logp;
-    old_value[i] = st->value;
+    old_logp[i] = b.old_dist.back()[outcome[i]] + st->decision.think_logp;
+    old_value[i] = st->decision.value;
     double r = st->reward;
     if (use_ref) {
-      b.ref_dist.push_back(st->ref_log_p);
+      b.ref_dist.push_back(st->decision.ref_log_p);
       if (t.kl.placement == "reward") {
         double kl = 0;  // exact KL of the rollout policy's decision distribution to the reference
         const auto& p = b.old_dist.back();
         for (size_t k = 0; k < p.size(); ++k)
-          if (std::isfinite(p[k])) kl += std::exp(p[k]) * (p[k] - st->ref_log_p[k]);
+          if (std::isfinite(p[k])) kl += std::exp(p[k]) * (p[k] - st->decision.ref_log_p[k]);
         r -= t.kl.coef * kl;
       }
     }
@@ -154,7 +154,7 @@ torch::Tensor Rows(const std::vector<std::vector<float>>& rows, const std::vecto
 // the decisions `idx` (detached; 0 past a menu's end).
 torch::Tensor AfterstateValues(const Batch& b, const std::vector<int64_t>& idx, int64_t K) {
   std::vector<std::vector<float>> q;
-  for (int64_t i : idx) q.push_back(b.dec[i].step->afterstate_values);
+  for (int64_t i : idx) q.push_back(b.dec[i].step->decision.afterstate_values);
   std::vector<int64_t> all(idx.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
   return Rows(q, all, K, 0.0);

@@ -121,8 +121,9 @@ SftBatch MakeBatch(const Run& s, const Demonstrations& d, const std::vector<int>
     const auto& p = st->prompt.tokens;
     std::vector<policy::TokenId> rest(p.begin() + 1, p.end());
     // With reasoning prompts the answer is the worked scratchpad, then the action.
-    auto answer = s.renderer->AnswerTokens(st->menu.items[st->item], c.answer == "command",
-                                           st->readout_suffix.empty() ? "" : st->response_text);
+    auto answer =
+        s.renderer->AnswerTokens(st->menu.items[st->item], c.answer == "command",
+                                 st->decision.readout_suffix.empty() ? "" : st->text.response_text);
     rest.insert(rest.end(), answer.begin(), answer.end());
     b.texts.push_back({{p.front()}, rest});
     b.prompt_len.push_back(static_cast<int64_t>(p.size()) - 1);

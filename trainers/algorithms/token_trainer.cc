@@ -34,7 +34,7 @@ ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
     const auto& st = episodes[e].steps[t];
     double r = st.reward;
     if (cfg.token.overlong_buffer > 0) {
-      double len = static_cast<double>(st.response.size());
+      double len = static_cast<double>(st.text.response.size());
       double start = static_cast<double>(max_new_tokens - cfg.token.overlong_buffer);
       r += std::min(-(len - start) / static_cast<double>(cfg.token.overlong_buffer) *
                         cfg.token.overlong_factor,
@@ -119,7 +119,7 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
     for (size_t t = 0; t < episodes[e].steps.size(); ++t) {
       const double value = a[per_step ? row : first + static_cast<int64_t>(e)];
       ++row;
-      if (episodes[e].steps[t].response.empty()) continue;
+      if (episodes[e].steps[t].text.response.empty()) continue;
       samples.push_back({&episodes[e].steps[t], static_cast<int>(e), value});
     }
   }
@@ -168,7 +168,7 @@ struct Work {
   int64_t groups = 0, samples = 0, tokens = 0;
   void AddEpisode(const agents::EpisodeData& e) {
     samples += static_cast<int64_t>(e.steps.size());
-    for (const auto& st : e.steps) tokens += static_cast<int64_t>(st.response.size());
+    for (const auto& st : e.steps) tokens += static_cast<int64_t>(st.text.response.size());
   }
 };
 
@@ -189,7 +189,7 @@ torch::Tensor LengthMask(const std::vector<int64_t>& lengths, int64_t T) {
   return out;
 }
 
-// Fills StepData::train_logp (and ref_log_p with a reference) for every step
+// Fills SampledText::train_logp (and ref_logp with a reference) for every step
 // with a response, by the training forward without gradient; the responses to
 // one prompt are scored in the same batch (shared prefix). The forwards count
 // as update work.
@@ -198,13 +198,13 @@ void ScoreOld(IterationContext& c, std::vector<agents::EpisodeData>& episodes,
   std::vector<TokenSample> rows;
   for (auto& e : episodes)
     for (auto& st : e.steps)
-      if (!st.response.empty()) rows.push_back({&st, 0, 0.0});
+      if (!st.text.response.empty()) rows.push_back({&st, 0, 0.0});
   torch::NoGradGuard no_grad;
   policy::TransformerLM model = c.agent.model, ref_model = c.agent.ref_model;
   model->eval();
   for (const auto& mb : PromptMinibatches(rows, c.cfg.minibatch_size, nullptr)) {
     std::vector<policy::ScoreRequest> reqs;
-    for (size_t i : mb) reqs.push_back({rows[i].step->prompt.tokens, rows[i].step->response});
+    for (size_t i : mb) reqs.push_back({rows[i].step->prompt.tokens, rows[i].step->text.response});
     auto sb = policy::ScoreResponses(model, reqs, sopts);
     c.budget.update.AddForward(model->config(), sb.cost);
     auto lp = sb.logp.to(torch::kCPU).to(torch::kFloat32).contiguous();
@@ -216,20 +216,20 @@ void ScoreOld(IterationContext& c, std::vector<agents::EpisodeData>& episodes,
     }
     for (size_t j = 0; j < mb.size(); ++j) {
       auto* st = const_cast<agents::StepData*>(rows[mb[j]].step);
-      const int64_t n = static_cast<int64_t>(st->response.size());
+      const int64_t n = static_cast<int64_t>(st->text.response.size());
       const float* p = lp[static_cast<int64_t>(j)].data_ptr<float>();
-      st->train_logp.assign(p, p + n);
-      st->ref_log_p.clear();
+      st->text.train_logp.assign(p, p + n);
+      st->text.ref_logp.clear();
       if (ref.defined()) {
         auto r = ref[static_cast<int64_t>(j)].contiguous();
-        st->ref_log_p.assign(r.data_ptr<float>(), r.data_ptr<float>() + n);
+        st->text.ref_logp.assign(r.data_ptr<float>(), r.data_ptr<float>() + n);
       }
     }
   }
 }
 
 // Σ_t kl_t of each step's response under [trainer.kl] (estimator of
-// train_logp vs ref_log_p), for the reward placement; empty without one.
+// train_logp vs ref_logp), for the reward placement; empty without one.
 std::vector<std::vector<double>> KlPerStep(const IterationContext& c,
                                            const std::vector<agents::EpisodeData>& episodes) {
   const KlConfig& kl = c.cfg.kl;
@@ -238,12 +238,12 @@ std::vector<std::vector<double>> KlPerStep(const IterationContext& c,
   for (const auto& e : episodes) {
     std::vector<double> per_step;
     for (const auto& st : e.steps) {
-      if (st.response.empty()) {
+      if (st.text.response.empty()) {
         per_step.push_back(0.0);
         continue;
       }
-      const int64_t n = static_cast<int64_t>(st.response.size());
-      auto logp = PadRows({&st.train_logp}, n), ref = PadRows({&st.ref_log_p}, n);
+      const int64_t n = static_cast<int64_t>(st.text.response.size());
+      auto logp = PadRows({&st.text.train_logp}, n), ref = PadRows({&st.text.ref_logp}, n);
       per_step.push_back(
           KlPenalty(kl, logp, ref, torch::ones({1, n}, torch::kBool)).sum().item<double>());
     }
@@ -349,9 +349,9 @@ Metrics EngineMetrics(const EngineConfig& engine, const std::vector<TokenSample>
   std::vector<int64_t> lengths;
   int64_t T = 1;
   for (const auto& smp : samples) {
-    old_rows.push_back(&smp.step->train_logp);
-    roll_rows.push_back(&smp.step->rollout_logp);
-    lengths.push_back(static_cast<int64_t>(smp.step->response.size()));
+    old_rows.push_back(&smp.step->text.train_logp);
+    roll_rows.push_back(&smp.step->text.rollout_logp);
+    lengths.push_back(static_cast<int64_t>(smp.step->text.response.size()));
     T = std::max(T, lengths.back());
   }
   auto old = PadRows(old_rows, T), roll = PadRows(roll_rows, T);
@@ -377,12 +377,12 @@ LossBatch BuildLossInputs(IterationContext& c, const std::vector<TokenSample>& s
   int64_t T = 1;
   for (size_t k : which) {
     const auto& smp = samples[k];
-    reqs.push_back({smp.step->prompt.tokens, smp.step->response});
-    old_rows.push_back(&smp.step->train_logp);
-    roll_rows.push_back(&smp.step->rollout_logp);
-    ref_rows.push_back(&smp.step->ref_log_p);
+    reqs.push_back({smp.step->prompt.tokens, smp.step->text.response});
+    old_rows.push_back(&smp.step->text.train_logp);
+    roll_rows.push_back(&smp.step->text.rollout_logp);
+    ref_rows.push_back(&smp.step->text.ref_logp);
     advs.push_back(smp.advantage);
-    T = std::max<int64_t>(T, static_cast<int64_t>(smp.step->response.size()));
+    T = std::max<int64_t>(T, static_cast<int64_t>(smp.step->text.response.size()));
   }
   policy::TransformerLM model = c.agent.model;
   auto sb = policy::ScoreResponses(model, reqs, sopts);
@@ -513,7 +513,7 @@ void AppendEngineMetrics(const std::vector<TokenSample>& samples, const EngineCo
   double tokens = 0;
   if (!samples.empty()) {
     for (const auto& [k, v] : EngineMetrics(engine, samples)) local[k] = v;
-    for (const auto& smp : samples) tokens += static_cast<double>(smp.step->response.size());
+    for (const auto& smp : samples) tokens += static_cast<double>(smp.step->text.response.size());
   }
   for (const auto& [k, v] : ReduceMetrics(local, tokens, comm)) metrics.push_back({k, v});
 }
@@ -675,7 +675,7 @@ Metrics TokenTrainer::Snr(IterationContext& c, const std::vector<TokenSample>& s
   // The batch's denominators, so the episode terms sum to the batch loss.
   GlobalCounts counts{0, 0};
   for (const auto& s : samples) {
-    const double len = static_cast<double>(s.step->response.size());
+    const double len = static_cast<double>(s.step->text.response.size());
     counts.tokens += len;
     counts.sequences += len > 0;
   }

@@ -172,7 +172,8 @@ Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* c
     steps += e.steps.size();
     for (const auto& s : e.steps) {
       if (e.plane != policy::Plane::kDecision) continue;
-      mass += s.candidate_mass, menu_h += s.menu_entropy, row_h += s.row_entropy;
+      mass += s.decision.candidate_mass, menu_h += s.decision.menu_entropy;
+      row_h += s.decision.row_entropy;
       ++decision_steps;
     }
   }
@@ -268,7 +269,7 @@ EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t epi
     steps += e.steps.size();
     invalid += e.invalid_steps;
     for (const auto& st : e.steps)
-      if (st.p_optimal >= 0) p_opt += st.p_optimal, measured += 1;
+      if (st.decision.p_optimal >= 0) p_opt += st.decision.p_optimal, measured += 1;
   }
   agents::StageCompute work = scratch.rollout;
   if (dist) {

@@ -147,7 +147,7 @@ TEST(DecisionDistribution, RolloutsSampleTheOffMenuOutcomeAndTrainOnIt) {
   double expected = 0, drawn = 0;
   for (const auto& e : eps)
     for (const auto& st : e.steps) {
-      expected += std::exp(st.log_p_other);
+      expected += std::exp(st.decision.log_p_other);
       if (st.invalid) {
         drawn += 1;
         EXPECT_EQ(st.item, -1);
@@ -163,9 +163,10 @@ TEST(DecisionDistribution, RolloutsSampleTheOffMenuOutcomeAndTrainOnIt) {
   auto batch = FlattenDecisions(eps, ctx.readout, cfg, /*use_ref=*/false, 0);
   for (int64_t i = 0; i < batch.size(); ++i) {
     const auto* st = batch.dec[i].step;
-    const int64_t K = static_cast<int64_t>(st->log_p.size());
+    const int64_t K = static_cast<int64_t>(st->decision.log_p.size());
     EXPECT_EQ(batch.outcome[i].item<int64_t>(), st->invalid ? K : st->item);
-    EXPECT_FLOAT_EQ(batch.old_logp[i].item<double>(), st->invalid ? st->log_p_other : st->log_p[st->item]);
+    EXPECT_FLOAT_EQ(batch.old_logp[i].item<double>(),
+                    st->invalid ? st->decision.log_p_other : st->decision.log_p[st->item]);
   }
 }
 

@@ -22,7 +22,7 @@ agents::EpisodeData Episode(int group, std::vector<double> rewards,
     agents::StepData st;
     st.t = static_cast<int>(t);
     st.reward = rewards[t];
-    st.response.assign(lengths.empty() ? 2 : lengths[t], 7);
+    st.text.response.assign(lengths.empty() ? 2 : lengths[t], 7);
     st.prompt.hash = prompt_hash + t;
     e.ret += rewards[t];
     e.steps.push_back(std::move(st));
@@ -128,7 +128,7 @@ TEST(TokenAdvantages, KlInTheRewardIsSubtractedPerStep) {
 
 TEST(TokenAdvantages, StepsWithoutResponseScoreButGetNoSample) {
   std::vector<agents::EpisodeData> eps = {Episode(0, {0.0, 1.0}), Episode(0, {0.0})};
-  eps[0].steps[0].response.clear();
+  eps[0].steps[0].text.response.clear();
   auto s = TokenAdvantages(Grpo(false), 16, eps);
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[0].step, &eps[0].steps[1]);

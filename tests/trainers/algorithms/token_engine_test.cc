@@ -131,9 +131,9 @@ TEST(TokenEngine, TokenLevelTisCapsAndIcePopMasksRealRollouts) {
   std::vector<const std::vector<float>*> roll;
   int64_t T = 1;
   for (const auto& e : eps) {
-    reqs.push_back({e.steps[0].prompt.tokens, e.steps[0].response});
-    roll.push_back(&e.steps[0].rollout_logp);
-    T = std::max<int64_t>(T, static_cast<int64_t>(e.steps[0].response.size()));
+    reqs.push_back({e.steps[0].prompt.tokens, e.steps[0].text.response});
+    roll.push_back(&e.steps[0].text.rollout_logp);
+    T = std::max<int64_t>(T, static_cast<int64_t>(e.steps[0].text.response.size()));
   }
   policy::ScoreOptions so;
   so.temperature = 0.7;
