@@ -37,18 +37,24 @@ void ForEachCounter(B& b, F&& f) {
 
 }  // namespace
 
-void StageCompute::AddForward(const policy::ModelConfig& model, const policy::ForwardCost& cost) {
-  forwards += cost.calls;
-  tokens += cost.tokens;
-  flops += model.ForwardFlops(cost);
+ComputeScope::ComputeScope(StageCompute& stage, std::initializer_list<policy::TransformerLM> models,
+                           Pass pass)
+    : stage_(stage), pass_(pass) {
+  for (const auto& m : models)
+    if (m) start_.emplace_back(m, m->work());
 }
 
-void StageCompute::AddForwardBackward(const policy::ModelConfig& model,
-                                      const policy::ForwardCost& cost) {
-  forwards += cost.calls;
-  backwards += 1;
-  tokens += cost.tokens;
-  flops += 3.0 * model.ForwardFlops(cost);
+ComputeScope::~ComputeScope() {
+  const bool backward = pass_ == Pass::kForwardBackward;
+  bool worked = false;
+  for (const auto& [model, start] : start_) {
+    const policy::ForwardCost done = policy::Difference(model->work(), start);
+    worked = worked || done.tokens > 0;
+    stage_.forwards += done.calls;
+    stage_.tokens += done.tokens;
+    stage_.flops += (backward ? 3.0 : 1.0) * model->config().ForwardFlops(done);
+  }
+  if (backward && worked) stage_.backwards += 1;
 }
 
 StageCompute& StageCompute::operator+=(const StageCompute& o) {

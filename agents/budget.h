@@ -1,9 +1,10 @@
 // Budget counters kept from the first rollout line, with the same rules in
 // both planes: every decision attempt is an env step (an invalid answer used an
 // interaction too), and every model forward and backward is counted with its
-// FLOPs (policy::ModelConfig::ForwardFlops over the tokens actually processed),
-// by stage: rollout (readouts, samples, reference and bootstrap-value passes),
-// update (old-log-prob and reference passes, update forwards and backwards),
+// FLOPs (policy::ModelConfig::ForwardFlops over the tokens actually processed,
+// as the model itself counts them; ComputeScope books them), by stage:
+// rollout (readouts, samples, reference and bootstrap-value passes), update
+// (old-log-prob and reference passes, update forwards and backwards),
 // evaluation and diagnostics (gradient statistics) apart. What was generated
 // and then discarded (DAPO filtering, invalid answers) is counted, never hidden.
 // All counters are cumulative.
@@ -11,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <utility>
@@ -27,11 +29,28 @@ struct StageCompute {
   int64_t tokens = 0;     // tokens fed to the model by those forwards
   double flops = 0;       // forward FLOPs + 2 x the FLOPs of each forward that was back-propagated
 
-  // A forward that did `cost` on a model of shape `model`.
-  void AddForward(const policy::ModelConfig& model, const policy::ForwardCost& cost);
-  // A forward that did `cost` followed by its backward pass (3 x its FLOPs in all).
-  void AddForwardBackward(const policy::ModelConfig& model, const policy::ForwardCost& cost);
   StageCompute& operator+=(const StageCompute& o);
+};
+
+// Books into `stage` the work that `models` did between construction and
+// destruction, as their forwards count it (policy::TransformerLMImpl::work()):
+// the one way compute enters a budget, so no call site computes a cost. With
+// Pass::kForwardBackward the scope's forwards were back-propagated by one
+// backward pass (3 x their FLOPs; no backward when the models did nothing).
+// Null models are skipped.
+class ComputeScope {
+ public:
+  enum class Pass { kForward, kForwardBackward };
+  ComputeScope(StageCompute& stage, std::initializer_list<policy::TransformerLM> models,
+               Pass pass = Pass::kForward);
+  ~ComputeScope();
+  ComputeScope(const ComputeScope&) = delete;
+  ComputeScope& operator=(const ComputeScope&) = delete;
+
+ private:
+  StageCompute& stage_;
+  Pass pass_;
+  std::vector<std::pair<policy::TransformerLM, policy::ForwardCost>> start_;
 };
 
 struct Budget {

@@ -69,11 +69,10 @@ GroupReadout ReadGroup(AgentContext& ctx, const std::vector<StepData>& steps,
     r.reqs.push_back(ReadoutRequestFor(*ctx.renderer, step, ctx.readout, ctx.afterstate_values));
     budget.prompt_tokens += static_cast<int64_t>(r.reqs.back().prompt.size());
   }
+  ComputeScope compute(budget.rollout, {ctx.model, ctx.ref_model});
   auto rb = policy::Readout(ctx.model, r.reqs, ropts);
-  budget.rollout.AddForward(ctx.model->config(), rb.cost);
   if (ctx.ref_model) {
     auto ref = policy::Readout(ctx.ref_model, r.reqs, ropts);
-    budget.rollout.AddForward(ctx.ref_model->config(), ref.cost);
     r.ref_log_p = policy::DecisionDistribution(ref).log_p.to(torch::kCPU);
   }
   auto dd = policy::DecisionDistribution(rb);
@@ -99,8 +98,8 @@ GroupReadout ReadGroup(AgentContext& ctx, const std::vector<StepData>& steps,
 // Copies row b of the readout into the step (K = the step's menu size;
 // `outcomes` = K, + 1 with the off-menu outcome) and returns p over the outcomes.
 std::vector<double> TakeRow(StepData& step, const GroupReadout& r, size_t b, int outcomes) {
-  DecisionRead& d = step.decision;
   const int K = static_cast<int>(step.menu.size());
+  DecisionRead& d = step.decision;
   std::vector<double> probs(outcomes);
   for (int k = 0; k < outcomes; ++k) probs[k] = std::exp(r.dist[b][k].item<double>());
   for (int k = 0; k < K; ++k) {

@@ -27,7 +27,7 @@ void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const p
   for (const auto& [h, members] : by_prompt) by_count[members.size()].push_back(h);
   const int64_t before_prompt = ctx.sampler->prompt_tokens_encoded();
   const int64_t before_gen = ctx.sampler->tokens_generated();
-  const policy::ForwardCost before_cost = ctx.sampler->cost();
+  ComputeScope compute(budget.rollout, {ctx.sampler->engine()});
   for (const auto& [count, hashes] : by_count) {
     std::vector<std::vector<policy::TokenId>> prompts;
     std::vector<uint64_t> row_seeds;
@@ -49,8 +49,6 @@ void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const p
   }
   budget.prompt_tokens += ctx.sampler->prompt_tokens_encoded() - before_prompt;
   budget.generated_tokens += ctx.sampler->tokens_generated() - before_gen;
-  budget.rollout.AddForward(ctx.sampler->engine()->config(),
-                            policy::Difference(ctx.sampler->cost(), before_cost));
 }
 
 }  // namespace rlid::agents::internal

@@ -119,14 +119,15 @@ class ModelBench : public Benchmark {
     const int64_t T = prefill_tokens_;
     auto ids = torch::randint(0, std::min<int64_t>(mc.vocab_size, 30000), {1, T}, torch::kInt64);
     auto pos = torch::arange(T, torch::kInt64).unsqueeze(0);
-    auto mask = policy::TransformerLMImpl::CausalMask(torch::full({1}, T, torch::kInt64), T);
+    auto mask = policy::AttentionMask::Causal({T}, T, torch::kCPU);
     auto prefill = [&] {
       auto h = model->forward(ids, pos, mask).hidden;
       return model->Logits(h.select(1, T - 1));
     };
+    const policy::ForwardCost before = model->work();
+    prefill();
+    const policy::ForwardCost cost = policy::Difference(model->work(), before);  // one prefill
     const double prefill_s = Fastest(repeats_, prefill, tick);
-    policy::ForwardCost cost;
-    cost.calls = 1, cost.tokens = T, cost.attention_pairs = policy::CausalPairs(T), cost.logit_rows = 1;
     const double prefill_flops = mc.ForwardFlops(cost) / prefill_s;
 
     // Readout of bandit menus (its small trained tokenizer's ids lie far below

@@ -153,20 +153,20 @@ class FlopsBench : public Benchmark {
     auto ids = torch::randint(0, cfg.vocab_size, {batch_, seq_ + 1}, torch::kInt64);
     auto inputs = ids.slice(1, 0, seq_), targets = ids.slice(1, 1).reshape({-1});
     auto pos = torch::arange(seq_, torch::kInt64).unsqueeze(0).expand({batch_, seq_}).contiguous();
-    auto mask = policy::TransformerLMImpl::CausalMask(torch::full({batch_}, seq_, torch::kInt64), seq_);
-    double step = TimePerCall(seconds_, [&] {
+    auto mask =
+        policy::AttentionMask::Causal(std::vector<int64_t>(batch_, seq_), seq_, torch::kCPU);
+    auto train_step = [&] {
       model->zero_grad();
       auto h = model->forward(inputs, pos, mask).hidden;
       auto loss = torch::nn::functional::cross_entropy(model->Logits(h).view({-1, cfg.vocab_size}), targets);
       loss.backward();
-    });
-    // Forward + backward = 3 x forward FLOPs of a causal forward over batch x seq
-    // tokens with logits at every position.
-    policy::ForwardCost cost;
-    cost.calls = 1;
-    cost.tokens = batch_ * seq_;
-    cost.attention_pairs = batch_ * policy::CausalPairs(seq_);
-    cost.logit_rows = batch_ * seq_;
+    };
+    const policy::ForwardCost before = model->work();
+    train_step();
+    const policy::ForwardCost cost = policy::Difference(model->work(), before);
+    double step = TimePerCall(seconds_, train_step);
+    // Forward + backward = 3 x the forward FLOPs the model counted for one step
+    // (a causal forward over batch x seq tokens with logits at every position).
     const double flops = 3.0 * cfg.ForwardFlops(cost);
     const double achieved = flops / step;
     progress.Update(2, "(train step)");

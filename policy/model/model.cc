@@ -780,9 +780,31 @@ torch::Tensor TransformerLMImpl::CausalMaskFromAttention(const torch::Tensor& at
   return (causal.unsqueeze(0) & valid.unsqueeze(1)).unsqueeze(1);
 }
 
+AttentionMask AttentionMask::Causal(const std::vector<int64_t>& lengths, int64_t T,
+                                    const torch::Device& device) {
+  int64_t tokens = 0, pairs = 0;
+  for (int64_t n : lengths) tokens += n, pairs += CausalPairs(n);
+  auto lengths_t = torch::tensor(lengths, torch::kInt64).to(device);
+  return {TransformerLMImpl::CausalMask(lengths_t, T), tokens, pairs};
+}
+
+ForwardCost AttentionMask::Work(int64_t batch) const {
+  ForwardCost w;
+  w.calls = calls;
+  if (tokens >= 0 && attention_pairs >= 0) {
+    w.tokens = tokens, w.attention_pairs = attention_pairs;
+    return w;
+  }
+  auto full = mask.expand({batch, 1, mask.size(-2), mask.size(-1)});
+  auto counts = torch::stack({full.any(-1).sum(), full.sum()}).to(torch::kCPU);
+  w.tokens = counts[0].item<int64_t>(), w.attention_pairs = counts[1].item<int64_t>();
+  return w;
+}
+
 ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Tensor& positions,
-                                      const torch::Tensor& mask, const PastKV* past,
+                                      const AttentionMask& attention, const PastKV* past,
                                       bool return_present) {
+  const torch::Tensor& mask = attention.mask;
   RLID_CHECK_EQ(ids.dim(), 2);
   RLID_CHECK(ids.sizes() == positions.sizes(), "ids and positions differ in shape");
   const int64_t T = ids.size(1);
@@ -828,15 +850,25 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
     }
   }
   out.hidden = model->norm(x);
+  work_ += attention.Work(ids.size(0));
   return out;
 }
 
+namespace {
+// Positions of hidden [..., D].
+int64_t Rows(const torch::Tensor& hidden) {
+  return hidden.size(-1) > 0 ? hidden.numel() / hidden.size(-1) : 0;
+}
+}  // namespace
+
 torch::Tensor TransformerLMImpl::Logits(const torch::Tensor& hidden) {
   auto w = lm_head ? lm_head->weight : model->embed_tokens->weight;
+  work_.logit_rows += Rows(hidden);
   return torch::matmul(hidden, w.t()).to(ComputeType(hidden.scalar_type()));
 }
 
 torch::Tensor TransformerLMImpl::Value(const torch::Tensor& hidden) {
+  work_.value_rows += Rows(hidden);
   return value_head(hidden.to(value_head->weight.scalar_type())).squeeze(-1).to(ComputeType(hidden.scalar_type()));
 }
 

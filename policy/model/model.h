@@ -21,6 +21,8 @@ namespace rlid::policy {
 
 // The work of model forwards, counted from what was actually computed (padding
 // excluded), so both planes' FLOPs come from one formula (ModelConfig::ForwardFlops).
+// The model counts it itself (TransformerLMImpl::work()): every forward adds
+// what its AttentionMask stands for, Logits() and Value() the rows they read.
 struct ForwardCost {
   int64_t calls = 0;            // model forward calls
   int64_t tokens = 0;           // token positions fed to the model (unpadded)
@@ -33,6 +35,32 @@ struct ForwardCost {
 ForwardCost Difference(const ForwardCost& a, const ForwardCost& b);
 // Pairs of a causal self-attention over n tokens: n (n + 1) / 2.
 inline int64_t CausalPairs(int64_t n) { return n * (n + 1) / 2; }
+
+// The mask a forward attends with, and the work it stands for. Callers that
+// build a mask from host-side lengths state its work (tokens that are not
+// padding, visible (query, key) pairs of those tokens), so that counting never
+// waits for the device. A bare mask tensor is counted by reading it (one host
+// sync; tests and tools): every query row that sees some key is a token, and
+// every visible pair counts.
+struct AttentionMask {
+  // NOLINTNEXTLINE(google-explicit-constructor): a bare mask converts implicitly
+  AttentionMask(torch::Tensor bare) : mask(std::move(bare)) {}
+  AttentionMask(torch::Tensor m, int64_t tokens, int64_t attention_pairs, int64_t calls = 1)
+      : mask(std::move(m)), tokens(tokens), attention_pairs(attention_pairs), calls(calls) {}
+  // Causal over right-padded rows of these lengths (TransformerLMImpl::CausalMask
+  // of T columns, on `device`), with its work: Σ len tokens, Σ len (len + 1) / 2 pairs.
+  static AttentionMask Causal(const std::vector<int64_t>& lengths, int64_t T,
+                              const torch::Device& device);
+  // The work of a forward of `batch` rows with this mask (no logit or value rows).
+  ForwardCost Work(int64_t batch) const;
+
+  torch::Tensor mask;            // [B or 1, 1, T, P + T] bool, true = may attend
+  int64_t tokens = -1;           // -1: counted from `mask`
+  int64_t attention_pairs = -1;  // -1: counted from `mask`
+  // Passes this forward counts as: 1, or 0 for a prefix forward that the next
+  // forward continues within the same pass (the shared-prefix readout).
+  int64_t calls = 1;
+};
 
 // Rotary position embedding scaling, as Hugging Face's rope_parameters /
 // rope_scaling: "default" (none), "linear" (positions / factor), "llama3"
@@ -230,16 +258,24 @@ class TransformerLMImpl : public torch::nn::Module {
   explicit TransformerLMImpl(const ModelConfig& cfg, torch::Dtype dtype = torch::kFloat32,
                              bool initialise = true);
 
-  // ids, positions: [B, T] int64. mask: [B or 1, 1, T, P + T] bool (true =
+  // ids, positions: [B, T] int64. mask.mask: [B or 1, 1, T, P + T] bool (true =
   // may attend), where P is the past length (0 without past). Returns the
   // final hidden states; `present` is filled when return_present is true.
+  // Adds mask.Work(B) to work().
   ForwardOut forward(const torch::Tensor& ids, const torch::Tensor& positions,
-                     const torch::Tensor& mask, const PastKV* past = nullptr,
+                     const AttentionMask& mask, const PastKV* past = nullptr,
                      bool return_present = false);
   // hidden [..., D] -> logits [..., V] (float32; float64 for a float64 model).
+  // Adds the rows of `hidden` to work().logit_rows.
   torch::Tensor Logits(const torch::Tensor& hidden);
-  // hidden [..., D] -> value [...].
+  // hidden [..., D] -> value [...]. Adds the rows to work().value_rows.
   torch::Tensor Value(const torch::Tensor& hidden);
+
+  // Everything this model computed since it was made, as its forward, Logits
+  // and Value calls count it: the one place compute is counted. Callers read
+  // differences (agents::ComputeScope books them into a budget stage).
+  // Activation checkpointing's recomputation is not counted (see ForwardFlops).
+  const ForwardCost& work() const { return work_; }
 
   // Deterministic initialisation from a seed (independent of global RNG state).
   void InitWeights(uint64_t seed);
@@ -283,6 +319,7 @@ class TransformerLMImpl : public torch::nn::Module {
   double rope_scale_ = 1.0;       // cos/sin scale (yarn)
   std::optional<LoraConfig> lora_;
   bool checkpointing_ = false;
+  ForwardCost work_;
 };
 TORCH_MODULE(TransformerLM);
 

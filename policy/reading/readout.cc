@@ -260,15 +260,14 @@ PackedBatch PackBatch(const std::vector<ReadoutRequest>& batch, int64_t vocab,
   return pb;
 }
 
-// One call over the packed (unpadded) tokens and their mask pairs.
-ForwardCost PackedCost(const PackedBatch& pb) {
-  ForwardCost cost;
-  cost.calls = 1;
+// The packed (unpadded) tokens and their mask pairs.
+ForwardCost PackedWork(const PackedBatch& pb) {
+  ForwardCost work;
   for (const auto& pr : pb.rows) {
-    cost.tokens += static_cast<int64_t>(pr.ids.size());
-    cost.attention_pairs += pr.attention_pairs;
+    work.tokens += static_cast<int64_t>(pr.ids.size());
+    work.attention_pairs += pr.attention_pairs;
   }
-  return cost;
+  return work;
 }
 
 // Host inputs, right-padded (padding: id 0, position 0, attends to itself).
@@ -309,27 +308,29 @@ int64_t SharedPrefixLength(const std::vector<PackedRow>& rows) {
   return C < kMinSharedPrefix ? 0 : C;
 }
 
-// Packed batch -> hidden [B * L, D]. With C > 0 the first C tokens run once
-// (row 0's copy) and every row attends to their keys/values; `cost` then
-// counts the work saved (still one readout pass).
-torch::Tensor RunForward(TransformerLM& model, const PackedBatch& pb, int64_t C,
-                         ForwardCost& cost) {
+// Packed batch -> hidden [B * L, D], in one readout pass. With C > 0 the
+// first C tokens run once (row 0's copy) and every row attends to their
+// keys/values: the model counts the work saved.
+torch::Tensor RunForward(TransformerLM& model, const PackedBatch& pb, int64_t C) {
   const int64_t B = pb.B, L = pb.L;
   auto [ids, pos, mask] = PackInputs(pb);
+  const ForwardCost packed = PackedWork(pb);
   const torch::Device device = model->device();
   torch::Tensor hidden;  // [B, L, D]
   if (pos.numel() > 0) model->CheckPosition(pos.max().item<int64_t>());  // on the host copy
   ids = ids.to(device), pos = pos.to(device), mask = mask.to(device);
   if (C > 0) {
+    // The prefix counts as part of the pass its continuation completes.
+    AttentionMask prefix(mask.slice(0, 0, 1).slice(2, 0, C).slice(3, 0, C), C, CausalPairs(C),
+                         /*calls=*/0);
+    AttentionMask after(mask.slice(2, C), packed.tokens - B * C,
+                        packed.attention_pairs - B * CausalPairs(C));
     auto pre = model->forward(ids.slice(0, 0, 1).slice(1, 0, C), pos.slice(0, 0, 1).slice(1, 0, C),
-                              mask.slice(0, 0, 1).slice(2, 0, C).slice(3, 0, C), nullptr,
-                              /*return_present=*/true);
-    auto rest = model->forward(ids.slice(1, C), pos.slice(1, C), mask.slice(2, C), &pre.present);
+                              prefix, nullptr, /*return_present=*/true);
+    auto rest = model->forward(ids.slice(1, C), pos.slice(1, C), after, &pre.present);
     hidden = torch::cat({pre.hidden.expand({B, -1, -1}), rest.hidden}, 1);
-    cost.tokens -= (B - 1) * C;
-    cost.attention_pairs -= (B - 1) * CausalPairs(C);
   } else {
-    hidden = model->forward(ids, pos, mask).hidden;
+    hidden = model->forward(ids, pos, {mask, packed.tokens, packed.attention_pairs}).hidden;
   }
   return hidden.reshape({B * L, hidden.size(-1)});
 }
@@ -510,7 +511,6 @@ void ReadValues(TransformerLM& model, const torch::Tensor& flat_hidden, const Pa
     }
   }
   auto values = model->Value(flat_hidden.index_select(0, IndexTensor(value_rows, device)));
-  out.cost.value_rows = static_cast<int64_t>(value_rows.size());
   out.value = values.slice(0, 0, B);
   if (afterstate_values)
     out.afterstate_value = torch::zeros({B * K}, values.options())
@@ -532,20 +532,20 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
   const torch::Device device = model->device();
   ReadoutBatch out;
   out.normalisation = options.normalisation;
-  out.cost = PackedCost(pb);
+  const ForwardCost work_before = model->work();
   const int64_t C = options.share_prefix ? SharedPrefixLength(pb.rows) : 0;
-  auto flat_hidden = RunForward(model, pb, C, out.cost);  // [B * L, D]
+  auto flat_hidden = RunForward(model, pb, C);  // [B * L, D]
 
   const LogitRows lr = PlanLogitRows(pb);
   auto logp_rows = torch::log_softmax(  // [N, V]
       model->Logits(flat_hidden.index_select(0, IndexTensor(lr.hidden_row, device))), -1);
-  out.cost.logit_rows = static_cast<int64_t>(lr.hidden_row.size());
   const TrieGather g = PlanTrieGather(pb, lr);
   auto wording_logp = WordingLogProbs(logp_rows, g, device);  // [W]
   out.span_logp = SpanLogProbs(logp_rows, lr, pb.B, device);
   Marginalise(wording_logp, g, pb, options.normalisation, device, out);
   ReadAnswerRows(logp_rows, lr, pb.B, device, out);
   ReadValues(model, flat_hidden, pb, options.afterstate_values, out);
+  out.cost = Difference(model->work(), work_before);
   return out;
 }
 
@@ -571,8 +571,7 @@ torch::Tensor NaiveRealisationLogProbs(TransformerLM& model, const std::vector<T
   seq.insert(seq.end(), wording.begin(), wording.end());
   auto ids = torch::tensor(seq, torch::kInt64).view({1, P + n}).to(device);
   auto positions = torch::arange(P + n, torch::TensorOptions().dtype(torch::kInt64).device(device)).view({1, P + n});
-  auto mask = TransformerLMImpl::CausalMask(
-      torch::full({1}, P + n, torch::TensorOptions().dtype(torch::kInt64).device(device)), P + n);
+  auto mask = AttentionMask::Causal({P + n}, P + n, device);
   model->CheckPosition(P + n - 1);
   auto hidden = model->forward(ids, positions, mask).hidden.squeeze(0).slice(0, P - 1, P + n - 1);  // [n, D]
   auto logp = torch::log_softmax(model->Logits(hidden), -1);                                       // [n, V]

@@ -68,8 +68,9 @@ struct ReadoutBatch {
   torch::Tensor span_logp;         // [B] log π(scored span | what precedes it); 0 without a span
   torch::Tensor afterstate_value;  // [B,K] value at each branch's last token (0 padding);
                                    // undefined unless afterstate_values
-  ForwardCost cost;                // one call: packed (unpadded) tokens, mask pairs, logit/value
-                                   // rows (a scored span adds one logit row per token)
+  ForwardCost cost;                // what the model counted for this call (one pass): packed
+                                   // (unpadded) tokens, mask pairs, logit/value rows (a scored
+                                   // span adds one logit row per token)
   std::string normalisation;       // ReadoutOptions::normalisation it was read with
 };
 

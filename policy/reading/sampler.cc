@@ -229,20 +229,14 @@ struct DecodeRows {
 // (row r samples from prompt r / n): their first logits, and with a KV cache
 // the prompts' keys and values per row and which keys are valid.
 DecodeRows EncodePrompts(TransformerLM& engine, const PaddedPrompts& p, int n, bool kv_cache,
-                         const torch::Device& device, ForwardCost& cost) {
+                         const torch::Device& device) {
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   const int64_t N = p.ids.size(0), width = p.width, rows = N * n;
-  for (int64_t len : p.lengths) {
-    cost.tokens += len;
-    cost.attention_pairs += CausalPairs(len);
-  }
-  cost.calls += 1;
-  cost.logit_rows += N;
   auto len_t = IndexTensor(p.lengths, device);
   auto pos = torch::arange(width, i64.device(device)).unsqueeze(0).expand({N, width}).contiguous();
   engine->CheckPosition(width - 1);
-  auto enc = engine->forward(p.ids.to(device), pos, TransformerLMImpl::CausalMask(len_t, width), nullptr,
-                             kv_cache);
+  auto enc = engine->forward(p.ids.to(device), pos, AttentionMask::Causal(p.lengths, width, device),
+                             nullptr, kv_cache);
   auto first_logits = engine->Logits(
       enc.hidden.reshape({N * width, -1}).index_select(0, IndexTensor(p.last, device)));  // [N, V]
   DecodeRows d;
@@ -311,8 +305,8 @@ void KeepRows(const std::vector<int64_t>& keep, bool kv_cache, const torch::Devi
 // KV path: the drawn tokens at position prompt length + step, one forward
 // over the cache; returns the next logits [A, V].
 torch::Tensor DecodeCached(TransformerLM& engine, const torch::Tensor& next_tokens, int step,
-                           const std::vector<int64_t>& next_active, const std::vector<int64_t>& lengths,
-                           DecodeRows& d, ForwardCost& cost) {
+                           const std::vector<int64_t>& next_active,
+                           const std::vector<int64_t>& lengths, DecodeRows& d) {
   const int64_t A = static_cast<int64_t>(next_active.size());
   auto in = next_tokens.view({A, 1});
   auto in_pos = (d.active_len + step).view({A, 1});
@@ -320,22 +314,21 @@ torch::Tensor DecodeCached(TransformerLM& engine, const torch::Tensor& next_toke
   for (int64_t r : next_active) max_pos = std::max(max_pos, lengths[d.row_prompt[r]] + step);
   engine->CheckPosition(max_pos);
   d.key_valid = torch::cat({d.key_valid, torch::ones({A, 1}, d.key_valid.options())}, 1);
-  auto out = engine->forward(in, in_pos, d.key_valid.view({A, 1, 1, -1}), &d.past, true);
-  d.past = std::move(out.present);
-  torch::Tensor logits = engine->Logits(out.hidden.select(1, 0));
-  cost.calls += 1;
-  cost.tokens += A;
-  cost.logit_rows += A;
   // The new token sees its prompt and the step + 1 tokens fed so far.
-  for (int64_t a = 0; a < A; ++a) cost.attention_pairs += lengths[d.row_prompt[next_active[a]]] + step + 1;
-  return logits;
+  int64_t pairs = 0;
+  for (int64_t a = 0; a < A; ++a) pairs += lengths[d.row_prompt[next_active[a]]] + step + 1;
+  auto out =
+      engine->forward(in, in_pos, {d.key_valid.view({A, 1, 1, -1}), A, pairs}, &d.past, true);
+  d.past = std::move(out.present);
+  return engine->Logits(out.hidden.select(1, 0));
 }
 
 // Without a KV cache: recomputes prompt ++ generated for every unfinished row;
 // returns the next logits [A, V].
-torch::Tensor DecodeRecomputed(TransformerLM& engine, const std::vector<std::vector<TokenId>>& prompts,
-                               int64_t width, int step, const std::vector<int64_t>& next_active,
-                               const DecodeRows& d, const torch::Device& device, ForwardCost& cost) {
+torch::Tensor DecodeRecomputed(TransformerLM& engine,
+                               const std::vector<std::vector<TokenId>>& prompts, int64_t width,
+                               int step, const std::vector<int64_t>& next_active,
+                               const DecodeRows& d, const torch::Device& device) {
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   const int64_t A = static_cast<int64_t>(next_active.size());
   const int64_t T = width + step + 1;
@@ -349,15 +342,11 @@ torch::Tensor DecodeRecomputed(TransformerLM& engine, const std::vector<std::vec
     for (TokenId id : d.generated[r]) seq[a][t++] = id;
     seq_len[a] = t;
     seq_last[a] = a * T + t - 1;
-    cost.tokens += t;
-    cost.attention_pairs += CausalPairs(t);
   }
-  cost.calls += 1;
-  cost.logit_rows += A;
   auto seq_pos = torch::arange(T, i64.device(device)).unsqueeze(0).expand({A, T}).contiguous();
   engine->CheckPosition(T - 1);
-  auto h = engine->forward(seq.to(device), seq_pos, TransformerLMImpl::CausalMask(IndexTensor(seq_len, device), T))
-               .hidden;
+  auto h =
+      engine->forward(seq.to(device), seq_pos, AttentionMask::Causal(seq_len, T, device)).hidden;
   return engine->Logits(h.reshape({A * T, -1}).index_select(0, IndexTensor(seq_last, device)));
 }
 
@@ -380,7 +369,8 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
   // made here leaves as a tensor, the results are host vectors.
   c10::InferenceMode inference;
   CudaBf16Autocast autocast(device_.is_cuda() && options_.autocast && options_.dtype == "float32");
-  DecodeRows d = EncodePrompts(engine_, padded, n, options_.kv_cache, device_, cost_);
+  const ForwardCost work_before = engine_->work();
+  DecodeRows d = EncodePrompts(engine_, padded, n, options_.kv_cache, device_);
   prompt_tokens_ += std::accumulate(padded.lengths.begin(), padded.lengths.end(), int64_t{0});
   const auto u_all = RowUniforms(row_seeds, options_.max_new_tokens, device_);
   for (int step = 0; step < options_.max_new_tokens; ++step) {
@@ -396,11 +386,13 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
     for (int64_t a : keep) next_active.push_back(d.active[a]);
     torch::Tensor next_tokens = drawn.tokens;
     if (keep.size() != d.active.size()) KeepRows(keep, options_.kv_cache, device_, d, next_tokens);
-    d.logits = options_.kv_cache
-                   ? DecodeCached(engine_, next_tokens, step, next_active, padded.lengths, d, cost_)
-                   : DecodeRecomputed(engine_, prompts, padded.width, step, next_active, d, device_, cost_);
+    d.logits =
+        options_.kv_cache
+            ? DecodeCached(engine_, next_tokens, step, next_active, padded.lengths, d)
+            : DecodeRecomputed(engine_, prompts, padded.width, step, next_active, d, device_);
     d.active = std::move(next_active);
   }
+  cost_ += Difference(engine_->work(), work_before);
   return results;
 }
 

@@ -71,9 +71,10 @@ class TextSampler {
                                                 const StopFn& stop,
                                                 const std::vector<uint64_t>& row_seeds);
 
-  // Budget counters since construction / ResetCounters(): the forwards'
-  // work (prompt encodings + decoding steps, recomputations included; the
-  // last sampled token is never fed), prompt tokens encoded, tokens sampled.
+  // Budget counters since construction / ResetCounters(): the engine's work
+  // in Sample() as the engine counts it (prompt encodings + decoding steps,
+  // recomputations included; the last sampled token is never fed), prompt
+  // tokens encoded, tokens sampled.
   const ForwardCost& cost() const { return cost_; }
   int64_t prompt_tokens_encoded() const { return prompt_tokens_; }
   int64_t tokens_generated() const { return tokens_generated_; }

@@ -92,20 +92,16 @@ ScoreBatch ScorePlain(TransformerLM& model, const std::vector<ScoreRequest>& req
       targets.push_back(q.response[t]);
       slots.push_back(static_cast<int64_t>(i) * Tmax + static_cast<int64_t>(t));
     }
-    out.cost.tokens += lengths[row];
-    out.cost.attention_pairs += CausalPairs(lengths[row]);
     ++row;
   }
   torch::Tensor rows_h;
-  out.cost.logit_rows = static_cast<int64_t>(targets.size());
   if (!seqs.empty()) {
-    out.cost.calls = 1;
     const int64_t B = static_cast<int64_t>(seqs.size());
     auto pos = torch::arange(L, i64).unsqueeze(0).expand({B, L}).contiguous();
     model->CheckPosition(L - 1);
-    auto h = model->forward(PackIds(seqs, L).to(device), pos,
-                            TransformerLMImpl::CausalMask(IndexTensor(lengths, device), L))
-                 .hidden;
+    auto h =
+        model->forward(PackIds(seqs, L).to(device), pos, AttentionMask::Causal(lengths, L, device))
+            .hidden;
     rows_h = h.reshape({B * L, -1}).index_select(0, IndexTensor(hidden_idx, device));
   }
   Finish(model, rows_h, targets, slots, N, Tmax, options, out);
@@ -121,8 +117,7 @@ struct PromptGroups {
   int64_t Pmax = 0;
 };
 
-// Also counts the prompts' tokens and attention pairs into `cost`.
-PromptGroups GroupPrompts(const std::vector<ScoreRequest>& reqs, ForwardCost& cost) {
+PromptGroups GroupPrompts(const std::vector<ScoreRequest>& reqs) {
   PromptGroups g;
   std::map<std::vector<TokenId>, int64_t> group_of;
   g.of_request.assign(reqs.size(), -1);
@@ -133,8 +128,6 @@ PromptGroups GroupPrompts(const std::vector<ScoreRequest>& reqs, ForwardCost& co
       g.prompts.emplace_back(reqs[i].prompt.begin(), reqs[i].prompt.end());
       g.plen.push_back(static_cast<int64_t>(reqs[i].prompt.size()));
       g.Pmax = std::max<int64_t>(g.Pmax, g.plen.back());
-      cost.tokens += g.plen.back();
-      cost.attention_pairs += CausalPairs(g.plen.back());
     }
     g.of_request[i] = it->second;
   }
@@ -149,9 +142,7 @@ struct Continuations {
   int64_t T2 = 0;                            // max len
 };
 
-// Also counts the continuation tokens and attention pairs into `cost`.
-Continuations CollectContinuations(const std::vector<ScoreRequest>& reqs, const PromptGroups& g,
-                                   ForwardCost& cost) {
+Continuations CollectContinuations(const std::vector<ScoreRequest>& reqs, const PromptGroups& g) {
   Continuations c;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const auto& r = reqs[i].response;
@@ -160,9 +151,6 @@ Continuations CollectContinuations(const std::vector<ScoreRequest>& reqs, const 
     c.group.push_back(g.of_request[i]);
     c.len.push_back(static_cast<int64_t>(r.size()) - 1);
     c.T2 = std::max(c.T2, c.len.back());
-    cost.tokens += c.len.back();
-    // Continuation token t sees its prompt and the t + 1 response tokens up to itself.
-    cost.attention_pairs += g.plen[g.of_request[i]] * c.len.back() + CausalPairs(c.len.back());
   }
   return c;
 }
@@ -199,7 +187,12 @@ torch::Tensor ContinueResponses(TransformerLM& model, const std::vector<ScoreReq
                          .expand({M, T2, Pmax});
   auto resp_keys =  // [M, T2, T2]
       TransformerLMImpl::CausalMask(IndexTensor(c.len, device), T2).squeeze(1);
-  auto mask = torch::cat({prompt_keys, resp_keys}, -1).unsqueeze(1);  // [M, 1, T2, Pmax + T2]
+  // Continuation token t sees its prompt and the t + 1 response tokens up to itself.
+  int64_t tokens = 0, pairs = 0;
+  for (size_t m = 0; m < c.len.size(); ++m)
+    tokens += c.len[m], pairs += g.plen[c.group[m]] * c.len[m] + CausalPairs(c.len[m]);
+  AttentionMask mask(torch::cat({prompt_keys, resp_keys}, -1).unsqueeze(1), tokens,
+                     pairs);  // [M, 1, T2, Pmax + T2]
   // Padded queries get position 0 so they never exceed policy.max_position.
   auto pos = torch::where(ar_t.unsqueeze(0) < IndexTensor(c.len, device).unsqueeze(1),
                           plen_t.index_select(0, group_t).unsqueeze(1) + ar_t.unsqueeze(0),
@@ -221,18 +214,17 @@ ScoreBatch ScoreShared(TransformerLM& model, const std::vector<ScoreRequest>& re
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
   ScoreBatch out;
   std::vector<int64_t> targets, slots;  // in the order of the gathered hidden rows
-  const PromptGroups g = GroupPrompts(reqs, out.cost);
+  const PromptGroups g = GroupPrompts(reqs);
   if (g.prompts.empty()) {
     Finish(model, torch::Tensor(), targets, slots, N, Tmax, options, out);
     return out;
   }
   const int64_t U = static_cast<int64_t>(g.prompts.size()), Pmax = g.Pmax;
-  out.cost.calls = 1;
   auto ppos = torch::arange(Pmax, i64).unsqueeze(0).expand({U, Pmax}).contiguous();
   auto plen_t = IndexTensor(g.plen, device);
   model->CheckPosition(Pmax - 1);
   auto enc = model->forward(PackIds(g.prompts, Pmax).to(device), ppos,
-                            TransformerLMImpl::CausalMask(plen_t, Pmax), nullptr,
+                            AttentionMask::Causal(g.plen, Pmax, device), nullptr,
                             /*return_present=*/true);
   std::vector<int64_t> first_idx;  // hidden rows of the last prompt token, per response
   for (int64_t i = 0; i < N; ++i) {
@@ -244,14 +236,12 @@ ScoreBatch ScoreShared(TransformerLM& model, const std::vector<ScoreRequest>& re
   }
   auto hidden_rows = enc.hidden.reshape({U * Pmax, -1}).index_select(0, IndexTensor(first_idx, device));
 
-  const Continuations c = CollectContinuations(reqs, g, out.cost);
+  const Continuations c = CollectContinuations(reqs, g);
   if (!c.tokens.empty()) {
-    out.cost.calls += 1;
     auto cont_rows =
         ContinueResponses(model, reqs, g, c, plen_t, enc.present, Tmax, targets, slots);
     hidden_rows = torch::cat({hidden_rows, cont_rows});
   }
-  out.cost.logit_rows = static_cast<int64_t>(targets.size());
   Finish(model, hidden_rows, targets, slots, N, Tmax, options, out);
   return out;
 }
@@ -267,8 +257,11 @@ ScoreBatch ScoreResponses(TransformerLM& model, const std::vector<ScoreRequest>&
   CheckRequests(reqs, model->config().vocab_size);
   int64_t Tmax = 0;
   for (const auto& q : reqs) Tmax = std::max<int64_t>(Tmax, q.response.size());
-  return options.shared_prefix ? ScoreShared(model, reqs, Tmax, options)
-                               : ScorePlain(model, reqs, Tmax, options);
+  const ForwardCost work_before = model->work();
+  ScoreBatch out = options.shared_prefix ? ScoreShared(model, reqs, Tmax, options)
+                                         : ScorePlain(model, reqs, Tmax, options);
+  out.cost = Difference(model->work(), work_before);
+  return out;
 }
 
 }  // namespace rlid::policy

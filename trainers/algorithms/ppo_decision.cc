@@ -163,7 +163,6 @@ torch::Tensor AfterstateValues(const Batch& b, const std::vector<int64_t>& idx, 
 // log p, value, entropy of the minibatch's decisions under the current weights.
 struct Forward {
   torch::Tensor dist, mask, logp, value, afterstate_value;
-  policy::ForwardCost cost;
 };
 
 Forward ReadDecisions(const agents::AgentContext& agent, const std::vector<Decision>& dec,
@@ -184,7 +183,6 @@ Forward ReadDecisions(const agents::AgentContext& agent, const std::vector<Decis
            rb.span_logp.to(torch::kFloat64);
   f.value = rb.value.to(torch::kFloat64);
   if (all_action) f.afterstate_value = rb.afterstate_value.to(torch::kFloat64);
-  f.cost = rb.cost;
   return f;
 }
 
@@ -373,6 +371,8 @@ class PpoDecisionTrainer final : public Trainer {
     }
     LossTerms terms;
     if (idx.empty()) return terms;
+    agents::ComputeScope compute(c.budget.update, {c.agent.model},
+                                 agents::ComputeScope::Pass::kForwardBackward);
     auto fw = ReadDecisions(c.agent, batch.dec, idx, batch.outcome.index_select(0, ix), all_action);
     const auto dev = fw.dist.device();
     const int64_t K = fw.dist.size(1);
@@ -412,7 +412,6 @@ class PpoDecisionTrainer final : public Trainer {
       terms.kl_ref = kl.item<double>();
     }
     loss.backward();
-    c.budget.update.AddForwardBackward(c.agent.model->config(), fw.cost);
     terms.policy = pg.item<double>();
     terms.value = v.item<double>();
     terms.entropy = ent.item<double>();
@@ -435,7 +434,7 @@ class PpoDecisionTrainer final : public Trainer {
     model->train();
     auto g = MeasureGradientSnr(
         model, n,
-        [&](int64_t e) -> std::pair<torch::Tensor, policy::ForwardCost> {
+        [&](int64_t e) {
           const auto& idx = of[e];
           auto ix = torch::tensor(idx, torch::kInt64);
           auto fw = ReadDecisions(c.agent, b.dec, idx, b.outcome.index_select(0, ix), all_action);
@@ -451,7 +450,7 @@ class PpoDecisionTrainer final : public Trainer {
                         .sum() /
                    total;
           }
-          return {loss, fw.cost};
+          return loss;
         },
         c.budget.diagnostic);
     return SnrMetrics(g);

@@ -134,18 +134,16 @@ SftBatch MakeBatch(const Run& s, const Demonstrations& d, const std::vector<int>
 // loss + the decision-plane terms: label_weight * NLL of the demonstrated
 // decision, -log p(a|s), or with a scratchpad the joint -(log π(z|s) +
 // log p(a|s,z)); plus, with plain requests, plain_weight times the plain
-// prompt's NLL. Each forward's cost goes to the update budget.
+// prompt's NLL.
 torch::Tensor AddLabelLoss(Run& s, const SftBatch& b, const policy::ReadoutOptions& ropts,
                            torch::Tensor loss) {
   const SftConfig& c = s.cfg.sft;
   auto rb = policy::Readout(s.model, b.reqs, ropts);
-  s.budget.update.AddForward(s.model->config(), rb.cost);
   auto t = torch::tensor(b.targets, torch::kInt64).to(rb.log_p.device());
   loss = loss +
          c.label_weight * -(rb.log_p.gather(1, t.unsqueeze(1)).squeeze(1) + rb.span_logp).mean();
   if (!b.plain_reqs.empty()) {
     auto pb = policy::Readout(s.model, b.plain_reqs, ropts);
-    s.budget.update.AddForward(s.model->config(), pb.cost);
     loss = loss + c.label_weight * c.plain_weight * -pb.log_p.gather(1, t.unsqueeze(1)).mean();
   }
   return loss;
@@ -156,7 +154,6 @@ torch::Tensor AddLabelLoss(Run& s, const SftBatch& b, const policy::ReadoutOptio
 torch::Tensor AddTextLoss(Run& s, const SftBatch& b, torch::Tensor loss) {
   const SftConfig& c = s.cfg.sft;
   auto sb = policy::ScoreResponses(s.model, b.texts);
-  s.budget.update.AddForward(s.model->config(), sb.cost);
   auto pos = torch::arange(sb.logp.size(1), torch::kInt64).unsqueeze(0).to(sb.logp.device());
   auto is_answer =
       pos >= torch::tensor(b.prompt_len, torch::kInt64).unsqueeze(1).to(sb.logp.device());
@@ -214,18 +211,17 @@ class SftTraining {
     return Optimizer(trainable.tensors, oc, c_.epochs * steps_per_epoch_, trainable.names);
   }
 
-  // The batch's loss, one backward through all its forwards and an optimizer
-  // step; returns the loss.
+  // The batch's loss, one backward through all its forwards (booked as update
+  // work) and an optimizer step; returns the loss.
   double Step(const SftBatch& b, int64_t epoch) {
-    const double flops_before = s_.budget.update.flops;
+    agents::ComputeScope compute(s_.budget.update, {s_.model},
+                                 agents::ComputeScope::Pass::kForwardBackward);
     torch::Tensor loss = torch::zeros({}, torch::TensorOptions().device(s_.device));
     if (c_.label_weight > 0) loss = AddLabelLoss(s_, b, ropts_, loss);
     if (c_.answer_weight > 0 || c_.lm_weight > 0) loss = AddTextLoss(s_, b, loss);
     CheckFinite(loss, "sft loss", epoch);
     opt_.ZeroGrad();
     loss.backward();
-    s_.budget.update.backwards += 1;  // one backward through both forwards: 2x their FLOPs
-    s_.budget.update.flops += 2 * (s_.budget.update.flops - flops_before);
     opt_.Step(step_no_++, epoch);
     return loss.item<double>();
   }

@@ -202,16 +202,15 @@ void ScoreOld(IterationContext& c, std::vector<agents::EpisodeData>& episodes,
   torch::NoGradGuard no_grad;
   policy::TransformerLM model = c.agent.model, ref_model = c.agent.ref_model;
   model->eval();
+  agents::ComputeScope compute(c.budget.update, {model, ref_model});
   for (const auto& mb : PromptMinibatches(rows, c.cfg.minibatch_size, nullptr)) {
     std::vector<policy::ScoreRequest> reqs;
     for (size_t i : mb) reqs.push_back({rows[i].step->prompt.tokens, rows[i].step->text.response});
     auto sb = policy::ScoreResponses(model, reqs, sopts);
-    c.budget.update.AddForward(model->config(), sb.cost);
     auto lp = sb.logp.to(torch::kCPU).to(torch::kFloat32).contiguous();
     torch::Tensor ref;
     if (ref_model) {
       auto rs = policy::ScoreResponses(ref_model, reqs, sopts);
-      c.budget.update.AddForward(ref_model->config(), rs.cost);
       ref = rs.logp.to(torch::kCPU).to(torch::kFloat32);
     }
     for (size_t j = 0; j < mb.size(); ++j) {
@@ -366,7 +365,6 @@ Metrics EngineMetrics(const EngineConfig& engine, const std::vector<TokenSample>
 // weights: one shared-prefix training forward.
 struct LossBatch {
   PolicyLossInputs in;
-  policy::ForwardCost cost;
 };
 LossBatch BuildLossInputs(IterationContext& c, const std::vector<TokenSample>& samples,
                           const std::vector<size_t>& which, const policy::ScoreOptions& sopts,
@@ -388,7 +386,6 @@ LossBatch BuildLossInputs(IterationContext& c, const std::vector<TokenSample>& s
   auto sb = policy::ScoreResponses(model, reqs, sopts);
   auto dev = sb.logp.device();
   LossBatch b;
-  b.cost = sb.cost;
   b.in.log_prob = sb.logp.slice(1, 0, T).to(torch::kFloat64);
   b.in.response_mask = sb.mask.slice(1, 0, T);
   b.in.old_log_prob = PadRows(old_rows, T).to(dev);
@@ -536,6 +533,9 @@ double MinibatchStep(IterationContext& c, Optimizer& opt, const std::vector<Toke
   for (size_t k : mb)
     if (job.rank[k] == c.comm.rank()) which.push_back(job.local[k]);
   opt.ZeroGrad();
+  // This rank's forward and its backward, booked when the step ends.
+  agents::ComputeScope compute(c.budget.update, {c.agent.model},
+                               agents::ComputeScope::Pass::kForwardBackward);
   LossBatch lb;
   GlobalCounts local{0, 0};
   if (!which.empty()) {
@@ -549,7 +549,6 @@ double MinibatchStep(IterationContext& c, Optimizer& opt, const std::vector<Toke
     lb.in.counts = GlobalCounts{counts[0], counts[1]};
     auto res = PolicyLoss(s.loss, s.kl, lb.in);
     res.loss.backward();
-    c.budget.update.AddForwardBackward(c.agent.model->config(), lb.cost);
     loss_value = res.loss.item<double>();
     for (const auto& [k, v] : res.metrics)
       if (k.rfind("engine/", 0) != 0) local_metrics[k] = v;  // engine/* is reported once, on the whole batch
@@ -684,10 +683,10 @@ Metrics TokenTrainer::Snr(IterationContext& c, const std::vector<TokenSample>& s
   model->train();
   auto g = MeasureGradientSnr(
       model, n,
-      [&](int64_t e) -> std::pair<torch::Tensor, policy::ForwardCost> {
+      [&](int64_t e) {
         auto lb = BuildLossInputs(c, samples, episodes[e], sopts, no_kl);
         lb.in.counts = counts;
-        return {PolicyLoss(loss_cfg, no_kl, lb.in).loss, lb.cost};
+        return PolicyLoss(loss_cfg, no_kl, lb.in).loss;
       },
       c.budget.diagnostic);
   return SnrMetrics(g);

@@ -297,10 +297,9 @@ EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t epi
   return r;
 }
 
-GradientSnr MeasureGradientSnr(
-    policy::TransformerLM& model, int64_t n,
-    const std::function<std::pair<torch::Tensor, policy::ForwardCost>(int64_t)>& episode_loss,
-    agents::StageCompute& compute) {
+GradientSnr MeasureGradientSnr(policy::TransformerLM& model, int64_t n,
+                               const std::function<torch::Tensor(int64_t)>& episode_loss,
+                               agents::StageCompute& compute) {
   if (n < 2) throw InternalError(fmt::format("gradient SNR needs >= 2 episodes, got {}", n));
   std::vector<torch::Tensor> params = TrainableParameters(model).tensors;
   // Running sum of g_i, in float64 unless the model is too big for a second copy at that width.
@@ -312,9 +311,10 @@ GradientSnr MeasureGradientSnr(
   double sum_sq = 0;  // sum_i ||g_i||^2
   for (int64_t i = 0; i < n; ++i) {
     for (auto& p : params) p.mutable_grad() = torch::Tensor();
-    auto [loss, cost] = episode_loss(i);
-    loss.backward();
-    compute.AddForwardBackward(model->config(), cost);
+    {
+      agents::ComputeScope scope(compute, {model}, agents::ComputeScope::Pass::kForwardBackward);
+      episode_loss(i).backward();
+    }
     torch::NoGradGuard ng;
     for (size_t k = 0; k < params.size(); ++k) {
       const auto& g = params[k].grad();

@@ -106,14 +106,13 @@ struct GradientSnr {
   double trace_cov = 0;     // tr Cov(g) = sum_i ||g_i - mean g||^2 / (n - 1)
   double snr = 0;           // mean_sq_norm / trace_cov (pure noise gives about 1/n)
 };
-// episode_loss(i) returns episode i's loss term and the forward work it did;
-// each is back-propagated once and accumulated into one running sum (no
-// per-episode gradient copies). The work goes to `compute` (forward +
-// backward). Needs n >= 2; the model's gradients are left zeroed.
-GradientSnr MeasureGradientSnr(
-    policy::TransformerLM& model, int64_t n,
-    const std::function<std::pair<torch::Tensor, policy::ForwardCost>(int64_t)>& episode_loss,
-    agents::StageCompute& compute);
+// episode_loss(i) returns episode i's loss term, computed by `model`; each is
+// back-propagated once and accumulated into one running sum (no per-episode
+// gradient copies). The model's work goes to `compute` (forward + backward).
+// Needs n >= 2; the model's gradients are left zeroed.
+GradientSnr MeasureGradientSnr(policy::TransformerLM& model, int64_t n,
+                               const std::function<torch::Tensor(int64_t)>& episode_loss,
+                               agents::StageCompute& compute);
 // grad/snr, grad/episode_mean_sq_norm, grad/episode_trace_cov, grad/snr_episodes.
 Metrics SnrMetrics(const GradientSnr& g);
 

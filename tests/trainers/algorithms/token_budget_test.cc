@@ -109,6 +109,41 @@ TEST(TokenBudget, GrpoKeepsEverythingItGenerates) {
   EXPECT_GT(b.update.forwards, b.update.backwards);                // + the old-log-prob pass
 }
 
+// The tokens every stage of the budget booked, summed.
+int64_t BookedTokens(const agents::Budget& b) {
+  return b.rollout.tokens + b.update.tokens + b.eval.tokens + b.diagnostic.tokens;
+}
+
+// Compute is counted in one place, by the models themselves
+// (TransformerLMImpl::work(), booked by agents::ComputeScope): in an iteration
+// of either plane, with the gradient-SNR diagnostic on, every token the policy
+// and the rollout engine processed is booked to exactly one budget stage.
+TEST(TokenBudget, EveryTokenTheModelsProcessIsBookedOnce) {
+  const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
+  for (const std::string algorithm : {"grpo", "ppo_decision"}) {
+    TokenRun run(
+        "booked_" + algorithm, kBanditSftToml,
+        {"policy.init=" + ckpt, "trainer.algorithm=" + algorithm,
+         "trainer.episodes_per_iteration=16", "trainer.group_size=4", "trainer.epochs=2",
+         "sampler.max_new_tokens=8", "trainer.grad_snr_every=1", "trainer.grad_snr_episodes=4"});
+    policy::TransformerLM model = run.session().model;
+    auto* sampler = run.session().Agent(run.trainer().plane(), 0).sampler;
+    policy::TransformerLM engine = sampler ? sampler->engine() : policy::TransformerLM(nullptr);
+    const bool separate_engine = engine && engine.ptr() != model.ptr();
+    const policy::ForwardCost model_start = model->work();
+    const policy::ForwardCost engine_start =
+        separate_engine ? engine->work() : policy::ForwardCost{};
+    const int64_t booked_start = BookedTokens(run.session().budget);
+    auto m = run.Iterate(0);
+    EXPECT_TRUE(HasMetric(m, "grad/snr")) << algorithm;
+    int64_t processed = policy::Difference(model->work(), model_start).tokens;
+    if (separate_engine) processed += policy::Difference(engine->work(), engine_start).tokens;
+    EXPECT_GT(processed, 0) << algorithm;
+    EXPECT_EQ(BookedTokens(run.session().budget) - booked_start, processed) << algorithm;
+    EXPECT_GT(run.session().budget.diagnostic.tokens, 0) << algorithm;
+  }
+}
+
 // The token plane with LoRA adapters on the warm start: the update trains the
 // adapters only, and the rollout engine then holds the merged weights (it
 // computes what the adapted policy computes).
