@@ -276,6 +276,23 @@ struct Comm::Impl {
   std::condition_variable cv;
   bool stop = false;
 
+  // Rendezvous: connects `store` and the heartbeat's own `beat_store` to the
+  // job's TCPStore (hosted by rank 0, or by torchrun's agent), each connection
+  // within what is left of the timeout. DistError when it does not answer.
+  void OpenStores(const DistEnv& env, int rank, int size);
+  // The process group over `store`: NCCL for a CUDA device when compiled in,
+  // else Gloo. Returns the backend's name; DistError when the ranks cannot connect.
+  std::string ConnectBackend(const DistEnv& env, const torch::Device& device, int rank, int size);
+  // Rank 0's side of the check-in: waits for every rank's config, compares
+  // them with `mine` and posts the verdict. Other ranks: AwaitVerdict.
+  void JudgeConfigs(int size, const std::string& mine);
+  void AwaitVerdict(int rank, int size);
+  // Rank 0 after a failed verdict: its store goes when it exits, so it waits
+  // (briefly) until `readers` ranks have read the verdict.
+  void Linger(int readers);
+  // Marks the job failed and returns the error of a rank that could not join.
+  DistError JoinError(const std::string& what);
+
   void BeatLoop(int rank) {
     try {
       std::unique_lock lk(mu);
@@ -296,6 +313,8 @@ namespace {
 // Slack on top of dist_timeout_s for a c10d call that has its own timeout of
 // dist_timeout_s, so that its own (more specific) error arrives first.
 constexpr Millis kSlack{2000};
+// How often the check-in looks at the store while it waits.
+constexpr Millis kCheckInPoll{50};
 
 std::string ConfigKey(int r) { return fmt::format("rlid/config/{}", r); }
 const char* kVerdictKey = "rlid/config/verdict";
@@ -352,7 +371,15 @@ Comm::Comm(const DistEnv& env, const DistOptions& options)
   impl_->addr = env.master_addr;
   impl_->port = env.master_port;
   impl_->timeout = ToMillis(options.timeout_s);
-  const auto deadline = std::chrono::steady_clock::now() + impl_->timeout;
+  impl_->OpenStores(env, rank_, size_);
+  CheckIn();
+  backend_ = impl_->ConnectBackend(env, options.device, rank_, size_);
+  impl_->beat = std::thread([this] { impl_->BeatLoop(rank_); });
+  Mark("start");
+}
+
+void Comm::Impl::OpenStores(const DistEnv& env, int rank, int size) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto left = [&] {
     return std::max(Millis(0), std::chrono::duration_cast<Millis>(
                                    deadline - std::chrono::steady_clock::now()));
@@ -365,161 +392,173 @@ Comm::Comm(const DistEnv& env, const DistOptions& options)
   const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
   const std::string prefix =
       fmt::format("/worker/attempt_{}", attempt && *attempt ? attempt : "0");
-  if (agent_store) impl_->host = "torchrun's agent";
+  if (agent_store) host = "torchrun's agent";
   const std::string where = fmt::format("{}:{}", env.master_addr, env.master_port);
   try {
-    // Rendezvous: each connection (connect + c10d's handshake) gets what is
-    // left of dist_timeout_s; the ranks then check in with their configs
-    // (CheckIn), which rank 0 waits for at most dist_timeout_s.
+    // Each connection (connect + c10d's handshake) gets what is left of
+    // dist_timeout_s; the ranks then check in with their configs (CheckIn),
+    // which rank 0 waits for at most dist_timeout_s.
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(env.master_port);
-    so.isServer = rank_ == 0 && !agent_store;
-    if (so.isServer) so.numWorkers = size_;
+    so.isServer = rank == 0 && !agent_store;
+    if (so.isServer) so.numWorkers = size;
     so.waitWorkers = false;  // CheckIn waits, naming the ranks that did not come
-    so.timeout = impl_->timeout;
+    so.timeout = timeout;
     c10d::TCPStoreOptions client = so;
     client.isServer = false;
     client.numWorkers = c10::nullopt;
-    auto open = [&](const c10d::TCPStoreOptions& o, c10::intrusive_ptr<BoundedStore>& bounded)
-        -> c10::intrusive_ptr<c10d::Store> {
-      bounded = c10::make_intrusive<BoundedStore>(where, impl_->timeout);
-      const std::string addr = env.master_addr;
-      bounded->Open([addr, o] { return c10::make_intrusive<c10d::TCPStore>(addr, o); },
-                    left() + kSlack);
-      if (!agent_store) return bounded;
-      return c10::make_intrusive<c10d::PrefixStore>(prefix, bounded);
+    auto open = [&](const c10d::TCPStoreOptions& o,
+                    c10::intrusive_ptr<BoundedStore>& into) -> c10::intrusive_ptr<c10d::Store> {
+      into = c10::make_intrusive<BoundedStore>(where, timeout);
+      const std::string master = env.master_addr;
+      into->Open([master, o] { return c10::make_intrusive<c10d::TCPStore>(master, o); },
+                 left() + kSlack);
+      if (!agent_store) return into;
+      return c10::make_intrusive<c10d::PrefixStore>(prefix, into);
     };
-    impl_->store = open(so, impl_->bounded);
-    impl_->beat_store = open(client, impl_->beat_bounded);
+    store = open(so, bounded);
+    beat_store = open(client, beat_bounded);
   } catch (const std::exception& e) {
-    impl_->failed = true;
+    failed = true;
     throw DistError(
-        fmt::format("rank {} of {} could not join the job at {} within {}: {}", rank_, size_,
-                    where, Seconds(impl_->timeout), FirstLine(e.what())),
+        fmt::format("rank {} of {} could not join the job at {} within {}: {}", rank, size, where,
+                    Seconds(timeout), FirstLine(e.what())),
         "every rank must start within run.dist_timeout_s with the same WORLD_SIZE, MASTER_ADDR "
         "and MASTER_PORT, and rank 0 must be able to listen on MASTER_PORT (a program that "
         "holds the port and does not answer as a c10d store makes the ranks wait and fail)");
   }
-  CheckIn();
+}
+
+std::string Comm::Impl::ConnectBackend(const DistEnv& env, const torch::Device& device, int rank,
+                                       int size) {
   try {
 #ifdef USE_C10D_NCCL
-    if (options.device.is_cuda()) {
+    if (device.is_cuda()) {
       auto o = c10d::ProcessGroupNCCL::Options::create();
-      o->timeout = impl_->timeout;
-      impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, rank_, size_, o);
-      backend_ = "nccl";
+      o->timeout = timeout;
+      pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, o);
+      return "nccl";
     }
+#else
+    (void)device;
 #endif
-    if (!impl_->pg) {
-      auto o = c10d::ProcessGroupGloo::Options::create(impl_->timeout);
-      if (IsLoopback(env.master_addr)) {
-        o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      } else if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
-        o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-      } else {
-        o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      }
-      o->threads = 2;
-      impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, rank_, size_, o);
-      backend_ = "gloo";
+    auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+    if (IsLoopback(env.master_addr)) {
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    } else {
+      o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
+    o->threads = 2;
+    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, o);
+    return "gloo";
   } catch (const std::exception& e) {
-    impl_->failed = true;
+    failed = true;
     throw DistError(
-        fmt::format("rank {} of {} could not connect to the other ranks of the job at {} within "
-                    "{}: {}",
-                    rank_, size_, where, Seconds(impl_->timeout), FirstLine(e.what())),
+        fmt::format("rank {} of {} could not connect to the other ranks of the job at {}:{} "
+                    "within {}: {}",
+                    rank, size, env.master_addr, env.master_port, Seconds(timeout),
+                    FirstLine(e.what())),
         "the ranks must reach each other (across machines Gloo uses GLOO_SOCKET_IFNAME, else "
         "the interface the host name resolves to)");
   }
-  impl_->beat = std::thread([this] { impl_->BeatLoop(rank_); });
-  Mark("start");
 }
 
+// Every rank posts its config; rank 0 waits for all of them, compares, and
+// posts the verdict ("ok", or what differs) that the others wait for. Rank 0
+// started before any other rank could reach its store, so a rank waits for
+// the verdict at most dist_timeout_s (+ slack) after posting.
 void Comm::CheckIn() {
-  // Every rank posts its config; rank 0 waits for all of them, compares, and
-  // posts the verdict ("ok", or what differs) that the others wait for. Rank 0
-  // started before any other rank could reach its store, so a rank waits for
-  // the verdict at most dist_timeout_s (+ slack) after posting.
-  auto& store = *impl_->store;
-  const auto step = std::chrono::milliseconds(50);
-  auto fail = [&](const std::string& what) {
-    impl_->failed = true;
-    return DistError(what, "every rank must start within run.dist_timeout_s (now " +
-                               Seconds(impl_->timeout) +
-                               ") with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
-  };
   try {
-    store.set(ConfigKey(rank_), ToBytes(options_.config));
-    const auto start = std::chrono::steady_clock::now();
+    impl_->store->set(ConfigKey(rank_), ToBytes(options_.config));
     if (rank_ == 0) {
-      // Rank 0's store goes when it exits: a failed verdict waits (briefly) until
-      // the ranks that came have read it.
-      auto linger = [&](int readers) {
-        const auto until = std::chrono::steady_clock::now() + std::min(impl_->timeout, Millis(10000));
-        while (store.add(kSeenKey, 0) < readers && std::chrono::steady_clock::now() < until)
-          std::this_thread::sleep_for(step);
-      };
-      std::vector<int> missing;
-      for (int r = 1; r < size_; ++r) missing.push_back(r);
-      while (!missing.empty()) {
-        std::vector<int> still;
-        for (int r : missing)
-          if (!store.check({ConfigKey(r)})) still.push_back(r);
-        missing = still;
-        if (missing.empty()) break;
-        if (std::chrono::steady_clock::now() - start > impl_->timeout) {
-          const std::string msg =
-              fmt::format("rank 0 of {} waited {} for rank(s) {} to join the job at {}:{}; they "
-                          "did not",
-                          size_, Seconds(impl_->timeout), fmt::join(missing, ", "), impl_->addr,
-                          impl_->port);
-          store.set(kVerdictKey, ToBytes("fail\n" + msg));
-          linger(size_ - 1 - static_cast<int>(missing.size()));
-          throw fail(msg);
-        }
-        ThrowIfInterrupted();
-        std::this_thread::sleep_for(step);
-      }
-      std::vector<std::string> differ;
-      for (int r = 1; r < size_; ++r) {
-        const std::string theirs = ToString(store.get(ConfigKey(r)));
-        if (theirs != options_.config)
-          differ.push_back(fmt::format("rank {}'s config differs from rank 0's: {}", r,
-                                       ConfigDiff(options_.config, theirs, r)));
-      }
-      if (differ.empty()) {
-        store.set(kVerdictKey, ToBytes(std::string("ok\n")));
-        return;
-      }
-      const std::string msg = Join(differ, "; ");
-      store.set(kVerdictKey, ToBytes("config\n" + msg));
-      linger(size_ - 1);
-      impl_->failed = true;
-      throw ConfigError(msg, kConfigHint);
+      impl_->JudgeConfigs(size_, options_.config);
+    } else {
+      impl_->AwaitVerdict(rank_, size_);
     }
-    while (!store.check({kVerdictKey})) {
-      if (std::chrono::steady_clock::now() - start > impl_->timeout + kSlack)
-        throw fail(fmt::format("rank {} of {} joined the job at {}:{}, but rank 0 did not confirm "
-                               "it within {}",
-                               rank_, size_, impl_->addr, impl_->port, Seconds(impl_->timeout)));
-      ThrowIfInterrupted();
-      std::this_thread::sleep_for(step);
-    }
-    const std::string verdict = ToString(store.get(kVerdictKey));
-    store.add(kSeenKey, 1);
-    const size_t nl = verdict.find('\n');
-    const std::string kind = verdict.substr(0, nl), msg = nl == std::string::npos ? "" : verdict.substr(nl + 1);
-    if (kind == "ok") return;
-    impl_->failed = true;
-    if (kind == "config") throw ConfigError(msg, kConfigHint);  // msg names the rank
-    throw fail(fmt::format("rank {}: {}", rank_, msg));
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw fail(fmt::format("rank {} of {} lost the job's store at {}:{} while joining: {}", rank_,
-                           size_, impl_->addr, impl_->port, FirstLine(e.what())));
+    throw impl_->JoinError(
+        fmt::format("rank {} of {} lost the job's store at {}:{} while joining: {}", rank_, size_,
+                    impl_->addr, impl_->port, FirstLine(e.what())));
   }
+}
+
+DistError Comm::Impl::JoinError(const std::string& what) {
+  failed = true;
+  return DistError(what, "every rank must start within run.dist_timeout_s (now " +
+                             Seconds(timeout) +
+                             ") with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
+}
+
+void Comm::Impl::Linger(int readers) {
+  const auto until = std::chrono::steady_clock::now() + std::min(timeout, Millis(10000));
+  while (store->add(kSeenKey, 0) < readers && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(kCheckInPoll);
+}
+
+void Comm::Impl::JudgeConfigs(int size, const std::string& mine) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int> missing;
+  for (int r = 1; r < size; ++r) missing.push_back(r);
+  while (!missing.empty()) {
+    std::vector<int> still;
+    for (int r : missing)
+      if (!store->check({ConfigKey(r)})) still.push_back(r);
+    missing = still;
+    if (missing.empty()) break;
+    if (std::chrono::steady_clock::now() - start > timeout) {
+      const std::string msg = fmt::format(
+          "rank 0 of {} waited {} for rank(s) {} to join the job at {}:{}; they "
+          "did not",
+          size, Seconds(timeout), fmt::join(missing, ", "), addr, port);
+      store->set(kVerdictKey, ToBytes("fail\n" + msg));
+      Linger(size - 1 - static_cast<int>(missing.size()));
+      throw JoinError(msg);
+    }
+    ThrowIfInterrupted();
+    std::this_thread::sleep_for(kCheckInPoll);
+  }
+  std::vector<std::string> differ;
+  for (int r = 1; r < size; ++r) {
+    const std::string theirs = ToString(store->get(ConfigKey(r)));
+    if (theirs != mine)
+      differ.push_back(fmt::format("rank {}'s config differs from rank 0's: {}", r,
+                                   ConfigDiff(mine, theirs, r)));
+  }
+  if (differ.empty()) {
+    store->set(kVerdictKey, ToBytes(std::string("ok\n")));
+    return;
+  }
+  const std::string msg = Join(differ, "; ");
+  store->set(kVerdictKey, ToBytes("config\n" + msg));
+  Linger(size - 1);
+  failed = true;
+  throw ConfigError(msg, kConfigHint);
+}
+
+void Comm::Impl::AwaitVerdict(int rank, int size) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!store->check({kVerdictKey})) {
+    if (std::chrono::steady_clock::now() - start > timeout + kSlack)
+      throw JoinError(
+          fmt::format("rank {} of {} joined the job at {}:{}, but rank 0 did not "
+                      "confirm it within {}",
+                      rank, size, addr, port, Seconds(timeout)));
+    ThrowIfInterrupted();
+    std::this_thread::sleep_for(kCheckInPoll);
+  }
+  const std::string verdict = ToString(store->get(kVerdictKey));
+  store->add(kSeenKey, 1);
+  const size_t nl = verdict.find('\n');
+  const std::string kind = verdict.substr(0, nl);
+  const std::string msg = nl == std::string::npos ? "" : verdict.substr(nl + 1);
+  if (kind == "ok") return;
+  failed = true;
+  if (kind == "config") throw ConfigError(msg, kConfigHint);  // msg names the rank
+  throw JoinError(fmt::format("rank {}: {}", rank, msg));
 }
 
 Comm::~Comm() {
