@@ -917,13 +917,7 @@ class HouseholdState final : public MenuState, public OracleState, public FactSo
 
  protected:
   std::vector<ActionSpec> Actions() const override {
-    std::vector<ActionId> moves;
-    m_->LegalMoves(w_, moves);
-    RLID_CHECK_LE(moves.size(), static_cast<size_t>(kMaxMenuSize));
-    std::vector<ActionSpec> out;
-    out.reserve(moves.size());
-    for (ActionId a : moves) out.push_back(Spec(a));
-    return out;
+    return ShortestPathMenu(*m_, w_, [this](ActionId a) { return Spec(a); });
   }
 
   StepOutcome Transition(ActionId action) override {

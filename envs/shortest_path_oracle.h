@@ -1,4 +1,4 @@
-// The oracle household and keys share, for deterministic envs where every
+// The oracle (and the menu) household and keys share, for deterministic envs where every
 // step costs the same and success ends the episode (ShortestPathStep): steps
 // to success of every world reachable from the start (enumerated forwards,
 // searched backwards from the goals), built once per instance, and what
@@ -10,7 +10,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/check.h"
 #include "envs/env.h"
+#include "envs/menu_state.h"
 
 namespace rlid::envs {
 
@@ -82,6 +84,19 @@ StepOutcome ShortestPathStep(const Layout& m, World& w, ActionId a) {
     out.reward += m.params.success_reward;
     out.terminal = out.success = true;
   }
+  return out;
+}
+
+// The menu of world `w`: m.LegalMoves(w, moves) in order, each as spec(a)
+// (an ActionSpec). At most kMaxMenuSize moves.
+template <class Layout, class World, class Spec>
+std::vector<ActionSpec> ShortestPathMenu(const Layout& m, const World& w, Spec spec) {
+  std::vector<ActionId> moves;
+  m.LegalMoves(w, moves);
+  RLID_CHECK_LE(moves.size(), static_cast<size_t>(kMaxMenuSize));
+  std::vector<ActionSpec> out;
+  out.reserve(moves.size());
+  for (ActionId a : moves) out.push_back(spec(a));
   return out;
 }
 
