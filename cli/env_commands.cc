@@ -88,7 +88,10 @@ class EnvCommand : public Command {
     check->add_option("--command", command_,
                       "an external env's command line, e.g. \"python3 my_env.py\" (sets env.name = "
                       "external and env.command)");
-    check->add_option("--param", params_, "an external env parameter key=value (env.params.key)");
+    check->add_option(
+        "--param", params_,
+        "an env parameter key=value (env.params.key for an external env or a --config "
+        "one, env.key with --env, e.g. --env openspiel --param game=catch)");
     check->add_option("--seeds", conformance_.seeds, "instances each check plays")
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
@@ -205,7 +208,8 @@ class EnvCommand : public Command {
       const auto eq = p.find('=');
       if (eq == std::string::npos || eq == 0)
         throw ConfigError(fmt::format("--param '{}' is not key=value", p), "e.g. --param rooms=4");
-      check_.sets.push_back("env.params." + p);
+      const bool external = check_.env.empty() || check_.env == "external";
+      check_.sets.push_back((external ? "env.params." : "env.") + p);
     }
     auto env = check_.Make();
     const auto info = env->Info();

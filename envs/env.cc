@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "envs/field_envs.h"
 
 namespace rlid::envs {
 
@@ -19,7 +20,7 @@ Split ParseSplit(std::string_view name) {
 std::vector<std::string> BuiltInEnvNames() {
   std::vector<std::string> out;
   for (const auto& name : EnvRegistry::Global().Names())
-    if (name != "external") out.push_back(name);
+    if (name != "external" && !IsFieldAdapter(name)) out.push_back(name);
   return out;
 }
 

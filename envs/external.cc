@@ -39,17 +39,6 @@ constexpr size_t kMaxTextBytes = size_t{1} << 20;   // an observation or task
 constexpr size_t kMaxWordingBytes = 300;            // a command or realisation
 constexpr uint64_t kHashSeed = 0x65787465726e616cULL;  // "external"
 
-struct ExternalParams {
-  std::vector<std::string> command;
-  std::string cwd;
-  int workers = 1;
-  double timeout_s = 30.0;
-  double start_timeout_s = 60.0;
-  std::string afterstates = "auto";  // auto | env | clone | none
-  std::string on_error = "stop";     // stop | drop_episode
-  json params = json::object();
-};
-
 // What an env said about itself in its hello reply.
 struct Hello {
   std::string name, summary, instructions;
@@ -928,21 +917,33 @@ const Registrar<EnvRegistry> kRegister(
                                       "to run and its arguments",
                                       c.Where("command")),
                           "e.g. command = [\"python3\", \"envs/external/python/examples/courier.py\"]");
-      c.Get("cwd", p.cwd, "working directory of the env processes (\"\" = rlid's own)");
-      c.Get("workers", p.workers, "env processes; episodes spread over them and their steps overlap",
-            IntRange{1, 256});
-      c.Get("timeout_s", p.timeout_s, "seconds a reply may take before the env counts as hung",
-            Range::Positive());
-      c.Get("start_timeout_s", p.start_timeout_s, "seconds the hello reply may take at start",
-            Range::Positive());
-      c.GetEnum("afterstates", p.afterstates, {"auto", "env", "clone", "none"},
-                "menu afterstates: the env's own when it sends them, else clone+step (auto); only "
-                "the env's (env); always clone+step (clone); none");
-      c.GetEnum("on_error", p.on_error, {"stop", "drop_episode"},
-                "a failing env process stops the run, or drops the episode it was playing");
+      ReadProcessKeys(c, p);
       c.GetTable("params", p.params, "parameters sent to the env in its hello message");
-      return std::make_unique<ExternalEnv>(std::move(p));
+      return MakeExternalEnv(std::move(p));
     });
+
+}  // namespace
+
+void ReadProcessKeys(ConfigNode c, ExternalParams& p) {
+  c.Get("cwd", p.cwd, "working directory of the env processes (\"\" = rlid's own)");
+  c.Get("workers", p.workers, "env processes; episodes spread over them and their steps overlap",
+        IntRange{1, 256});
+  c.Get("timeout_s", p.timeout_s, "seconds a reply may take before the env counts as hung",
+        Range::Positive());
+  c.Get("start_timeout_s", p.start_timeout_s, "seconds the hello reply may take at start",
+        Range::Positive());
+  c.GetEnum("afterstates", p.afterstates, {"auto", "env", "clone", "none"},
+            "menu afterstates: the env's own when it sends them, else clone+step (auto); only "
+            "the env's (env); always clone+step (clone); none");
+  c.GetEnum("on_error", p.on_error, {"stop", "drop_episode"},
+            "a failing env process stops the run, or drops the episode it was playing");
+}
+
+std::unique_ptr<Env> MakeExternalEnv(ExternalParams p) {
+  return std::make_unique<ExternalEnv>(std::move(p));
+}
+
+namespace {
 
 // ---- the server side ----------------------------------------------------------------
 

@@ -12,8 +12,10 @@
 
 #include <istream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "envs/env.h"
 
@@ -21,6 +23,26 @@ namespace rlid::envs {
 
 // The protocol version this build speaks (hello.protocol).
 constexpr int kExternalProtocolVersion = 1;
+
+// An env served by a program, and how rlid runs it ([env] keys of `external`).
+struct ExternalParams {
+  std::vector<std::string> command;  // the program and its arguments
+  std::string cwd;                   // "" = rlid's own
+  int workers = 1;
+  double timeout_s = 30.0;
+  double start_timeout_s = 60.0;
+  std::string afterstates = "auto";                  // auto | env | clone | none
+  std::string on_error = "stop";                     // stop | drop_episode
+  nlohmann::json params = nlohmann::json::object();  // sent in hello
+};
+
+// Reads the [env] keys of how the processes run: cwd, workers, timeout_s,
+// start_timeout_s, afterstates, on_error (not command or params).
+void ReadProcessKeys(ConfigNode c, ExternalParams& p);
+
+// The env served by p.command: starts worker 0 and exchanges hello before it
+// returns (EnvError naming the program when that fails).
+std::unique_ptr<Env> MakeExternalEnv(ExternalParams p);
 
 // The server side of the protocol for an env of this process: one request
 // line in, one reply line out. Every capability the env has is offered

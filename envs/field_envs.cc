@@ -1,0 +1,127 @@
+// The field's benchmark environments: one registered env per adapter, built
+// on the external-env client (envs/external.h). See field_envs.h.
+#include "envs/field_envs.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/registry.h"
+#include "envs/external.h"
+
+#ifndef RLID_SOURCE_DIR
+#define RLID_SOURCE_DIR "."
+#endif
+
+namespace rlid::envs {
+namespace {
+
+using Kind = AdapterKey::Kind;
+
+std::vector<FieldAdapter> MakeAdapters() {
+  return {
+      {"openspiel",
+       "openspiel_env.py",
+       "any sequential OpenSpiel game by name: legal actions, exact afterstates (clone)",
+       "open_spiel 2.0.2",
+       {{"game", Kind::kString,
+         "the pyspiel game (default tic_tac_toe) (pyspiel.registered_names(); at most 26 legal actions per turn)"},
+        {"game_params", Kind::kTable, "parameters of pyspiel.load_game, e.g. {rows = 5}"},
+        {"opponent", Kind::kString,
+         "the other seats: random (default; seeded by the episode) or first (the first legal "
+         "action)"},
+        {"player", Kind::kInt, "the agent's seat (default 0), or -1: seat (seed / 2) mod players"},
+        {"step_limit", Kind::kInt, "agent decisions per episode (0: the game's max length)"},
+        {"success_return", Kind::kDouble,
+         "success = the episode's return reaches this (default: max utility with one player, "
+         "a win (> 0) otherwise)"}}},
+  };
+}
+
+// The adapter's own keys -> hello params (a key left out keeps the adapter's default).
+nlohmann::json ReadAdapterKeys(ConfigNode c, const FieldAdapter& a) {
+  nlohmann::json params = nlohmann::json::object();
+  for (const AdapterKey& k : a.keys) {
+    if (!c.Has(k.name)) continue;
+    switch (k.kind) {
+      case Kind::kString: {
+        std::string v;
+        c.Get(k.name, v, k.doc);
+        params[k.name] = v;
+        break;
+      }
+      case Kind::kInt: {
+        int64_t v = 0;
+        c.Get(k.name, v, k.doc);
+        params[k.name] = v;
+        break;
+      }
+      case Kind::kDouble: {
+        double v = 0;
+        c.Get(k.name, v, k.doc);
+        params[k.name] = v;
+        break;
+      }
+      case Kind::kTable: {
+        nlohmann::json v;
+        c.GetTable(k.name, v, k.doc);
+        params[k.name] = v;
+        break;
+      }
+    }
+  }
+  return params;
+}
+
+std::unique_ptr<Env> MakeAdapterEnv(ConfigNode c, const FieldAdapter& a) {
+  ExternalParams p;
+  const std::filesystem::path script = std::filesystem::path(AdapterDir()) / a.script;
+  if (!std::filesystem::exists(script))
+    throw ConfigError(fmt::format("env '{}': its adapter {} does not exist", a.name, script.string()),
+                      "set RLID_ADAPTERS_DIR to the rlid checkout's envs/external/python/adapters");
+  p.command = {AdapterPython(), script.string()};
+  // The adapter's own afterstates only: rlid's clone+step would show the outcome of the
+  // other seats' and chance's next draws (an adapter sends none where it cannot know them).
+  p.afterstates = "env";
+  ReadProcessKeys(c, p);
+  p.params = ReadAdapterKeys(c, a);
+  return MakeExternalEnv(std::move(p));
+}
+
+// Registers every adapter at start-up (the registry is how `[env] name` finds envs).
+const bool kRegistered = [] {
+  for (const FieldAdapter& a : FieldAdapters())
+    EnvRegistry::Global().Add(a.name, fmt::format("{} (Python: {})", a.summary, a.packages),
+                              [a](ConfigNode c) { return MakeAdapterEnv(c, a); });
+  return true;
+}();
+
+}  // namespace
+
+const std::vector<FieldAdapter>& FieldAdapters() {
+  static const std::vector<FieldAdapter> adapters = MakeAdapters();
+  return adapters;
+}
+
+bool IsFieldAdapter(const std::string& name) {
+  for (const auto& a : FieldAdapters())
+    if (a.name == name) return true;
+  return false;
+}
+
+std::string AdapterPython() {
+  if (const char* p = std::getenv("RLID_PYTHON"); p && *p) return p;
+  const std::filesystem::path venv = std::filesystem::path(RLID_SOURCE_DIR) / ".venv/bin/python";
+  if (std::filesystem::exists(venv)) return venv.string();
+  return "python3";
+}
+
+std::string AdapterDir() {
+  if (const char* d = std::getenv("RLID_ADAPTERS_DIR"); d && *d) return d;
+  return (std::filesystem::path(RLID_SOURCE_DIR) / "envs/external/python/adapters").string();
+}
+
+}  // namespace rlid::envs

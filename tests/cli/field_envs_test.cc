@@ -1,0 +1,95 @@
+// The field's benchmark environments (envs/field_envs.h) from the command
+// line: listed, conformance-checked on small instances, pinned to the
+// versions of requirements.txt, and refused with the package and the fix when
+// their Python package is missing.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "envs/field_envs.h"
+#include "tests/cli/run_cli.h"
+#include "tests/test_paths.h"
+
+namespace rlid::cli {
+namespace {
+
+using testing::RunRlid;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// "Open_Spiel" -> "open-spiel" (pip's normalised name).
+std::string Normalise(std::string s) {
+  for (char& c : s) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+TEST(FieldEnvs, ListedWithTheirPythonPackage) {
+  const auto o = RunRlid({"env", "list"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  for (const auto& a : envs::FieldAdapters())
+    EXPECT_NE(o.out.find(a.name), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("(Python: open_spiel 2.0.2)"), std::string::npos) << o.out;
+}
+
+// Each adapter's packages, as the C++ table names them, are what
+// requirements.txt installs and what the adapter script checks for.
+TEST(FieldEnvs, PinsAgreeWithRequirementsAndTheAdapters) {
+  const std::string reqs = Normalise(ReadFile(std::string(RLID_SOURCE_DIR) + "/requirements.txt"));
+  for (const auto& a : envs::FieldAdapters()) {
+    const std::string script = ReadFile(envs::AdapterDir() + "/" + a.script);
+    ASSERT_FALSE(script.empty()) << a.script;
+    const size_t space = a.packages.find(' ');
+    ASSERT_NE(space, std::string::npos) << a.packages;
+    const std::string package = a.packages.substr(0, space), version = a.packages.substr(space + 1);
+    EXPECT_NE(reqs.find("\n" + Normalise(package) + "==" + version + "\n"), std::string::npos)
+        << a.name << ": requirements.txt should pin " << package << "==" << version;
+    EXPECT_NE(script.find("\"" + package + "\": \"" + version + "\""), std::string::npos)
+        << a.name << ": " << a.script << " should require " << package << " " << version;
+  }
+}
+
+struct GameCase {
+  const char* game;
+  const char* what;
+};
+
+// Two-player with a random opponent, one-player, chance + imperfect information.
+TEST(FieldEnvs, OpenSpielGamesPassTheConformanceSuite) {
+  for (const GameCase& g : {GameCase{"tic_tac_toe", "vs random"}, GameCase{"catch", "one player"},
+                            GameCase{"kuhn_poker", "chance, hidden cards"}}) {
+    const auto o = RunRlid({"env", "check", "--env", "openspiel", "--param",
+                            std::string("game=") + g.game, "--seeds", "3", "--graph-seeds", "0"});
+    EXPECT_EQ(o.code, 0) << g.game << " (" << g.what << ")\n" << o.out << o.err;
+    EXPECT_NE(o.out.find("0 failed"), std::string::npos) << g.game << "\n" << o.out;
+  }
+}
+
+TEST(FieldEnvs, AnUnknownGameNamesTheGames) {
+  const auto o = RunRlid({"env", "check", "--env", "openspiel", "--param", "game=no_such_game",
+                          "--seeds", "1"});
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.err.find("unknown game 'no_such_game'"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("tic_tac_toe"), std::string::npos) << o.err;
+}
+
+// An interpreter without the package (the system's python3): the error names
+// the package, its pinned version and the fix, and nothing starts.
+TEST(FieldEnvs, AMissingPackageNamesItAndTheFix) {
+  ::setenv("RLID_PYTHON", "/usr/bin/python3", 1);
+  const auto o = RunRlid({"env", "check", "--env", "openspiel", "--seeds", "1"});
+  ::unsetenv("RLID_PYTHON");
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.err.find("open_spiel==2.0.2 is not installed"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("scripts/setup.sh"), std::string::npos) << o.err;
+}
+
+}  // namespace
+}  // namespace rlid::cli
