@@ -25,7 +25,7 @@ std::vector<FieldAdapter> MakeAdapters() {
   return {
       {"openspiel",
        "openspiel_env.py",
-       "any sequential OpenSpiel game by name: legal actions, exact afterstates (clone)",
+       "any sequential OpenSpiel game by name: its legal moves, seeded opponents and chance",
        "open_spiel 2.0.2",
        {{"game", Kind::kString,
          "the pyspiel game (default tic_tac_toe) (pyspiel.registered_names(); at most 26 legal actions per turn)"},
