@@ -295,15 +295,19 @@ CompileResult Menu::Compile(std::string_view text) const {
       };
       while (sep < cand.size() && is_sep(cand[sep])) ++sep;
       const int li = label(cand.substr(0, 1));
-      if (li >= 0 && sep > 1 && sep < cand.size()) {
-        const std::string_view rest = StripDecoration(cand.substr(sep));
-        if (auto [ri, rk] = wording(rest); ri >= 0) {
-          if (ri == li) return Valid(*this, li, 0);
-          if (mismatch.empty())
-            mismatch = fmt::format("label {} does not match '{}' (that is {})", items[li].label,
-                                   rest, items[ri].label);
-        }
+      // The whole separator run first; a wording may itself start with a
+      // separator character ("B) -150"), so shorter runs (>= 1 character)
+      // follow. A mismatch names the longest wording found after the label.
+      std::string other;
+      for (size_t at = sep; li >= 0 && at > 1 && sep < cand.size(); --at) {
+        const std::string_view rest = StripDecoration(cand.substr(at));
+        const auto [ri, rk] = wording(rest);
+        if (ri == li) return Valid(*this, li, 0);
+        if (ri >= 0)
+          other = fmt::format("label {} does not match '{}' (that is {})", items[li].label, rest,
+                              items[ri].label);
       }
+      if (mismatch.empty()) mismatch = other;
     }
   }
 

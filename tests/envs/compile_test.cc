@@ -198,6 +198,29 @@ TEST(Compile, ReasonsSayWhatTheTextMentions) {
   EXPECT_NE(empty.Compile("A").reason.find("empty"), std::string::npos);
 }
 
+// A wording may start with a separator character: after "B)" the run ") -"
+// is tried whole ("150", item A) and then shorter ("-150", item B).
+TEST(Compile, ALabelBeforeAWordingThatStartsWithASeparator) {
+  Menu m;
+  for (const char* answer : {"150", "-150", "-2427"}) {
+    MenuItem it;
+    it.action = static_cast<ActionId>(m.items.size());
+    it.command = answer;
+    it.realisations = {answer};
+    m.items.push_back(it);
+  }
+  AssignDefaultLabels(m);
+  EXPECT_EQ(m.Compile("B) -150").action, 1);
+  EXPECT_EQ(m.Compile("B: -150").action, 1);
+  EXPECT_EQ(m.Compile("C) -2427").action, 2);
+  EXPECT_EQ(m.Compile("-150").action, 1);
+  EXPECT_EQ(m.Compile("A) 150").action, 0);
+  EXPECT_FALSE(m.Compile("C) -150").valid());
+  EXPECT_NE(m.Compile("C) -150").reason.find("label C does not match '-150' (that is B)"),
+            std::string::npos)
+      << m.Compile("C) -150").reason;
+}
+
 TEST(Compile, PermuteMenuRelabels) {
   Menu m = Compass();
   PermuteMenu(m, {3, 2, 1, 0});
