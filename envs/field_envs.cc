@@ -28,7 +28,8 @@ std::vector<FieldAdapter> MakeAdapters() {
        "any sequential OpenSpiel game by name: its legal moves, seeded opponents and chance",
        "open_spiel 2.0.2",
        {{"game", Kind::kString,
-         "the pyspiel game (default tic_tac_toe) (pyspiel.registered_names(); at most 26 legal actions per turn)"},
+         "the pyspiel game (default tic_tac_toe) (pyspiel.registered_names(); at most 26 legal "
+         "actions per turn)"},
         {"game_params", Kind::kTable, "parameters of pyspiel.load_game, e.g. {rows = 5}"},
         {"opponent", Kind::kString,
          "the other seats: random (default; seeded by the episode) or first (the first legal "
@@ -38,6 +39,13 @@ std::vector<FieldAdapter> MakeAdapters() {
         {"success_return", Kind::kDouble,
          "success = the episode's return reaches this (default: max utility with one player, "
          "a win (> 0) otherwise)"}}},
+      {"reasoning_gym",
+       "reasoning_gym_env.py",
+       "a reasoning-gym task: the verified answer among distractors its verifier rejects",
+       "reasoning_gym 0.1.25",
+       {{"task", Kind::kString, "the reasoning_gym dataset (default basic_arithmetic)"},
+        {"options", Kind::kInt, "menu size: the answer and options - 1 distractors (default 4)"},
+        {"task_params", Kind::kTable, "the dataset's config, e.g. {min_terms = 2}"}}},
   };
 }
 

@@ -72,6 +72,17 @@ TEST(FieldEnvs, OpenSpielGamesPassTheConformanceSuite) {
   }
 }
 
+// Arithmetic and a text task: the answer the task's verifier accepts among
+// rejected distractors, and the oracle names it.
+TEST(FieldEnvs, ReasoningGymTasksPassTheConformanceSuite) {
+  for (const char* task : {"basic_arithmetic", "caesar_cipher"}) {
+    const auto o = RunRlid({"env", "check", "--env", "reasoning_gym", "--param",
+                            std::string("task=") + task, "--seeds", "4", "--graph-seeds", "2"});
+    EXPECT_EQ(o.code, 0) << task << "\n" << o.out << o.err;
+    EXPECT_NE(o.out.find("passed   oracle"), std::string::npos) << task << "\n" << o.out;
+  }
+}
+
 TEST(FieldEnvs, AnUnknownGameNamesTheGames) {
   const auto o = RunRlid({"env", "check", "--env", "openspiel", "--param", "game=no_such_game",
                           "--seeds", "1"});
