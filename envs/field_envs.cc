@@ -121,7 +121,7 @@ bool IsFieldAdapter(const std::string& name) {
 }
 
 std::string AdapterPython() {
-  if (const char* p = std::getenv("RLID_PYTHON"); p && *p) return p;
+  if (const char* p = std::getenv("RLID_ADAPTER_PYTHON"); p && *p) return p;
   const std::filesystem::path venv = std::filesystem::path(RLID_SOURCE_DIR) / ".venv/bin/python";
   if (std::filesystem::exists(venv)) return venv.string();
   return "python3";

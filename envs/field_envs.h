@@ -4,7 +4,7 @@
 // so `[env] name = "openspiel"` (or `--env openspiel`) starts it like a
 // built-in env: its own [env] keys (game = "...") go to the adapter in hello,
 // the keys of `external` (workers, timeout_s, afterstates, on_error) apply.
-// The adapter runs with the project's Python: $RLID_PYTHON, else the
+// The adapter runs with the project's Python: $RLID_ADAPTER_PYTHON, else the
 // checkout's .venv/bin/python, else python3 on PATH; it checks its pinned
 // package versions first and fails with the package and the fix. They are
 // not in BuiltInEnvNames() (they need Python and their package). No LibTorch.

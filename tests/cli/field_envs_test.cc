@@ -94,9 +94,9 @@ TEST(FieldEnvs, AnUnknownGameNamesTheGames) {
 // An interpreter without the package (the system's python3): the error names
 // the package, its pinned version and the fix, and nothing starts.
 TEST(FieldEnvs, AMissingPackageNamesItAndTheFix) {
-  ::setenv("RLID_PYTHON", "/usr/bin/python3", 1);
+  ::setenv("RLID_ADAPTER_PYTHON", "/usr/bin/python3", 1);
   const auto o = RunRlid({"env", "check", "--env", "openspiel", "--seeds", "1"});
-  ::unsetenv("RLID_PYTHON");
+  ::unsetenv("RLID_ADAPTER_PYTHON");
   EXPECT_NE(o.code, 0);
   EXPECT_NE(o.err.find("open_spiel==2.0.2 is not installed"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("scripts/setup.sh"), std::string::npos) << o.err;
