@@ -329,11 +329,14 @@ void Config::ApplyOverride(std::string_view assignment) {
                       TomlKey(part)),
           kKeyHint);
   auto parts = Split(path, '.');
+  // No key at all (" = 1") would assign the root itself (found by fuzz/config_fuzz).
+  if (path.empty())
+    throw ConfigError(fmt::format("bad override '{}': no key before '='", assignment),
+                      "example: --set trainer.loss.clip_high=0.28");
   toml::table* t = &impl_->doc;
   std::string sofar;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     sofar = JoinPath(sofar, parts[i]);
-    if (parts[i].empty()) throw ConfigError(fmt::format("bad override key '{}'", path));
     toml::node* n = t->get(parts[i]);
     if (!n) {
       t->insert(parts[i], toml::table{});
@@ -525,6 +528,19 @@ std::string Config::DocumentToml() const {
 // ---- ConfigNode ---------------------------------------------------------------
 
 std::string ConfigNode::KeyPath(std::string_view key) const { return JoinPath(path_, key); }
+
+namespace {
+// The empty key at the top level would be a section with the root's own path
+// "": every header and key under it would be confused with the root's (found
+// by fuzz/config_fuzz). `where` locates the key.
+void RejectRootSection(const std::string& full, const std::string& where) {
+  if (full.empty())
+    throw ConfigError(fmt::format("{}: a table under the empty key \"\" at the top level is not "
+                                  "a config section",
+                                  where),
+                      "name the table: rlid's sections are [run], [env], [policy], [trainer], ...");
+}
+}  // namespace
 
 const void* ConfigNode::Find(std::string_view key) const {
   impl_->used.insert(KeyPath(key));
@@ -816,6 +832,7 @@ void ConfigNode::GetTable(std::string_view key, nlohmann::json& value, std::stri
 
 ConfigNode ConfigNode::Section(std::string_view key) const {
   std::string full = KeyPath(key);
+  RejectRootSection(full, Where(key));
   impl_->sections.insert(full);
   impl_->headers.try_emplace(
       full, Config::Impl::Header{JoinKey(HeaderKey(*impl_, path_), TomlKey(key)), "", -1, path_});
@@ -834,6 +851,7 @@ ConfigNode ConfigNode::Section(std::string_view key) const {
 
 std::vector<ConfigNode> ConfigNode::TableArray(std::string_view key) const {
   std::string full = KeyPath(key);
+  RejectRootSection(full, Where(key));
   impl_->table_arrays.insert(full);
   std::vector<ConfigNode> out;
   if (!table_) return out;

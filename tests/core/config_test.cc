@@ -411,6 +411,28 @@ TEST(Config, NonFiniteFloatsAreRejectedByDefault) {
   EXPECT_TRUE(Has(msg, "'xs[1]' must be a finite number, found inf")) << msg;
 }
 
+// A table under the empty key at the root would have the root's path: its
+// header was written as the parent of every section, and of itself
+// (ResolvedToml() recursed without end; found by fuzz/config_fuzz). Reading
+// it as a section is a ConfigError; an override must name a key.
+TEST(Config, TheEmptyRootKeyIsNoSection) {
+  Config c = Config::FromString("\"\" = {a = 1}\nb = 2\n[s]\nc = 3\n", "t.toml");
+  EXPECT_THROW(c.Root().Section(""), ConfigError);
+  EXPECT_THROW(c.Root().TableArray(""), ConfigError);
+  int64_t b = 0, sc = 0;
+  c.Root().Get("b", b, "b");
+  c.Root().Section("s").Get("c", sc, "c");
+  const std::string resolved = c.ResolvedToml();
+  EXPECT_NE(resolved.find("[s]"), std::string::npos) << resolved;
+  EXPECT_NO_THROW(Config::FromString(resolved, "resolved")) << resolved;
+  try {
+    c.ApplyOverride(" = {a = 1}");
+    ADD_FAILURE() << "an override without a key was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no key before '='"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Config, InfIsAcceptedOnlyWhereTheRangeAllowsIt) {
   Config cfg = Config::FromString("cap = inf\nlow = -inf\nbad = nan\n", "i.toml");
   double cap = 2.0, low = 0.0, bad = 0.0;
