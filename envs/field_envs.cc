@@ -35,6 +35,9 @@ std::vector<FieldAdapter> MakeAdapters() {
          "the other seats: random (default; seeded by the episode) or first (the first legal "
          "action)"},
         {"player", Kind::kInt, "the agent's seat (default 0), or -1: seat (seed / 2) mod players"},
+        {"opening", Kind::kInt,
+         "random plies before the agent's first turn (default -1: 0 if the game starts with a "
+         "chance event, else 2)"},
         {"step_limit", Kind::kInt, "agent decisions per episode (0: the game's max length)"},
         {"success_return", Kind::kDouble,
          "success = the episode's return reaches this (default: max utility with one player, "

@@ -83,6 +83,21 @@ TEST(FieldEnvs, ReasoningGymTasksPassTheConformanceSuite) {
   }
 }
 
+// Every key docs/field_envs.md lists for openspiel is read (none is an unknown key).
+TEST(FieldEnvs, OpenSpielReadsEveryDocumentedKey) {
+  const auto o = RunRlid({"env",           "check",
+                          "--env",         "openspiel",
+                          "--param",       "game=catch",
+                          "--param",       "opening=0",
+                          "--param",       "player=0",
+                          "--param",       "opponent=first",
+                          "--param",       "step_limit=10",
+                          "--param",       "success_return=1",
+                          "--seeds",       "2",
+                          "--graph-seeds", "0"});
+  EXPECT_EQ(o.code, 0) << o.out << o.err;
+}
+
 TEST(FieldEnvs, AnUnknownGameNamesTheGames) {
   const auto o = RunRlid({"env", "check", "--env", "openspiel", "--param", "game=no_such_game",
                           "--seeds", "1"});
