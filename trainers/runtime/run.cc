@@ -350,9 +350,10 @@ void Run::BuildFreshModel() {
   model->to(device);
   if (!cfg.lora.enabled()) return;
   // Adapter checkpoints name their base: the fresh model is saved once as the
-  // run's base (resume rebuilds the same weights from the seed).
+  // run's base (resume rebuilds the same weights from the seed), by rank 0
+  // only (every rank's fresh model is the same; two writers raced to publish).
   const fs::path base = fs::absolute(fs::path(dir) / "base").lexically_normal();
-  if (!fs::exists(base / "rlid.json"))
+  if (comm.rank() == 0 && !fs::exists(base / "rlid.json"))
     policy::SaveCheckpoint(base.string(), model, tokenizer, {{"kind", "lora_base"}});
   if (cfg.policy_dtype == "bfloat16") {
     model->to(torch::kBFloat16);
