@@ -12,6 +12,7 @@ template <class B, class F>
 void ForEachCounter(B& b, F&& f) {
   f("budget/episodes", b.episodes);
   f("budget/episodes_dropped", b.episodes_dropped);
+  f("budget/episodes_retried", b.episodes_retried);
   f("budget/env_steps", b.env_steps);
   f("budget/invalid_steps", b.invalid_steps);
   f("budget/prompt_tokens", b.prompt_tokens);

@@ -58,6 +58,9 @@ struct Budget {
   // Episodes an env failure ended ([env] on_error = "drop_episode"): left out
   // of the rollout's result; their decisions still count as env steps.
   int64_t episodes_dropped = 0;
+  // Plays an env failure broke that were played again ([env] retries): each
+  // is left out; its decisions still count as env steps.
+  int64_t episodes_retried = 0;
   int64_t env_steps = 0;          // decision attempts: valid actions and invalid answers
   int64_t invalid_steps = 0;      // of those, answers that compiled to no action
   int64_t prompt_tokens = 0;      // prompt tokens the rollouts fed to the model

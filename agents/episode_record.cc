@@ -117,6 +117,7 @@ memory::EpisodeRecord ToRecord(const EpisodeData& e, const AgentContext& ctx) {
   r.success = e.success;
   r.length = static_cast<int>(e.steps.size());
   r.truncated = e.truncated;
+  r.attempts = e.attempts;
   r.new_items = e.new_items;
   const bool decision = e.plane == policy::Plane::kDecision;
   for (const auto& s : e.steps) r.steps.push_back(StepRecordOf(s, decision));

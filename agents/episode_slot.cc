@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "agents/rollout_internal.h"
 #include "core/check.h"
@@ -142,6 +144,20 @@ void ApplyInvalid(AgentContext& ctx, Slot& s, StepData& step, std::string reason
                   (ctx.invalid.rule == "penalty_retry" && s.retries > ctx.invalid.max_retries);
 }
 
+namespace {
+
+// Whether the state where a truncated episode ended can still be read for
+// V(s_T): a live state (rlid's step limit cut it), or one the env cut that
+// says what its menu was (an external env that sent no menu at the cut is
+// bootstrapped as terminal).
+bool CutReadable(const envs::State& state) {
+  if (!state.IsTerminal()) return true;
+  const auto* cut = dynamic_cast<const envs::CutState*>(&state);
+  return cut && cut->WasCut();
+}
+
+}  // namespace
+
 void FileStep(AgentContext& ctx, Slot& s, StepData&& step) {
   if (!step.terminal && s.turns >= ctx.env->Info().step_limit) {
     step.terminal = true;
@@ -150,7 +166,7 @@ void FileStep(AgentContext& ctx, Slot& s, StepData&& step) {
   const bool done = step.terminal;
   s.data.steps.push_back(std::move(step));
   if (!done) return;
-  if (s.data.truncated && ctx.bootstrap_truncated && !ctx.show_steps_left)
+  if (s.data.truncated && ctx.bootstrap_truncated && !ctx.show_steps_left && CutReadable(*s.state))
     s.needs_value = true;
   else
     FinishEpisode(ctx, s);
@@ -168,11 +184,33 @@ void StartChoice(AgentContext& ctx, Slot& s, StepData&& step) {
 }
 
 void DropEpisode(AgentContext& ctx, Slot& s, const EnvError& e) {
-  spdlog::warn("dropping episode {} (env seed {}, after {} steps): {}", s.data.id,
+  spdlog::warn("env failure in episode {} (env seed {}, after {} steps): {}", s.data.id,
                s.data.spec.env_seed, s.data.steps.size(), e.what());
   if (ctx.bank && ctx.bank->config().enabled) ctx.bank->DiscardEpisode(s.data.id);
   s.pending.reset();
   s.dropped = s.done = true;
+  s.failure = e;
+}
+
+bool CatchesEnvErrors(const envs::EnvInfo& info) {
+  return info.drop_failed_episodes || info.episode_retries > 0;
+}
+
+bool RetryOrDrop(const envs::EnvInfo& info, const Slot& s, int attempts, Budget& budget) {
+  if (attempts <= info.episode_retries) {
+    spdlog::warn("playing episode {} (env seed {}) again from reset: retry {} of {}", s.data.id,
+                 s.data.spec.env_seed, attempts, info.episode_retries);
+    budget.episodes_retried += 1;
+    if (info.retry_backoff_s > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(attempts * info.retry_backoff_s));
+    return true;
+  }
+  if (!info.drop_failed_episodes) {
+    RLID_CHECK(s.failure.has_value(), "a broken episode without its failure");
+    throw *s.failure;
+  }
+  budget.episodes_dropped += 1;
+  return false;
 }
 
 void FinishPending(AgentContext& ctx, const std::vector<Slot*>& slots) {

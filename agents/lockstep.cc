@@ -11,8 +11,13 @@ namespace rlid::agents::internal {
 
 Lockstep::Lockstep(AgentContext& ctx, const std::vector<EpisodeSpec>& specs, envs::Split split,
                    policy::Plane plane)
-    : ctx_(ctx), specs_(specs), split_(split), plane_(plane), finished_(specs.size()),
-      dropped_(specs.size(), false) {
+    : ctx_(ctx),
+      specs_(specs),
+      split_(split),
+      plane_(plane),
+      finished_(specs.size()),
+      dropped_(specs.size(), false),
+      attempts_(specs.size(), 1) {
   for (size_t i = 0; i < specs.size(); ++i) queue_.push_back(i);
   const int slots = std::max(1, ctx.num_envs);
   const int groups = ctx.env->Info().concurrency > 1 && slots > 1 ? 2 : 1;
@@ -41,9 +46,10 @@ std::vector<Slot*> Lockstep::Fill(int g, Budget& budget) {
     Slot s;
     try {
       s = StartEpisode(ctx_, specs_[idx], split_, plane_, local_ids_);
+      s.data.attempts = attempts_[idx];
       WriteFacts(ctx_, s, 0);
     } catch (const EnvError& e) {
-      if (!ctx_.env->Info().drop_failed_episodes) throw;
+      if (!CatchesEnvErrors(ctx_.env->Info())) throw;
       s.data.spec = specs_[idx];
       DropEpisode(ctx_, s, e);
       Count(idx, s, budget);
@@ -78,8 +84,12 @@ std::vector<EpisodeData> Lockstep::Finished() {
 }
 
 void Lockstep::Count(size_t idx, Slot& s, Budget& budget) {
+  if (s.dropped && RetryOrDrop(ctx_.env->Info(), s, attempts_[idx], budget)) {
+    ++attempts_[idx];
+    queue_.push_front(idx);  // played again next, from reset
+    return;
+  }
   if (s.dropped) {
-    budget.episodes_dropped += 1;
     dropped_[idx] = true;
   } else {
     budget.episodes += 1;

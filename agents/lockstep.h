@@ -35,7 +35,8 @@ class Lockstep {
   std::vector<EpisodeData> Finished();
 
  private:
-  // Books a finished (or dropped) episode of spec `idx`.
+  // Books a finished (or broken) episode of spec `idx`; a broken one with
+  // retries left goes back to the front of the queue.
   void Count(size_t idx, Slot& s, Budget& budget);
 
   AgentContext& ctx_;
@@ -44,6 +45,7 @@ class Lockstep {
   policy::Plane plane_;
   std::vector<EpisodeData> finished_;
   std::vector<bool> dropped_;
+  std::vector<int> attempts_;  // plays of each spec so far (the current one included)
   std::deque<size_t> queue_;
   std::vector<int> capacity_;
   std::vector<std::vector<std::pair<size_t, Slot>>> active_;

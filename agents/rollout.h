@@ -132,6 +132,9 @@ struct EpisodeData {
   double ret = 0;
   bool success = false, truncated = false;
   int invalid_steps = 0;
+  // Plays of this episode: 1, or 1 + the retries an env failure caused (each
+  // retry replays it from reset; only the last, complete play is kept).
+  int attempts = 1;
   // V(s_T) of the state where the step limit cut the episode (decision plane,
   // AgentContext::bootstrap_truncated); NaN when not read (terminal episodes).
   double bootstrap_value = std::numeric_limits<double>::quiet_NaN();
@@ -182,9 +185,11 @@ std::string ObservationText(const envs::State& state, int turns, int step_limit,
 // step_limit decisions (EpisodeData::truncated).
 // An env whose states are AsyncState (external envs) applies actions while the
 // rollout goes on; with EnvInfo::concurrency > 1 two halves of the slots take
-// turns so env steps overlap model forwards. With [env] on_error =
-// "drop_episode" an EnvError drops only the episode it hit: the result leaves
-// it out (budget.episodes_dropped counts it). Otherwise EnvError propagates.
+// turns so env steps overlap model forwards. An EnvError breaks only the
+// episode it hit when the env has [env] retries (it is played again from
+// reset, same seed and streams, up to that many times: budget.episodes_retried,
+// EpisodeData::attempts) or on_error = "drop_episode" (once retries are spent,
+// the result leaves it out: budget.episodes_dropped). Otherwise it propagates.
 // With [prompt] reasoning every step first samples a scratchpad z with
 // ctx.sampler (greedy: temperature 0) until a token that ends the line, at most
 // prompt.max_think_tokens tokens, then reads the menu conditioned on it; the

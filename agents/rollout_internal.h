@@ -32,7 +32,8 @@ struct Slot {
   int turns = 0;    // agent decisions so far, invalid answers included
   int retries = 0;  // consecutive invalid answers at the current state
   bool done = false;
-  bool dropped = false;  // an env failure ended it ([env] on_error = "drop_episode")
+  bool dropped = false;             // an env failure ended it (retried, dropped or rethrown)
+  std::optional<EnvError> failure;  // that failure
   // Cut by the step limit: the next lockstep readout reads V(s_T), then the episode ends.
   bool needs_value = false;
   // A step whose action an AsyncState is applying (filed when it finishes).
@@ -85,12 +86,21 @@ void FinishPending(AgentContext& ctx, const std::vector<Slot*>& slots);
 // the rollout's result leaves it out (Lockstep::Retire counts it).
 void DropEpisode(AgentContext& ctx, Slot& s, const EnvError& e);
 
-// Runs `f` on a slot's env work; under [env] on_error = "drop_episode" an
-// EnvError drops the slot's episode instead of ending the rollout. Returns
-// false when it did.
+// Whether an EnvError ends only its episode (to be retried or dropped)
+// rather than the rollout: [env] retries > 0 or on_error = "drop_episode".
+bool CatchesEnvErrors(const envs::EnvInfo& info);
+
+// What becomes of a play an env failure broke, its `attempts`-th: true when it
+// is to be played again (after the retry's back-off wait; budget counts it),
+// false when it is dropped (budget counts it). Throws the failure when the
+// retries are spent and the env stops runs on errors.
+bool RetryOrDrop(const envs::EnvInfo& info, const Slot& s, int attempts, Budget& budget);
+
+// Runs `f` on a slot's env work; when CatchesEnvErrors an EnvError ends the
+// slot's episode instead of the rollout. Returns false when it did.
 template <class F>
 bool Guarded(AgentContext& ctx, Slot& s, F&& f) {
-  if (!ctx.env->Info().drop_failed_episodes) {
+  if (!CatchesEnvErrors(ctx.env->Info())) {
     f();
     return true;
   }

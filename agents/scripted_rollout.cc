@@ -60,21 +60,26 @@ std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx,
   RLID_CHECK(ctx.env && ctx.renderer, "incomplete agent context");
   std::vector<EpisodeData> out;
   int64_t local_ids = 0;
-  const bool drop = ctx.env->Info().drop_failed_episodes;
+  const envs::EnvInfo info = ctx.env->Info();
   for (const auto& spec : specs) {
     Slot s;
-    s.data.spec = spec;
-    Rng rng = Rng::Stream(ctx.seed, "scripted", spec.stream);
-    try {
-      s = internal::StartEpisode(ctx, spec, split, policy::Plane::kDecision, local_ids);
-      internal::WriteFacts(ctx, s, 0);
-      PlayScripted(ctx, s, choose, rng, budget);
-    } catch (const EnvError& e) {
-      if (!drop) throw;
-      internal::DropEpisode(ctx, s, e);
-      budget.episodes_dropped += 1;
-      continue;
+    for (int attempt = 1;; ++attempt) {
+      s = Slot{};
+      s.data.spec = spec;
+      Rng rng = Rng::Stream(ctx.seed, "scripted", spec.stream);
+      try {
+        s = internal::StartEpisode(ctx, spec, split, policy::Plane::kDecision, local_ids);
+        s.data.attempts = attempt;
+        internal::WriteFacts(ctx, s, 0);
+        PlayScripted(ctx, s, choose, rng, budget);
+        break;
+      } catch (const EnvError& e) {
+        if (!internal::CatchesEnvErrors(info)) throw;
+        internal::DropEpisode(ctx, s, e);
+        if (!internal::RetryOrDrop(info, s, attempt, budget)) break;
+      }
     }
+    if (s.dropped) continue;
     internal::FinishEpisode(ctx, s);
     budget.episodes += 1;
     out.push_back(std::move(s.data));

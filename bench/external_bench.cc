@@ -8,6 +8,9 @@
 //   2. Overlap: decision-plane rollouts of a tiny model on a deliberately slow
 //      served env (--delay-ms per step) with 1 worker vs --workers workers; with
 //      more than one, half the episodes step while the other half is read out.
+// With --adapter (repeatable) it measures the field's adapters instead: for
+// each, the start (process, imports, hello) and seeded random play through
+// rlid (menu as the adapter sends it, then a step) in decisions per second.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -19,6 +22,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/rng.h"
+#include "core/strings.h"
 #include "envs/env.h"
 #include "policy/model/runtime.h"
 
@@ -66,9 +70,44 @@ class ExternalBench : public Benchmark {
     app.add_option("--workers", workers_, "worker processes compared with 1")->capture_default_str();
     app.add_option("--episodes", episodes_, "episodes per rollout (overlap)")->capture_default_str();
     app.add_option("--num-envs", num_envs_, "episodes in lockstep (overlap)")->capture_default_str();
+    app.add_option("--adapter", adapters_,
+                   "time this field adapter instead, e.g. openspiel or \"openspiel:game=catch,"
+                   "opening=0\" (repeatable)");
+    app.add_option("--adapter-steps", adapter_steps_, "random-play decisions timed per adapter")
+        ->capture_default_str();
+  }
+
+  // --adapter NAME[:k=v,k=v]: start time and random-play decisions per second.
+  nlohmann::json RunAdapters() {
+    nlohmann::json rows = nlohmann::json::array();
+    std::cout << fmt::format(
+        "field adapters, seeded random play through rlid ({} decisions each):\n", adapter_steps_);
+    for (const std::string& spec : adapters_) {
+      const size_t colon = spec.find(':');
+      const std::string name = spec.substr(0, colon);
+      std::vector<std::string> params;
+      if (colon != std::string::npos) params = Split(spec.substr(colon + 1), ',');
+      const double t0 = Now();
+      auto env = envs::MakeEnv(name, params);
+      const double start_s = Now() - t0;
+      const double play_s = RandomPlay(*env, adapter_steps_);
+      const double per_s = adapter_steps_ / play_s;
+      rows.push_back({{"adapter", spec},
+                      {"start_s", start_s},
+                      {"decisions", adapter_steps_},
+                      {"play_s", play_s},
+                      {"decisions_per_s", per_s}});
+      std::cout << fmt::format("  {:<40} start {:6.2f} s, {:8.1f} decisions/s ({:.1f} ms each)\n",
+                               spec, start_s, per_s, 1e3 * play_s / adapter_steps_);
+    }
+    return {{"adapters", rows}};
   }
 
   nlohmann::json Run() override {
+    if (!adapters_.empty()) {
+      if (adapter_steps_ < 1) throw ConfigError("rlid bench external: --adapter-steps >= 1");
+      return RunAdapters();
+    }
     if (steps_ < 1 || workers_ < 2 || episodes_ < 1 || num_envs_ < 2 || delay_ms_ < 0)
       throw ConfigError("rlid bench external: --steps, --episodes >= 1; --workers, --num-envs >= 2; "
                         "--delay-ms >= 0");
@@ -183,6 +222,8 @@ class ExternalBench : public Benchmark {
   std::string python_ = "envs/external/python/examples/courier.py";
   double delay_ms_ = 20;
   int64_t workers_ = 4, episodes_ = 64, num_envs_ = 16;
+  std::vector<std::string> adapters_;
+  int64_t adapter_steps_ = 300;
   int threads_ = 0;
 };
 

@@ -15,6 +15,7 @@
 #include "core/subprocess.h"
 #include "envs/conformance.h"
 #include "envs/env.h"
+#include "envs/env_server.h"
 #include "envs/external.h"
 #include "envs/state_graph.h"
 
@@ -112,7 +113,7 @@ class EnvCommand : public Command {
         ->check(CLI::Range(0.0, 1e6));
     serve->callback([this] {
       auto env = serve_.Make();
-      envs::ServeEnv(*env, std::cin, std::cout, delay_ms_);
+      envs::ServeEnv(*env, std::cin, std::cout, {.step_delay_ms = delay_ms_});
     });
   }
 
@@ -197,7 +198,8 @@ class EnvCommand : public Command {
     }
   }
 
-  void Check() {
+  // --command and --param as overrides of the checked env's section.
+  void AddCheckOverrides() {
     if (!command_.empty()) {
       const auto argv = SplitCommandLine(command_);
       if (argv.empty()) throw ConfigError("--command is empty", "e.g. --command \"python3 my_env.py\"");
@@ -211,40 +213,66 @@ class EnvCommand : public Command {
       const bool external = check_.env.empty() || check_.env == "external";
       check_.sets.push_back((external ? "env.params." : "env.") + p);
     }
+  }
+
+  // One check's line, its failures (continuation lines indented under each)
+  // and each fix once.
+  static void PrintCheck(const envs::ConformanceResult& r) {
+    std::string extra = r.note;
+    if (r.covered > 0 && extra.empty()) extra = fmt::format("{} checked", r.covered);
+    std::cout << fmt::format("  {:<8} {:<12} {:>7.2f} s  {}{}\n", envs::StatusName(r.status),
+                             r.check, r.seconds, r.description,
+                             extra.empty() ? "" : " [" + extra + "]");
+    auto lines = [](const std::string& text, const std::string& first) {
+      std::string out, line;
+      std::istringstream in(text);
+      for (bool head = true; std::getline(in, line); head = false) {
+        const size_t lead = line.find_first_not_of(' ');
+        if (lead == std::string::npos) continue;
+        // An error's hint indents its lines by 2 (under "hint: "), its quotes by 4.
+        out += head ? first + line.substr(lead)
+                    : std::string(13, ' ') + line.substr(std::min<size_t>(lead, 2));
+        out += "\n";
+      }
+      return out;
+    };
+    for (const auto& f : r.failures) std::cout << lines(f, "           - ");
+    if (r.failure_count > static_cast<int64_t>(r.failures.size()))
+      std::cout << fmt::format("           ({} more failures)\n",
+                               r.failure_count - static_cast<int64_t>(r.failures.size()));
+    for (const auto& f : r.fixes) std::cout << lines(f, "           to fix: ");
+    std::cout << std::flush;
+  }
+
+  static nlohmann::json CheckJson(const envs::ConformanceResult& r) {
+    return {{"check", r.check},
+            {"status", r.status == envs::ConformanceResult::Status::kFailed
+                           ? "failed"
+                           : envs::StatusName(r.status)},
+            {"failures", r.failures},
+            {"failure_count", r.failure_count},
+            {"fixes", r.fixes},
+            {"error", r.error},
+            {"note", r.note},
+            {"covered", r.covered},
+            {"seconds", r.seconds}};
+  }
+
+  void Check() {
+    AddCheckOverrides();
     auto env = check_.Make();
     const auto info = env->Info();
-    if (!json_)
+    const auto metadata =
+        info.metadata.empty() ? nlohmann::json() : nlohmann::json::parse(info.metadata);
+    if (!json_) {
       std::cout << fmt::format("conformance of {} ({} instances per check)\n", info.name,
                                conformance_.seeds);
-    std::vector<envs::ConformanceResult> results;
+      if (!metadata.is_null()) std::cout << "  metadata " << metadata.dump() << "\n";
+    }
     auto print = [&](const envs::ConformanceResult& r) {
-      if (json_) return;
-      std::string extra = r.note;
-      if (r.covered > 0 && extra.empty()) extra = fmt::format("{} checked", r.covered);
-      std::cout << fmt::format("  {:<8} {:<12} {:>7.2f} s  {}{}\n", envs::StatusName(r.status),
-                               r.check, r.seconds, r.description,
-                               extra.empty() ? "" : " [" + extra + "]");
-      // Each failure (its continuation lines indented under it), then each fix once.
-      auto lines = [](const std::string& text, const std::string& first) {
-        std::string out, line;
-        std::istringstream in(text);
-        for (bool head = true; std::getline(in, line); head = false) {
-          const size_t lead = line.find_first_not_of(' ');
-          if (lead == std::string::npos) continue;
-          // An error's hint indents its lines by 2 (under "hint: "), its quotes by 4.
-          out += head ? first + line.substr(lead)
-                      : std::string(13, ' ') + line.substr(std::min<size_t>(lead, 2));
-          out += "\n";
-        }
-        return out;
-      };
-      for (const auto& f : r.failures) std::cout << lines(f, "           - ");
-      if (r.failure_count > static_cast<int64_t>(r.failures.size()))
-        std::cout << fmt::format("           ({} more failures)\n",
-                                 r.failure_count - static_cast<int64_t>(r.failures.size()));
-      for (const auto& f : r.fixes) std::cout << lines(f, "           to fix: ");
-      std::cout << std::flush;
+      if (!json_) PrintCheck(r);
     };
+    std::vector<envs::ConformanceResult> results;
     if (only_checks_.empty()) {
       results = envs::RunConformance(*env, conformance_, print);
     } else {
@@ -262,19 +290,11 @@ class EnvCommand : public Command {
           r.status == envs::ConformanceResult::Status::kSkipped && r.note.starts_with("not run:");
     }
     if (json_) {
-      nlohmann::json j = {{"env", info.name}, {"seeds", conformance_.seeds}, {"checks", nlohmann::json::array()}};
-      for (const auto& r : results)
-        j["checks"].push_back({{"check", r.check},
-                               {"status", r.status == envs::ConformanceResult::Status::kFailed
-                                              ? "failed"
-                                              : envs::StatusName(r.status)},
-                               {"failures", r.failures},
-                               {"failure_count", r.failure_count},
-                               {"fixes", r.fixes},
-                               {"error", r.error},
-                               {"note", r.note},
-                               {"covered", r.covered},
-                               {"seconds", r.seconds}});
+      nlohmann::json j = {{"env", info.name},
+                          {"seeds", conformance_.seeds},
+                          {"metadata", metadata},
+                          {"checks", nlohmann::json::array()}};
+      for (const auto& r : results) j["checks"].push_back(CheckJson(r));
       std::cout << DumpJson(j, 2) << "\n";
     } else {
       std::cout << fmt::format("{}: {} passed, {} skipped, {} failed\n", info.name, passed, skipped,

@@ -65,6 +65,14 @@ struct EnvInfo {
   // An EnvError from this env's states ends only the episode it hit (which is
   // dropped from the rollout) instead of the run: external envs' [env] on_error.
   bool drop_failed_episodes = false;
+  // An episode an EnvError broke is played again from reset (same seed, same
+  // random streams) up to this many times before drop_failed_episodes decides;
+  // the i-th retry waits i * retry_backoff_s seconds first ([env] retries).
+  int episode_retries = 0;
+  double retry_backoff_s = 0.0;
+  // What the env says about itself (a JSON object: name, version, packages),
+  // recorded with each run; "" when it says nothing.
+  std::string metadata;
   // How many of this env's states can step at the same time (an external env's
   // worker processes). Above 1, rollouts alternate two halves of their episodes
   // so that one half's env steps overlap the other half's model forward.

@@ -28,6 +28,7 @@
 #include "core/subprocess.h"
 #include "core/utf8.h"
 #include "envs/conformance.h"
+#include "envs/reasoning_oracle.h"
 #include "envs/simple_env.h"
 
 namespace rlid::envs {
@@ -44,7 +45,9 @@ struct Hello {
   std::string name, summary, instructions;
   int step_limit = 0;
   bool deterministic = true;
+  int protocol = kExternalProtocolVersion;  // the version agreed on
   std::set<std::string> capabilities;
+  std::string metadata;  // the metadata reply (a JSON object), "" without the capability
   bool Has(const std::string& c) const { return capabilities.count(c) > 0; }
 };
 
@@ -113,23 +116,38 @@ class Worker {
   bool healthy() const { return !broken_; }
   int64_t live = 0;  // open handles on this worker
 
-  // Sends hello and checks the reply (protocol version, required fields).
+  // Sends hello and checks the reply (protocol version, required fields). rlid
+  // offers every version it speaks; an env that refuses the offer with a
+  // version-1 error (a version-1 env that checks "protocol" == 1) is asked
+  // again for version 1 alone.
   Hello Handshake() {
     json req = {{"op", "hello"},
                 {"protocol", kExternalProtocolVersion},
+                {"protocols", json::array()},
                 {"params", p_.params},
                 {"worker", index_},
                 {"workers", p_.workers}};
-    const json r = Call(std::move(req), "hello", p_.start_timeout_s);
+    for (int v = kOldestExternalProtocolVersion; v <= kExternalProtocolVersion; ++v)
+      req["protocols"].push_back(v);
+    json r = ReceiveRaw(Send(req, "hello"), "hello", p_.start_timeout_s);
+    if (r.contains("error") && r["error"].is_string()) {  // version 2 errors are objects
+      spdlog::debug("{} refused hello with protocols {}; asking for version 1", Where(),
+                    req["protocols"].dump());
+      req.erase("protocols");
+      req["protocol"] = kOldestExternalProtocolVersion;
+      r = Call(std::move(req), "hello", p_.start_timeout_s);
+    }
+    r = Checked(std::move(r), "hello");  // a version-2 env's error (its env failed to start)
     Hello h;
-    const int proto = r.contains("protocol") && r["protocol"].is_number_integer()
-                          ? r["protocol"].get<int>()
-                          : -1;
-    if (proto != kExternalProtocolVersion)
-      Fail("hello", fmt::format("protocol version mismatch: rlid speaks {}, the env replied {}",
-                                kExternalProtocolVersion,
-                                r.contains("protocol") ? Shorten(r["protocol"].dump()) : "none"),
+    h.protocol =
+        r.contains("protocol") && r["protocol"].is_number_integer() ? r["protocol"].get<int>() : -1;
+    if (h.protocol < kOldestExternalProtocolVersion || h.protocol > kExternalProtocolVersion)
+      Fail("hello",
+           fmt::format("protocol version mismatch: rlid speaks {} to {}, the env replied {}",
+                       kOldestExternalProtocolVersion, kExternalProtocolVersion,
+                       r.contains("protocol") ? Shorten(r["protocol"].dump()) : "none"),
            /*kill=*/true);
+    protocol_ = h.protocol;
     h.name = String(r, "name", "hello", /*required=*/true);
     if (h.name.empty() || h.name.size() > 64 ||
         !std::all_of(h.name.begin(), h.name.end(), [](char c) {
@@ -152,17 +170,40 @@ class Worker {
         if (!c.is_string())
           Fail("hello", fmt::format("'capabilities' must be an array of strings, found an element "
                                     "that is {}", JsonTypeName(c)), true);
-        static const std::set<std::string> kKnown = {"clone", "restore", "close", "compile",
-                                                     "oracle"};
+        static const std::set<std::string> kKnown = {"clone",  "restore",  "close",    "compile",
+                                                     "oracle", "metadata", "reasoning"};
         if (!kKnown.count(c.get<std::string>()))
           spdlog::debug("{} offers capability '{}', unknown to this rlid (ignored)", label_,
                         c.get<std::string>());
         h.capabilities.insert(c.get<std::string>());
       }
     }
+    if (h.Has("metadata")) h.metadata = Metadata();
     return h;
   }
 
+  // The env's metadata reply (capability "metadata"): a JSON object of at most 64 KB.
+  std::string Metadata() {
+    json r = Call({{"op", "metadata"}}, "metadata", p_.start_timeout_s);
+    r.erase("id");
+    std::string text = r.dump();
+    if (text.size() > 65536)
+      Fail("metadata",
+           fmt::format("the reply is {} bytes, more than the 65536 allowed", text.size()), false);
+    return text;
+  }
+
+  // Whether a state reply says the episode ended by the env's rules: version 1's
+  // "terminal", version 2's "terminated" (Gymnasium's name; "truncated" apart).
+  bool Terminated(const json& r, const std::string& what) {
+    if (protocol_ == 1) return Bool(r, "terminal", what, false);
+    if (r.contains("terminal") && !r.contains("terminated"))
+      Fail(what,
+           "a protocol-2 reply says 'terminated' (ended by the env's rules) and "
+           "'truncated' (cut by a limit), not version 1's 'terminal'",
+           false);
+    return Bool(r, "terminated", what, false);
+  }
   // Sends a request (an "id" is added) without waiting; returns its id.
   int64_t Send(json req, const std::string& what) {
     CheckHealthy(what);
@@ -181,12 +222,17 @@ class Worker {
   }
 
   // Waits for the reply to request `id` (replies to other pending requests that
-  // arrive first are kept for their own Receive).
+  // arrive first are kept for their own Receive); an error reply is an EnvError.
   json Receive(int64_t id, const std::string& what, double timeout_s = -1) {
+    return Checked(ReceiveRaw(id, what, timeout_s), what);
+  }
+
+  // Receive, with an error reply returned as it is.
+  json ReceiveRaw(int64_t id, const std::string& what, double timeout_s = -1) {
     if (auto it = stash_.find(id); it != stash_.end()) {
       json r = std::move(it->second);
       stash_.erase(it);
-      return Checked(std::move(r), what);
+      return r;
     }
     CheckHealthy(what);
     if (timeout_s < 0) timeout_s = p_.timeout_s;
@@ -224,14 +270,35 @@ class Worker {
         Fail(what, fmt::format("a reply with id {}, which no pending request has (pending: {})",
                                got, fmt::join(pending_, ", ")), true);
       pending_.erase(at);
-      if (got == id) return Checked(std::move(r), what);
+      if (got == id) return r;
       stash_.emplace(got, std::move(r));
     }
   }
 
+  // Sends a request and waits for its reply. An env at capacity (error code
+  // "capacity") is asked again after waits of 0.05 s doubling to 2 s, for as
+  // long as the request's timeout allows.
   json Call(json req, const std::string& what, double timeout_s = -1) {
-    const int64_t id = Send(std::move(req), what);
-    return Receive(id, what, timeout_s);
+    if (timeout_s < 0) timeout_s = p_.timeout_s;
+    const auto start = std::chrono::steady_clock::now();
+    for (double wait = 0.05;; wait = std::min(2 * wait, 2.0)) {
+      json r = ReceiveRaw(Send(req, what), what, timeout_s);
+      const double spent =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (ErrorCode(r) != "capacity" || spent + wait > timeout_s)
+        return Checked(std::move(r), what);
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    }
+  }
+
+  // The code of an error reply ("" for none; version 1's bare message is an
+  // execution error).
+  static std::string ErrorCode(const json& r) {
+    if (!r.contains("error")) return "";
+    const json& e = r["error"];
+    if (e.is_object() && e.contains("code") && e["code"].is_string())
+      return e["code"].get<std::string>();
+    return "execution_error";
   }
 
   // Reading reply fields; a missing or mistyped field is an EnvError.
@@ -313,12 +380,18 @@ class Worker {
                      LastOutput(broken_reason_));
   }
 
-  // A reply that carries "error" is the env refusing the request.
+  // A reply that carries "error" is the env refusing the request: version 1's
+  // message, or version 2's {"code", "message"}.
   json Checked(json r, const std::string& what) {
     if (r.contains("error")) {
-      const std::string msg = r["error"].is_string() ? r["error"].get<std::string>()
-                                                      : r["error"].dump();
-      Fail(what, fmt::format("the env replied with an error: {}", Shorten(msg, 2000)), false);
+      const json& e = r["error"];
+      const std::string msg = e.is_string() ? e.get<std::string>()
+                              : e.is_object() && e.contains("message") && e["message"].is_string()
+                                  ? e["message"].get<std::string>()
+                                  : e.dump();
+      Fail(what,
+           fmt::format("the env replied with an error [{}]: {}", ErrorCode(r), Shorten(msg, 2000)),
+           false);
     }
     return r;
   }
@@ -344,8 +417,16 @@ class Worker {
     else if (problem.find("closed its stdout") != std::string_view::npos ||
              problem.starts_with("cannot send"))
       fix = "the process exited: its last stderr lines say why; run the command by hand to see it";
-    else if (problem.starts_with("the env replied with an error"))
+    else if (problem.starts_with("the env replied with an error [capacity]"))
+      fix =
+          "the env had no room for the request for timeout_s seconds: raise [env] timeout_s, "
+          "or play fewer episodes at once (num_envs)";
+    else if (problem.starts_with("the env replied with an error [execution_error]"))
       fix = "fix the error the env names (the Python helper prints its traceback to stderr)";
+    else if (problem.starts_with("the env replied with an error"))
+      fix =
+          "the env refused rlid's request: check that it implements the protocol version it "
+          "announced (docs/external_env.md lists every message and its fields)";
     else
       fix = "docs/external_env.md lists every message and its fields";
     out += fmt::format("{}command: {}\n  to fix: {}", out.empty() ? "" : "\n  ",
@@ -360,6 +441,7 @@ class Worker {
   int64_t next_id_ = 0;
   std::deque<int64_t> pending_;
   std::map<int64_t, json> stash_;
+  int protocol_ = kExternalProtocolVersion;  // agreed in hello
   bool broken_ = false;
   std::string broken_reason_;
 };
@@ -438,7 +520,7 @@ class ExternalState : public State, public CutState, public AsyncState, public F
     const json r = worker_->Call(
         {{"op", "reset"}, {"seed", seed}, {"split", SplitName(SplitOf(seed))}}, what);
     Adopt(r, what);
-    if (Bool(r, "terminal", what))
+    if (worker_->Terminated(r, what))
       worker_->Fail(what, "the reset state is terminal (an episode needs at least one decision)",
                     false);
   }
@@ -503,7 +585,7 @@ class ExternalState : public State, public CutState, public AsyncState, public F
     out.reward = worker_->Number(r, "reward", pending_what_, true);
     if (!std::isfinite(out.reward))
       worker_->Fail(pending_what_, fmt::format("a non-finite reward {}", out.reward), false);
-    out.terminal = Bool(r, "terminal", pending_what_);
+    out.terminal = worker_->Terminated(r, pending_what_);
     out.success = Bool(r, "success", pending_what_);
     out.truncated = Bool(r, "truncated", pending_what_);
     if (out.truncated) out.terminal = true;
@@ -562,6 +644,19 @@ class ExternalState : public State, public CutState, public AsyncState, public F
     res.item = item;
     res.matched = Shorten(Trim(text), kMaxWordingBytes);
     return res;
+  }
+  // The env's worked reasoning for its optimal action: one line, at most 4000 bytes.
+  std::string EnvReasoning() const {
+    RLID_CHECK(!done_, "OracleReasoning() on a terminal state");
+    const std::string what = fmt::format("reasoning (handle {})", handle_);
+    const json r = worker_->Call({{"op", "reasoning"}, {"handle", handle_}}, what);
+    std::string text = worker_->String(r, "reasoning", what, true, 4000);
+    if (!IsValidUtf8(text) || text.find('\n') != std::string::npos || Trim(text).empty())
+      worker_->Fail(what,
+                    "'reasoning' must be one non-empty line of UTF-8 (it is the scratchpad "
+                    "line a policy writes before it decides)",
+                    false);
+    return text;
   }
   std::vector<ActionId> EnvOptimalActions() const {
     if (done_) return {};
@@ -853,6 +948,13 @@ class WithCompiler : public TextCompiler {
  private:
   const ExternalState& Self() const { return dynamic_cast<const ExternalState&>(*this); }
 };
+class WithReasoning : public ReasoningOracle {
+ public:
+  std::string OracleReasoning() const override { return Self().EnvReasoning(); }
+
+ private:
+  const ExternalState& Self() const { return dynamic_cast<const ExternalState&>(*this); }
+};
 
 template <class... Caps>
 class ExternalStateOf final : public ExternalState, public Caps... {
@@ -880,18 +982,26 @@ class ExternalEnv final : public Env {
                       shared->hello.name),
           "use afterstates = \"env\" (the env's own) or \"none\"");
     shared_ = std::move(shared);
-    const bool oracle = shared_->hello.Has("oracle"), compiler = shared_->hello.Has("compile");
-    make_ = oracle && compiler ? &Make<WithOracle, WithCompiler>
-            : oracle           ? &Make<WithOracle>
-            : compiler         ? &Make<WithCompiler>
-                               : &Make<>;
+    const Hello& h = shared_->hello;
+    const bool oracle = h.Has("oracle"), compiler = h.Has("compile");
+    const bool reasoning = oracle && h.Has("reasoning");  // worked reasoning of the oracle's action
+    make_ = reasoning && compiler ? &Make<WithOracle, WithReasoning, WithCompiler>
+            : reasoning           ? &Make<WithOracle, WithReasoning>
+            : oracle && compiler  ? &Make<WithOracle, WithCompiler>
+            : oracle              ? &Make<WithOracle>
+            : compiler            ? &Make<WithCompiler>
+                                  : &Make<>;
   }
   EnvInfo Info() const override {
     const Hello& h = shared_->hello;
     EnvInfo info{h.name, h.summary.empty() ? "external environment" : h.summary, h.step_limit,
                  h.deterministic};
-    info.drop_failed_episodes = shared_->pool->params().on_error == "drop_episode";
-    info.concurrency = shared_->pool->params().workers;
+    const ExternalParams& p = shared_->pool->params();
+    info.drop_failed_episodes = p.on_error == "drop_episode";
+    info.episode_retries = p.retries;
+    info.retry_backoff_s = p.retry_backoff_s;
+    info.metadata = h.metadata;
+    info.concurrency = p.workers;
     return info;
   }
   std::string Instructions() const override { return shared_->hello.instructions; }
@@ -936,148 +1046,16 @@ void ReadProcessKeys(ConfigNode c, ExternalParams& p) {
             "menu afterstates: the env's own when it sends them, else clone+step (auto); only "
             "the env's (env); always clone+step (clone); none");
   c.GetEnum("on_error", p.on_error, {"stop", "drop_episode"},
-            "a failing env process stops the run, or drops the episode it was playing");
+            "once its retries are spent, a broken episode stops the run, or is dropped");
+  c.Get("retries", p.retries,
+        "plays of an episode an env failure broke again from reset (same seed), at most",
+        IntRange{0, 100});
+  c.Get("retry_backoff_s", p.retry_backoff_s, "the i-th retry waits i times this many seconds",
+        Range::NonNegative());
 }
 
 std::unique_ptr<Env> MakeExternalEnv(ExternalParams p) {
   return std::make_unique<ExternalEnv>(std::move(p));
-}
-
-namespace {
-
-// ---- the server side ----------------------------------------------------------------
-
-json MenuJson(const Menu& menu) {
-  json items = json::array();
-  for (const auto& it : menu.items) {
-    std::vector<std::string> others(it.realisations.begin() + 1, it.realisations.end());
-    items.push_back({{"action", it.action},
-                     {"command", it.command},
-                     {"realisations", others},
-                     {"afterstate", it.afterstate},
-                     {"afterstate_hash", fmt::format("{:016x}", it.afterstate_hash)}});
-  }
-  return items;
-}
-
-void PutState(json& reply, const State& s) {
-  reply["observation"] = s.Observation();
-  reply["state_hash"] = fmt::format("{:016x}", s.Hash());
-  reply["terminal"] = s.IsTerminal();
-  if (!s.IsTerminal()) reply["menu"] = MenuJson(s.CompileMenu());
-  if (const auto* f = dynamic_cast<const FactSource*>(&s)) reply["facts"] = f->Facts();
-}
-
-}  // namespace
-
-struct EnvServer::Impl {
-  const Env& env;
-  double delay_ms;
-  bool oracle = false;
-  std::map<int64_t, std::unique_ptr<State>> states;
-  int64_t next = 0;
-
-  State& Get(const json& req) {
-    const int64_t h = req.at("handle").get<int64_t>();
-    auto it = states.find(h);
-    if (it == states.end()) throw std::runtime_error(fmt::format("no state with handle {}", h));
-    return *it->second;
-  }
-
-  json Handle(const json& req) {
-    json reply = json::object();
-    const std::string op = req.at("op").get<std::string>();
-    if (op == "hello") {
-      const EnvInfo info = env.Info();
-      std::vector<std::string> caps = {"clone", "restore", "close", "compile"};
-      if (oracle) caps.push_back("oracle");
-      reply.update({{"protocol", kExternalProtocolVersion},
-                    {"name", info.name},
-                    {"summary", info.summary},
-                    {"instructions", env.Instructions()},
-                    {"step_limit", info.step_limit},
-                    {"deterministic", info.deterministic},
-                    {"capabilities", caps}});
-    } else if (op == "reset") {
-      auto s = env.NewState(req.at("seed").get<uint64_t>());
-      reply["handle"] = ++next;
-      PutState(reply, *s);
-      states[next] = std::move(s);
-    } else if (op == "step") {
-      State& s = Get(req);
-      const auto a = req.at("action").get<ActionId>();
-      const auto legal = s.LegalActions();
-      if (std::find(legal.begin(), legal.end(), a) == legal.end())
-        throw std::runtime_error(fmt::format("action {} is not legal here", a));
-      const StepOutcome o = s.Apply(a);
-      if (delay_ms > 0)
-        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
-      reply.update({{"reward", o.reward},
-                    {"terminal", o.terminal},
-                    {"success", o.success},
-                    {"truncated", o.truncated}});
-      PutState(reply, s);
-      if (o.truncated)
-        if (const auto* cut = dynamic_cast<const CutState*>(&s); cut && cut->WasCut())
-          reply["menu"] = MenuJson(cut->MenuAtCut());
-    } else if (op == "compile") {
-      const CompileResult r = Get(req).Compile(req.at("text").get<std::string>());
-      if (r.valid())
-        reply["action"] = r.action;
-      else
-        reply["invalid"] = r.reason;
-    } else if (op == "clone") {
-      auto c = Get(req).Clone();
-      reply["handle"] = ++next;
-      states[next] = std::move(c);
-    } else if (op == "restore") {
-      Get(req);  // the handle restored must exist
-      auto from = states.find(req.at("from").get<int64_t>());
-      if (from == states.end()) throw std::runtime_error("no state with the 'from' handle");
-      states[req.at("handle").get<int64_t>()] = from->second->Clone();
-    } else if (op == "close") {
-      states.erase(req.at("handle").get<int64_t>());
-    } else if (op == "oracle" && oracle) {
-      const auto& o = dynamic_cast<const OracleState&>(Get(req));
-      reply["actions"] = o.OptimalActions();
-      reply["return"] = o.OptimalReturn();
-    } else {
-      throw std::runtime_error(fmt::format("unknown op '{}'", op));
-    }
-    return reply;
-  }
-};
-
-EnvServer::EnvServer(const Env& env, double step_delay_ms)
-    : impl_(std::make_unique<Impl>(Impl{env, step_delay_ms})) {
-  impl_->oracle = dynamic_cast<const OracleState*>(env.NewState(0).get()) != nullptr;
-}
-EnvServer::~EnvServer() = default;
-
-std::string EnvServer::Handle(const std::string& line) {
-  json id;
-  json reply;
-  try {
-    const json req = json::parse(line);
-    if (req.is_object() && req.contains("id")) id = req["id"];
-    reply = impl_->Handle(req);
-  } catch (const std::exception& e) {
-    reply = {{"error", e.what()}};
-  }
-  reply["id"] = id;
-  return reply.dump();
-}
-
-int64_t ServeEnv(const Env& env, std::istream& in, std::ostream& out, double step_delay_ms) {
-  EnvServer server(env, step_delay_ms);
-  int64_t served = 0;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (Trim(line).empty()) continue;
-    out << server.Handle(line) << "\n" << std::flush;
-    ++served;
-  }
-  return served;
 }
 
 }  // namespace rlid::envs

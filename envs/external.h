@@ -6,14 +6,12 @@
 //   command = ["python3", "my_env.py"]
 //   workers = 4            # processes; states spread over them, steps overlap
 // The client side (ExternalEnv, its states and worker pool) lives in
-// external.cc; ServeEnv is the server side for a built-in env (`rlid env
-// serve`), used by tests and the protocol benchmark. No LibTorch here.
+// external.cc; the server side for a built-in env (`rlid env serve`, tests,
+// the protocol benchmark) in env_server.h. No LibTorch here.
 #pragma once
 
-#include <istream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -21,8 +19,10 @@
 
 namespace rlid::envs {
 
-// The protocol version this build speaks (hello.protocol).
-constexpr int kExternalProtocolVersion = 1;
+// The protocol versions this build speaks: it asks for the newest in hello
+// and accepts an env that answers with any of them (docs/external_env.md).
+constexpr int kExternalProtocolVersion = 2;
+constexpr int kOldestExternalProtocolVersion = 1;
 
 // An env served by a program, and how rlid runs it ([env] keys of `external`).
 struct ExternalParams {
@@ -33,34 +33,18 @@ struct ExternalParams {
   double start_timeout_s = 60.0;
   std::string afterstates = "auto";                  // auto | env | clone | none
   std::string on_error = "stop";                     // stop | drop_episode
+  int retries = 0;               // plays of a broken episode again from reset, at most
+  double retry_backoff_s = 1.0;  // the i-th retry waits i times this first
   nlohmann::json params = nlohmann::json::object();  // sent in hello
 };
 
 // Reads the [env] keys of how the processes run: cwd, workers, timeout_s,
-// start_timeout_s, afterstates, on_error (not command or params).
+// start_timeout_s, afterstates, on_error, retries, retry_backoff_s (not
+// command or params).
 void ReadProcessKeys(ConfigNode c, ExternalParams& p);
 
 // The env served by p.command: starts worker 0 and exchanges hello before it
 // returns (EnvError naming the program when that fails).
 std::unique_ptr<Env> MakeExternalEnv(ExternalParams p);
-
-// The server side of the protocol for an env of this process: one request
-// line in, one reply line out. Every capability the env has is offered
-// (clone, restore, close, compile; oracle when its states have one).
-// step_delay_ms makes every step that much slower (a deliberately slow env for
-// benchmarks). Never throws on bad requests: they get an {"error": ...} reply.
-class EnvServer {
- public:
-  explicit EnvServer(const Env& env, double step_delay_ms = 0);
-  ~EnvServer();
-  std::string Handle(const std::string& request_line);
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
-// Serves `env` on `in`/`out` until `in` ends; returns the requests served.
-int64_t ServeEnv(const Env& env, std::istream& in, std::ostream& out, double step_delay_ms = 0);
 
 }  // namespace rlid::envs

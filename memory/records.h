@@ -27,6 +27,7 @@ struct RunRecord {
   uint64_t seed = 0;
   std::string code_version;        // empty: this build's VersionString()
   bool allow_cross_split = false;  // [memory] allow_cross_split (v_split_leaks.permitted)
+  std::string env_metadata;        // the env's metadata (JSON object text), "" for none
 };
 
 // Run status values accepted by EndRun.
@@ -133,6 +134,7 @@ struct EpisodeRecord {
   bool success = false;
   int length = 0;
   bool truncated = false;
+  int attempts = 1;  // plays: 1 + the retries an env failure caused ([env] retries)
   std::vector<StepRecord> steps;
   std::vector<MemoryItem> new_items;  // created during this episode (MemoryBank::EndEpisode)
 };

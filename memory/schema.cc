@@ -402,6 +402,19 @@ LEFT JOIN (SELECT e.run_id AS run_id, COUNT(DISTINCT e.id) AS episodes, COUNT(s.
   ON ev.run_id = ru.id;
 )sql";
 
+// Env failures and what the env said about itself: retried episodes say how
+// many plays they took, runs keep the env's metadata message.
+constexpr const char* kEnvRecordSql = R"sql(
+-- Plays of the episode: 1, or 1 + the retries an env failure caused
+-- ([env] retries; each retry replays it from reset, only the last, complete
+-- play is stored); NULL for episodes recorded before schema 6.
+ALTER TABLE episodes ADD COLUMN attempts INTEGER CHECK (attempts >= 1);
+
+-- What the env said about itself (external envs' metadata message: name,
+-- version, package versions) as a JSON object; NULL when it said nothing.
+ALTER TABLE runs ADD COLUMN env_metadata TEXT CHECK (env_metadata IS NULL OR json_valid(env_metadata));
+)sql";
+
 // runs.status also admits 'crashed' (a run whose process died while it was
 // 'running'). SQLite cannot alter a CHECK constraint; widening the allowed set
 // by editing the stored CREATE TABLE text is the procedure SQLite documents
@@ -445,6 +458,8 @@ const std::vector<Migration>& Migrations() {
        "episodes.mode (rollout | greedy | sampled | scripted); steps.history_steps; "
        "v_run_budget counts training (train split) and evaluation (eval_*) apart",
        kEpisodeModeSql},
+      {6, "episodes.attempts (plays an env failure caused); runs.env_metadata (the env's metadata)",
+       kEnvRecordSql},
   };
   return kMigrations;
 }

@@ -348,11 +348,12 @@ void Store::Prepare() {
   st_ = std::make_unique<Statements>();
   st_->begin_run = db_.Prepare(
       "INSERT INTO runs(id, name, arm, kind, config_toml, seed, code_version, allow_cross_split, "
-      "started_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')");
+      "started_at, env_metadata, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')");
   st_->end_run = db_.Prepare("UPDATE runs SET status = ?, ended_at = ? WHERE id = ?");
   st_->episode = db_.Prepare(
       "INSERT INTO episodes(id, run_id, env, seed, split, plane, policy_version, iteration, ret, "
-      "success, length, truncated, committed_at, mode) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "success, length, truncated, committed_at, mode, attempts) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   st_->prompt = db_.Prepare("INSERT OR IGNORE INTO prompts(hash, text, tokens) VALUES (?, ?, ?)");
   st_->step = db_.Prepare(
       "INSERT INTO steps(episode_id, t, observation, prompt_hash, prompt_tokens, action, label, "
@@ -397,7 +398,8 @@ int64_t Store::BeginRun(const RunRecord& run) {
       .Bind(6, static_cast<int64_t>(run.seed))
       .Bind(7, run.code_version.empty() ? VersionString() : run.code_version)
       .Bind(8, run.allow_cross_split)
-      .Bind(9, NowIso8601());
+      .Bind(9, NowIso8601())
+      .Bind(10, run.env_metadata.empty() ? std::nullopt : std::optional(run.env_metadata));
   st_->begin_run.Run();
   return db_.LastInsertRowid();
 }
@@ -682,7 +684,8 @@ void Store::WriteEpisodeRows(const EpisodeRecord& e) {
       .Bind(11, e.length)
       .Bind(12, e.truncated)
       .Bind(13, NowIso8601())
-      .Bind(14, e.mode);
+      .Bind(14, e.mode)
+      .Bind(15, e.attempts);
   st_->episode.Run();
   for (const StepRecord& s : e.steps) {
     const uint64_t hash = s.prompt_hash != 0 ? s.prompt_hash : HashBytes(s.prompt);

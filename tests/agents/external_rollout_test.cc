@@ -112,6 +112,39 @@ TEST(ExternalRollout, CrashedEnvDropsOnlyItsEpisodes) {
   EXPECT_THROW(RunDecisionEpisodes(ctx_stop, Specs(10), envs::Split::kTrain, false, b2), EnvError);
 }
 
+// [env] retries: the episodes a crash broke are played again from reset with
+// their own seeds and streams, so the rollout is the one an unbroken env gives;
+// each says how many plays it took. Retries spent under on_error = "stop": the
+// env error ends the rollout.
+TEST(ExternalRollout, RetriedEpisodesAreTheEpisodesAnUnbrokenEnvPlays) {
+  Rig rig;
+  testing::TempDir dir("external_retry");
+  auto env = Served({"maze", "size=3", "--crash-after", "6", "--once", dir.str() + "/crashed"},
+                    {"retries=1", "retry_backoff_s=0"});
+  auto ctx = rig.Ctx(*env);
+  Budget b;
+  auto eps = RunDecisionEpisodes(ctx, Specs(10), envs::Split::kTest, /*greedy=*/true, b);
+  Budget clean;
+  auto ctx_local = rig.Ctx(*rig.local);
+  ExpectSameEpisodes(RunDecisionEpisodes(ctx_local, Specs(10), envs::Split::kTest, true, clean),
+                     eps);
+  EXPECT_EQ(b.episodes, 10);
+  EXPECT_EQ(b.episodes_dropped, 0);
+  EXPECT_GE(b.episodes_retried, 1);
+  EXPECT_LE(b.episodes_retried, 6);
+  int retried = 0;
+  for (const auto& e : eps) retried += e.attempts - 1;
+  EXPECT_EQ(retried, b.episodes_retried);
+  // Every retry's decisions were spent: more env steps than the clean run's.
+  EXPECT_GT(b.env_steps, clean.env_steps);
+
+  auto always =
+      Served({"maze", "size=3", "--crash-after", "6"}, {"retries=1", "retry_backoff_s=0"});
+  auto ctx_always = rig.Ctx(*always);
+  Budget b2;
+  EXPECT_THROW(RunDecisionEpisodes(ctx_always, Specs(10), envs::Split::kTest, true, b2), EnvError);
+}
+
 TEST(ExternalRollout, AnswersTheGrammarRejectsGoToTheEnvsCompiler) {
   auto env = envs::MakeEnv(
       "external", {"command=" + nlohmann::json({"python3", std::string(RLID_SOURCE_DIR) +

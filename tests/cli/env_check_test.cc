@@ -207,6 +207,13 @@ TEST(EnvCheck, PythonExampleTrainsInBothPlanesWithTheShippedConfigs) {
                             "WHERE r.kind = 'train' AND e.split = 'train'"});
     ASSERT_EQ(q.code, 0) << q.err;
     EXPECT_NE(q.out.find("\n8\n"), std::string::npos) << plane << ": " << q.out;
+    // The run records what the env said about itself, and each episode its plays.
+    const auto meta =
+        RunRlid({"sql", out, "--csv",
+                 "SELECT json_extract(env_metadata, '$.name') || ' ' || "
+                 "(SELECT min(attempts) FROM episodes) FROM runs WHERE kind = 'train'"});
+    ASSERT_EQ(meta.code, 0) << meta.err;
+    EXPECT_NE(meta.out.find("\ncourier 1\n"), std::string::npos) << plane << ": " << meta.out;
   }
   std::filesystem::current_path(cwd);
 }

@@ -193,7 +193,7 @@ TEST(External, MisbehavingEnvsFailClearly) {
     std::string expect;  // in the EnvError's message or hint
   };
   const std::vector<Case> at_start = {
-      {"bad_protocol", "protocol version mismatch: rlid speaks 1, the env replied 99"},
+      {"bad_protocol", "protocol version mismatch: rlid speaks 1 to 2, the env replied 99"},
       {"no_step_limit", "no 'step_limit'"},
       {"exit_on_hello", "giving up at hello"},
   };
@@ -202,7 +202,8 @@ TEST(External, MisbehavingEnvsFailClearly) {
     EXPECT_NE(err.find(c.expect), std::string::npos) << c.mode << ": " << err;
   }
   const std::vector<Case> at_reset = {
-      {"error_on_reset", "the env replied with an error: cannot make seed 5"},
+      {"error_on_reset", "the env replied with an error [execution_error]: cannot make seed 5"},
+      {"coded_error_on_reset", "[validation_error]: seed 5 is out of range"},
       {"wrong_type", "'observation' must be a string, found an integer"},
       {"no_menu", "has no 'menu'"},
       {"dup_actions", "duplicate action 0"},
@@ -217,8 +218,10 @@ TEST(External, MisbehavingEnvsFailClearly) {
   }
   const std::vector<Case> at_step = {
       {"nan_reward", "'reward' must be a number, found a string"},
-      {"print_on_step", "not JSON: 'debugging output on stdout' (print your own messages to stderr"},
+      {"print_on_step",
+       "not JSON: 'debugging output on stdout' (print your own messages to stderr"},
       {"wrong_id", "id 123456, which no pending request has"},
+      {"v2_terminal", "not version 1's 'terminal'"},
   };
   for (const auto& c : at_step) {
     auto env = External({"python3", kHostile, c.mode});
@@ -226,6 +229,94 @@ TEST(External, MisbehavingEnvsFailClearly) {
     const std::string err = ErrorOf<EnvError>([&] { s->Apply(0); });
     EXPECT_NE(err.find(c.expect), std::string::npos) << c.mode << ": " << err;
   }
+}
+
+// Protocol 2 is asked for; version-1 envs still play: one that answers 1 to
+// the offer, and an old helper that refuses any hello but {"protocol": 1}.
+TEST(External, VersionOneEnvsStillPlay) {
+  auto local = MakeEnv("maze");
+  auto v1 = External({kServer, "maze", "--protocol", "1"});
+  auto v2 = External({kServer, "maze"});
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    EXPECT_EQ(Play(*local, seed), Play(*v1, seed)) << seed;
+    EXPECT_EQ(Play(*local, seed), Play(*v2, seed)) << seed;
+  }
+  auto strict = External({"python3", kHostile, "strict_v1"});
+  auto s = strict->NewState(0);
+  EXPECT_EQ(s->Apply(0).reward, 1.0);
+  EXPECT_TRUE(s->IsTerminal());
+  // Only version 2 says what it is.
+  EXPECT_EQ(v1->Info().metadata, "");
+  const auto meta = nlohmann::json::parse(v2->Info().metadata);
+  EXPECT_EQ(meta.at("name"), "maze");
+  EXPECT_TRUE(meta.at("packages").contains("rlid")) << meta.dump();
+}
+
+// "capacity" is asked again after a wait, within the request's timeout.
+TEST(External, AnEnvAtCapacityIsAskedAgain) {
+  auto local = MakeEnv("maze");
+  auto busy = External({kServer, "maze", "--capacity-resets", "3"});
+  EXPECT_EQ(Play(*local, 2), Play(*busy, 2));
+  auto full = External({kServer, "maze", "--capacity-resets", "1000"}, {"timeout_s=0.5"});
+  const double t0 = Seconds();
+  const std::string err = ErrorOf<EnvError>([&] { full->NewState(0); });
+  EXPECT_LT(Seconds() - t0, 3.0);
+  EXPECT_NE(err.find("[capacity]: all sessions busy"), std::string::npos) << err;
+  EXPECT_NE(err.find("raise [env] timeout_s"), std::string::npos) << err;
+}
+
+// The replies of a protocol server to raw request lines, in order.
+std::vector<nlohmann::json> Exchange(const std::vector<std::string>& argv,
+                                     const std::vector<std::string>& lines) {
+  ChildProcess child(ChildOptions{argv, "", "exchange"});
+  std::vector<nlohmann::json> out;
+  for (const auto& l : lines) {
+    std::string error, reply;
+    EXPECT_TRUE(child.WriteLine(l, 10, &error)) << error;
+    EXPECT_EQ(child.ReadLine(reply, 10), ChildProcess::Read::kLine) << l;
+    out.push_back(nlohmann::json::parse(reply));
+  }
+  return out;
+}
+
+// Both servers of the protocol (the Python helper, rlid's own) give version 2's
+// error codes, metadata and Gymnasium's terminated/truncated, and version 1's
+// bare messages and "terminal" to a version-1 client.
+TEST(External, ServersAnswerWithVersionTwoErrorCodes) {
+  const std::vector<std::string> v2 = {
+      R"(this is not json)",
+      R"({"op": "reset", "id": 1, "seed": 0})",
+      R"({"op": "hello", "id": 2, "protocol": 2, "protocols": [1, 2], "params": {}})",
+      R"({"op": "teleport", "id": 3})",
+      R"({"op": "step", "id": 4, "handle": 77, "action": 0})",
+      R"({"op": "metadata", "id": 5})",
+      R"({"op": "reset", "id": 6, "seed": 0})"};
+  for (const auto& argv :
+       {std::vector<std::string>{"python3", kCourier}, std::vector<std::string>{kServer, "maze"}}) {
+    const auto r = Exchange(argv, v2);
+    EXPECT_EQ(r[0]["error"]["code"], "invalid_json") << r[0];
+    EXPECT_EQ(r[1]["error"]["code"], "validation_error") << r[1];
+    EXPECT_EQ(r[2]["protocol"], 2) << r[2];
+    EXPECT_EQ(r[3]["error"]["code"], "unknown_op") << r[3];
+    EXPECT_EQ(r[4]["error"]["code"], "validation_error") << r[4];
+    EXPECT_TRUE(r[5].contains("packages")) << r[5];
+    EXPECT_EQ(r[6]["terminated"], false) << r[6];
+    EXPECT_FALSE(r[6].contains("terminal")) << r[6];
+    const auto old = Exchange(
+        argv, {R"({"op": "hello", "id": 1, "protocol": 1})", R"({"op": "teleport", "id": 2})",
+               R"({"op": "reset", "id": 3, "seed": 0})"});
+    EXPECT_EQ(old[0]["protocol"], 1) << old[0];
+    EXPECT_TRUE(old[1]["error"].is_string()) << old[1];
+    EXPECT_EQ(old[2]["terminal"], false) << old[2];
+  }
+}
+
+// The Python helper's metadata: the env's name, version and Python.
+TEST(External, PythonHelperSaysWhatItIs) {
+  auto env = External({"python3", kCourier});
+  const auto meta = nlohmann::json::parse(env->Info().metadata);
+  EXPECT_EQ(meta.at("name"), "courier");
+  EXPECT_TRUE(meta.contains("python")) << meta.dump();
 }
 
 TEST(External, CrashHangAndGarbageAreEnvErrorsWithTheLastOutput) {

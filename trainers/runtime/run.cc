@@ -286,6 +286,7 @@ void Run::BeginRecords(const RunOptions& options, const std::string& resolved) {
   rec.config_toml = resolved;
   rec.seed = cfg.run.seed;
   rec.allow_cross_split = cfg.memory.allow_cross_split;
+  rec.env_metadata = env->Info().metadata;
   if (options.resume) {
     if (!options.record && cfg.memory.enabled)
       throw ConfigError(

@@ -41,13 +41,15 @@ Contract (what rlid checks with `rlid env check --command "python3 my_env.py"`):
 
 import copy
 import hashlib
+import importlib.metadata
 import json
 import sys
 import traceback
 
-PROTOCOL = 1
+PROTOCOL = 2            # the newest version this helper speaks
+PROTOCOLS = (1, 2)      # every version it speaks (docs/external_env.md)
 
-__all__ = ["Env", "Action", "Step", "Invalid", "run", "PROTOCOL"]
+__all__ = ["Env", "Action", "Step", "Invalid", "Capacity", "run", "PROTOCOL"]
 
 
 class Action:
@@ -80,6 +82,20 @@ class Invalid(Exception):
     """Raised by compile_text() for text that names no action; the message is the reason."""
 
 
+class Capacity(Exception):
+    """Raise it from reset() when the env has no room for another episode now
+    (a remote server's sessions are all busy): rlid asks again after a wait,
+    within its timeout, instead of failing."""
+
+
+class _Refused(Exception):
+    """A request this helper refuses; `code` is its protocol-2 error code."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
 class Env:
     """Base class of a Python env. Override the class attributes and methods."""
 
@@ -90,6 +106,8 @@ class Env:
     deterministic = True   # step() depends only on (state, action)
     clonable = True        # states can be copied with clone(); if not, rlid replays actions
     afterstates = True     # compute menu afterstates by stepping a copy (needs clonable)
+    version = ""           # this env's own version, for the metadata message
+    packages = ()          # PyPI packages it wraps: metadata reports their installed versions
 
     def __init__(self, params):
         # [env.params] of rlid's config, as a dict.
@@ -129,18 +147,27 @@ class Env:
     # (action_ids, optimal_return). rlid uses it for SFT demonstrations.
     oracle = None
 
+    # Override (with oracle) to offer worked reasoning: one line that works the
+    # oracle's action out, ending with it; `rlid sft` with [prompt] reasoning
+    # demonstrates it as the scratchpad before the decision.
+    reasoning = None
+
     # Override to offer a free-text compiler beyond rlid's own menu grammar:
     # return an action id, or raise Invalid("reason"). rlid asks it only for
     # answers its grammar (labels, commands, realisations) rejected.
     compile_text = None
 
 
-def _capabilities(env):
+def _capabilities(env, protocol):
     caps = ["clone", "restore", "close"] if env.clonable else ["close"]
+    if protocol >= 2:
+        caps.append("metadata")
     if callable(getattr(env, "compile_text", None)):
         caps.append("compile")
     if callable(getattr(env, "oracle", None)):
         caps.append("oracle")
+        if protocol >= 2 and callable(getattr(env, "reasoning", None)):
+            caps.append("reasoning")
     return caps
 
 
@@ -151,12 +178,48 @@ class _Server:
         self.states = {}  # handle -> state
         self.done = {}    # handle -> terminal
         self.next_handle = 0
+        self.protocol = 0  # agreed in hello
 
     def _state(self, req):
         h = req["handle"]
         if h not in self.states:
-            raise KeyError(f"no state with handle {h}")
+            raise _Refused("validation_error", f"no state with handle {h}")
         return h, self.states[h]
+
+    def _hello(self, req):
+        offered = req.get("protocols")
+        if not isinstance(offered, list):
+            offered = [req.get("protocol")]
+        common = [v for v in offered if v in PROTOCOLS]
+        if not common:
+            raise _Refused("validation_error", f"this helper speaks protocols {list(PROTOCOLS)}, "
+                                               f"rlid offered {offered}")
+        self.protocol = max(common)
+        self.env = self.env_class(req.get("params") or {})
+        e = self.env
+        return {"protocol": self.protocol, "name": e.name, "summary": e.summary,
+                "instructions": e.instructions, "step_limit": e.step_limit,
+                "deterministic": e.deterministic,
+                "capabilities": _capabilities(e, self.protocol)}
+
+    def _metadata(self):
+        e = self.env
+        packages = {}
+        for name in e.packages:
+            try:
+                packages[name] = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                packages[name] = None
+        return {"name": e.name, "version": str(e.version), "packages": packages,
+                "python": sys.version.split()[0], "helper_protocols": list(PROTOCOLS)}
+
+    def _ended(self, reply, terminated, truncated):
+        """Version 1 says "terminal" (either end), version 2 Gymnasium's pair."""
+        if self.protocol >= 2:
+            reply["terminated"] = bool(terminated)
+        else:
+            reply["terminal"] = bool(terminated or truncated)
+        reply["truncated"] = bool(truncated)
 
     def _menu(self, state):
         items = self.env.menu(state)
@@ -179,16 +242,22 @@ class _Server:
             out.append(item)
         return out
 
-    def _put_state(self, reply, state, terminal):
+    def _put_state(self, reply, state, terminal, cut=False):
         reply["task"] = self.env.task(state)
         reply["observation"] = self.env.observation(state)
         reply["state_hash"] = self.env.state_hash(state)
-        reply["terminal"] = terminal
         facts = self.env.facts(state)
         if facts:
             reply["facts"] = list(facts)
         if not terminal:
             reply["menu"] = self._menu(state)
+        elif cut:  # the menu at the cut, which a critic reads to bootstrap (if the env still has one)
+            try:
+                menu = self._menu(state)
+            except Exception:  # noqa: BLE001 - an env that cannot list moves once cut sends none
+                menu = []
+            if menu:
+                reply["menu"] = menu
         return reply
 
     @staticmethod
@@ -198,35 +267,38 @@ class _Server:
         return out
 
     def handle(self, req):
-        op = req.get("op")
+        if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+            raise _Refused("validation_error", "a request must be an object with a string 'op'")
+        op = req["op"]
         if op == "hello":
-            if req.get("protocol") != PROTOCOL:
-                raise ValueError(f"this helper speaks protocol {PROTOCOL}, rlid asked for {req.get('protocol')}")
-            self.env = self.env_class(req.get("params") or {})
-            e = self.env
-            return {"protocol": PROTOCOL, "name": e.name, "summary": e.summary,
-                    "instructions": e.instructions, "step_limit": e.step_limit,
-                    "deterministic": e.deterministic, "capabilities": _capabilities(e)}
+            return self._hello(req)
         if self.env is None:
-            raise RuntimeError("the first message must be hello")
+            raise _Refused("validation_error", "the first message must be hello")
+        if op == "metadata" and self.protocol >= 2:
+            return self._metadata()
         if op == "reset":
-            state = self.env.reset(req["seed"], req.get("split", "train"))
+            try:
+                state = self.env.reset(req["seed"], req.get("split", "train"))
+            except Capacity as e:
+                raise _Refused("capacity", str(e) or "the env has no room for another episode now")
             self.next_handle += 1
             self.states[self.next_handle] = state
             self.done[self.next_handle] = False
-            return self._put_state({"handle": self.next_handle}, state, False)
+            reply = {"handle": self.next_handle}
+            self._ended(reply, False, False)
+            return self._put_state(reply, state, False)
         if op == "step":
             h, state = self._state(req)
             if self.done[h]:
-                raise RuntimeError(f"step on handle {h}, whose episode is over")
+                raise _Refused("validation_error", f"step on handle {h}, whose episode is over")
             out = self._outcome(self.env.step(state, req["action"]))
             terminal = bool(out.terminal or out.truncated)
             self.done[h] = terminal
-            reply = {"reward": float(out.reward), "terminal": terminal, "success": bool(out.success),
-                     "truncated": bool(out.truncated)}
-            return self._put_state(reply, state, terminal)
+            reply = {"reward": float(out.reward), "success": bool(out.success)}
+            self._ended(reply, out.terminal and not out.truncated, out.truncated)
+            return self._put_state(reply, state, terminal, cut=bool(out.truncated))
         if op in ("clone", "restore") and not self.env.clonable:
-            raise ValueError(f"{op}: this env is not clonable (clonable = False)")
+            raise _Refused("unknown_op", f"{op}: this env is not clonable (clonable = False)")
         if op == "clone":
             h, state = self._state(req)
             self.next_handle += 1
@@ -237,7 +309,7 @@ class _Server:
             h, _ = self._state(req)
             src = req["from"]
             if src not in self.states:
-                raise KeyError(f"no state with handle {src}")
+                raise _Refused("validation_error", f"no state with handle {src}")
             self.states[h] = self.env.clone(self.states[src])
             self.done[h] = self.done[src]
             return {}
@@ -261,7 +333,25 @@ class _Server:
             if isinstance(best, tuple) and len(best) == 2:
                 return {"actions": list(best[0]), "return": float(best[1])}
             return {"actions": list(best)}
-        raise ValueError(f"unknown op {op!r}")
+        if op == "reasoning" and self.protocol >= 2 and callable(getattr(self.env, "reasoning", None)):
+            _, state = self._state(req)
+            return {"reasoning": str(self.env.reasoning(state))}
+        raise _Refused("unknown_op", f"unknown op {op!r}")
+
+    def error(self, code, message):
+        """An error reply's body: version 2's {code, message}, version 1's message."""
+        if self.protocol == 1:
+            return message
+        return {"code": code, "message": message}
+
+
+def _from_request(e):
+    """Whether a KeyError/TypeError was raised reading the request (this module's
+    own frame, handle()), not inside the env's code."""
+    tb = e.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename == __file__
 
 
 def run(env_class, stdin=None, stdout=None):
@@ -276,13 +366,23 @@ def run(env_class, stdin=None, stdout=None):
             continue
         req_id = None
         try:
-            req = json.loads(line)
+            try:
+                req = json.loads(line)
+            except ValueError as e:
+                raise _Refused("invalid_json", f"the request is not JSON: {e}")
             req_id = req.get("id") if isinstance(req, dict) else None
             reply = server.handle(req)
             reply["id"] = req_id
             text = json.dumps(reply, allow_nan=False)
-        except Exception as e:  # the error goes back to rlid, the traceback to stderr
+        except _Refused as e:
+            text = json.dumps({"id": req_id, "error": server.error(e.code, str(e))})
+        except (KeyError, TypeError) as e:  # a missing or mistyped request field, or the env's bug
             traceback.print_exc(file=sys.stderr)
-            text = json.dumps({"id": req_id, "error": f"{type(e).__name__}: {e}"})
+            code = "validation_error" if _from_request(e) else "execution_error"
+            text = json.dumps({"id": req_id, "error": server.error(code, f"{type(e).__name__}: {e}")})
+        except Exception as e:  # the env's own code failed: the traceback goes to stderr
+            traceback.print_exc(file=sys.stderr)
+            text = json.dumps({"id": req_id,
+                               "error": server.error("execution_error", f"{type(e).__name__}: {e}")})
         proto_out.write(text + "\n")
         proto_out.flush()

@@ -25,7 +25,12 @@ def menu():
 def reply(req):
     op = req["op"]
     if op == "hello":
+        if mode == "strict_v1" and req.get("protocol") != 1:  # an old helper's check
+            return {"error": "ValueError: this helper speaks protocol 1, rlid asked for %s"
+                             % req.get("protocol")}
         h = dict(HELLO)
+        if mode == "v2_terminal":  # a version-2 env that still says version 1's "terminal"
+            h["protocol"] = 2
         if mode == "bad_protocol":
             h["protocol"] = 99
         if mode == "no_step_limit":
@@ -38,6 +43,8 @@ def reply(req):
     if op == "reset":
         if mode == "error_on_reset":
             return {"error": "cannot make seed %d" % req["seed"]}
+        if mode == "coded_error_on_reset":
+            return {"error": {"code": "validation_error", "message": "seed %d is out of range" % req["seed"]}}
         if mode == "crash_on_reset":
             sys.stderr.write("hostile: crashing at reset\n")
             sys.stderr.flush()

@@ -65,6 +65,7 @@ class Episode:
 
 class OpenSpiel(Env):
     name = "openspiel"
+    packages = tuple(REQUIRES)  # their installed versions go into the metadata message
     summary = "any sequential OpenSpiel game (pyspiel), the legal actions as the menu"
     afterstates = False  # menu() sends the exact ones; the helper must not step copies for others
 
