@@ -29,13 +29,18 @@ struct Demonstrations {
 };
 
 // The oracle's choice (an optimal action, ties broken at random), or with
-// probability sft.random_action_frac a uniformly random one.
+// probability sft.random_action_frac a uniformly random one. With
+// random_action_frac = 1 (a warm start that teaches the answer format, not
+// the task) the env needs no oracle.
 agents::Chooser OracleChooser(const Run& s) {
   return [&s](const envs::State& state, const agents::StepData& step, Rng& rng) {
     auto* o = dynamic_cast<const envs::OracleState*>(&state);
-    if (!o)
+    if (!o && s.cfg.sft.random_action_frac < 1)
       throw ConfigError(
-          fmt::format("env '{}' has no oracle; rlid sft needs one", s.env->Info().name));
+          fmt::format("env '{}' has no oracle; rlid sft needs one to demonstrate the task",
+                      s.env->Info().name),
+          "set sft.random_action_frac = 1 for a warm start that teaches the answer format only "
+          "(uniformly random menu items, no oracle needed)");
     if (rng.Bernoulli(s.cfg.sft.random_action_frac))
       return static_cast<int>(rng.UniformInt(step.menu.size()));
     auto best = o->OptimalActions();

@@ -51,7 +51,8 @@ std::optional<std::string> InvalidAnswersWarning(const EpisodeTally& rollouts) {
 }
 
 std::optional<std::string> DemonstrationsWarning(double demo_success, double random_action_frac) {
-  if (demo_success >= 0.5) return std::nullopt;
+  // random_action_frac = 1 demonstrates the answer format only, failing by design.
+  if (demo_success >= 0.5 || random_action_frac >= 1) return std::nullopt;
   return fmt::format(
       "the warm start's demonstrations succeed in only {:.0f}% of their episodes (the oracle "
       "with sft.random_action_frac = {:g}): behaviour cloning copies failing play. Lower "

@@ -36,7 +36,8 @@ std::string InvalidReasonKind(const std::string& reason);
 std::optional<std::string> InvalidAnswersWarning(const EpisodeTally& rollouts);
 
 // Demonstrations that succeed in under half of their episodes teach the
-// policy to fail (the oracle's success rate and sft.random_action_frac).
+// policy to fail (the oracle's success rate and sft.random_action_frac);
+// none with random_action_frac = 1, whose demonstrations are random on purpose.
 std::optional<std::string> DemonstrationsWarning(double demo_success, double random_action_frac);
 
 // How the env's oracle plays the train seeds (episodes == 0: the env has none).

@@ -56,6 +56,7 @@ TEST(Diagnostics, MostlyInvalidAnswersWarnWithTheCommonestKinds) {
 
 TEST(Diagnostics, FailingDemonstrationsWarn) {
   EXPECT_FALSE(DemonstrationsWarning(0.9, 0.1));
+  EXPECT_FALSE(DemonstrationsWarning(0.25, 1.0));  // format-only demonstrations, by design
   auto w = DemonstrationsWarning(0.25, 0.6);
   ASSERT_TRUE(w);
   EXPECT_NE(w->find("only 25%"), std::string::npos) << *w;
