@@ -49,6 +49,64 @@ std::vector<FieldAdapter> MakeAdapters() {
        {{"task", Kind::kString, "the reasoning_gym dataset (default basic_arithmetic)"},
         {"options", Kind::kInt, "menu size: the answer and options - 1 distractors (default 4)"},
         {"task_params", Kind::kTable, "the dataset's config, e.g. {min_terms = 2}"}}},
+      {"textarena",
+       "textarena_env.py",
+       "TextArena games (one player, or two against a seeded opponent): the game's valid moves "
+       "as the menu",
+       "textarena 0.7.4",
+       {{"game", Kind::kString,
+         "a TextArena env id of a supported game (default TowerOfHanoi-v0): TowerOfHanoi, "
+         "FrozenLake, LightsOut, GuessTheNumber, 2048, TicTacToe, ConnectFour, Nim, KuhnPoker "
+         "and their variants"},
+        {"game_params", Kind::kTable,
+         "overrides of the id's constructor arguments, e.g. {num_disks = 4}"},
+        {"opponent", Kind::kString,
+         "two-player games: random (default; seeded by the episode) or first (the first valid "
+         "move)"},
+        {"player", Kind::kInt,
+         "two-player games: the agent's seat (default 0), or -1: drawn per episode from the seed"},
+        {"opening", Kind::kInt,
+         "at most this many seeded random valid moves before the agent's first decision "
+         "(default -1: the game's own; 0 where reset varies with the seed)"},
+        {"view", Kind::kString,
+         "observation: turn (the last turn's messages and the board) or log (all messages and "
+         "the board); default: log for GuessTheNumber and KuhnPoker, else turn"},
+        {"step_limit", Kind::kInt,
+         "agent decisions per episode (0: the game's own bound; 1000 for 2048)"}}},
+      {"openenv",
+       "openenv_env.py",
+       "any OpenEnv server (url, or an app served here) with a discrete action space: enum "
+       "field, legal-actions list or MCP tools",
+       "openenv-core 0.2.1",
+       {{"url", Kind::kString,
+         "the running server, http(s)://host:port (required unless server is set)"},
+        {"server", Kind::kString,
+         "module:app or path/file.py:app: an OpenEnv app the adapter serves on 127.0.0.1 while it "
+         "runs"},
+        {"action_field", Kind::kString,
+         "the action field that carries the choice (default: the one required field)"},
+        {"legal_field", Kind::kString,
+         "the observation's legal-actions list (default: legal_actions, legal_moves, ... if "
+         "present)"},
+        {"action_params", Kind::kTable, "fixed values of the action's other fields"},
+        {"tools", Kind::kString, "MCP servers: comma-separated tools to offer (default all)"},
+        {"reset_params", Kind::kTable, "more reset() arguments besides the seed"},
+        {"split_param", Kind::kString,
+         "a reset() argument that gets train/test by seed parity (default none)"},
+        {"observation_fields", Kind::kString,
+         "comma-separated observation fields to show (default all)"},
+        {"truncated_field", Kind::kString,
+         "a bool observation field marking a time limit (default truncated/is_truncated; none: "
+         "never)"},
+        {"seeded", Kind::kInt,
+         "1: reset honours the seed, 0: it does not, -1 (default): probe at start"},
+        {"sessions", Kind::kInt, "WebSocket sessions per adapter process (default 8)"},
+        {"step_limit", Kind::kInt, "agent decisions before truncation (default 100)"},
+        {"success_return", Kind::kDouble,
+         "success = a real end with a return >= this (default 1e-9)"},
+        {"server_timeout_s", Kind::kDouble, "seconds one server reply may take (default 25)"},
+        {"server_start_timeout_s", Kind::kDouble,
+         "seconds the server app may take to start (default 30)"}}},
   };
 }
 

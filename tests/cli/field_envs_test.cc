@@ -2,6 +2,8 @@
 // line: listed, conformance-checked on small instances, pinned to the
 // versions of requirements.txt, and refused with the package and the fix when
 // their Python package is missing.
+#include "envs/field_envs.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -11,7 +13,7 @@
 #include <iterator>
 #include <string>
 
-#include "envs/field_envs.h"
+#include "tests/agents/fixtures.h"
 #include "tests/cli/run_cli.h"
 #include "tests/test_paths.h"
 
@@ -69,6 +71,8 @@ TEST(FieldEnvs, OpenSpielGamesPassTheConformanceSuite) {
                             std::string("game=") + g.game, "--seeds", "3", "--graph-seeds", "0"});
     EXPECT_EQ(o.code, 0) << g.game << " (" << g.what << ")\n" << o.out << o.err;
     EXPECT_NE(o.out.find("0 failed"), std::string::npos) << g.game << "\n" << o.out;
+    // The adapter's metadata message: the engine's installed version.
+    EXPECT_NE(o.out.find(R"("packages":{"open_spiel":"2.0.2"})"), std::string::npos) << o.out;
   }
 }
 
@@ -96,6 +100,64 @@ TEST(FieldEnvs, OpenSpielReadsEveryDocumentedKey) {
                           "--seeds",       "2",
                           "--graph-seeds", "0"});
   EXPECT_EQ(o.code, 0) << o.out << o.err;
+}
+
+// A puzzle with an exact oracle and state graph, a two-player board against a
+// seeded random opponent, and a game of hidden cards.
+TEST(FieldEnvs, TextArenaGamesPassTheConformanceSuite) {
+  for (const GameCase& g :
+       {GameCase{"TowerOfHanoi-v0", "oracle, exact afterstates"},
+        GameCase{"TicTacToe-v0", "vs random"}, GameCase{"KuhnPoker-v0", "hidden cards"}}) {
+    const auto o = RunRlid({"env", "check", "--env", "textarena", "--param",
+                            std::string("game=") + g.game, "--seeds", "6", "--graph-seeds", "1"});
+    EXPECT_EQ(o.code, 0) << g.game << " (" << g.what << ")\n" << o.out << o.err;
+    EXPECT_NE(o.out.find("0 failed"), std::string::npos) << g.game << "\n" << o.out;
+  }
+}
+
+// gsm_symbolic ships worked solutions: `rlid sft` with prompt.reasoning
+// demonstrates each as the scratchpad line before the decision.
+TEST(FieldEnvs, ReasoningGymWorkedSolutionsAreSftScratchpads) {
+  const rlid::testing::TempDir dir("rg_reasoning");
+  const auto o =
+      RunRlid({"sft", std::string(RLID_SOURCE_DIR) + "/configs/reasoning_gym_arith_ppo.toml",
+               "--out", dir.str(), "--threads", "1", "--set", "env.task=\"gsm_symbolic\"", "--set",
+               "prompt.reasoning=true", "--set", "sft.episodes=4", "--set", "sft.epochs=1", "--set",
+               "sft.random_action_frac=0", "--set", "tokenizer.corpus_episodes=8"});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  const auto q =
+      RunRlid({"sql", dir.str(), "--csv",
+               "SELECT count(*) FROM steps WHERE generated_text LIKE '%so the answer is%'"});
+  ASSERT_EQ(q.code, 0) << q.err;
+  EXPECT_NE(q.out.find("\n4\n"), std::string::npos) << q.out;
+  // A task without worked solutions says so.
+  const auto none =
+      RunRlid({"sft", std::string(RLID_SOURCE_DIR) + "/configs/reasoning_gym_arith_ppo.toml",
+               "--out", dir.str() + "/none", "--threads", "1", "--set", "prompt.reasoning=true",
+               "--set", "sft.episodes=2", "--set", "tokenizer.corpus_episodes=4"});
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.err.find("ships no worked solution"), std::string::npos) << none.err;
+}
+
+// OpenEnv servers the adapter serves itself (tests/data/external/openenv_servers.py,
+// built from openenv-core's classes): an Enum action narrowed by the observation's
+// legal moves, an int action with one session allowed (episodes replayed), MCP
+// tools with discrete arguments. Free-text actions are refused.
+TEST(FieldEnvs, OpenEnvServersWithDiscreteActionsPassTheConformanceSuite) {
+  const std::string servers =
+      std::string(RLID_SOURCE_DIR) + "/tests/data/external/openenv_servers.py";
+  for (const char* app : {"grid_app", "nim_app", "switch_app"}) {
+    const auto o = RunRlid({"env", "check", "--env", "openenv", "--param",
+                            "server=" + servers + ":" + app, "--seeds", "4", "--graph-seeds", "0"});
+    EXPECT_EQ(o.code, 0) << app << "\n" << o.out << o.err;
+    EXPECT_NE(o.out.find("0 failed"), std::string::npos) << app << "\n" << o.out;
+  }
+  for (const char* app : {"echo_app", "say_app"}) {
+    const auto o = RunRlid({"env", "check", "--env", "openenv", "--param",
+                            "server=" + servers + ":" + app, "--seeds", "1"});
+    EXPECT_EQ(o.code, 6) << app << "\n" << o.out << o.err;
+    EXPECT_NE(o.err.find("free text"), std::string::npos) << app << "\n" << o.err;
+  }
 }
 
 TEST(FieldEnvs, AnUnknownGameNamesTheGames) {

@@ -15,7 +15,11 @@ a seed derived from the instance's) that the task's own verifier
 seed. Reward 1 and success for the answer the verifier accepts, 0 otherwise;
 one decision ends the episode. The afterstate of an option is the state it
 leads to ("You answered ...", no verdict), exact. The oracle names the
-accepted option, so rlid sft can demonstrate it.
+accepted option, so rlid sft can demonstrate it. Where the task ships a
+worked solution (metadata "answer_cot", e.g. gsm_symbolic), it is the
+oracle's worked reasoning: one line (its lines joined, GSM's "####"
+becomes "so the answer is"), which `rlid sft` with [prompt] reasoning
+demonstrates as the scratchpad before the decision.
 """
 
 import hashlib
@@ -45,11 +49,26 @@ def usable(answer):
 
 
 class Instance:
-    __slots__ = ("question", "answers", "correct", "said")
+    __slots__ = ("question", "answers", "correct", "said", "worked")
+
+
+def one_line(cot, answer):
+    """A worked solution as one scratchpad line that ends with the answer."""
+    steps = [re.sub(r"\s+", " ", line).strip(" •") for line in cot.splitlines()]
+    steps = [s for s in steps if s]
+    if steps and steps[-1].startswith("####"):
+        steps[-1] = "so the answer is " + steps[-1][4:].strip()
+    text = ""
+    for step in steps:
+        text += ("" if not text else " " if text[-1] in ".!?" else "; ") + step
+    if not text.endswith(answer):
+        text += f"; so the answer is {answer}"
+    return text[-4000:]
 
 
 class ReasoningGym(Env):
     name = "reasoning_gym"
+    packages = tuple(REQUIRES)  # their installed versions go into the metadata message
     summary = "a reasoning-gym task: the verified answer among rejected distractors"
     step_limit = 1
     afterstates = True  # the helper steps a copy: "You answered ..." (exact, no verdict)
@@ -103,6 +122,8 @@ class ReasoningGym(Env):
         inst = Instance()
         inst.question, inst.answers, inst.said = entry["question"], answers, None
         inst.correct = answers.index(correct)
+        cot = (entry.get("metadata") or {}).get("answer_cot")
+        inst.worked = one_line(cot, correct) if isinstance(cot, str) and cot.strip() else None
         return inst
 
     def observation(self, s):
@@ -124,6 +145,13 @@ class ReasoningGym(Env):
 
     def oracle(self, s):
         return [s.correct], 1.0
+
+    def reasoning(self, s):
+        if s.worked is None:
+            raise ValueError(f"reasoning_gym: task '{self.task_name}' ships no worked solution "
+                             "(metadata 'answer_cot'); think-then-decide demonstrations need one "
+                             "(e.g. task = \"gsm_symbolic\")")
+        return s.worked
 
 
 if __name__ == "__main__":
