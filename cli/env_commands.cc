@@ -3,6 +3,7 @@
 // serve a built-in env over the external-env protocol.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -59,13 +60,16 @@ class EnvCommand : public Command {
  public:
   void Setup(CLI::App& app) override {
     app.require_subcommand(1);
-    app.add_subcommand("list", "name and summary of every registered environment")
-        ->callback([] {
-          for (const auto& [name, e] : envs::EnvRegistry::Global().entries())
-            std::cout << fmt::format("{:<10} {}\n", name, e.summary);
-        });
+    app.add_subcommand("list", "name and summary of every registered environment")->callback([] {
+      size_t width = 0;
+      for (const auto& [name, e] : envs::EnvRegistry::Global().entries())
+        width = std::max(width, name.size());
+      for (const auto& [name, e] : envs::EnvRegistry::Global().entries())
+        std::cout << fmt::format("{:<{}} {}\n", name, width, e.summary);
+    });
 
-    auto* show = app.add_subcommand("show", "observation, menu (labels, realisations, afterstates)");
+    auto* show =
+        app.add_subcommand("show", "observation, menu (labels, realisations, afterstates)");
     show_.Add(*show);
     show->add_flag("--json", json_, "print JSON");
     show->add_flag("--shuffle-labels", shuffle_, "permute the menu with the seeded label stream");
@@ -84,7 +88,8 @@ class EnvCommand : public Command {
     graph->callback([this] { Graph(); });
 
     auto* check = app.add_subcommand(
-        "check", "run the conformance suite on an env and print what failed (exit 1 if anything did)");
+        "check",
+        "run the conformance suite on an env and print what failed (exit 1 if anything did)");
     check_.Add(*check, /*with_seed=*/false);
     check->add_option("--command", command_,
                       "an external env's command line, e.g. \"python3 my_env.py\" (sets env.name = "
@@ -96,17 +101,20 @@ class EnvCommand : public Command {
     check->add_option("--seeds", conformance_.seeds, "instances each check plays")
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
-    check->add_option("--graph-seeds", conformance_.graph_seeds,
-                      "instances whose state graph is enumerated")
+    check
+        ->add_option("--graph-seeds", conformance_.graph_seeds,
+                     "instances whose state graph is enumerated")
         ->capture_default_str()
         ->check(CLI::Range(0, 100000));
-    check->add_option("--only", only_checks_, "run only these checks (repeatable): " +
-                                                  Join(envs::ConformanceChecks(), ", "));
+    check->add_option(
+        "--only", only_checks_,
+        "run only these checks (repeatable): " + Join(envs::ConformanceChecks(), ", "));
     check->add_flag("--json", json_, "print the results as JSON");
     check->callback([this] { Check(); });
 
     auto* serve = app.add_subcommand(
-        "serve", "serve an env over the external-env protocol on stdin/stdout (docs/external_env.md)");
+        "serve",
+        "serve an env over the external-env protocol on stdin/stdout (docs/external_env.md)");
     serve_.Add(*serve, /*with_seed=*/false);
     serve->add_option("--delay-ms", delay_ms_, "sleep this long in every step (a slow env)")
         ->capture_default_str()
@@ -140,7 +148,8 @@ class EnvCommand : public Command {
     }
     std::cout << fmt::format("{} — seed {} ({} split), step limit {}\n\n", info.name, show_.seed,
                              envs::SplitName(envs::SplitOf(show_.seed)), info.step_limit);
-    std::cout << env->Instructions() << "\n\n" << state->Observation() << "\n\nMenu:\n"
+    std::cout << env->Instructions() << "\n\n"
+              << state->Observation() << "\n\nMenu:\n"
               << FormatMenu(menu, true);
   }
 
@@ -154,7 +163,9 @@ class EnvCommand : public Command {
     while (!state->IsTerminal()) {
       Menu menu = state->CompileMenu();
       if (shuffle_) envs::ShuffleMenu(menu, rng);
-      std::cout << "\n" << state->Observation() << "\n" << FormatMenu(menu, true) << "> " << std::flush;
+      std::cout << "\n"
+                << state->Observation() << "\n"
+                << FormatMenu(menu, true) << "> " << std::flush;
       std::string line;
       if (!std::getline(std::cin, line)) {
         std::cout << "\n(end of input)\n";
@@ -172,14 +183,15 @@ class EnvCommand : public Command {
       std::cout << fmt::format("-> {} (reward {:+g})\n", menu.items[res.item].command, out.reward);
       if (out.truncated) std::cout << "step limit reached\n";
     }
-    std::cout << fmt::format("\n{}\nreturn {:.3f}, success {}, steps {}\n", state->Observation(), ret,
-                             success ? "yes" : "no", state->StepCount());
+    std::cout << fmt::format("\n{}\nreturn {:.3f}, success {}, steps {}\n", state->Observation(),
+                             ret, success ? "yes" : "no", state->StepCount());
   }
 
   void Graph() {
     auto env = graph_.Make();
     if (!env->Info().deterministic)
-      throw ConfigError(fmt::format("{} is not deterministic; its state graph is not exact", env->Info().name));
+      throw ConfigError(
+          fmt::format("{} is not deterministic; its state graph is not exact", env->Info().name));
     auto state = env->NewState(graph_.seed);
     auto sg = envs::EnumerateStates(*state, max_states_, /*with_text=*/!dot_.empty());
     auto values = envs::OptimalValues(sg);
@@ -202,7 +214,8 @@ class EnvCommand : public Command {
   void AddCheckOverrides() {
     if (!command_.empty()) {
       const auto argv = SplitCommandLine(command_);
-      if (argv.empty()) throw ConfigError("--command is empty", "e.g. --command \"python3 my_env.py\"");
+      if (argv.empty())
+        throw ConfigError("--command is empty", "e.g. --command \"python3 my_env.py\"");
       check_.env = "external";
       check_.sets.push_back("env.command=" + nlohmann::json(argv).dump());
     }

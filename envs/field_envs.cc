@@ -107,6 +107,60 @@ std::vector<FieldAdapter> MakeAdapters() {
         {"server_timeout_s", Kind::kDouble, "seconds one server reply may take (default 25)"},
         {"server_start_timeout_s", Kind::kDouble,
          "seconds the server app may take to start (default 30)"}}},
+      {"babyai_text",
+       "babyai_text_env.py",
+       "BabyAI levels (minigrid) told in GLAM's BabyAI-Text sentences: the six actions, the "
+       "BabyAI bot as oracle",
+       "minigrid 3.2.0",
+       {{"level", Kind::kString,
+         "a BabyAI level (default GoToLocal): any BabyAI-* id minigrid registers, with or without "
+         "the BabyAI- prefix and -vN suffix (PickupLoc, PutNextLocal, OpenDoor, ...), or GLAM's "
+         "PickupLocal"},
+        {"level_params", Kind::kTable,
+         "the level's constructor arguments, e.g. {room_size = 6, num_dists = 4}"}}},
+      {"textworld",
+       "textworld_env.py",
+       "TextWorld games generated offline at fixed seeds: the admissible commands as the menu, "
+       "exact afterstates",
+       "textworld 1.7.0",
+       {{"family", Kind::kString,
+         "simple (default), cooking, custom, treasure_hunter or coin_collector"},
+        {"step_limit", Kind::kInt, "agent decisions before truncation (default 50, 1..1000)"},
+        {"games", Kind::kInt,
+         "0 (default): every seed its own game; N: each split's seeds cycle through N games"},
+        {"cache_dir", Kind::kString,
+         "where generated games are kept (default $RLID_TEXTWORLD_CACHE, else "
+         "~/.cache/rlid/textworld)"},
+        {"rewards", Kind::kString, "simple: dense (default), balanced or sparse"},
+        {"goal", Kind::kString, "simple: the objective's text: detailed (default), brief or none"},
+        {"recipe", Kind::kInt, "cooking: ingredients in the recipe (default 1, 1..5)"},
+        {"take", Kind::kInt, "cooking: ingredients to find first (default 1, 0..recipe)"},
+        {"go", Kind::kInt, "cooking: rooms, 1 (default), 6, 9 or 12"},
+        {"open", Kind::kInt, "cooking: 1: containers and doors must be opened (default 0)"},
+        {"cook", Kind::kInt, "cooking: 1: ingredients must be cooked (default 0)"},
+        {"cut", Kind::kInt, "cooking: 1: ingredients must be cut (default 0)"},
+        {"drop", Kind::kInt, "cooking: 1: the inventory has limited capacity (default 0)"},
+        {"world_size", Kind::kInt, "custom: rooms (default 3, 1..20)"},
+        {"nb_objects", Kind::kInt, "custom: minimum objects in the world (default 5, 0..50)"},
+        {"quest_length", Kind::kInt, "custom: actions the quest requires (default 3, 1..10)"},
+        {"quest_breadth", Kind::kInt, "custom: sub-quests (default 1, 1..5)"},
+        {"level", Kind::kInt,
+         "treasure_hunter (1..30) / coin_collector (1..300): the difficulty level (default 1)"}}},
+      {"scienceworld",
+       "scienceworld_env.py",
+       "a ScienceWorld task (Java simulator): a capped, documented menu of its valid actions, "
+       "train/dev/test variations",
+       "scienceworld 1.2.3",
+       {{"task", Kind::kString,
+         "a ScienceWorld task name or id (default lifespan-longest-lived; \"7-1\", \"boil\", ...)"},
+        {"simplification", Kind::kString,
+         "ScienceWorld's simplifications, comma-separated (default auto: openDoors, "
+         "openContainers, selfWateringFlowerPots, noElectricalAction unless electrical; \"\": "
+         "none)"},
+        {"step_limit", Kind::kInt, "agent decisions before truncation (default 50)"},
+        {"test_split", Kind::kString,
+         "the variations of rlid's test seeds: test (default), dev or dev+test"},
+        {"menu_size", Kind::kInt, "the menu's cap (default 26, 2..26)"}}},
   };
 }
 
@@ -149,8 +203,9 @@ std::unique_ptr<Env> MakeAdapterEnv(ConfigNode c, const FieldAdapter& a) {
   ExternalParams p;
   const std::filesystem::path script = std::filesystem::path(AdapterDir()) / a.script;
   if (!std::filesystem::exists(script))
-    throw ConfigError(fmt::format("env '{}': its adapter {} does not exist", a.name, script.string()),
-                      "set RLID_ADAPTERS_DIR to the rlid checkout's envs/external/python/adapters");
+    throw ConfigError(
+        fmt::format("env '{}': its adapter {} does not exist", a.name, script.string()),
+        "set RLID_ADAPTERS_DIR to the rlid checkout's envs/external/python/adapters");
   p.command = {AdapterPython(), script.string()};
   // The adapter's own afterstates only: rlid's clone+step would show the outcome of the
   // other seats' and chance's next draws (an adapter sends none where it cannot know them).

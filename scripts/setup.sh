@@ -19,7 +19,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git xz-utils
   libboost-graph-dev libtomlplusplus-dev libsqlite3-dev sqlite3 libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
-  gnuplot-nox python3 python3-venv
+  gnuplot-nox python3 python3-venv default-jre-headless
 )
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(chromium clang libclang-rt-14-dev)

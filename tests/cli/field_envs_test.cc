@@ -29,7 +29,8 @@ std::string ReadFile(const std::string& path) {
 
 // "Open_Spiel" -> "open-spiel" (pip's normalised name).
 std::string Normalise(std::string s) {
-  for (char& c : s) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : s)
+    c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 
@@ -160,9 +161,60 @@ TEST(FieldEnvs, OpenEnvServersWithDiscreteActionsPassTheConformanceSuite) {
   }
 }
 
+// GLAM's BabyAI-Text: its sentences, the six actions, exact afterstates (the
+// menu check steps a copy of the level) and the BabyAI bot as oracle, on the
+// level GLAM trains on and on GLAM's own PickupLocal.
+TEST(FieldEnvs, BabyAITextLevelsPassTheConformanceSuite) {
+  for (const GameCase& g : {GameCase{"GoToLocal", "6"}, GameCase{"PickupLocal", "3"}}) {
+    const auto o =
+        RunRlid({"env", "check", "--env", "babyai_text", "--param", std::string("level=") + g.game,
+                 "--seeds", g.what, "--graph-seeds", "0"});
+    EXPECT_EQ(o.code, 0) << g.game << "\n" << o.out << o.err;
+    EXPECT_NE(o.out.find("0 failed"), std::string::npos) << g.game << "\n" << o.out;
+    EXPECT_NE(o.out.find("passed   oracle"), std::string::npos) << g.game << "\n" << o.out;
+  }
+  const auto show = RunRlid({"env", "show", "--env", "babyai_text", "--json"});
+  ASSERT_EQ(show.code, 0) << show.err;
+  EXPECT_NE(show.out.find("Goal of the agent: go to the"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("You see a wall"), std::string::npos) << show.out;
+  const auto bad = RunRlid(
+      {"env", "check", "--env", "babyai_text", "--param", "level=NoSuchLevel", "--seeds", "1"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("unknown level 'NoSuchLevel'"), std::string::npos) << bad.err;
+}
+
+// TextWorld games generated here, into an empty cache, by TextWorld's own
+// generator (no download): a random quest with its state graph enumerated, and
+// the tw-simple challenge's house; jericho snapshots give exact afterstates.
+TEST(FieldEnvs, TextWorldGamesAreGeneratedAndPassTheConformanceSuite) {
+  const rlid::testing::TempDir cache("tw_cache");
+  const auto custom = RunRlid({"env",           "check",
+                               "--env",         "textworld",
+                               "--param",       "family=custom",
+                               "--param",       "world_size=2",
+                               "--param",       "nb_objects=3",
+                               "--param",       "quest_length=2",
+                               "--param",       "games=3",
+                               "--param",       "step_limit=8",
+                               "--param",       "cache_dir=" + cache.str(),
+                               "--seeds",       "4",
+                               "--graph-seeds", "1"});
+  EXPECT_EQ(custom.code, 0) << custom.out << custom.err;
+  EXPECT_NE(custom.out.find("9 passed, 0 skipped, 0 failed"), std::string::npos) << custom.out;
+  const auto simple = RunRlid({"env", "check", "--env", "textworld", "--param", "family=simple",
+                               "--param", "games=2", "--param", "cache_dir=" + cache.str(),
+                               "--seeds", "2", "--graph-seeds", "0"});
+  EXPECT_EQ(simple.code, 0) << simple.out << simple.err;
+  EXPECT_NE(simple.out.find("0 failed"), std::string::npos) << simple.out;
+  const auto bad = RunRlid({"env", "check", "--env", "textworld", "--param", "family=simple",
+                            "--param", "recipe=2", "--seeds", "1"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("do not apply to family 'simple'"), std::string::npos) << bad.err;
+}
+
 TEST(FieldEnvs, AnUnknownGameNamesTheGames) {
-  const auto o = RunRlid({"env", "check", "--env", "openspiel", "--param", "game=no_such_game",
-                          "--seeds", "1"});
+  const auto o = RunRlid(
+      {"env", "check", "--env", "openspiel", "--param", "game=no_such_game", "--seeds", "1"});
   EXPECT_NE(o.code, 0);
   EXPECT_NE(o.err.find("unknown game 'no_such_game'"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("tic_tac_toe"), std::string::npos) << o.err;
