@@ -32,14 +32,20 @@ std::string LabelFor(int i) {
 }
 
 void AssignDefaultLabels(Menu& menu) {
-  for (size_t i = 0; i < menu.items.size(); ++i) menu.items[i].label = LabelFor(static_cast<int>(i));
+  for (size_t i = 0; i < menu.items.size(); ++i)
+    menu.items[i].label = LabelFor(static_cast<int>(i));
 }
 
 void MarkSameAfterstates(Menu& menu) {
   std::unordered_map<uint64_t, int> first;
   for (size_t i = 0; i < menu.items.size(); ++i) {
-    auto [it, inserted] = first.emplace(menu.items[i].afterstate_hash, static_cast<int>(i));
-    menu.items[i].same_afterstate_as = inserted ? -1 : it->second;
+    MenuItem& item = menu.items[i];
+    if (!HasAfterstate(item)) {
+      item.same_afterstate_as = -1;
+      continue;
+    }
+    auto [it, inserted] = first.emplace(item.afterstate_hash, static_cast<int>(i));
+    item.same_afterstate_as = inserted ? -1 : it->second;
   }
 }
 
@@ -128,13 +134,14 @@ std::string_view StripDecoration(std::string_view s) {
 const std::vector<std::string>& LeadIns() {
   static const std::vector<std::string> k = [] {
     std::vector<std::string> v = {
-        "final answer", "the answer is", "my answer is", "my answer", "answer",  "action",
+        "final answer", "the answer is", "my answer is", "my answer", "answer",   "action",
         "my choice is", "my choice",     "choice",       "option",    "i choose", "i pick",
         "i select",     "i will",        "i'll",         "i would",   "i'd",      "i want to",
         "let's",        "lets",          "choose",       "pick",      "select",   "so",
         "ok",           "okay",          "then",         "to",        "i"};
-    std::stable_sort(v.begin(), v.end(),
-                     [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+    std::stable_sort(v.begin(), v.end(), [](const std::string& a, const std::string& b) {
+      return a.size() > b.size();
+    });
     return v;
   }();
   return k;
@@ -183,7 +190,8 @@ std::string_view AnswerSegment(std::string_view text) {
 
 std::string Preview(std::string_view s) {
   std::string out;
-  for (unsigned char c : s.substr(0, 60)) out.push_back(c >= 32 && c < 127 ? static_cast<char>(c) : '?');
+  for (unsigned char c : s.substr(0, 60))
+    out.push_back(c >= 32 && c < 127 ? static_cast<char>(c) : '?');
   if (s.size() > 60) out += "...";
   return out;
 }
@@ -213,8 +221,10 @@ std::set<int> MentionedItems(const Menu& menu, std::string_view seg) {
   auto words = [](std::string_view s) {
     std::string out = " ";
     for (char c : s) {
-      if (IsAlnum(c)) out.push_back(Lower(c));
-      else if (out.back() != ' ') out.push_back(' ');
+      if (IsAlnum(c))
+        out.push_back(Lower(c));
+      else if (out.back() != ' ')
+        out.push_back(' ');
     }
     if (out.back() != ' ') out.push_back(' ');
     return out;
@@ -321,9 +331,10 @@ CompileResult Menu::Compile(std::string_view text) const {
     return Invalid(fmt::format("ambiguous: '{}' names {}; answer with one label or one command",
                                Preview(seg), Join(names, " and ")));
   if (named.size() == 1)
-    return Invalid(fmt::format("'{}' mentions {} but is not an answer: give the label or a wording "
-                               "alone, optionally after a lead-in such as 'I choose'",
-                               Preview(seg), names[0]));
+    return Invalid(
+        fmt::format("'{}' mentions {} but is not an answer: give the label or a wording "
+                    "alone, optionally after a lead-in such as 'I choose'",
+                    Preview(seg), names[0]));
   return Invalid(fmt::format("no menu action matches '{}'", Preview(seg)));
 }
 

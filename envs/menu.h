@@ -46,8 +46,8 @@ struct Menu {
   std::vector<MenuItem> items;
 
   size_t size() const { return items.size(); }
-  int IndexOfAction(ActionId a) const;              // -1 if absent
-  int IndexOfLabel(std::string_view label) const;   // exact label, -1 if absent
+  int IndexOfAction(ActionId a) const;             // -1 if absent
+  int IndexOfLabel(std::string_view label) const;  // exact label, -1 if absent
   // Free text -> item, by the exact grammar of docs/free_text.md: the label
   // ("B", "b", "(B)"), a realisation up to ASCII case and whitespace, or the
   // label then its own realisation ("B) go south"), optionally after a lead-in
@@ -66,7 +66,13 @@ void AssignDefaultLabels(Menu& menu);
 // meaning across steps. same_afterstate_as indices are remapped.
 void PermuteMenu(Menu& menu, const std::vector<int>& order);
 void ShuffleMenu(Menu& menu, Rng& rng);
-// Sets same_afterstate_as from afterstate hashes.
+// Whether the item shows where it leads: an env that cannot copy its state
+// leaves afterstate empty and afterstate_hash 0 (the menu shows none).
+inline bool HasAfterstate(const MenuItem& item) {
+  return item.afterstate_hash != 0 || !item.afterstate.empty();
+}
+// Sets same_afterstate_as from afterstate hashes; items without an afterstate
+// are never the same as another (-1).
 void MarkSameAfterstates(Menu& menu);
 // Checks the menu contract (non-empty, <= 26 items, unique labels and actions,
 // realisations non-empty and not shared between actions); InternalError if not.

@@ -212,6 +212,43 @@ TEST(FieldEnvs, TextWorldGamesAreGeneratedAndPassTheConformanceSuite) {
   EXPECT_NE(bad.err.find("do not apply to family 'simple'"), std::string::npos) << bad.err;
 }
 
+// ScienceWorld's JVM simulator on its default task (its gold path stays on
+// the capped menus there): no afterstates, as the simulator cannot copy a
+// state; the menu says how many valid actions it left out; a task that needs
+// electrical actions refuses a simplification that removes them; no Java is a
+// clear error naming the fix.
+TEST(FieldEnvs, ScienceWorldPassesTheConformanceSuiteWithoutAfterstates) {
+  const auto o = RunRlid({"env", "check", "--env", "scienceworld", "--param",
+                          "task=lifespan-longest-lived", "--seeds", "2", "--graph-seeds", "0"});
+  EXPECT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("8 passed, 1 skipped, 0 failed"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("the menus carry no afterstates"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\"scienceworld\":\"1.2.3\""), std::string::npos) << o.out;
+  const auto show = RunRlid({"env", "show", "--env", "scienceworld", "--json"});
+  ASSERT_EQ(show.code, 0) << show.err;
+  EXPECT_NE(show.out.find("valid actions)"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("Your task is to"), std::string::npos) << show.out;
+  EXPECT_EQ(show.out.find("\"same_afterstate_as\": 0"), std::string::npos) << show.out;
+  const auto electrical =
+      RunRlid({"env", "check", "--env", "scienceworld", "--param", "task=power-component",
+               "--param", "simplification=easy", "--seeds", "1"});
+  EXPECT_NE(electrical.code, 0);
+  EXPECT_NE(electrical.err.find("needs the electrical actions"), std::string::npos)
+      << electrical.err;
+  const char* path = std::getenv("PATH");
+  const std::string saved_path = path ? path : "";
+  const char* home = std::getenv("JAVA_HOME");
+  const std::string saved_home = home ? home : "";
+  ::setenv("PATH", "/nonexistent", 1);
+  ::unsetenv("JAVA_HOME");
+  const auto no_java = RunRlid({"env", "check", "--env", "scienceworld", "--seeds", "1"});
+  ::setenv("PATH", saved_path.c_str(), 1);
+  if (home) ::setenv("JAVA_HOME", saved_home.c_str(), 1);
+  EXPECT_NE(no_java.code, 0);
+  EXPECT_NE(no_java.err.find("no Java runtime found"), std::string::npos) << no_java.err;
+  EXPECT_NE(no_java.err.find("default-jre-headless"), std::string::npos) << no_java.err;
+}
+
 TEST(FieldEnvs, AnUnknownGameNamesTheGames) {
   const auto o = RunRlid(
       {"env", "check", "--env", "openspiel", "--param", "game=no_such_game", "--seeds", "1"});

@@ -51,38 +51,38 @@ TEST(Compile, AcceptsExactlyTheDocumentedForms) {
     const char* matched;
     int realisation;  // 0 = label, k = realisations[k - 1]
   } cases[] = {
-      {"B", 1, "B", 0},                                          // the label
-      {"b", 1, "B", 0},                                          // ... in lower case
-      {"  C \n", 2, "C", 0},                                     // surrounding whitespace
-      {"(D)", 3, "D", 0},                                        // brackets
-      {"**A**", 0, "A", 0},                                      // markdown emphasis
-      {"'B'.", 1, "B", 0},                                       // quotes, a full stop
-      {"B!", 1, "B", 0},                                         // an exclamation mark
-      {"I choose B.", 1, "B", 0},                                // a lead-in
-      {"My answer is: C", 2, "C", 0},                            // a lead-in and a colon
-      {"The answer is (C)", 2, "C", 0},                          // a lead-in and brackets
-      {"Option b", 1, "B", 0},                                   // a lead-in, lower case
-      {"B) go south", 1, "B", 0},                                // label, separator, its command
-      {"B go south", 1, "B", 0},                                 // ... with a space
-      {"(B) South.", 1, "B", 0},                                 // ... with its alias
-      {"B: go south", 1, "B", 0},                                // ... with a colon
-      {"go north", 0, "go north", 1},                            // the command
-      {"GO  NORTH", 0, "go north", 1},                           // other case and spacing
-      {"go\tnorth", 0, "go north", 1},                           // a tab is whitespace
-      {"go north.", 0, "go north", 1},                           // a full stop
-      {"`go north`", 0, "go north", 1},                          // code quotes
-      {"I will go east", 2, "go east", 1},                       // a lead-in, the command
-      {"Let's go east!", 2, "go east", 1},                       // a lead-in with an apostrophe
-      {"west", 3, "west", 2},                                    // an alias
-      {"n", 0, "n", 3},                                          // a one-letter alias
-      {"head west", 3, "Head West", 4},                          // an alias listed in mixed case
-      {"Action: go south", 1, "go south", 1},                    // after the marker
-      {"ACTION: GO  SOUTH", 1, "go south", 1},                   // the marker in any case
+      {"B", 1, "B", 0},                                           // the label
+      {"b", 1, "B", 0},                                           // ... in lower case
+      {"  C \n", 2, "C", 0},                                      // surrounding whitespace
+      {"(D)", 3, "D", 0},                                         // brackets
+      {"**A**", 0, "A", 0},                                       // markdown emphasis
+      {"'B'.", 1, "B", 0},                                        // quotes, a full stop
+      {"B!", 1, "B", 0},                                          // an exclamation mark
+      {"I choose B.", 1, "B", 0},                                 // a lead-in
+      {"My answer is: C", 2, "C", 0},                             // a lead-in and a colon
+      {"The answer is (C)", 2, "C", 0},                           // a lead-in and brackets
+      {"Option b", 1, "B", 0},                                    // a lead-in, lower case
+      {"B) go south", 1, "B", 0},                                 // label, separator, its command
+      {"B go south", 1, "B", 0},                                  // ... with a space
+      {"(B) South.", 1, "B", 0},                                  // ... with its alias
+      {"B: go south", 1, "B", 0},                                 // ... with a colon
+      {"go north", 0, "go north", 1},                             // the command
+      {"GO  NORTH", 0, "go north", 1},                            // other case and spacing
+      {"go\tnorth", 0, "go north", 1},                            // a tab is whitespace
+      {"go north.", 0, "go north", 1},                            // a full stop
+      {"`go north`", 0, "go north", 1},                           // code quotes
+      {"I will go east", 2, "go east", 1},                        // a lead-in, the command
+      {"Let's go east!", 2, "go east", 1},                        // a lead-in with an apostrophe
+      {"west", 3, "west", 2},                                     // an alias
+      {"n", 0, "n", 3},                                           // a one-letter alias
+      {"head west", 3, "Head West", 4},                           // an alias listed in mixed case
+      {"Action: go south", 1, "go south", 1},                     // after the marker
+      {"ACTION: GO  SOUTH", 1, "go south", 1},                    // the marker in any case
       {"Let me think. The exit is left.\nAction: D", 3, "D", 0},  // reasoning, then the marker
-      {"Answer:\n\n  C\n", 2, "C", 0},                           // the marker ends its line
-      {"north is blocked.\nFinal answer: B", 1, "B", 0},         // the last marker counts
-      {"B\nBecause south leads to the exit.", 1, "B", 0},        // the first line counts
-      {"\n\nB\n", 1, "B", 0},                                    // ... the first non-empty one
+      {"Answer:\n\n  C\n", 2, "C", 0},                            // the marker ends its line
+      {"north is blocked.\nFinal answer: B", 1, "B", 0},          // the last marker counts
+      {"B\nBecause south leads to the exit.", 1, "B", 0},         // the first line counts
+      {"\n\nB\n", 1, "B", 0},                                     // ... the first non-empty one
   };
   for (const auto& c : cases) {
     auto r = m.Compile(c.text);
@@ -119,18 +119,17 @@ TEST(Compile, AcceptsExactlyTheDocumentedForms) {
 TEST(Compile, RejectsHostileNearMisses) {
   const std::vector<std::string> compass = {
       // negation
-      "don't go north", "do not go north", "not B", "not go north", "never go north",
-      "B is wrong", "B is a trap", "avoid B", "anything but B", "no, not B",
-      "go north is a bad idea", "I would not go north", "not A but B", "I won't go north",
-      "Action: not B",
+      "don't go north", "do not go north", "not B", "not go north", "never go north", "B is wrong",
+      "B is a trap", "avoid B", "anything but B", "no, not B", "go north is a bad idea",
+      "I would not go north", "not A but B", "I won't go north", "Action: not B",
       // questions and hedges
       "go north?", "B?", "should I go north?", "Action: B?", "maybe B", "maybe go north",
       "perhaps B", "probably B", "the answer is probably B", "I think B",
       "I think we should go north", "B because it is closer", "B is best", "B is my choice",
       // several actions
-      "B or C", "either A or B", "B/C", "B, C", "B and C", "B, or maybe C",
-      "go north or go south", "go north, then go south", "go north and go south", "B then C",
-      "first B, then C", "north-south", "Answer: B or C", "A) go north B) go south",
+      "B or C", "either A or B", "B/C", "B, C", "B and C", "B, or maybe C", "go north or go south",
+      "go north, then go south", "go north and go south", "B then C", "first B, then C",
+      "north-south", "Answer: B or C", "A) go north B) go south",
       // conditions and wrappers
       "if the door is open, go north", "go north if possible", "go north unless it is locked",
       "go north, please", "please go north", "go north now", "let me go north and see",
@@ -143,27 +142,37 @@ TEST(Compile, RejectsHostileNearMisses) {
       "BB", "AB", "B2", "B1", "Option B2", "B.C", "B-C", "B's", "Bee", "bravo", "label B", "Z",
       "AA", "A1", "B) go north", "(B) north",
       // Unicode look-alikes and invisible characters
-      "\xEF\xBC\xA2",                 // fullwidth B
-      "\xD0\x92",                     // Cyrillic Ve
-      "\xCE\x92",                     // Greek Beta
-      "B\xE2\x80\x8B",                // B + zero-width space
-      "\xE2\x80\x8B" "B",             // zero-width space + B
-      "go\xC2\xA0north",              // no-break space
-      "go north\xC2\xAD",             // soft hyphen
+      "\xEF\xBC\xA2",   // fullwidth B
+      "\xD0\x92",       // Cyrillic Ve
+      "\xCE\x92",       // Greek Beta
+      "B\xE2\x80\x8B",  // B + zero-width space
+      "\xE2\x80\x8B"
+      "B",                 // zero-width space + B
+      "go\xC2\xA0north",   // no-break space
+      "go north\xC2\xAD",  // soft hyphen
       "\xEF\xBD\x87\xEF\xBD\x8F \xEF\xBD\x8E\xEF\xBD\x8F\xEF\xBD\x92\xEF\xBD\x94\xEF\xBD\x88",
-      "B\xCC\x81",                    // B + combining acute
-      "\xF0\x9F\x85\xB1",             // negative squared B
+      "B\xCC\x81",         // B + combining acute
+      "\xF0\x9F\x85\xB1",  // negative squared B
       // control bytes
       std::string("B\0", 2), "\x1b[1mB\x1b[0m", "B\x07", std::string("go\0north", 8), "B\b",
       "go north\x7f",
       // markers and placeholders
       "reaction: B", "transaction: go north", "Interaction: B", "Action: <letter>",
       "Action: [label]", "Action:", "Answer: none"};
-  const std::vector<std::string> household = {
-      "take the key", "take the red", "take the red key and open the door", "take the red keys",
-      "take the red key?", "do not take the red key", "take the green key", "red key",
-      "take the red key twice", "open the door or go to the kitchen", "take the red key, B",
-      "A) take the blue key", "open the doors", "go to the kitchen sink"};
+  const std::vector<std::string> household = {"take the key",
+                                              "take the red",
+                                              "take the red key and open the door",
+                                              "take the red keys",
+                                              "take the red key?",
+                                              "do not take the red key",
+                                              "take the green key",
+                                              "red key",
+                                              "take the red key twice",
+                                              "open the door or go to the kitchen",
+                                              "take the red key, B",
+                                              "A) take the blue key",
+                                              "open the doors",
+                                              "go to the kitchen sink"};
   int accepted = 0;
   auto expect_invalid = [&](const Menu& m, const std::string& t) {
     auto r = m.Compile(t);
@@ -228,6 +237,20 @@ TEST(Compile, PermuteMenuRelabels) {
   EXPECT_EQ(m.items[0].label, "A");
   EXPECT_EQ(m.Compile("A").action, 3);
   EXPECT_EQ(m.Compile("go west").action, 3);
+}
+
+// Items that show no afterstate (an env that cannot copy its state) are not
+// "the same afterstate" as each other; items that lead to one state are.
+TEST(Compile, SameAfterstatesOnlyAmongItemsThatShowOne) {
+  Menu m = Compass();
+  MarkSameAfterstates(m);
+  for (const auto& it : m.items) EXPECT_EQ(it.same_afterstate_as, -1) << it.command;
+  m.items[1].afterstate = m.items[3].afterstate = "a wall";
+  m.items[1].afterstate_hash = m.items[3].afterstate_hash = 42;
+  MarkSameAfterstates(m);
+  EXPECT_EQ(m.items[0].same_afterstate_as, -1);
+  EXPECT_EQ(m.items[2].same_afterstate_as, -1);
+  EXPECT_EQ(m.items[3].same_afterstate_as, 1);
 }
 
 }  // namespace

@@ -29,11 +29,15 @@ path -- and appends "(menu: K of N valid actions)" to the observation:
      focus on it, pick it up, (de)activate it, move a held object into it,
      pour a liquid into it, use a held tool on it;
   2. focus on a held or floor object, put down a held object;
-  3. pick up / (de)activate a floor object;
-  4. focus on / pick up an object inside another, move a held object into a
-     container on the floor or in the inventory, pour a container that holds a
-     liquid, use a held tool, mix a non-empty container, read, open;
+  3. pick up a floor object, (de)activate a floor device;
+  4. focus on / pick up an object inside another, (de)activate a device inside
+     another, move a held object into a container on the floor or in the
+     inventory, pour a container that holds a liquid, use a held tool, mix a
+     non-empty container, read, open;
   5. look at, connect.
+  The simulator's object properties filter what is listed: pick up only what
+  it calls movable, activate only a device that is off (deactivate one that is
+  on), use only a held object it calls usable.
   Never listed: rooms, doors, the agent, air and the inventory as objects,
   teleport, close, look in, flush, dunk, eat, inventory, task, reset task, wait.
   When the simulator asks which of several objects an action meant
@@ -265,19 +269,29 @@ class Engine:
             objs[uid] = {"name": node["name"], "parent": parent, "kind": "",
                          "container": node.get("propContainer") is not None,
                          "som": (node.get("propMaterial") or {}).get("stateOfMatter"),
-                         "children": [str(c["uuid"]) for c in (node.get("contents") or {}).values()]}
+                         "children": [str(c["uuid"]) for c in (node.get("contents") or {}).values()],
+                         **_affordances(node)}
             for child in (node.get("contents") or {}).values():
                 stack.append((child, uid))
         for v in valid:
             for uid, tid in zip(v["obj_ids"], v.get("type_ids") or []):
                 o = objs.setdefault(str(uid), {"name": None, "parent": None, "container": False,
-                                               "som": None, "children": []})
+                                               "som": None, "children": [], **_affordances({})})
                 o["kind"] = _kind(self.types.get(tid, ""))
         for o in objs.values():
             if not o["kind"] and o["name"] in ("agent", "inventory"):
                 o["kind"] = "Agent" if o["name"] == "agent" else "InventoryContainer"
             o["liquid"] = any(objs.get(c, {}).get("som") == "liquid" for c in o["children"])
         return valid, objs
+
+
+def _affordances(node):
+    """What the simulator's own object properties say can be done with an object."""
+    device = node.get("propDevice") or {}
+    return {"movable": bool((node.get("propMoveable") or {}).get("isMovable")),
+            "activable": bool(device.get("isActivable")),
+            "activated": bool(device.get("isActivated")),
+            "usable": bool(device.get("isUsable"))}
 
 
 def build_menu(valid, objs, task_text, reply, cap):
@@ -347,13 +361,14 @@ def build_menu(valid, objs, task_text, reply, cap):
         cls = None
         if t == 11:  # focus on
             cls = 1 if named(x) else (2 if wx < 2 else 4)
-        elif t == 21:  # pick up
-            if wx != 0:
+        elif t == 21:  # pick up what the simulator says can be moved
+            if wx != 0 and objs[x]["movable"]:
                 cls = 1 if named(x) else (3 if wx == 1 else 4)
         elif t == 22:  # put down
             cls = 2
-        elif t in (6, 7):  # (de)activate
-            cls = 1 if named(x) else (3 if wx < 2 else 4)
+        elif t in (6, 7):  # switch a device on when it is off, off when it is on
+            if objs[x]["activable"] and objs[x]["activated"] == (t == 7):
+                cls = 1 if named(x) else (3 if wx < 2 else 4)
         elif t == 23:  # mix
             if objs[x]["container"] and objs[x]["children"]:
                 cls = 4
@@ -370,7 +385,7 @@ def build_menu(valid, objs, task_text, reply, cap):
                 elif t == 10:  # pour a container that holds a liquid
                     if wx < 2 and objs[x]["liquid"] and objs[y]["container"]:
                         cls = 1 if named(y) else 4
-                elif wx == 0:  # use a held tool
+                elif wx == 0 and objs[x]["usable"]:  # use a held tool
                     cls = 1 if named(y) else 4
         if cls is not None:
             ranked.append((cls, wx, first[x], i, v))
@@ -438,6 +453,7 @@ class ScienceWorld(Env):
     deterministic = True   # given the variation and the actions (the JVM runs with hashCode=2)
     clonable = False       # no state copy in ScienceWorld's API: rlid replays actions
     afterstates = False    # and so no afterstates
+    packages = tuple(REQUIRES)  # their installed versions go into the metadata message
 
     def __init__(self, params):
         super().__init__(params)
