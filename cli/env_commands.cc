@@ -34,7 +34,7 @@ std::string FormatMenu(const Menu& menu, bool details) {
         std::vector<std::string> other(it.realisations.begin() + 1, it.realisations.end());
         out += fmt::format("   [also: {}]", fmt::join(other, " | "));
       }
-      out += fmt::format("\n       -> {}", it.afterstate);
+      if (envs::HasAfterstate(it)) out += fmt::format("\n       -> {}", it.afterstate);
       if (it.same_afterstate_as >= 0)
         out += fmt::format("  (same afterstate as {})", menu.items[it.same_afterstate_as].label);
     }

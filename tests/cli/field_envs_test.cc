@@ -229,6 +229,10 @@ TEST(FieldEnvs, ScienceWorldPassesTheConformanceSuiteWithoutAfterstates) {
   EXPECT_NE(show.out.find("valid actions)"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("Your task is to"), std::string::npos) << show.out;
   EXPECT_EQ(show.out.find("\"same_afterstate_as\": 0"), std::string::npos) << show.out;
+  const auto text = RunRlid({"env", "show", "--env", "scienceworld"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("A) go to"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("->"), std::string::npos) << text.out;  // no empty afterstate lines
   const auto electrical =
       RunRlid({"env", "check", "--env", "scienceworld", "--param", "task=power-component",
                "--param", "simplification=easy", "--seeds", "1"});
