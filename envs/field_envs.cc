@@ -160,7 +160,10 @@ std::vector<FieldAdapter> MakeAdapters() {
         {"step_limit", Kind::kInt, "agent decisions before truncation (default 50)"},
         {"test_split", Kind::kString,
          "the variations of rlid's test seeds: test (default), dev or dev+test"},
-        {"menu_size", Kind::kInt, "the menu's cap (default 26, 2..26)"}}},
+        {"menu_size", Kind::kInt, "the menu's cap (default 26, 2..26)"},
+        {"engines", Kind::kInt,
+         "JVMs in each adapter process's pool (default 4, 1..64; ~0.2-0.5 GB each): episodes in "
+         "flight beyond it share one by reloading and replaying"}}},
   };
 }
 

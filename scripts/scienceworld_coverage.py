@@ -42,7 +42,7 @@ def main():
                   f"{len(env.train_variations)}/{len(env.test_variations)} | "
                   f"{time.time() - start:.0f} |", flush=True)
         finally:
-            env.engine.close()
+            env.pool.close()
 
 
 if __name__ == "__main__":

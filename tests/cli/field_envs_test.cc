@@ -213,7 +213,8 @@ TEST(FieldEnvs, TextWorldGamesAreGeneratedAndPassTheConformanceSuite) {
 }
 
 // ScienceWorld's JVM simulator on its default task (its gold path stays on
-// the capped menus there): no afterstates, as the simulator cannot copy a
+// the capped menus there), with a pool of JVMs and with one that every
+// episode shares: no afterstates, as the simulator cannot copy a
 // state; the menu says how many valid actions it left out; a task that needs
 // electrical actions refuses a simplification that removes them; no Java is a
 // clear error naming the fix.
@@ -224,6 +225,11 @@ TEST(FieldEnvs, ScienceWorldPassesTheConformanceSuiteWithoutAfterstates) {
   EXPECT_NE(o.out.find("8 passed, 1 skipped, 0 failed"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("the menus carry no afterstates"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("\"scienceworld\":\"1.2.3\""), std::string::npos) << o.out;
+  // One JVM for every episode: each switch reloads the variation and replays.
+  const auto one = RunRlid({"env", "check", "--env", "scienceworld", "--param", "engines=1",
+                            "--seeds", "1", "--graph-seeds", "0"});
+  EXPECT_EQ(one.code, 0) << one.out << one.err;
+  EXPECT_NE(one.out.find("0 failed"), std::string::npos) << one.out;
   const auto show = RunRlid({"env", "show", "--env", "scienceworld", "--json"});
   ASSERT_EQ(show.code, 0) << show.err;
   EXPECT_NE(show.out.find("valid actions)"), std::string::npos) << show.out;

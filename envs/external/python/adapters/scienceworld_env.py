@@ -10,6 +10,8 @@ step_limit = 50                  # agent decisions before truncation
 test_split = "test"              # ScienceWorld's variations for rlid's test seeds: test, dev or
                                  # dev+test (test first)
 menu_size = 26                   # the menu's cap (2..26)
+engines = 4                      # JVMs in this process's pool (1..64): episodes in flight
+                                 # beyond it share one by reloading and replaying
 
 Instances: ScienceWorld splits each task's variations into train, dev and test
 (get_variations_train/dev/test; about 50/25/25 %). Even (train) seed s plays
@@ -59,9 +61,11 @@ after listing the valid actions (which draws from it), so the world evolves as
 if nobody asked. Afterstates: none. ScienceWorld cannot copy a state (no clone
 or save/load in its API), so clonable = False: rlid copies a state by
 replaying its actions, and the menu does not show where actions lead. The
-adapter runs one JVM (512 MB heap) and keeps episodes apart by reloading the
-variation and replaying an episode's actions when another episode used the JVM
-last; rlid's `workers` runs more JVMs.
+adapter runs a pool of up to `engines` JVMs (512 MB heap each, started as
+needed): each state is served by the engine already on its path, so episodes
+in flight up to the pool's size never reload; beyond it, the least recently
+used engine reloads the variation and replays the episode's actions. rlid's
+`workers` runs more adapter processes, each with its own pool.
 
 Oracle: ScienceWorld's gold action sequence, walked through this adapter's
 menus: each gold action is matched to the menu item that names the same
@@ -94,6 +98,7 @@ from rlid_env import Action, Env, Step, run  # noqa: E402
 REQUIRES = {"scienceworld": "1.2.3", "py4j": "0.10.9.9"}
 MAX_MENU = 26
 DEFAULT_TASK = "lifespan-longest-lived"
+DEFAULT_ENGINES = 4
 DEFAULT_SIMPLIFICATIONS = "openDoors,openContainers,selfWateringFlowerPots,noElectricalAction"
 # Identity hash codes are a constant: object sets iterate in insertion order, so
 # a world reloaded in a JVM that built others before reads the same as in a fresh one.
@@ -145,28 +150,40 @@ class State:
         return (self.variation, self.history)
 
 
+_JAVA = []
+
+
+def _java():
+    """The checked Java executable (the package versions, then `java -version`), once a process."""
+    if _JAVA:
+        return _JAVA[0]
+    require("scienceworld", REQUIRES)
+    java = shutil.which("java")
+    home = os.environ.get("JAVA_HOME")
+    if home and os.path.exists(os.path.join(home, "bin", "java")):
+        java = os.path.join(home, "bin", "java")
+    if not java:
+        raise RuntimeError("scienceworld: no Java runtime found: ScienceWorld's simulator is a "
+                           "JVM program (scienceworld.jar, started through py4j); " + JAVA_FIX)
+    try:
+        probe = subprocess.run([java, *JAVA_OPTS, "-version"], capture_output=True, text=True,
+                               timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError(f"scienceworld: the Java runtime {java} does not run ({e}); "
+                           + JAVA_FIX) from None
+    if probe.returncode != 0:
+        raise RuntimeError(f"scienceworld: {java} {' '.join(JAVA_OPTS)} -version failed: "
+                           f"{(probe.stderr or probe.stdout).strip()[-400:]}; " + JAVA_FIX)
+    _JAVA.append(java)
+    return java
+
+
 class Engine:
     """One ScienceWorld JVM, and which episode state it holds now."""
 
     def __init__(self):
-        require("scienceworld", REQUIRES)
-        java = shutil.which("java")
-        home = os.environ.get("JAVA_HOME")
-        if home and os.path.exists(os.path.join(home, "bin", "java")):
-            java = os.path.join(home, "bin", "java")
-        if not java:
-            raise RuntimeError("scienceworld: no Java runtime found: ScienceWorld's simulator is a "
-                               "JVM program (scienceworld.jar, started through py4j); " + JAVA_FIX)
-        try:
-            probe = subprocess.run([java, *JAVA_OPTS, "-version"], capture_output=True, text=True,
-                                   timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise RuntimeError(f"scienceworld: the Java runtime {java} does not run ({e}); "
-                               + JAVA_FIX) from None
-        if probe.returncode != 0:
-            raise RuntimeError(f"scienceworld: {java} {' '.join(JAVA_OPTS)} -version failed: "
-                               f"{(probe.stderr or probe.stdout).strip()[-400:]}; " + JAVA_FIX)
-        import scienceworld.scienceworld as swmod  # after the version check
+        java = _java()
+        import scienceworld.scienceworld as swmod  # after the version check (_java)
 
         launch = swmod.launch_gateway
         if not getattr(launch, "_rlid", False):
@@ -209,6 +226,7 @@ class Engine:
         self.key = None       # (task, variation, simplifications) loaded
         self.history = None   # the actions since reset, or None (unknown)
         self.fresh = False    # loaded, not stepped yet
+        self.last_use = 0     # the pool's clock when it last served a state
 
     def close(self):
         self.env.close()
@@ -283,6 +301,45 @@ class Engine:
                 o["kind"] = "Agent" if o["name"] == "agent" else "InventoryContainer"
             o["liquid"] = any(objs.get(c, {}).get("som") == "liquid" for c in o["children"])
         return valid, objs
+
+
+class Pool:
+    """Up to `size` JVMs. A state (variation, actions) is served by the engine that reaches it
+    with the fewest steps replayed -- one already on its path -- else by a new engine while
+    the pool has room, else by the least recently used one, reloaded."""
+
+    def __init__(self, size):
+        self.size = size
+        self.engines = [Engine()]
+        self.clock = 0
+
+    def _use(self, eng):
+        self.clock += 1
+        eng.last_use = self.clock
+        return eng
+
+    def spare(self):
+        """An engine to load another variation into."""
+        if len(self.engines) < self.size:
+            self.engines.append(Engine())
+            return self._use(self.engines[-1])
+        return self._use(min(self.engines, key=lambda e: e.last_use))
+
+    def at(self, key, history):
+        """An engine holding the state after `history` in variation `key`."""
+        best = None
+        for e in self.engines:
+            h = e.history
+            if (e.key == key and h is not None and len(h) <= len(history)
+                    and history[:len(h)] == h and (best is None or len(h) > len(best.history))):
+                best = e
+        eng = best or self.spare()
+        eng.goto(key, history)
+        return self._use(eng)
+
+    def close(self):
+        for e in self.engines:
+            e.close()
 
 
 def _affordances(node):
@@ -457,18 +514,22 @@ class ScienceWorld(Env):
 
     def __init__(self, params):
         super().__init__(params)
-        known = {"task", "simplification", "step_limit", "test_split", "menu_size"}
+        known = {"task", "simplification", "step_limit", "test_split", "menu_size", "engines"}
         unknown = sorted(set(params) - known)
         if unknown:
             raise ValueError(f"scienceworld: unknown key(s) {', '.join(unknown)}; the keys are "
                              f"{', '.join(sorted(known))}")
-        self.engine = Engine()
+        engines = int(params.get("engines", DEFAULT_ENGINES))
+        if not 1 <= engines <= 64:
+            raise ValueError(f"scienceworld: engines must be 1..64, got {engines}")
+        self.pool = Pool(engines)
         import atexit
-        atexit.register(self.engine.close)
+        atexit.register(self.pool.close)
         from scienceworld.constants import ID2TASK
         from scienceworld.utils import infer_task
 
-        env = self.engine.env
+        first = self.pool.engines[0]
+        env = first.env
         names = env.get_task_names()
         asked = str(params.get("task", DEFAULT_TASK))
         task = infer_task(asked)
@@ -500,7 +561,7 @@ class ScienceWorld(Env):
         self.train_variations = list(env.get_variations_train())
         self.test_variations = ((list(env.get_variations_test()) if "test" in split else [])
                                 + (list(env.get_variations_dev()) if "dev" in split else []))
-        self.engine.key, self.engine.history = (task, 0, simp), None
+        first.key, first.history = (task, 0, simp), None
         limit = int(params.get("step_limit", 50))
         if not 1 <= limit <= 10000:
             raise ValueError(f"scienceworld: step_limit must be 1..10000, got {limit}")
@@ -521,9 +582,8 @@ class ScienceWorld(Env):
     def _key(self, variation):
         return (self.task_name, variation, self.simplification)
 
-    def _observe(self, st, reply):
-        """Fills st from the simulator, which holds st's state now."""
-        eng = self.engine
+    def _observe(self, st, reply, eng):
+        """Fills st from the simulator engine `eng`, which holds st's state now."""
         st.reply = reply
         st.look = eng.env.look()
         st.inventory = eng.env.inventory()
@@ -541,14 +601,14 @@ class ScienceWorld(Env):
         pool = self.train_variations if seed % 2 == 0 else self.test_variations
         variation = pool[(seed // 2) % len(pool)]
         if variation not in self.initial:
-            eng = self.engine
+            eng = self.pool.spare()
             eng.load(self._key(variation))
             eng.reset()
             self.task_text[variation] = eng.env.get_task_description()
             st = State()
             st.variation, st.history = variation, ()
             st.score, st.done, st.success = eng.score(), False, False
-            self._observe(st, "")
+            self._observe(st, "", eng)
             self.initial[variation] = st
             if len(self.initial) > 512:
                 self.initial.popitem(last=False)
@@ -562,8 +622,7 @@ class ScienceWorld(Env):
             raise ValueError(f"scienceworld: action {action!r} is not on the menu "
                              f"(0..{len(st.menu) - 1})")
         item = st.menu[action]
-        eng = self.engine
-        eng.goto(self._key(st.variation), st.history)
+        eng = self.pool.at(self._key(st.variation), st.history)
         reply = eng.step(item.text)
         score = eng.score()
         completed = bool(eng.server.getCompleted())
@@ -572,7 +631,7 @@ class ScienceWorld(Env):
         st.score = score
         st.done = completed or score < 0
         st.success = completed and score >= 100
-        self._observe(st, reply)
+        self._observe(st, reply, eng)
         return Step(reward, terminal=st.done, success=st.success)
 
     # ---- what the agent sees ------------------------------------------------------------
@@ -603,7 +662,7 @@ class ScienceWorld(Env):
     # ---- the oracle: the gold path, where it stays on the menus --------------------------
     def _walk_gold(self, variation):
         """{history: (gold item text, remaining return)} along the gold path, or None."""
-        eng = self.engine
+        eng = self.pool.spare()
         key = self._key(variation)
         eng.load(key, gold=True)  # generating it plays the world: walk a fresh load instead
         gold = [g.strip() for g in eng.env.get_gold_action_sequence()]
@@ -620,7 +679,6 @@ class ScienceWorld(Env):
         return None
 
     def _walk(self, variation, gold, opened):
-        eng = self.engine
         st = self.clone(self.initial[variation])
         histories, texts, scores = [], [], []
         for g in gold:
@@ -628,7 +686,7 @@ class ScienceWorld(Env):
                 break
             hit = [it for it in st.menu if it.text == g]
             if not hit:  # the gold path names objects its own way: compare templates and objects
-                eng.goto(self._key(variation), st.history)
+                eng = self.pool.at(self._key(variation), st.history)
                 _, objs = eng.objects()
                 refs = json.loads(eng.server.getAllObjectIdsTypesReferentsLUTJSON())
                 hit = [it for it in st.menu if _gold_matches(g, it, objs, refs)]
