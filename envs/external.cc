@@ -126,7 +126,10 @@ class Worker {
                 {"protocols", json::array()},
                 {"params", p_.params},
                 {"worker", index_},
-                {"workers", p_.workers}};
+                {"workers", p_.workers},
+                // whether rlid reads the env's own afterstates: with "clone" it computes them
+                // and with "none" shows none, so an env may skip the work
+                {"afterstates", p_.afterstates == "auto" || p_.afterstates == "env"}};
     for (int v = kOldestExternalProtocolVersion; v <= kExternalProtocolVersion; ++v)
       req["protocols"].push_back(v);
     json r = ReceiveRaw(Send(req, "hello"), "hello", p_.start_timeout_s);

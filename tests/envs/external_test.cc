@@ -168,6 +168,20 @@ TEST(External, CloneByReplayWhenTheEnvCannotClone) {
   EXPECT_EQ(replayed->NewState(4)->CompileMenu().items[0].afterstate, "Said so far: 0");
 }
 
+TEST(External, TheHelperStepsNoCopiesWhenRlidShowsNoAfterstates) {
+  // hello says whether rlid reads the env's afterstates; the helper steps copies only then.
+  auto shown = External({"python3", kLister, "count"});
+  auto s = shown->NewState(4);
+  EXPECT_FALSE(s->CompileMenu().items[0].afterstate.empty());
+  s->Apply(0);  // 5 copies stepped for the first menu, then the step
+  EXPECT_EQ(s->Observation(), "Note: 3, 4, 0\nSaid so far: 0 (steps taken: 6)");
+  auto hidden = External({"python3", kLister, "count"}, {"afterstates=\"none\""});
+  auto t = hidden->NewState(4);
+  EXPECT_TRUE(t->CompileMenu().items[0].afterstate.empty());
+  t->Apply(0);
+  EXPECT_EQ(t->Observation(), "Note: 3, 4, 0\nSaid so far: 0 (steps taken: 1)");
+}
+
 TEST(External, EnvCompilerAndOracleWithoutReturn) {
   auto env = External({"python3", kLister});
   auto s = env->NewState(1);  // todo: 2, 4, 1

@@ -106,6 +106,8 @@ class Env:
     deterministic = True   # step() depends only on (state, action)
     clonable = True        # states can be copied with clone(); if not, rlid replays actions
     afterstates = True     # compute menu afterstates by stepping a copy (needs clonable)
+    wants_afterstates = True  # set from hello: False when rlid will not read them ([env]
+                              # afterstates = "none" or "clone"): menu() may skip them
     version = ""           # this env's own version, for the metadata message
     packages = ()          # PyPI packages it wraps: metadata reports their installed versions
 
@@ -197,6 +199,7 @@ class _Server:
         self.protocol = max(common)
         self.env = self.env_class(req.get("params") or {})
         e = self.env
+        e.wants_afterstates = req.get("afterstates", True) is not False
         return {"protocol": self.protocol, "name": e.name, "summary": e.summary,
                 "instructions": e.instructions, "step_limit": e.step_limit,
                 "deterministic": e.deterministic,
@@ -230,7 +233,9 @@ class _Server:
             if not isinstance(a.id, int) or isinstance(a.id, bool) or a.id < 0:
                 raise TypeError(f"Action ids must be integers >= 0, got {a.id!r}")
             item = {"action": a.id, "command": a.command, "realisations": a.realisations}
-            if a.afterstate is not None:
+            if not self.env.wants_afterstates:
+                pass
+            elif a.afterstate is not None:
                 item["afterstate"] = a.afterstate
                 if a.afterstate_hash is not None:
                     item["afterstate_hash"] = a.afterstate_hash

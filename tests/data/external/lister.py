@@ -1,11 +1,15 @@
 """A test env on the Python helper: lists items; has its own free-text
 compiler (any answer containing 'number N'), an oracle without a return, and
-switches clone off when argv[1] == "noclone" (rlid then replays actions)."""
+switches clone off when argv[1] == "noclone" (rlid then replays actions); with
+argv[1] == "count" the observation says how many steps this process has taken
+(copies stepped for afterstates included)."""
 import os, sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../envs/external/python"))
 from rlid_env import Env, Action, Step, Invalid, run
 
 NOCLONE = len(sys.argv) > 1 and sys.argv[1] == "noclone"
+COUNT = len(sys.argv) > 1 and sys.argv[1] == "count"
+steps_taken = 0
 
 
 class Lister(Env):
@@ -22,12 +26,15 @@ class Lister(Env):
         return "Note: " + ", ".join(str(n) for n in s["todo"])
 
     def observation(self, s):
-        return "Said so far: " + (", ".join(str(n) for n in s["said"]) or "nothing")
+        said = "Said so far: " + (", ".join(str(n) for n in s["said"]) or "nothing")
+        return said + (f" (steps taken: {steps_taken})" if COUNT else "")
 
     def menu(self, s):
         return [Action(n, "say %d" % n, ["number %d" % n]) for n in range(5)]
 
     def step(self, s, action):
+        global steps_taken
+        steps_taken += 1
         s["said"].append(action)
         k = len(s["said"]) - 1
         if s["todo"][k] != action:

@@ -403,6 +403,8 @@ class BabyAIText(Env):
         return self._advance(ep, action)
 
     def menu(self, ep):
+        if not self.wants_afterstates:  # rlid will not read them: no copies stepped
+            return [Action(a, command, wordings) for a, (command, wordings) in enumerate(COMMANDS)]
         items = []
         for a, (command, wordings) in enumerate(COMMANDS):
             child = self._copy(ep, bot=False)  # thrown away: its bot need not follow

@@ -181,6 +181,8 @@ class OpenSpiel(Env):
         if len({c.lower() for c in commands}) < len(commands):
             raise ValueError(f"openspiel: two legal actions read the same once decoration is "
                              f"removed: {commands}")
+        if not self.wants_afterstates:  # rlid will not read them
+            return [Action(a, c) for a, c in zip(legal, commands)]
         afters = []
         for a in legal:
             after = Episode()

@@ -712,7 +712,8 @@ class TextArena(Env):
         for aid, move, others in self._menu_moves(ep):
             words = [plain(move)] + [w for w in others if w != plain(move)]
             items.append((aid, words))
-        afters = None if self.game.hidden or self.game.chance else self._afterstates(ep, items)
+        afters = (None if self.game.hidden or self.game.chance or not self.wants_afterstates
+                  else self._afterstates(ep, items))
         if afters is None:
             return [Action(aid, words[0], words[1:]) for aid, words in items]
         return [Action(aid, words[0], words[1:], afterstate=self.observation(x),

@@ -651,6 +651,9 @@ class TextWorld(Env):
             alias = []
             if command.startswith("go ") and len(command) > 4:
                 alias = [command[3:]]
+            if not self.wants_afterstates:  # rlid will not read them: no step per command
+                out.append(Action(i, wording, alias))
+                continue
             nxt = s.engine.step(s, command)
             after = State()
             after.snap = nxt
