@@ -16,25 +16,9 @@
 #include <vector>
 
 #include "core/config.h"
+#include "policy/model/config.h"
 
 namespace rlid::policy {
-
-// The work of model forwards, counted from what was actually computed (padding
-// excluded), so both planes' FLOPs come from one formula (ModelConfig::ForwardFlops).
-// The model counts it itself (TransformerLMImpl::work()): every forward adds
-// what its AttentionMask stands for, Logits() and Value() the rows they read.
-struct ForwardCost {
-  int64_t calls = 0;            // model forward calls
-  int64_t tokens = 0;           // token positions fed to the model (unpadded)
-  int64_t attention_pairs = 0;  // (query, key) pairs attended, summed over the fed tokens
-  int64_t logit_rows = 0;       // positions projected onto the vocabulary
-  int64_t value_rows = 0;       // positions read by the value head
-  ForwardCost& operator+=(const ForwardCost& o);
-};
-// a - b, field by field (the work done between two readings of a counter).
-ForwardCost Difference(const ForwardCost& a, const ForwardCost& b);
-// Pairs of a causal self-attention over n tokens: n (n + 1) / 2.
-inline int64_t CausalPairs(int64_t n) { return n * (n + 1) / 2; }
 
 // The mask a forward attends with, and the work it stands for. Callers that
 // build a mask from host-side lengths state its work (tokens that are not
@@ -60,71 +44,6 @@ struct AttentionMask {
   // Passes this forward counts as: 1, or 0 for a prefix forward that the next
   // forward continues within the same pass (the shared-prefix readout).
   int64_t calls = 1;
-};
-
-// Rotary position embedding scaling, as Hugging Face's rope_parameters /
-// rope_scaling: "default" (none), "linear" (positions / factor), "llama3"
-// (Llama-3.1 wavelength bands) or "yarn" (NTK-by-parts + attention scale).
-struct RopeScaling {
-  std::string type = "default";
-  double factor = 1.0;                 // linear, llama3, yarn
-  int64_t original_max_position = 0;   // llama3 (required), yarn (0: max_position)
-  double low_freq_factor = 1.0;        // llama3
-  double high_freq_factor = 4.0;       // llama3
-  double beta_fast = 32.0, beta_slow = 1.0;  // yarn
-  double attention_factor = 0.0;       // yarn; 0: derived from factor (and mscale)
-  double mscale = 0.0, mscale_all_dim = 0.0;  // yarn (DeepSeek style), 0: unset
-  bool truncate = true;                // yarn: integer correction range
-  nlohmann::json ToJson(double theta) const;  // HF rope dict (rope_type, rope_theta, ...)
-};
-
-struct ModelConfig {
-  std::string preset = "tiny";       // tiny | small | base | custom (fields below override)
-  int64_t vocab_size = 1024;         // set from the tokenizer when a model is created
-  int64_t hidden_size = 128;         // D
-  int64_t intermediate_size = 384;   // SwiGLU width
-  int64_t num_layers = 2;
-  int64_t num_heads = 2;             // query heads
-  int64_t num_kv_heads = 1;          // key/value heads (GQA); divides num_heads
-  int64_t head_dim = 64;             // explicit, may differ from D / num_heads
-  double rope_theta = 10000.0;
-  RopeScaling rope;                  // frequency scaling (HF rope_type)
-  double rms_norm_eps = 1e-6;
-  bool qk_norm = true;               // Qwen3 q/k RMSNorm
-  bool attention_bias = false;       // Qwen2 q/k/v biases
-  bool output_bias = false;          // o_proj bias (Llama/Qwen3 with attention_bias = true)
-  bool tie_embeddings = true;        // lm_head shares embed_tokens.weight
-  int64_t max_position = 4096;       // longest sequence the model accepts
-  std::string source_dtype = "float32";  // dtype of the weights on disk (informational)
-
-  // Reads [policy] (preset first, then explicit fields).
-  void Load(ConfigNode n);
-  void ApplyPreset(const std::string& name);
-  void Validate() const;  // ConfigError on inconsistent sizes
-  // HF family with these flags: qwen3 (q/k norm), qwen2 (q/k/v biases only), else llama.
-  std::string ModelType() const;
-  // HF config.json in the layout every transformers version reads (top-level
-  // rope_theta / rope_scaling / torch_dtype) and back. FromJson accepts
-  // Qwen3, Qwen2 and Llama in both the current (rope_parameters, dtype) and the
-  // older layout; anything it cannot run exactly (MoE, sliding windows, other
-  // rope types, other activations, MLP biases) is a ConfigError naming the field.
-  nlohmann::json ToJson() const;
-  static ModelConfig FromJson(const nlohmann::json& j);
-  // RoPE inverse frequencies [head_dim / 2] after scaling, and the factor cos/sin
-  // are multiplied by (yarn's attention scale; 1 otherwise).
-  std::vector<double> RopeInvFreq() const;
-  double RopeAttentionScale() const;
-  int64_t NumParameters() const;
-  // Weights of one decoder layer's matmuls: q, k, v, o projections and the SwiGLU MLP.
-  int64_t LayerMatmulParameters() const;
-  // FLOPs of forwards that did `cost` (a multiply-add = 2 FLOPs):
-  //   2 * num_layers * LayerMatmulParameters() * tokens      (projections + MLP)
-  // + 4 * num_layers * num_heads * head_dim * attention_pairs  (QK^T and AV)
-  // + 2 * vocab_size * hidden_size * logit_rows               (vocabulary projection)
-  // + 2 * hidden_size * value_rows                            (value head).
-  // Norms, RoPE, softmax and embedding lookups are not counted. A backward
-  // pass is counted as twice its forward.
-  double ForwardFlops(const ForwardCost& cost) const;
 };
 
 // Keys/values of one layer: [B or 1, num_kv_heads, S, head_dim]. A batch of 1

@@ -1,0 +1,509 @@
+// ModelConfig: presets, [policy] keys, Hugging Face config.json in and out,
+// RoPE frequencies, parameter and FLOP counts. No LibTorch here.
+#include "policy/model/config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "core/error.h"
+
+namespace rlid::policy {
+// ---- config ---------------------------------------------------------------------
+
+namespace {
+
+// Upper bounds on the sizes, far above any released dense decoder (Llama 3.1 405B: 126
+// layers, D = 16384, SwiGLU 53248, 128 heads; Gemma 3: vocabulary 262k; Llama 4: a 10M-token
+// context), so a typo or a hostile config.json is a ConfigError instead of a request for
+// terabytes or a loop that never ends. Products of them stay far inside int64.
+constexpr int64_t kMaxVocabSize = int64_t{1} << 22;         // 4,194,304
+constexpr int64_t kMaxHiddenSize = int64_t{1} << 16;        // 65,536
+constexpr int64_t kMaxIntermediateSize = int64_t{1} << 18;  // 262,144
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 1024;  // query heads and key/value heads
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kMaxPosition = int64_t{1} << 24;  // 16,777,216 tokens
+
+}  // namespace
+
+void ModelConfig::ApplyPreset(const std::string& name) {
+  // Few wide heads: on CPU the attention matmuls are only efficient with head_dim 64
+  // (measured with `rlid bench flops`: 20k vs 15k train tokens/s for 4 heads of 24).
+  if (name == "tiny") {
+    hidden_size = 128, intermediate_size = 384, num_layers = 2, num_heads = 2, num_kv_heads = 1,
+    head_dim = 64;
+  } else if (name == "small") {
+    hidden_size = 192, intermediate_size = 512, num_layers = 4, num_heads = 3, num_kv_heads = 1,
+    head_dim = 64;
+  } else if (name == "base") {
+    hidden_size = 256, intermediate_size = 768, num_layers = 6, num_heads = 4, num_kv_heads = 2,
+    head_dim = 64;
+  } else if (name != "custom") {
+    throw ConfigError(fmt::format("unknown model preset '{}'", name), "use tiny, small, base or custom");
+  }
+  preset = name;
+}
+
+void ModelConfig::Load(ConfigNode n) {
+  n.GetEnum("preset", preset, {"tiny", "small", "base", "custom"},
+            "model size preset; the fields below override it");
+  ApplyPreset(preset);
+  auto size = [](int64_t max) { return IntRange::Closed(1, max); };
+  n.Get("hidden_size", hidden_size, "model width D", size(kMaxHiddenSize));
+  n.Get("intermediate_size", intermediate_size, "SwiGLU hidden width", size(kMaxIntermediateSize));
+  n.Get("num_layers", num_layers, "decoder layers", size(kMaxLayers));
+  n.Get("num_heads", num_heads, "query heads (a multiple of num_kv_heads)", size(kMaxHeads));
+  n.Get("num_kv_heads", num_kv_heads, "key/value heads (grouped-query attention)",
+        size(kMaxHeads));
+  n.Get("head_dim", head_dim, "per-head width (explicit, as in Qwen3; even)", size(kMaxHeadDim));
+  n.Get("rope_theta", rope_theta, "RoPE base", Range::Positive());
+  n.Get("rms_norm_eps", rms_norm_eps, "RMSNorm epsilon", Range::Positive());
+  n.Get("qk_norm", qk_norm, "RMSNorm on queries and keys (Qwen3)");
+  n.Get("attention_bias", attention_bias, "biases on q/k/v projections (Qwen2)");
+  n.Get("tie_embeddings", tie_embeddings, "LM head shares the token embedding");
+  n.Get("max_position", max_position, "longest sequence in tokens", size(kMaxPosition));
+  try {
+    Validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: {}", n.Where(), e.what()), e.hint());
+  }
+}
+
+void ModelConfig::Validate() const {
+  auto positive = [](const char* name, int64_t v) {
+    if (v < 1) throw ConfigError(fmt::format("'policy.{}' must be >= 1, found {}", name, v));
+  };
+  auto size = [&](const char* name, int64_t v, int64_t max) {
+    positive(name, v);
+    if (v > max) {
+      throw ConfigError(fmt::format("'policy.{}' must be at most {}, found {}", name, max, v),
+                        "no released model is this large; check the value (policy/model/model.cc "
+                        "states the bounds)");
+    }
+  };
+  size("vocab_size", vocab_size, kMaxVocabSize);
+  size("hidden_size", hidden_size, kMaxHiddenSize);
+  size("intermediate_size", intermediate_size, kMaxIntermediateSize);
+  size("num_layers", num_layers, kMaxLayers);
+  size("num_heads", num_heads, kMaxHeads);
+  size("num_kv_heads", num_kv_heads, kMaxHeads);
+  size("head_dim", head_dim, kMaxHeadDim);
+  size("max_position", max_position, kMaxPosition);
+  auto positive_finite = [](const char* name, double v) {
+    if (!(v > 0) || !std::isfinite(v))
+      throw ConfigError(fmt::format("'policy.{}' must be a finite number > 0, found {}", name, v));
+  };
+  positive_finite("rope_theta", rope_theta);
+  positive_finite("rms_norm_eps", rms_norm_eps);
+  if (num_heads % num_kv_heads != 0)
+    throw ConfigError(fmt::format("policy.num_heads = {} is not a multiple of num_kv_heads = {}",
+                                  num_heads, num_kv_heads),
+                      "grouped-query attention shares each key/value head among whole groups");
+  if (head_dim % 2 != 0)
+    throw ConfigError(fmt::format("policy.head_dim = {} must be even (RoPE rotates pairs)", head_dim));
+  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" && rope.type != "yarn")
+    throw ConfigError(fmt::format("unknown rope type '{}'", rope.type), "use default, linear, llama3 or yarn");
+  if (rope.type != "default") positive_finite("rope.factor", rope.factor);
+  if (rope.type == "llama3") {
+    positive("rope.original_max_position_embeddings", rope.original_max_position);
+    positive_finite("rope.low_freq_factor", rope.low_freq_factor);
+    if (!(rope.high_freq_factor > rope.low_freq_factor))
+      throw ConfigError(fmt::format("rope high_freq_factor = {} must exceed low_freq_factor = {}",
+                                    rope.high_freq_factor, rope.low_freq_factor));
+  }
+  if (rope.type == "yarn") {
+    positive_finite("rope.beta_fast", rope.beta_fast);
+    positive_finite("rope.beta_slow", rope.beta_slow);
+  }
+}
+
+std::string ModelConfig::ModelType() const {
+  if (qk_norm) return "qwen3";
+  if (attention_bias && !output_bias) return "qwen2";
+  return "llama";
+}
+
+nlohmann::json RopeScaling::ToJson(double theta) const {
+  nlohmann::json j = {{"rope_type", type}, {"rope_theta", theta}};
+  if (type == "default") return j;
+  j["factor"] = factor;
+  if (type == "llama3") {
+    j["original_max_position_embeddings"] = original_max_position;
+    j["low_freq_factor"] = low_freq_factor;
+    j["high_freq_factor"] = high_freq_factor;
+  } else if (type == "yarn") {
+    if (original_max_position > 0) j["original_max_position_embeddings"] = original_max_position;
+    j["beta_fast"] = beta_fast;
+    j["beta_slow"] = beta_slow;
+    if (attention_factor > 0) j["attention_factor"] = attention_factor;
+    if (mscale > 0) j["mscale"] = mscale;
+    if (mscale_all_dim > 0) j["mscale_all_dim"] = mscale_all_dim;
+    j["truncate"] = truncate;
+  }
+  return j;
+}
+
+nlohmann::json ModelConfig::ToJson() const {
+  static const std::map<std::string, std::string> kArch = {
+      {"qwen3", "Qwen3ForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"llama", "LlamaForCausalLM"}};
+  const std::string type = ModelType();
+  nlohmann::json rope_scaling = nullptr;
+  if (rope.type != "default") {
+    rope_scaling = rope.ToJson(rope_theta);
+    rope_scaling.erase("rope_theta");
+  }
+  nlohmann::json j = {{"architectures", {kArch.at(type)}},
+                      {"model_type", type},
+                      {"vocab_size", vocab_size},
+                      {"hidden_size", hidden_size},
+                      {"intermediate_size", intermediate_size},
+                      {"num_hidden_layers", num_layers},
+                      {"num_attention_heads", num_heads},
+                      {"num_key_value_heads", num_kv_heads},
+                      {"head_dim", head_dim},
+                      {"rope_theta", rope_theta},
+                      {"rope_scaling", rope_scaling},
+                      {"rms_norm_eps", rms_norm_eps},
+                      {"tie_word_embeddings", tie_embeddings},
+                      {"max_position_embeddings", max_position},
+                      {"hidden_act", "silu"},
+                      {"torch_dtype", "float32"},
+                      {"rlid_preset", preset}};
+  // Qwen2 always has q/k/v biases; Llama/Qwen3 put attention_bias on q/k/v/o.
+  if (type != "qwen2") j["attention_bias"] = attention_bias;
+  if (type == "llama") j["mlp_bias"] = false;
+  if (type != "llama") j["use_sliding_window"] = false;
+  return j;
+}
+
+namespace {
+
+// Reads an HF config.json, naming the field of any value rlid cannot run exactly.
+class HfConfigReader {
+ public:
+  explicit HfConfigReader(const nlohmann::json& j) : j_(j) {}
+
+  template <typename T>
+  T Get(const std::string& key, const nlohmann::json& obj, const std::string& prefix,
+        std::optional<T> fallback) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) {
+      if (fallback) return *fallback;
+      throw ConfigError(fmt::format("model config.json lacks '{}{}'", prefix, key));
+    }
+    try {
+      if constexpr (std::is_same_v<T, bool>) {
+        if (!it->is_boolean()) throw nlohmann::json::type_error::create(302, "not a boolean", nullptr);
+      } else if constexpr (std::is_arithmetic_v<T>) {
+        if (!it->is_number()) throw nlohmann::json::type_error::create(302, "not a number", nullptr);
+        if constexpr (std::is_integral_v<T>)
+          if (!it->is_number_integer())
+            throw nlohmann::json::type_error::create(302, "not an integer", nullptr);
+      }
+      return it->get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw ConfigError(fmt::format("model config.json: '{}{}' has the wrong type ({})", prefix,
+                                    key, it->dump()));
+    }
+  }
+  template <typename T>
+  T Get(const std::string& key, std::optional<T> fallback = std::nullopt) const {
+    return Get<T>(key, j_, "", fallback);
+  }
+
+ private:
+  const nlohmann::json& j_;
+};
+
+void Unsupported(const std::string& field, const std::string& found, const std::string& hint) {
+  throw ConfigError(fmt::format("model config.json: {} = {} is not supported", field, found), hint);
+}
+
+// `max_position` is what llama3 and yarn fall back to without original_max_position_embeddings.
+RopeScaling ReadRope(const nlohmann::json& r, const std::string& where, const HfConfigReader& rd,
+                     int64_t max_position) {
+  RopeScaling rope;
+  static const std::set<std::string> kKnown = {
+      "rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
+      "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor",
+      "mscale", "mscale_all_dim", "truncate", "partial_rotary_factor"};
+  const std::string pre = where + ".";
+  for (auto it = r.begin(); it != r.end(); ++it)
+    if (!kKnown.count(it.key()))
+      Unsupported(pre + it.key(), it->dump(), "rlid implements rope types default, linear, llama3 and yarn");
+  if (r.contains("rope_type") && !r["rope_type"].is_null())
+    rope.type = rd.Get<std::string>("rope_type", r, pre, std::nullopt);
+  else if (r.contains("type") && !r["type"].is_null())
+    rope.type = rd.Get<std::string>("type", r, pre, std::nullopt);
+  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" && rope.type != "yarn")
+    Unsupported(pre + "rope_type", "\"" + rope.type + "\"",
+                "rlid implements rope types default, linear, llama3 and yarn");
+  const double prf = rd.Get<double>("partial_rotary_factor", r, pre, 1.0);
+  if (prf != 1.0)
+    Unsupported(pre + "partial_rotary_factor", fmt::format("{}", prf), "rlid rotates the whole head");
+  if (rope.type == "default") return rope;
+  rope.factor = rd.Get<double>("factor", r, pre, std::nullopt);
+  if (rope.type == "llama3") {
+    rope.original_max_position = rd.Get<int64_t>("original_max_position_embeddings", r, pre, max_position);
+    rope.low_freq_factor = rd.Get<double>("low_freq_factor", r, pre, std::nullopt);
+    rope.high_freq_factor = rd.Get<double>("high_freq_factor", r, pre, std::nullopt);
+  } else if (rope.type == "yarn") {
+    rope.original_max_position = rd.Get<int64_t>("original_max_position_embeddings", r, pre, max_position);
+    rope.beta_fast = rd.Get<double>("beta_fast", r, pre, 32.0);
+    rope.beta_slow = rd.Get<double>("beta_slow", r, pre, 1.0);
+    rope.attention_factor = rd.Get<double>("attention_factor", r, pre, 0.0);
+    rope.mscale = rd.Get<double>("mscale", r, pre, 0.0);
+    rope.mscale_all_dim = rd.Get<double>("mscale_all_dim", r, pre, 0.0);
+    rope.truncate = rd.Get<bool>("truncate", r, pre, true);
+  }
+  return rope;
+}
+
+// What transformers' LlamaConfig, Qwen2Config and Qwen3Config assume for a key
+// config.json leaves out; 0 = derived (num_attention_heads, hidden_size / heads).
+struct FamilyDefaults {
+  int64_t num_kv_heads;
+  int64_t head_dim;
+  int64_t max_position;
+};
+
+const FamilyDefaults& DefaultsOf(const std::string& model_type) {
+  static const std::map<std::string, FamilyDefaults> kDefaults = {
+      {"llama", {0, 0, 2048}}, {"qwen2", {32, 0, 32768}}, {"qwen3", {32, 128, 32768}}};
+  return kDefaults.at(model_type);
+}
+
+}  // namespace
+
+namespace {
+
+// What rlid's decoder does not implement is refused by its config.json name
+// (MoE, sliding windows, other layer types and activations, MLP biases).
+void RejectUnsupported(const nlohmann::json& j, HfConfigReader& rd, const std::string& type) {
+  if (type != "qwen3" && type != "qwen2" && type != "llama")
+    Unsupported("model_type", "\"" + type + "\"",
+                "rlid runs qwen3, qwen2 and llama decoders (MoE variants are not supported)");
+  for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size"})
+    if (j.contains(moe) && !j[moe].is_null() && !(j[moe].is_number() && j[moe].get<double>() == 0))
+      Unsupported(moe, j[moe].dump(), "mixture-of-experts models are not supported");
+  if (rd.Get<bool>("use_sliding_window", false))
+    Unsupported("use_sliding_window", "true", "rlid attends over the full context; set it to false");
+  if (j.contains("layer_types") && j["layer_types"].is_array())
+    for (const auto& t : j["layer_types"])
+      if (t != "full_attention")
+        Unsupported("layer_types", t.dump(), "only full_attention layers are supported");
+  const std::string act = rd.Get<std::string>("hidden_act", std::string("silu"));
+  if (act != "silu") Unsupported("hidden_act", "\"" + act + "\"", "rlid's MLP is SwiGLU (silu)");
+  if (rd.Get<bool>("mlp_bias", false)) Unsupported("mlp_bias", "true", "rlid's MLP has no biases");
+  if (rd.Get<int64_t>("pretraining_tp", int64_t{1}) != 1)
+    Unsupported("pretraining_tp", j["pretraining_tp"].dump(), "set it to 1 (it only changes rounding)");
+}
+
+// Sizes and divisors by their config.json names, checked before anything
+// divides by them; num_key_value_heads and head_dim fall back as transformers does.
+void ReadSizes(const nlohmann::json& j, HfConfigReader& rd, const FamilyDefaults& defaults,
+               ModelConfig& c) {
+  c.vocab_size = rd.Get<int64_t>("vocab_size");
+  c.hidden_size = rd.Get<int64_t>("hidden_size");
+  c.intermediate_size = rd.Get<int64_t>("intermediate_size");
+  c.num_layers = rd.Get<int64_t>("num_hidden_layers");
+  c.num_heads = rd.Get<int64_t>("num_attention_heads");
+  // Absent: the family's default; null: num_attention_heads (as transformers does).
+  const bool kv_absent = !j.contains("num_key_value_heads") && defaults.num_kv_heads > 0;
+  c.num_kv_heads = rd.Get<int64_t>("num_key_value_heads", kv_absent ? defaults.num_kv_heads : c.num_heads);
+  // Sizes and divisors by their config.json names, before anything divides by them.
+  struct SizeField {
+    const char* field;
+    int64_t value, max;
+  };
+  for (const auto& [field, v, max] :
+       {SizeField{"vocab_size", c.vocab_size, kMaxVocabSize},
+        SizeField{"hidden_size", c.hidden_size, kMaxHiddenSize},
+        SizeField{"intermediate_size", c.intermediate_size, kMaxIntermediateSize},
+        SizeField{"num_hidden_layers", c.num_layers, kMaxLayers},
+        SizeField{"num_attention_heads", c.num_heads, kMaxHeads},
+        SizeField{"num_key_value_heads", c.num_kv_heads, kMaxHeads}}) {
+    if (v < 1)
+      throw ConfigError(fmt::format("config.json: {} = {} must be >= 1", field, v),
+                        "config.json is damaged or does not describe a decoder language model");
+    if (v > max)
+      throw ConfigError(fmt::format("config.json: {} = {} exceeds the {} rlid allows", field, v, max),
+                        "no released model is this large; config.json is damaged or hostile");
+  }
+  if (c.num_heads % c.num_kv_heads != 0)
+    throw ConfigError(fmt::format("config.json: num_attention_heads = {} is not a multiple of "
+                                  "num_key_value_heads = {}",
+                                  c.num_heads, c.num_kv_heads));
+  // Without head_dim it is D / heads (Qwen3: 128).
+  c.head_dim = rd.Get<int64_t>("head_dim", defaults.head_dim ? defaults.head_dim : c.hidden_size / c.num_heads);
+  if (c.head_dim < 1) throw ConfigError(fmt::format("config.json: head_dim = {} must be >= 1", c.head_dim));
+}
+
+// max_position_embeddings and the rotary embedding: rope_parameters (current
+// layout) or top-level rope_theta + rope_scaling (older); partial rotary is refused.
+void ReadPositions(const nlohmann::json& j, HfConfigReader& rd, const FamilyDefaults& defaults,
+                   ModelConfig& c) {
+  c.max_position = rd.Get<int64_t>("max_position_embeddings", defaults.max_position);
+  // Current layout: rope_parameters {rope_theta, rope_type, ...}; older: top-level
+  // rope_theta and rope_scaling (null or {rope_type | type, ...}).
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const auto& r = j["rope_parameters"];
+    if (!r.is_object()) Unsupported("rope_parameters", r.dump(), "expected an object");
+    c.rope = ReadRope(r, "rope_parameters", rd, c.max_position);
+    c.rope_theta = rd.Get<double>("rope_theta", r, "rope_parameters.",
+                                  rd.Get<double>("rope_theta", 10000.0));
+  } else {
+    c.rope_theta = rd.Get<double>("rope_theta", 10000.0);
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+      if (!j["rope_scaling"].is_object()) Unsupported("rope_scaling", j["rope_scaling"].dump(), "expected an object");
+      c.rope = ReadRope(j["rope_scaling"], "rope_scaling", rd, c.max_position);
+    }
+  }
+  // A top-level original_max_position_embeddings (Phi-3 style) overrides the rope
+  // parameters' in transformers (standardize_rope_params), so it does here.
+  if (c.rope.type == "llama3" || c.rope.type == "yarn")
+    c.rope.original_max_position = rd.Get<int64_t>("original_max_position_embeddings", c.rope.original_max_position);
+  // transformers also reads a top-level partial_rotary_factor (moving it into the rope
+  // parameters); rlid rotates whole heads, so anything else would silently change the model.
+  const double partial_rotary = rd.Get<double>("partial_rotary_factor", 1.0);
+  if (partial_rotary != 1.0)
+    Unsupported("partial_rotary_factor", fmt::format("{}", partial_rotary),
+                "rlid rotates the whole head (partial rotary embeddings are not implemented)");
+}
+
+// q/k norm and attention biases: by family, or as an rlid config before 0.2 stated them.
+void ReadAttentionFlags(const nlohmann::json& j, HfConfigReader& rd, const std::string& type,
+                        ModelConfig& c) {
+  c.qk_norm = type == "qwen3";
+  if (j.contains("rlid_qk_norm")) {  // written by rlid before 0.2: flags stated explicitly
+    c.qk_norm = rd.Get<bool>("rlid_qk_norm");
+    c.attention_bias = rd.Get<bool>("attention_bias", false);
+  } else if (type == "qwen2") {
+    c.attention_bias = true;  // Qwen2's q/k/v always carry biases, o_proj never
+  } else {
+    c.attention_bias = c.output_bias = rd.Get<bool>("attention_bias", false);
+  }
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
+  if (!j.is_object()) throw ConfigError("model config.json is not a JSON object");
+  ModelConfig c;
+  HfConfigReader rd(j);
+  const std::string type = rd.Get<std::string>("model_type", std::string("qwen3"));
+  RejectUnsupported(j, rd, type);
+  c.preset = rd.Get<std::string>("rlid_preset", std::string("custom"));
+  const FamilyDefaults& defaults = DefaultsOf(type);
+  ReadSizes(j, rd, defaults, c);
+  ReadPositions(j, rd, defaults, c);
+  c.rms_norm_eps = rd.Get<double>("rms_norm_eps", 1e-6);
+  c.tie_embeddings = rd.Get<bool>("tie_word_embeddings", false);
+  ReadAttentionFlags(j, rd, type, c);
+  c.source_dtype = rd.Get<std::string>("dtype", rd.Get<std::string>("torch_dtype", std::string("float32")));
+  try {
+    c.Validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(
+        fmt::format("bad model config.json: {}", e.what()),
+        "config.json names them num_hidden_layers (num_layers), num_attention_heads (num_heads), "
+        "num_key_value_heads (num_kv_heads), max_position_embeddings (max_position)");
+  }
+  return c;
+}
+
+std::vector<double> ModelConfig::RopeInvFreq() const {
+  const int64_t half = head_dim / 2;
+  const double dim = static_cast<double>(head_dim);
+  std::vector<double> inv(half);
+  for (int64_t i = 0; i < half; ++i) inv[i] = std::pow(rope_theta, -2.0 * i / dim);
+  if (rope.type == "linear") {
+    for (auto& f : inv) f /= rope.factor;
+  } else if (rope.type == "llama3") {
+    // Wavelengths longer than the original context are interpolated, shorter
+    // ones kept, and the band between blended smoothly.
+    const double old_len = static_cast<double>(rope.original_max_position);
+    const double low_wavelen = old_len / rope.low_freq_factor;
+    const double high_wavelen = old_len / rope.high_freq_factor;
+    for (auto& f : inv) {
+      const double wavelen = 2.0 * M_PI / f;
+      if (wavelen > low_wavelen) {
+        f /= rope.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth =
+            (old_len / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+        f = (1.0 - smooth) * f / rope.factor + smooth * f;
+      }
+    }
+  } else if (rope.type == "yarn") {
+    const double orig = static_cast<double>(rope.original_max_position > 0 ? rope.original_max_position
+                                                                           : max_position);
+    auto correction_dim = [&](double rotations) {
+      return dim * std::log(orig / (rotations * 2.0 * M_PI)) / (2.0 * std::log(rope_theta));
+    };
+    double low = correction_dim(rope.beta_fast), high = correction_dim(rope.beta_slow);
+    if (rope.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0), high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;
+    for (int64_t i = 0; i < half; ++i) {
+      const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+      const double extrapolation = 1.0 - ramp;  // weight of the unscaled frequency
+      inv[i] = inv[i] / rope.factor * (1.0 - extrapolation) + inv[i] * extrapolation;
+    }
+  }
+  return inv;
+}
+
+double ModelConfig::RopeAttentionScale() const {
+  if (rope.type != "yarn") return 1.0;
+  if (rope.attention_factor > 0) return rope.attention_factor;
+  auto mscale = [&](double m) { return rope.factor <= 1 ? 1.0 : 0.1 * m * std::log(rope.factor) + 1.0; };
+  if (rope.mscale > 0 && rope.mscale_all_dim > 0) return mscale(rope.mscale) / mscale(rope.mscale_all_dim);
+  return mscale(1.0);
+}
+
+int64_t ModelConfig::NumParameters() const {
+  int64_t attn = hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads);
+  if (attention_bias) attn += head_dim * (num_heads + 2 * num_kv_heads);
+  if (output_bias) attn += hidden_size;
+  int64_t mlp = 3 * hidden_size * intermediate_size;
+  int64_t norms = 2 * hidden_size + (qk_norm ? 2 * head_dim : 0);
+  int64_t total = num_layers * (attn + mlp + norms) + vocab_size * hidden_size + hidden_size;
+  if (!tie_embeddings) total += vocab_size * hidden_size;
+  return total + hidden_size + 1;  // value head
+}
+
+ForwardCost& ForwardCost::operator+=(const ForwardCost& o) {
+  calls += o.calls;
+  tokens += o.tokens;
+  attention_pairs += o.attention_pairs;
+  logit_rows += o.logit_rows;
+  value_rows += o.value_rows;
+  return *this;
+}
+
+ForwardCost Difference(const ForwardCost& a, const ForwardCost& b) {
+  return {a.calls - b.calls, a.tokens - b.tokens, a.attention_pairs - b.attention_pairs,
+          a.logit_rows - b.logit_rows, a.value_rows - b.value_rows};
+}
+
+int64_t ModelConfig::LayerMatmulParameters() const {
+  return hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads) +
+         3 * hidden_size * intermediate_size;
+}
+
+double ModelConfig::ForwardFlops(const ForwardCost& c) const {
+  const double L = static_cast<double>(num_layers);
+  return 2.0 * L * static_cast<double>(LayerMatmulParameters()) * static_cast<double>(c.tokens) +
+         4.0 * L * static_cast<double>(num_heads * head_dim) *
+             static_cast<double>(c.attention_pairs) +
+         2.0 * static_cast<double>(vocab_size * hidden_size) * static_cast<double>(c.logit_rows) +
+         2.0 * static_cast<double>(hidden_size) * static_cast<double>(c.value_rows);
+}
+
+}  // namespace rlid::policy
