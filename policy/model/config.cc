@@ -120,9 +120,19 @@ void ModelConfig::Validate() const {
     positive_finite("rope.beta_fast", rope.beta_fast);
     positive_finite("rope.beta_slow", rope.beta_slow);
   }
+  if (sliding_window < 0) throw ConfigError(fmt::format("sliding_window = {} must be >= 0", sliding_window));
+  if (!sliding.empty() && static_cast<int64_t>(sliding.size()) != num_layers)
+    throw ConfigError(fmt::format("{} layer types for {} layers", sliding.size(), num_layers));
+  if (activation != "silu" && activation != "gelu_tanh")
+    throw ConfigError(fmt::format("unknown MLP activation '{}'", activation), "use silu or gelu_tanh");
+  if (local_rope_theta != 0) positive_finite("local_rope_theta", local_rope_theta);
+  positive_finite("embed_scale", embed_scale);
+  if (query_scale != 0) positive_finite("query_scale", query_scale);
+  if (final_logit_softcap != 0) positive_finite("final_logit_softcap", final_logit_softcap);
 }
 
 std::string ModelConfig::ModelType() const {
+  if (!family.empty()) return family;
   if (qk_norm) return "qwen3";
   if (attention_bias && !output_bias) return "qwen2";
   return "llama";
@@ -150,7 +160,9 @@ nlohmann::json RopeScaling::ToJson(double theta) const {
 
 nlohmann::json ModelConfig::ToJson() const {
   static const std::map<std::string, std::string> kArch = {
-      {"qwen3", "Qwen3ForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"llama", "LlamaForCausalLM"}};
+      {"qwen3", "Qwen3ForCausalLM"},      {"qwen2", "Qwen2ForCausalLM"},
+      {"llama", "LlamaForCausalLM"},      {"mistral", "MistralForCausalLM"},
+      {"gemma3_text", "Gemma3ForCausalLM"}};
   const std::string type = ModelType();
   nlohmann::json rope_scaling = nullptr;
   if (rope.type != "default") {
@@ -175,9 +187,35 @@ nlohmann::json ModelConfig::ToJson() const {
                       {"torch_dtype", "float32"},
                       {"rlid_preset", preset}};
   // Qwen2 always has q/k/v biases; Llama/Qwen3 put attention_bias on q/k/v/o.
+  if (type == "mistral" || type == "gemma3_text") return FamilyJson(std::move(j));
   if (type != "qwen2") j["attention_bias"] = attention_bias;
   if (type == "llama") j["mlp_bias"] = false;
   if (type != "llama") j["use_sliding_window"] = false;
+  return j;
+}
+
+// Mistral and Gemma 3 (text): the shared keys of ToJson, then their own.
+nlohmann::json ModelConfig::FamilyJson(nlohmann::json j) const {
+  j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json(nullptr);
+  if (family == "mistral") return j;
+  j.erase("hidden_act");
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["attention_bias"] = attention_bias;
+  j["rope_local_base_freq"] = local_rope_theta;
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t l = 0; l < num_layers; ++l)
+    types.push_back(IsSliding(l) ? "sliding_attention" : "full_attention");
+  j["layer_types"] = types;
+  // query_pre_attn_scalar is an integer in every released config (query_scale = its -1/2 power).
+  const double scalar = 1.0 / (query_scale * query_scale);
+  if (std::abs(scalar - std::round(scalar)) < 1e-6 * scalar)
+    j["query_pre_attn_scalar"] = static_cast<int64_t>(std::llround(scalar));
+  else
+    j["query_pre_attn_scalar"] = scalar;
+  j["final_logit_softcapping"] =
+      final_logit_softcap > 0 ? nlohmann::json(final_logit_softcap) : nlohmann::json(nullptr);
+  j["attn_logit_softcapping"] = nullptr;
+  j["use_bidirectional_attention"] = false;
   return j;
 }
 
@@ -270,11 +308,14 @@ struct FamilyDefaults {
   int64_t num_kv_heads;
   int64_t head_dim;
   int64_t max_position;
+  bool tie_embeddings = false;
 };
 
 const FamilyDefaults& DefaultsOf(const std::string& model_type) {
   static const std::map<std::string, FamilyDefaults> kDefaults = {
-      {"llama", {0, 0, 2048}}, {"qwen2", {32, 0, 32768}}, {"qwen3", {32, 128, 32768}}};
+      {"llama", {0, 0, 2048}},          {"qwen2", {32, 0, 32768}},
+      {"qwen3", {32, 128, 32768}},      {"mistral", {8, 0, 131072}},
+      {"gemma3_text", {4, 256, 131072, true}}};
   return kDefaults.at(model_type);
 }
 
@@ -285,14 +326,27 @@ namespace {
 // What rlid's decoder does not implement is refused by its config.json name
 // (MoE, sliding windows, other layer types and activations, MLP biases).
 void RejectUnsupported(const nlohmann::json& j, HfConfigReader& rd, const std::string& type) {
-  if (type != "qwen3" && type != "qwen2" && type != "llama")
+  static const std::set<std::string> kTypes = {"qwen3", "qwen2", "llama", "mistral", "gemma3_text"};
+  if (!kTypes.count(type))
     Unsupported("model_type", "\"" + type + "\"",
-                "rlid runs qwen3, qwen2 and llama decoders (MoE variants are not supported)");
+                "rlid runs qwen3, qwen2, llama, mistral and gemma3_text decoders (MoE variants are "
+                "not supported)");
   for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size"})
     if (j.contains(moe) && !j[moe].is_null() && !(j[moe].is_number() && j[moe].get<double>() == 0))
       Unsupported(moe, j[moe].dump(), "mixture-of-experts models are not supported");
   if (rd.Get<bool>("use_sliding_window", false))
     Unsupported("use_sliding_window", "true", "rlid attends over the full context; set it to false");
+  if (type == "gemma3_text") {
+    const std::string act = rd.Get<std::string>("hidden_activation", std::string("gelu_pytorch_tanh"));
+    if (act != "gelu_pytorch_tanh" && act != "gelu_tanh")
+      Unsupported("hidden_activation", "\"" + act + "\"", "rlid's Gemma 3 MLP is GeGLU (gelu_pytorch_tanh)");
+    if (rd.Get<double>("attn_logit_softcapping", 0.0) != 0.0)
+      Unsupported("attn_logit_softcapping", j["attn_logit_softcapping"].dump(),
+                  "rlid's attention has no score soft-capping (Gemma 3 releases set none)");
+    if (rd.Get<bool>("use_bidirectional_attention", false))
+      Unsupported("use_bidirectional_attention", "true", "rlid's decoder is causal");
+    return;  // layer_types: read with the sliding window
+  }
   if (j.contains("layer_types") && j["layer_types"].is_array())
     for (const auto& t : j["layer_types"])
       if (t != "full_attention")
@@ -346,9 +400,12 @@ void ReadSizes(const nlohmann::json& j, HfConfigReader& rd, const FamilyDefaults
 
 // max_position_embeddings and the rotary embedding: rope_parameters (current
 // layout) or top-level rope_theta + rope_scaling (older); partial rotary is refused.
+void ReadGemmaRope(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c);
+
 void ReadPositions(const nlohmann::json& j, HfConfigReader& rd, const FamilyDefaults& defaults,
-                   ModelConfig& c) {
+                   const std::string& type, ModelConfig& c) {
   c.max_position = rd.Get<int64_t>("max_position_embeddings", defaults.max_position);
+  if (type == "gemma3_text") return ReadGemmaRope(j, rd, c);
   // Current layout: rope_parameters {rope_theta, rope_type, ...}; older: top-level
   // rope_theta and rope_scaling (null or {rope_type | type, ...}).
   if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
@@ -379,7 +436,8 @@ void ReadPositions(const nlohmann::json& j, HfConfigReader& rd, const FamilyDefa
 // q/k norm and attention biases: by family, or as an rlid config before 0.2 stated them.
 void ReadAttentionFlags(const nlohmann::json& j, HfConfigReader& rd, const std::string& type,
                         ModelConfig& c) {
-  c.qk_norm = type == "qwen3";
+  c.qk_norm = type == "qwen3" || type == "gemma3_text";
+  if (type == "mistral") return;  // no biases (transformers ignores attention_bias there)
   if (j.contains("rlid_qk_norm")) {  // written by rlid before 0.2: flags stated explicitly
     c.qk_norm = rd.Get<bool>("rlid_qk_norm");
     c.attention_bias = rd.Get<bool>("attention_bias", false);
@@ -388,6 +446,86 @@ void ReadAttentionFlags(const nlohmann::json& j, HfConfigReader& rd, const std::
   } else {
     c.attention_bias = c.output_bias = rd.Get<bool>("attention_bias", false);
   }
+}
+
+// Gemma 3: one rope per kind of layer. Current layout: rope_parameters
+// {"full_attention": {...}, "sliding_attention": {...}}; older: top-level rope_theta +
+// rope_scaling (global layers) and rope_local_base_freq (sliding ones, never scaled).
+void ReadGemmaRope(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c) {
+  c.rope_theta = 1e6, c.local_rope_theta = 1e4;  // Gemma3TextConfig's defaults
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const auto& r = j["rope_parameters"];
+    if (!r.is_object()) Unsupported("rope_parameters", r.dump(), "expected an object");
+    for (auto it = r.begin(); it != r.end(); ++it)
+      if (it.key() != "full_attention" && it.key() != "sliding_attention")
+        Unsupported("rope_parameters." + it.key(), it->dump(),
+                    "Gemma 3's rope parameters are keyed by layer type (full_attention, sliding_attention)");
+    if (r.contains("full_attention") && r["full_attention"].is_object()) {
+      c.rope = ReadRope(r["full_attention"], "rope_parameters.full_attention", rd, c.max_position);
+      c.rope_theta = rd.Get<double>("rope_theta", r["full_attention"], "rope_parameters.full_attention.", 1e6);
+    }
+    if (r.contains("sliding_attention") && r["sliding_attention"].is_object()) {
+      const auto local = ReadRope(r["sliding_attention"], "rope_parameters.sliding_attention", rd, c.max_position);
+      if (local.type != "default")
+        Unsupported("rope_parameters.sliding_attention.rope_type", "\"" + local.type + "\"",
+                    "rlid's sliding layers use unscaled RoPE, as Gemma 3 releases do");
+      c.local_rope_theta =
+          rd.Get<double>("rope_theta", r["sliding_attention"], "rope_parameters.sliding_attention.", 1e4);
+    }
+  } else {
+    c.rope_theta = rd.Get<double>("rope_theta", 1e6);
+    c.local_rope_theta = rd.Get<double>("rope_local_base_freq", 1e4);
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+      if (!j["rope_scaling"].is_object()) Unsupported("rope_scaling", j["rope_scaling"].dump(), "expected an object");
+      c.rope = ReadRope(j["rope_scaling"], "rope_scaling", rd, c.max_position);
+    }
+  }
+  const double partial_rotary = rd.Get<double>("partial_rotary_factor", 1.0);
+  if (partial_rotary != 1.0)
+    Unsupported("partial_rotary_factor", fmt::format("{}", partial_rotary),
+                "rlid rotates the whole head (partial rotary embeddings are not implemented)");
+}
+
+// Mistral: every layer slides (sliding_window null: none does). Gemma 3 (text):
+// layer_types (or every sliding_window_pattern-th layer global), (1 + w) norms
+// with sandwich norms, sqrt(D)-scaled embeddings, GeGLU, query_pre_attn_scalar,
+// final-logit soft-capping.
+void ReadFamily(const nlohmann::json& j, HfConfigReader& rd, const std::string& type, ModelConfig& c) {
+  if (type != "mistral" && type != "gemma3_text") return;
+  c.family = type;
+  const bool absent = !j.contains("sliding_window");
+  c.sliding_window = absent ? 4096 : rd.Get<int64_t>("sliding_window", int64_t{0});
+  if (c.sliding_window < 0 || (!absent && j["sliding_window"].is_number() && c.sliding_window == 0))
+    Unsupported("sliding_window", j["sliding_window"].dump(), "a window of at least one token");
+  if (type == "mistral") {
+    c.sliding.assign(c.num_layers, c.sliding_window > 0);
+    return;
+  }
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const auto& t = j["layer_types"];
+    if (!t.is_array() || static_cast<int64_t>(t.size()) != c.num_layers)
+      Unsupported("layer_types", t.dump().substr(0, 120), "one of sliding_attention / full_attention per layer");
+    for (const auto& x : t) {
+      if (x != "sliding_attention" && x != "full_attention")
+        Unsupported("layer_types", x.dump(), "Gemma 3's layers are sliding_attention or full_attention");
+      c.sliding.push_back(x == "sliding_attention");
+    }
+  } else {
+    const int64_t pattern = rd.Get<int64_t>("sliding_window_pattern", int64_t{6});
+    if (pattern < 1) Unsupported("sliding_window_pattern", std::to_string(pattern), "a pattern >= 1");
+    for (int64_t l = 0; l < c.num_layers; ++l) c.sliding.push_back((l + 1) % pattern != 0);
+  }
+  if (c.sliding_window == 0 && std::find(c.sliding.begin(), c.sliding.end(), true) != c.sliding.end())
+    Unsupported("sliding_window", "null", "sliding_attention layers need a window");
+  c.unit_offset_norm = c.sandwich_norm = true;
+  c.embed_scale = std::sqrt(static_cast<double>(c.hidden_size));
+  c.activation = "gelu_tanh";
+  const double scalar = rd.Get<double>("query_pre_attn_scalar", 256.0);
+  if (!(scalar > 0)) Unsupported("query_pre_attn_scalar", fmt::format("{}", scalar), "a positive number");
+  c.query_scale = 1.0 / std::sqrt(scalar);
+  c.final_logit_softcap = rd.Get<double>("final_logit_softcapping", 0.0);
+  if (c.final_logit_softcap < 0)
+    Unsupported("final_logit_softcapping", fmt::format("{}", c.final_logit_softcap), "null or > 0");
 }
 
 }  // namespace
@@ -401,10 +539,11 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
   c.preset = rd.Get<std::string>("rlid_preset", std::string("custom"));
   const FamilyDefaults& defaults = DefaultsOf(type);
   ReadSizes(j, rd, defaults, c);
-  ReadPositions(j, rd, defaults, c);
+  ReadPositions(j, rd, defaults, type, c);
   c.rms_norm_eps = rd.Get<double>("rms_norm_eps", 1e-6);
-  c.tie_embeddings = rd.Get<bool>("tie_word_embeddings", false);
+  c.tie_embeddings = rd.Get<bool>("tie_word_embeddings", defaults.tie_embeddings);
   ReadAttentionFlags(j, rd, type, c);
+  ReadFamily(j, rd, type, c);
   c.source_dtype = rd.Get<std::string>("dtype", rd.Get<std::string>("torch_dtype", std::string("float32")));
   try {
     c.Validate();
@@ -459,6 +598,14 @@ std::vector<double> ModelConfig::RopeInvFreq() const {
   return inv;
 }
 
+std::vector<double> ModelConfig::LocalRopeInvFreq() const {
+  if (local_rope_theta <= 0) return RopeInvFreq();
+  std::vector<double> inv(head_dim / 2);
+  for (int64_t i = 0; i < head_dim / 2; ++i)
+    inv[i] = std::pow(local_rope_theta, -2.0 * i / static_cast<double>(head_dim));
+  return inv;
+}
+
 double ModelConfig::RopeAttentionScale() const {
   if (rope.type != "yarn") return 1.0;
   if (rope.attention_factor > 0) return rope.attention_factor;
@@ -472,7 +619,7 @@ int64_t ModelConfig::NumParameters() const {
   if (attention_bias) attn += head_dim * (num_heads + 2 * num_kv_heads);
   if (output_bias) attn += hidden_size;
   int64_t mlp = 3 * hidden_size * intermediate_size;
-  int64_t norms = 2 * hidden_size + (qk_norm ? 2 * head_dim : 0);
+  int64_t norms = (sandwich_norm ? 4 : 2) * hidden_size + (qk_norm ? 2 * head_dim : 0);
   int64_t total = num_layers * (attn + mlp + norms) + vocab_size * hidden_size + hidden_size;
   if (!tie_embeddings) total += vocab_size * hidden_size;
   return total + hidden_size + 1;  // value head

@@ -64,6 +64,23 @@ struct ModelConfig {
   int64_t max_position = 4096;       // longest sequence the model accepts
   std::string source_dtype = "float32";  // dtype of the weights on disk (informational)
 
+  // Families beyond Qwen3 / Qwen2 / Llama, set by FromJson from config.json's
+  // model_type ([policy] does not set them; a fresh model keeps the defaults).
+  std::string family;                // "" (qwen3 / qwen2 / llama by the flags), mistral, gemma3_text
+  int64_t sliding_window = 0;        // a sliding layer's query at position q sees keys at
+                                     // positions k with q - k < sliding_window (0: none)
+  std::vector<bool> sliding;         // per layer: slides (empty: no layer does)
+  double local_rope_theta = 0.0;     // RoPE base of sliding layers, unscaled (Gemma 3); 0: the global rope
+  bool unit_offset_norm = false;     // RMSNorm scales by (1 + w), w zero at init (Gemma)
+  bool sandwich_norm = false;        // norms after attention and before/after the MLP (Gemma 3)
+  double embed_scale = 1.0;          // token embeddings are multiplied by this (Gemma: sqrt(D))
+  std::string activation = "silu";   // MLP gate: silu (SwiGLU) or gelu_tanh (GeGLU)
+  double query_scale = 0.0;          // attention score scale; 0: 1 / sqrt(head_dim)
+  double final_logit_softcap = 0.0;  // logits = c tanh(logits / c) with c this (0: off)
+  bool IsSliding(int64_t layer) const {
+    return sliding_window > 0 && layer < static_cast<int64_t>(sliding.size()) && sliding[layer];
+  }
+
   // Reads [policy] (preset first, then explicit fields).
   void Load(ConfigNode n);
   void ApplyPreset(const std::string& name);
@@ -71,15 +88,19 @@ struct ModelConfig {
   // HF family with these flags: qwen3 (q/k norm), qwen2 (q/k/v biases only), else llama.
   std::string ModelType() const;
   // HF config.json in the layout every transformers version reads (top-level
-  // rope_theta / rope_scaling / torch_dtype) and back. FromJson accepts
-  // Qwen3, Qwen2 and Llama in both the current (rope_parameters, dtype) and the
-  // older layout; anything it cannot run exactly (MoE, sliding windows, other
-  // rope types, other activations, MLP biases) is a ConfigError naming the field.
+  // rope_theta / rope_scaling / torch_dtype) and back. FromJson accepts Qwen3,
+  // Qwen2, Llama, Mistral and Gemma 3 (gemma3_text) in both the current
+  // (rope_parameters, dtype, layer_types) and the older layout; anything it
+  // cannot run exactly (MoE, Qwen's sliding windows, other rope types and
+  // activations, MLP biases, attention soft-capping) is a ConfigError naming the field.
   nlohmann::json ToJson() const;
+  nlohmann::json FamilyJson(nlohmann::json shared) const;  // ToJson's Mistral / Gemma 3 keys
   static ModelConfig FromJson(const nlohmann::json& j);
   // RoPE inverse frequencies [head_dim / 2] after scaling, and the factor cos/sin
   // are multiplied by (yarn's attention scale; 1 otherwise).
   std::vector<double> RopeInvFreq() const;
+  // Sliding layers' inverse frequencies: local_rope_theta unscaled, or RopeInvFreq().
+  std::vector<double> LocalRopeInvFreq() const;
   double RopeAttentionScale() const;
   int64_t NumParameters() const;
   // Weights of one decoder layer's matmuls: q, k, v, o projections and the SwiGLU MLP.

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -21,18 +22,27 @@ namespace rlid::policy {
 // and in float64 when the model is float64 (gradient checks).
 torch::Dtype ComputeType(torch::Dtype d) { return d == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32; }
 
-torch::Tensor ApplyRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+torch::Tensor ApplyRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps,
+                           bool unit_offset) {
   const auto ct = ComputeType(x.scalar_type());
   auto xf = x.to(ct);
   auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (y * w.to(ct)).to(x.scalar_type());
+  return (y * (unit_offset ? w.to(ct) + 1.0 : w.to(ct))).to(x.scalar_type());
 }
 
-RmsNormImpl::RmsNormImpl(int64_t dim, double eps, torch::Dtype dtype) : eps_(eps) {
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps, torch::Dtype dtype, bool unit_offset)
+    : eps_(eps), unit_offset_(unit_offset) {
   weight = register_parameter("weight", torch::empty({dim}, torch::TensorOptions().dtype(dtype)));
 }
 
-torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) { return ApplyRmsNorm(x, weight, eps_); }
+torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
+  return ApplyRmsNorm(x, weight, eps_, unit_offset_);
+}
+
+LayerKV LayerKV::Rows(const torch::Tensor& index) const {
+  return {k.index_select(0, index), v.index_select(0, index),
+          pos.defined() ? pos.index_select(0, index) : pos};
+}
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, bool bias, torch::Dtype dtype) {
   auto opts = torch::TensorOptions().dtype(dtype);
@@ -91,14 +101,18 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
 }  // namespace
 
 AttentionImpl::AttentionImpl(const ModelConfig& cfg, torch::Dtype dt)
-    : heads_(cfg.num_heads), kv_heads_(cfg.num_kv_heads), head_dim_(cfg.head_dim) {
+    : heads_(cfg.num_heads),
+      kv_heads_(cfg.num_kv_heads),
+      head_dim_(cfg.head_dim),
+      scale_(cfg.query_scale > 0 ? cfg.query_scale
+                                 : 1.0 / std::sqrt(static_cast<double>(cfg.head_dim))) {
   q_proj = register_module("q_proj", MakeLinear(cfg.hidden_size, heads_ * head_dim_, cfg.attention_bias, dt));
   k_proj = register_module("k_proj", MakeLinear(cfg.hidden_size, kv_heads_ * head_dim_, cfg.attention_bias, dt));
   v_proj = register_module("v_proj", MakeLinear(cfg.hidden_size, kv_heads_ * head_dim_, cfg.attention_bias, dt));
   o_proj = register_module("o_proj", MakeLinear(heads_ * head_dim_, cfg.hidden_size, cfg.output_bias, dt));
   if (cfg.qk_norm) {
-    q_norm = register_module("q_norm", RmsNorm(head_dim_, cfg.rms_norm_eps, dt));
-    k_norm = register_module("k_norm", RmsNorm(head_dim_, cfg.rms_norm_eps, dt));
+    q_norm = register_module("q_norm", RmsNorm(head_dim_, cfg.rms_norm_eps, dt, cfg.unit_offset_norm));
+    k_norm = register_module("k_norm", RmsNorm(head_dim_, cfg.rms_norm_eps, dt, cfg.unit_offset_norm));
   }
 }
 
@@ -116,9 +130,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   q = q.transpose(1, 2);  // [B, H, T, hd]
   k = k.transpose(1, 2);  // [B, Hkv, T, hd]
   v = v.transpose(1, 2);
-  // The 1/sqrt(hd) score scale is folded into q ([B,H,T,hd]) rather than applied
-  // to the much larger score tensor ([B,H,T,S]).
-  q = (q * cos + RotateHalf(q) * sin) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  // The score scale (1/sqrt(hd) unless the family states one) is folded into q
+  // ([B,H,T,hd]) rather than applied to the much larger score tensor ([B,H,T,S]).
+  q = (q * cos + RotateHalf(q) * sin) * scale_;
   k = k * cos + RotateHalf(k) * sin;
   if (past && past->k.defined()) {
     auto pk = past->k, pv = past->v;
@@ -140,29 +154,39 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   return o_proj(out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
 }
 
-MlpImpl::MlpImpl(const ModelConfig& cfg, torch::Dtype dt) {
+MlpImpl::MlpImpl(const ModelConfig& cfg, torch::Dtype dt) : gelu_(cfg.activation == "gelu_tanh") {
   gate_proj = register_module("gate_proj", MakeLinear(cfg.hidden_size, cfg.intermediate_size, false, dt));
   up_proj = register_module("up_proj", MakeLinear(cfg.hidden_size, cfg.intermediate_size, false, dt));
   down_proj = register_module("down_proj", MakeLinear(cfg.intermediate_size, cfg.hidden_size, false, dt));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+  auto gate = gate_proj(x);
+  return down_proj((gelu_ ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up_proj(x));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, torch::Dtype dt) {
   self_attn = register_module("self_attn", Attention(cfg, dt));
   mlp = register_module("mlp", Mlp(cfg, dt));
-  input_layernorm = register_module("input_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt));
+  auto norm = [&] { return RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt, cfg.unit_offset_norm); };
+  input_layernorm = register_module("input_layernorm", norm());
+  post_attention_layernorm = register_module("post_attention_layernorm", norm());
+  if (cfg.sandwich_norm) {
+    pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", norm());
+    post_feedforward_layernorm = register_module("post_feedforward_layernorm", norm());
+  }
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
                                         const torch::Tensor& sin, const torch::Tensor& mask_add,
                                         const LayerKV* past, LayerKV* kv_out) {
-  auto h = x + self_attn(input_layernorm(x), cos, sin, mask_add, past, kv_out);
-  return h + mlp(post_attention_layernorm(h));
+  auto a = self_attn(input_layernorm(x), cos, sin, mask_add, past, kv_out);
+  if (!pre_feedforward_layernorm) {
+    auto h = x + a;
+    return h + mlp(post_attention_layernorm(h));
+  }
+  auto h = x + post_attention_layernorm(a);
+  return h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& cfg, torch::Dtype dt) {
@@ -172,7 +196,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, torch::Dtype dt) {
     layer_list.push_back(DecoderLayer(cfg, dt));
     layers->push_back(layer_list.back());
   }
-  norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt));
+  norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt, cfg.unit_offset_norm));
 }
 
 namespace {
@@ -235,6 +259,7 @@ TransformerLMImpl::TransformerLMImpl(const ModelConfig& cfg, torch::Dtype dtype,
     : cfg_(cfg) {
   cfg_.Validate();
   inv_freq_ = cfg_.RopeInvFreq();
+  if (cfg_.local_rope_theta > 0) local_inv_freq_ = cfg_.LocalRopeInvFreq();
   rope_scale_ = cfg_.RopeAttentionScale();
   model = register_module("model", Decoder(cfg_, dtype));
   if (!cfg_.tie_embeddings) lm_head = register_module("lm_head", MakeLinear(cfg_.hidden_size, cfg_.vocab_size, false, dtype));
@@ -253,7 +278,7 @@ void TransformerLMImpl::InitWeights(uint64_t seed) {
     bool is_norm = name.find("norm.weight") != std::string::npos ||
                    name.find("layernorm.weight") != std::string::npos;
     if (is_norm) {
-      cpu.fill_(1.0);
+      cpu.fill_(cfg_.unit_offset_norm ? 0.0 : 1.0);  // a gain of 1 either way
     } else if (name.find(".bias") != std::string::npos) {
       cpu.zero_();
     } else {
@@ -308,35 +333,84 @@ ForwardCost AttentionMask::Work(int64_t batch) const {
   return w;
 }
 
+std::pair<torch::Tensor, torch::Tensor> TransformerLMImpl::Rotary(const torch::Tensor& positions,
+                                                                  const std::vector<double>& freqs,
+                                                                  torch::Tensor& cached, double scale,
+                                                                  torch::Dtype dtype) {
+  // RoPE tables in float32 (float64 for a float64 model), never in bf16.
+  const auto ft = ComputeType(dtype);
+  if (!cached.defined() || cached.device() != positions.device() || cached.scalar_type() != ft) {
+    c10::InferenceMode normal_tensor(false);  // also usable by autograd when made during sampling
+    cached = torch::tensor(freqs, torch::TensorOptions().dtype(torch::kFloat64)).to(positions.device(), ft);
+  }
+  auto angles = positions.to(ft).unsqueeze(-1) * cached;     // [B, T, hd/2]
+  auto emb = torch::cat({angles, angles}, -1).unsqueeze(1);  // [B, 1, T, hd]
+  auto cos = emb.cos(), sin = emb.sin();
+  if (scale != 1.0) cos = cos * scale, sin = sin * scale;
+  return {cos.to(dtype), sin.to(dtype)};
+}
+
+namespace {
+
+// Additive form of a bool mask; a finite negative keeps fully masked (padding)
+// rows NaN-free.
+torch::Tensor Additive(const torch::Tensor& mask, torch::Dtype dtype) {
+  return torch::zeros(mask.sizes(), torch::TensorOptions().dtype(dtype).device(mask.device()))
+      .masked_fill(mask.logical_not(), -1e9);
+}
+
+}  // namespace
+
 ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Tensor& positions,
                                       const AttentionMask& attention, const PastKV* past,
                                       bool return_present) {
   const torch::Tensor& mask = attention.mask;
   RLID_CHECK_EQ(ids.dim(), 2);
   RLID_CHECK(ids.sizes() == positions.sizes(), "ids and positions differ in shape");
-  const int64_t T = ids.size(1);
+  const int64_t B = ids.size(0), T = ids.size(1);
   const int64_t P = past && !past->empty() ? (*past)[0].k.size(2) : 0;
   RLID_CHECK_EQ(mask.size(-1), P + T, "mask key length must equal past + new tokens");
   RLID_CHECK_EQ(mask.size(-2), T);
-  if (positions.is_cpu() && positions.numel() > 0) CheckPosition(positions.max().item<int64_t>());
-  auto x = model->embed_tokens(ids);
-  // RoPE tables in float32 (float64 for a float64 model), never in bf16.
-  const auto ft = ComputeType(x.scalar_type());
-  if (!inv_freq_on_device_.defined() || inv_freq_on_device_.device() != ids.device() ||
-      inv_freq_on_device_.scalar_type() != ft) {
-    c10::InferenceMode normal_tensor(false);  // also usable by autograd when made during sampling
-    inv_freq_on_device_ =
-        torch::tensor(inv_freq_, torch::TensorOptions().dtype(torch::kFloat64)).to(ids.device(), ft);
+  int64_t max_position = -1;  // known only for positions on the host
+  if (positions.is_cpu() && positions.numel() > 0) {
+    max_position = positions.max().item<int64_t>();
+    CheckPosition(max_position);
   }
-  const auto& inv_freq = inv_freq_on_device_;
-  auto freqs = positions.to(ft).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
-  auto emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);   // [B, 1, T, hd]
-  auto cos = emb.cos(), sin = emb.sin();
-  if (rope_scale_ != 1.0) cos = cos * rope_scale_, sin = sin * rope_scale_;
-  cos = cos.to(x.scalar_type()), sin = sin.to(x.scalar_type());
-  // Additive mask; a finite negative keeps fully masked (padding) rows NaN-free.
-  auto mask_add = torch::zeros(mask.sizes(), x.options().dtype(ComputeType(x.scalar_type())))
-                      .masked_fill(mask.logical_not(), -1e9);
+  auto x = model->embed_tokens(ids);
+  if (cfg_.embed_scale != 1.0)  // the scale rounded to the weights' dtype, as transformers does
+    x = x * torch::scalar_tensor(cfg_.embed_scale, x.options());
+  const auto [cos, sin] = Rotary(positions, inv_freq_, inv_freq_on_device_, rope_scale_, x.scalar_type());
+  torch::Tensor local_cos = cos, local_sin = sin;
+  if (!local_inv_freq_.empty())
+    std::tie(local_cos, local_sin) =
+        Rotary(positions, local_inv_freq_, local_inv_freq_on_device_, 1.0, x.scalar_type());
+  // The keys' positions: the past's, then these.
+  torch::Tensor key_pos = positions;
+  if (P > 0) {
+    const torch::Tensor& past_pos = (*past)[0].pos;
+    key_pos = past_pos.defined()
+                  ? torch::cat({past_pos.size(0) == B ? past_pos : past_pos.expand({B, -1}), positions}, 1)
+                  : torch::Tensor();
+  }
+  const auto ct = ComputeType(x.scalar_type());
+  auto mask_add = Additive(mask, ct);
+  // Sliding layers also hide keys at sliding_window or more positions back; when no
+  // position reaches the window (known on the host), that hides nothing.
+  torch::Tensor sliding_add = mask_add;
+  bool any_sliding = false;
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) any_sliding = any_sliding || cfg_.IsSliding(l);
+  if (any_sliding && !(max_position >= 0 && max_position < cfg_.sliding_window)) {
+    RLID_CHECK(key_pos.defined(), "a sliding-window model needs its past keys' positions (LayerKV::pos)");
+    auto near = (positions.unsqueeze(-1) - key_pos.unsqueeze(1)) < cfg_.sliding_window;  // [B, T, P+T]
+    sliding_add = Additive(mask & near.unsqueeze(1), ct);
+  }
+  struct LayerInputs {
+    const torch::Tensor *cos, *sin, *mask;
+  };
+  auto inputs_of = [&](int64_t l) {
+    return cfg_.IsSliding(l) ? LayerInputs{&local_cos, &local_sin, &sliding_add}
+                             : LayerInputs{&cos, &sin, &mask_add};
+  };
   ForwardOut out;
   if (return_present) out.present.resize(cfg_.num_layers);
   const bool checkpoint = checkpointing_ && is_training() && torch::GradMode::is_enabled() && P == 0 &&
@@ -346,14 +420,18 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
     // at all (the frozen embedding gives it none).
     if (!x.requires_grad()) x = x.detach().requires_grad_(true);
     const bool save_rng = lora_ && lora_->dropout > 0;
-    for (int64_t l = 0; l < cfg_.num_layers; ++l)
-      x = CheckpointedLayer::apply(x, cos, sin, mask_add,
+    for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+      const LayerInputs in = inputs_of(l);
+      x = CheckpointedLayer::apply(x, *in.cos, *in.sin, *in.mask,
                                    reinterpret_cast<int64_t>(model->layer_list[l].get()), save_rng);
+    }
   } else {
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       const LayerKV* lp = P > 0 ? &(*past)[l] : nullptr;
-      x = model->layer_list[l]->forward(x, cos, sin, mask_add, lp,
+      const LayerInputs in = inputs_of(l);
+      x = model->layer_list[l]->forward(x, *in.cos, *in.sin, *in.mask, lp,
                                         return_present ? &out.present[l] : nullptr);
+      if (return_present) out.present[l].pos = key_pos;
     }
   }
   out.hidden = model->norm(x);
@@ -371,7 +449,10 @@ int64_t Rows(const torch::Tensor& hidden) {
 torch::Tensor TransformerLMImpl::Logits(const torch::Tensor& hidden) {
   auto w = lm_head ? lm_head->weight : model->embed_tokens->weight;
   work_.logit_rows += Rows(hidden);
-  return torch::matmul(hidden, w.t()).to(ComputeType(hidden.scalar_type()));
+  auto logits = torch::matmul(hidden, w.t()).to(ComputeType(hidden.scalar_type()));
+  if (cfg_.final_logit_softcap > 0)
+    logits = torch::tanh(logits / cfg_.final_logit_softcap) * cfg_.final_logit_softcap;
+  return logits;
 }
 
 torch::Tensor TransformerLMImpl::Value(const torch::Tensor& hidden) {

@@ -1,8 +1,10 @@
-// The decoder-only transformer LM, in the Hugging Face Qwen3/Llama layout so
-// real checkpoints can be loaded: token embedding, RMSNorm, RoPE, grouped-query
-// attention written out (LibTorch 1.13 has no SDPA), optional q/k RMSNorm,
-// SwiGLU MLP, tied or untied head, explicit head_dim. Parameter names equal the
-// HF names ("model.layers.0.self_attn.q_proj.weight"). A scalar value head on
+// The decoder-only transformer LM, in the Hugging Face layouts of Qwen3, Qwen2,
+// Llama, Mistral and Gemma 3 (text) so real checkpoints can be loaded: token
+// embedding (optionally scaled), RMSNorm (w or 1 + w), RoPE (one table per kind
+// of layer), grouped-query attention through LibTorch's SDPA with full or
+// sliding-window layers, optional q/k RMSNorm, SwiGLU or GeGLU MLP, Gemma's
+// sandwich norms, tied or untied head, explicit head_dim. Parameter names equal
+// the HF names ("model.layers.0.self_attn.q_proj.weight"). A scalar value head on
 // the final hidden state serves PPO. Callers pick the positions that need
 // logits (Logits() on gathered hidden states) so the vocabulary projection is
 // never computed for the whole sequence unless asked.
@@ -13,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -50,6 +53,9 @@ struct AttentionMask {
 // broadcasts over the query batch (shared-prefix forward).
 struct LayerKV {
   torch::Tensor k, v;
+  torch::Tensor pos;  // [B or 1, S] the keys' positions (sliding-window models read them)
+  // Rows `index` of the batch (of pos too, when it is there).
+  LayerKV Rows(const torch::Tensor& index) const;
 };
 using PastKV = std::vector<LayerKV>;
 
@@ -109,15 +115,16 @@ class EmbeddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Embedding);
 
-// RMSNorm with a learned scale named "weight".
+// RMSNorm with a learned scale named "weight": w, or (1 + w) with unit_offset (Gemma).
 class RmsNormImpl : public torch::nn::Module {
  public:
-  RmsNormImpl(int64_t dim, double eps, torch::Dtype dtype);
+  RmsNormImpl(int64_t dim, double eps, torch::Dtype dtype, bool unit_offset = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
  private:
   double eps_;
+  bool unit_offset_;
 };
 TORCH_MODULE(RmsNorm);
 
@@ -134,15 +141,19 @@ class AttentionImpl : public torch::nn::Module {
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
+  double scale_;  // of the scores, folded into q
 };
 TORCH_MODULE(Attention);
 
-// SwiGLU: down(silu(gate(x)) * up(x)).
+// SwiGLU: down(silu(gate(x)) * up(x)); GeGLU with gelu (tanh approximation) for silu.
 class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const ModelConfig& cfg, torch::Dtype dtype);
   torch::Tensor forward(const torch::Tensor& x);
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  bool gelu_ = false;
 };
 TORCH_MODULE(Mlp);
 
@@ -151,7 +162,11 @@ class DecoderLayerImpl : public torch::nn::Module {
   DecoderLayerImpl(const ModelConfig& cfg, torch::Dtype dtype);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask_add, const LayerKV* past, LayerKV* kv_out);
+  // Llama / Qwen: x + attn(input_ln(x)), then h + mlp(post_attention_ln(h)). Gemma 3
+  // (sandwich): x + post_attention_ln(attn(input_ln(x))), then
+  // h + post_feedforward_ln(mlp(pre_feedforward_ln(h))).
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich only
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
 };
@@ -233,8 +248,16 @@ class TransformerLMImpl : public torch::nn::Module {
 
  private:
   ModelConfig cfg_;
+  // cos/sin [B, 1, T, hd] of these positions under inverse frequencies `freqs`
+  // (uploaded once per device and dtype into `cached`), times `scale`, in `dtype`.
+  std::pair<torch::Tensor, torch::Tensor> Rotary(const torch::Tensor& positions,
+                                                 const std::vector<double>& freqs,
+                                                 torch::Tensor& cached, double scale,
+                                                 torch::Dtype dtype);
   std::vector<double> inv_freq_;  // RoPE inverse frequencies after scaling
   torch::Tensor inv_freq_on_device_;  // inv_freq_ where the last forward ran (no upload per call)
+  std::vector<double> local_inv_freq_;  // sliding layers' (Gemma 3: another base), else empty
+  torch::Tensor local_inv_freq_on_device_;
   double rope_scale_ = 1.0;       // cos/sin scale (yarn)
   std::optional<LoraConfig> lora_;
   bool checkpointing_ = false;
@@ -244,7 +267,9 @@ TORCH_MODULE(TransformerLM);
 
 // float32 for float32/bf16/f16 tensors, float64 for float64 (precision of reductions).
 torch::Dtype ComputeType(torch::Dtype d);
-// RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * w, in ComputeType(x).
-torch::Tensor ApplyRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps);
+// RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * w (or * (1 + w) with
+// unit_offset), in ComputeType(x).
+torch::Tensor ApplyRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps,
+                           bool unit_offset = false);
 
 }  // namespace rlid::policy

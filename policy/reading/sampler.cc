@@ -252,7 +252,7 @@ DecodeRows EncodePrompts(TransformerLM& engine, const PaddedPrompts& p, int n, b
     d.past = std::move(enc.present);  // [N, ...]; a single prompt broadcasts over rows
     if (N > 1) {
       auto sel = IndexTensor(d.row_prompt, device);
-      for (auto& kv : d.past) kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
+      for (auto& kv : d.past) kv = kv.Rows(sel);
     }
     auto ar = torch::arange(width, i64.device(device));
     d.key_valid = ar.unsqueeze(0) < len_t.index_select(0, IndexTensor(d.row_prompt, device)).unsqueeze(1);
@@ -297,7 +297,7 @@ void KeepRows(const std::vector<int64_t>& keep, bool kv_cache, const torch::Devi
   if (kv_cache) {
     for (auto& kv : d.past)
       if (kv.k.size(0) == static_cast<int64_t>(d.active.size()))
-        kv = {kv.k.index_select(0, sel), kv.v.index_select(0, sel)};
+        kv = kv.Rows(sel);
     d.key_valid = d.key_valid.index_select(0, sel);
   }
 }

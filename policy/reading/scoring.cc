@@ -180,7 +180,7 @@ torch::Tensor ContinueResponses(TransformerLM& model, const std::vector<ScoreReq
   auto group_t = IndexTensor(c.group, device);
   PastKV past = present;
   if (U > 1)
-    for (auto& kv : past) kv = {kv.k.index_select(0, group_t), kv.v.index_select(0, group_t)};
+    for (auto& kv : past) kv = kv.Rows(group_t);
   auto ar_p = torch::arange(Pmax, i64), ar_t = torch::arange(T2, i64);
   auto prompt_keys = (ar_p.unsqueeze(0) < plen_t.index_select(0, group_t).unsqueeze(1))  // [M, Pmax]
                          .unsqueeze(1)

@@ -1,7 +1,8 @@
 """Live parity of rlid's forward pass with Hugging Face transformers.
 
 Every case makes a fresh random tiny checkpoint with transformers' own config
-classes and `save_pretrained` (Qwen3, Qwen2, Llama; rope types default, linear,
+classes and `save_pretrained` (Qwen3, Qwen2, Llama; Mistral and Gemma 3 text
+with sliding windows shorter than the rows; rope types default, linear,
 llama3 and yarn; tied and untied heads; F32, BF16 and F16 weights; sharded
 safetensors; the older config.json layout) and checks that
 `rlid policy logits --dtype float32` gives the logits transformers computes
@@ -29,7 +30,8 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config,
+                          Qwen3Config)
 
 from conftest import RlidError
 
@@ -48,13 +50,14 @@ CONFIG_ERROR_EXIT = 2  # core/error.h: ConfigError::exit_code()
 # side by side, and while transformers computes its reference.
 POOL = ThreadPoolExecutor(max_workers=3)
 
-CONFIG_CLASSES = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}
+CONFIG_CLASSES = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig, "mistral": MistralConfig,
+                  "gemma3_text": Gemma3TextConfig}
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
 class Case:
-    family: str                # qwen3 | qwen2 | llama
+    family: str                # qwen3 | qwen2 | llama | mistral | gemma3_text
     rope: str                  # default | linear | llama3 | yarn
     seed: int
     weights: str = "float32"   # dtype written to disk
@@ -80,6 +83,13 @@ CASES = [
     Case("llama", "linear", 3, legacy_layout=True),
     Case("llama", "yarn", 3, legacy_layout=True),
     Case("qwen3", "llama3", 4, legacy_layout=True),
+    # Sliding windows of 3 to 16 tokens over rows of up to 40: most keys fall outside them.
+    *(Case("mistral", "default", s) for s in (0, 1, 2)),
+    Case("mistral", "yarn", 3, weights="bfloat16"),
+    *(Case("gemma3_text", rope, s) for rope in ("default", "linear") for s in (0, 1, 2)),
+    Case("gemma3_text", "linear", 3, weights="bfloat16"),
+    Case("gemma3_text", "default", 4, legacy_layout=True),
+    Case("gemma3_text", "linear", 5, sharded=True),
 ]
 
 
@@ -105,8 +115,10 @@ def random_rope(rope: str, rng: random.Random) -> dict:
     return params
 
 
-def random_config(family: str, rope: str, seed: int):
-    """A tiny config of the family with sizes, GQA grouping, biases and tying drawn from the seed."""
+def random_config(family: str, rope: str, seed: int, window_pattern: bool = False):
+    """A tiny config of the family with sizes, GQA grouping, biases and tying drawn from the seed
+    (Gemma 3: layer types at random, or with window_pattern every n-th layer global, as configs
+    that state sliding_window_pattern instead of layer_types have them)."""
     rng = random.Random(f"{family}/{rope}/{seed}")
     kv_heads = rng.choice([1, 2, 4])
     heads = kv_heads * rng.choice([1, 2, 3])
@@ -123,6 +135,25 @@ def random_config(family: str, rope: str, seed: int):
         kw["attention_bias"] = rng.random() < 0.5
         if rng.random() < 0.3:
             kw["head_dim"] = rng.choice([8, 16, 24])
+    elif family == "mistral":  # all layers slide (None: none does)
+        kw["sliding_window"] = rng.choice([None, 4, 7, 16])
+        if rng.random() < 0.5:
+            kw["head_dim"] = rng.choice([8, 16, 24])
+    elif family == "gemma3_text":  # local layers slide with their own rope base, global ones scale
+        layers = rng.randint(2, 4)
+        types = [rng.choice(["sliding_attention", "full_attention"]) for _ in range(layers)]
+        types[rng.randrange(layers)] = "sliding_attention"
+        if window_pattern:
+            n = rng.randint(2, layers)
+            types = ["full_attention" if (i + 1) % n == 0 else "sliding_attention" for i in range(layers)]
+        head_dim = rng.choice([8, 16, 24])
+        kw.update(num_hidden_layers=layers, layer_types=types, head_dim=head_dim,
+                  sliding_window=rng.choice([3, 5, 9]), attention_bias=rng.random() < 0.3,
+                  query_pre_attn_scalar=rng.choice([head_dim, 32, 144]),
+                  final_logit_softcapping=rng.choice([None, 3.0, 30.0]),
+                  rope_parameters={"full_attention": kw["rope_parameters"],
+                                   "sliding_attention": {"rope_type": "default",
+                                                         "rope_theta": rng.choice([10000.0, 20000.0])}})
     return CONFIG_CLASSES[family](**kw)
 
 
@@ -139,6 +170,10 @@ def to_legacy_layout(config_path: Path) -> None:
     """Rewrites config.json as older transformers versions wrote it."""
     cfg = json.loads(config_path.read_text())
     rope = cfg.pop("rope_parameters")
+    if cfg["model_type"] == "gemma3_text":  # one base per kind of layer, and a window pattern
+        cfg["rope_local_base_freq"] = rope.pop("sliding_attention")["rope_theta"]
+        rope = rope["full_attention"]
+        cfg["sliding_window_pattern"] = cfg.pop("layer_types").index("full_attention") + 1
     cfg["rope_theta"] = rope.pop("rope_theta")
     kind = rope.pop("rope_type")
     cfg["rope_scaling"] = None if kind == "default" else {"type": kind, **rope}
@@ -154,7 +189,7 @@ def save_model(model, out: Path, weights: str = "float32", sharded: bool = False
 
 def make_checkpoint(case: Case, out: Path) -> Path:
     torch.manual_seed(case.seed)
-    model = AutoModelForCausalLM.from_config(random_config(case.family, case.rope, case.seed),
+    model = AutoModelForCausalLM.from_config(random_config(case.family, case.rope, case.seed, case.legacy_layout),
                                              attn_implementation="eager", dtype=torch.float32)
     randomize_(model, case.seed)
     save_model(model, out, case.weights, case.sharded)
@@ -325,6 +360,8 @@ REFUSED = [
     ("qwen3", dict(hidden_act="gelu", head_dim=8), "hidden_act"),
     ("llama", dict(mlp_bias=True), "mlp_bias"),
     ("llama", dict(hidden_act="relu"), "hidden_act"),
+    ("gemma3_text", dict(attn_logit_softcapping=50.0, head_dim=8), "attn_logit_softcapping"),
+    ("gemma3_text", dict(hidden_activation="gelu", head_dim=8), "hidden_activation"),
 ]
 
 
@@ -342,7 +379,8 @@ def test_unsupported_configs_are_refused_naming_the_field(rlid, tmp_path, family
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("case", [Case("qwen3", "yarn", 5), Case("llama", "llama3", 6)], ids=lambda c: c.id)
+@pytest.mark.parametrize("case", [Case("qwen3", "yarn", 5), Case("llama", "llama3", 6), Case("mistral", "default", 6),
+                                  Case("gemma3_text", "linear", 6)], ids=lambda c: c.id)
 def test_export_loads_in_transformers_with_rlids_logits(rlid, report, tmp_path, case, dtype):
     """`rlid export --merge`: transformers loads the directory and computes rlid's logits of the
     source (for bfloat16, of the source rounded to bfloat16, run by rlid in float32)."""

@@ -23,7 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char* kFixtures[] = {"qwen3_tiny", "qwen2_tiny", "llama3_tiny", "qwen3_tiny_bf16_sharded"};
+const char* kFixtures[] = {"qwen3_tiny", "qwen2_tiny", "llama3_tiny", "qwen3_tiny_bf16_sharded",
+                           "mistral_tiny", "gemma3_tiny"};
 
 fs::path FixtureDir(const std::string& name) {
   return fs::path(RLID_SOURCE_DIR) / "tests" / "data" / "hf" / name;
@@ -100,7 +101,7 @@ TEST(HfParity, EveryFixtureCaseMatchesTransformersThroughTheCli) {
       ++cases;
     }
   }
-  EXPECT_EQ(cases, 20);
+  EXPECT_EQ(cases, 30);
 }
 
 TEST(HfParity, Bfloat16WeightsStayCloseToFloat32) {
@@ -253,6 +254,71 @@ TEST(HfConfig, UnsupportedSettingsNameTheField) {
   ok["num_experts"] = 0;  // dense models sometimes state zero experts
   ok["partial_rotary_factor"] = 1.0;
   EXPECT_NO_THROW(ModelConfig::FromJson(ok));
+}
+
+// Gemma 3 and Mistral settings rlid cannot run exactly, by field; and how the
+// window and layer types are read (defaults as transformers' config classes).
+TEST(HfConfig, Gemma3AndMistralReadAsTransformersDoesOrNameTheField) {
+  const json gemma = {{"model_type", "gemma3_text"}, {"vocab_size", 64},        {"hidden_size", 32},
+                      {"intermediate_size", 48},     {"num_hidden_layers", 7},  {"num_attention_heads", 2},
+                      {"num_key_value_heads", 1},    {"head_dim", 16}};
+  const auto g = ModelConfig::FromJson(gemma);
+  EXPECT_EQ(g.ModelType(), "gemma3_text");
+  EXPECT_EQ(g.sliding_window, 4096);  // Gemma3TextConfig's default
+  EXPECT_EQ(g.sliding, (std::vector<bool>{true, true, true, true, true, false, true}));  // every 6th global
+  EXPECT_TRUE(g.tie_embeddings && g.qk_norm && g.unit_offset_norm && g.sandwich_norm);
+  EXPECT_DOUBLE_EQ(g.query_scale, 1.0 / 16.0);  // query_pre_attn_scalar 256
+  EXPECT_DOUBLE_EQ(g.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(g.local_rope_theta, 1e4);
+  EXPECT_DOUBLE_EQ(g.embed_scale, std::sqrt(32.0));
+  const auto back = ModelConfig::FromJson(g.ToJson());
+  EXPECT_EQ(back.sliding, g.sliding);
+  EXPECT_EQ(back.sliding_window, g.sliding_window);
+  EXPECT_DOUBLE_EQ(back.query_scale, g.query_scale);
+  EXPECT_EQ(back.LocalRopeInvFreq(), g.LocalRopeInvFreq());
+  EXPECT_EQ(back.NumParameters(), g.NumParameters());
+
+  json mistral = gemma;
+  mistral["model_type"] = "mistral";
+  EXPECT_EQ(ModelConfig::FromJson(mistral).sliding_window, 4096);  // MistralConfig's default
+  mistral["sliding_window"] = nullptr;
+  const auto m = ModelConfig::FromJson(mistral);
+  EXPECT_FALSE(m.IsSliding(0));
+  EXPECT_FALSE(m.tie_embeddings);
+  EXPECT_EQ(ModelConfig::FromJson(m.ToJson()).sliding_window, 0);
+  mistral["attention_bias"] = true;  // transformers' Mistral has no biases whatever it says
+  EXPECT_FALSE(ModelConfig::FromJson(mistral).attention_bias);
+
+  struct Case {
+    const char* field;
+    std::function<void(json&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"attn_logit_softcapping", [](json& j) { j["attn_logit_softcapping"] = 50.0; }},
+      {"use_bidirectional_attention", [](json& j) { j["use_bidirectional_attention"] = true; }},
+      {"hidden_activation", [](json& j) { j["hidden_activation"] = "gelu"; }},
+      {"layer_types", [](json& j) { j["layer_types"] = {"sliding_attention"}; }},  // 1 type, 7 layers
+      {"layer_types", [](json& j) {
+         j["layer_types"] = json::array();
+         for (int i = 0; i < 7; ++i) j["layer_types"].push_back("linear_attention");
+       }},
+      {"sliding_window", [](json& j) { j["sliding_window"] = nullptr; }},
+      {"rope_parameters.sliding_attention.rope_type",
+       [](json& j) {
+         j["rope_parameters"] = {{"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}};
+       }},
+      {"rope_parameters.rope_type", [](json& j) { j["rope_parameters"] = {{"rope_type", "default"}}; }},
+  };
+  for (const auto& c : cases) {
+    json j = gemma;
+    c.edit(j);
+    try {
+      ModelConfig::FromJson(j);
+      ADD_FAILURE() << c.field << ": accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(HfWeights, MissingExtraAndMisplacedTensorsAreNamed) {

@@ -8,10 +8,13 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <set>
 
 #include "core/config.h"
 #include "core/error.h"
 #include "policy/model/safetensors.h"
+#include "tests/policy/family_models.h"
 
 namespace rlid::policy {
 namespace {
@@ -80,6 +83,70 @@ TEST(Model, KvCacheEqualsFullRecomputation) {
     float diff = (o.hidden.squeeze(1) - full.select(1, t)).abs().max().item<float>();
     EXPECT_LT(diff, 1e-5) << "t=" << t;
   }
+}
+
+// A one-layer Mistral-shaped model with a window of 3: position t reads tokens
+// t-2..t, so a change at position 2 reaches positions 2, 3 and 4 and no further.
+TEST(Model, SlidingWindowHidesKeysThatFarBackAndNoCloser) {
+  auto c = rlid::testing::FamilyConfig("mistral", 97, /*window=*/3);
+  c.num_layers = 1;
+  c.sliding.resize(1);
+  TransformerLM m(c);
+  torch::NoGradGuard ng;
+  auto ids = torch::randint(0, 97, {1, 9}, torch::kInt64);
+  auto mask = TransformerLMImpl::CausalMask(torch::full({1}, 9, torch::kInt64), 9);
+  auto a = m->forward(ids, Positions(1, 9), mask).hidden;
+  auto changed = ids.clone();
+  changed[0][2] = (ids[0][2].item<int64_t>() + 1) % 97;
+  auto b = m->forward(changed, Positions(1, 9), mask).hidden;
+  auto moved = (a - b).abs().amax(-1).squeeze(0);  // [9]
+  for (int64_t t = 0; t < 9; ++t) {
+    if (t >= 2 && t <= 4)
+      EXPECT_GT(moved[t].item<float>(), 1e-4) << "t=" << t;
+    else
+      EXPECT_EQ(moved[t].item<float>(), 0.0f) << "t=" << t;
+  }
+  // The window counts position differences: the same tokens at positions 100..108
+  // (RoPE is relative) give the same outputs.
+  auto shifted = m->forward(ids, Positions(1, 9, 100), mask).hidden;
+  EXPECT_LT((shifted - a).abs().max().item<float>(), 1e-4);
+}
+
+// Gemma 3's modules under their Hugging Face names, counted by NumParameters;
+// (1 + w) norms start at w = 0; KV-cached decoding through a sliding and a
+// global layer (each with its own RoPE) equals the full forward.
+TEST(Model, Gemma3ShapedNamesCountAndKvCache) {
+  const auto c = rlid::testing::FamilyConfig("gemma3_text", 97, /*window=*/4);
+  TransformerLM m(c);
+  std::map<std::string, torch::Tensor> params;
+  for (const auto& p : m->named_parameters()) params[p.key()] = p.value();
+  for (const char* n : {"model.layers.0.pre_feedforward_layernorm.weight",
+                        "model.layers.1.post_feedforward_layernorm.weight",
+                        "model.layers.0.self_attn.q_norm.weight", "model.norm.weight"}) {
+    ASSERT_TRUE(params.count(n)) << n;
+    EXPECT_EQ(params[n].abs().max().item<float>(), 0.0f) << n;  // gain 1 + 0
+  }
+  int64_t count = 0;
+  for (const auto& p : m->parameters()) count += p.numel();
+  EXPECT_EQ(count, c.NumParameters());
+  torch::NoGradGuard ng;
+  auto ids = torch::randint(0, 97, {2, 12}, torch::kInt64);
+  auto full = m->forward(ids, Positions(2, 12),
+                         TransformerLMImpl::CausalMask(torch::full({2}, 12, torch::kInt64), 12))
+                  .hidden;
+  auto pre = m->forward(ids.slice(1, 0, 5), Positions(2, 5),
+                        TransformerLMImpl::CausalMask(torch::full({2}, 5, torch::kInt64), 5), nullptr, true);
+  PastKV past = pre.present;
+  for (int64_t t = 5; t < 12; ++t) {
+    auto o = m->forward(ids.slice(1, t, t + 1), Positions(2, 1, t), torch::ones({2, 1, 1, t + 1}, torch::kBool),
+                        &past, true);
+    past = o.present;
+    EXPECT_LT((o.hidden.squeeze(1) - full.select(1, t)).abs().max().item<float>(), 1e-5) << "t=" << t;
+  }
+  // Without the keys' positions a sliding model cannot continue a past it did not make.
+  for (auto& kv : past) kv.pos = torch::Tensor();
+  EXPECT_ANY_THROW(m->forward(ids.slice(1, 0, 1), Positions(2, 1, 12),
+                              torch::ones({2, 1, 1, 13}, torch::kBool), &past));
 }
 
 TEST(Model, SharedPastBroadcastsOverBatch) {

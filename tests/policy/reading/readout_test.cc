@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "tests/policy/family_models.h"
 
 namespace rlid::policy {
 namespace {
@@ -25,11 +26,14 @@ constexpr double kWeightScale = 6.0;
 
 // A random model with sharp distributions (weights scaled up) so that errors in
 // masks or positions show up as large differences.
-TransformerLM RandomModel(uint64_t seed) {
+// family: "qwen3" (rlid's default model), or "mistral" / "gemma3_text" with a
+// sliding window of 4 tokens, shorter than most prompts below.
+TransformerLM RandomModel(uint64_t seed, const std::string& family = "qwen3") {
   ModelConfig c;
   c.ApplyPreset("tiny");
   c.vocab_size = kVocab;
   c.num_layers = 2;
+  if (family != "qwen3") c = rlid::testing::FamilyConfig(family, kVocab);
   TransformerLM m(c);
   m->InitWeights(seed);
   torch::NoGradGuard ng;
@@ -107,12 +111,12 @@ torch::Tensor PlainHidden(TransformerLM& m, const std::vector<TokenId>& seq) {
       .hidden.squeeze(0);
 }
 
-TEST(Readout, EqualsNaivePerWordingScoring) {
+void ExpectReadoutEqualsNaiveScoring(const std::string& family) {
   torch::NoGradGuard ng;
   double max_diff = 0, min_logp = 0;
   int wordings = 0, multi = 0;
   for (uint64_t seed = 0; seed < 4; ++seed) {
-    TransformerLM m = RandomModel(100 + seed);
+    TransformerLM m = RandomModel(100 + seed, family);
     Rng rng(seed);
     std::vector<ReadoutRequest> batch;
     for (int64_t len : {3, 17, 9}) batch.push_back(RandomRequest(rng, len + seed, 3));
@@ -129,10 +133,20 @@ TEST(Readout, EqualsNaivePerWordingScoring) {
           multi += Effective(batch[b], w).size() > 1;
         }
   }
-  std::printf("packed vs naive: %d wordings (%d multi-token, min log-prob %.1f), max |diff| = %.3g\n", wordings,
-              multi, min_logp, max_diff);
+  std::printf("%s, packed vs naive: %d wordings (%d multi-token, min log-prob %.1f), max |diff| = %.3g\n",
+              family.c_str(), wordings, multi, min_logp, max_diff);
   EXPECT_GT(multi, 10);
-  EXPECT_LT(max_diff, 1e-5);
+  EXPECT_LT(max_diff, 1e-5) << family;
+}
+
+TEST(Readout, EqualsNaivePerWordingScoring) { ExpectReadoutEqualsNaiveScoring("qwen3"); }
+
+// Each wording's tokens sit at prompt length + depth in the packed trie, so a
+// window counts positions, not packed slots: as if the wording followed the
+// prompt alone.
+TEST(Readout, EqualsNaiveScoringThroughSlidingWindows) {
+  ExpectReadoutEqualsNaiveScoring("mistral");
+  ExpectReadoutEqualsNaiveScoring("gemma3_text");
 }
 
 TEST(Readout, MarginalisesDistinctWordingsAndNormalises) {
@@ -319,8 +333,9 @@ TEST(Readout, GradientEqualsNaiveGradient) {
 
 // Rows whose prompts share a prefix (the instructions of one env): computing
 // it once gives the same probabilities, values and gradients, and counts less work.
-TEST(Readout, SharedPromptPrefixChangesNothingButTheCost) {
-  TransformerLM m = RandomModel(5);
+void ExpectSharedPrefixChangesNothingButTheCost(const std::string& family) {
+  SCOPED_TRACE(family);
+  TransformerLM m = RandomModel(5, family);
   Rng rng(11);
   const auto common = RandomTokens(rng, 20, 0, kVocab - 2);
   std::vector<ReadoutRequest> batch;
@@ -359,6 +374,13 @@ TEST(Readout, SharedPromptPrefixChangesNothingButTheCost) {
   EXPECT_EQ(b.cost.tokens - a.cost.tokens, 3 * 20);
   EXPECT_EQ(b.cost.attention_pairs - a.cost.attention_pairs, 3 * CausalPairs(20));
   EXPECT_EQ(a.cost.logit_rows, b.cost.logit_rows);
+}
+
+TEST(Readout, SharedPromptPrefixChangesNothingButTheCost) {
+  ExpectSharedPrefixChangesNothingButTheCost("qwen3");
+  // The continuation reads the prefix's key positions from its KV (LayerKV::pos).
+  ExpectSharedPrefixChangesNothingButTheCost("mistral");
+  ExpectSharedPrefixChangesNothingButTheCost("gemma3_text");
 }
 
 TEST(Readout, GradientsAreFiniteWithPaddedItemsAndRows) {

@@ -11,11 +11,14 @@
 #include "core/error.h"
 #include "policy/reading/readout.h"
 #include "policy/reading/scoring.h"
+#include "tests/policy/family_models.h"
 
 namespace rlid::policy {
 namespace {
 
-ModelConfig Config() {
+// family: qwen3 (the default model), or mistral / gemma3_text with a 4-token window.
+ModelConfig Config(const std::string& family = "qwen3") {
+  if (family != "qwen3") return rlid::testing::FamilyConfig(family, 53);
   ModelConfig c;
   c.ApplyPreset("tiny");
   c.vocab_size = 53;
@@ -24,8 +27,8 @@ ModelConfig Config() {
 }
 
 // A training model with sharper-than-init distributions.
-TransformerLM TrainModel(uint64_t seed, double scale = 8.0) {
-  TransformerLM m(Config());
+TransformerLM TrainModel(uint64_t seed, double scale = 8.0, const std::string& family = "qwen3") {
+  TransformerLM m(Config(family));
   m->InitWeights(seed);
   torch::NoGradGuard ng;
   for (auto& p : m->named_parameters())
@@ -34,7 +37,7 @@ TransformerLM TrainModel(uint64_t seed, double scale = 8.0) {
 }
 
 TextSampler MakeSampler(TransformerLM& m, SamplerOptions o) {
-  TextSampler s(Config(), o, torch::kCPU);
+  TextSampler s(m->config(), o, torch::kCPU);
   s.SyncWeights(m);
   return s;
 }
@@ -64,8 +67,10 @@ TEST(TopPFilter, KeepsOnlyTheNucleus) {
   EXPECT_THROW(TopPFilter(logits, 0.0), ConfigError);
 }
 
-TEST(TextSampler, KvCacheEqualsRecomputation) {
-  TransformerLM m = TrainModel(1);
+void ExpectKvCacheEqualsRecomputation(const std::string& family) {
+  SCOPED_TRACE(family);
+  // Gemma 3's soft-capped logits saturate at the 8x scale (one token, probability 1).
+  TransformerLM m = TrainModel(1, family == "gemma3_text" ? 2.0 : 8.0, family);
   for (double temperature : {0.0, 1.0}) {
     SamplerOptions o;
     o.temperature = temperature;
@@ -84,12 +89,21 @@ TEST(TextSampler, KvCacheEqualsRecomputation) {
         for (size_t t = 0; t < a.logprobs.size(); ++t)
           max_diff = std::max(max_diff, static_cast<double>(std::abs(a.logprobs[t] - b.logprobs[t])));
       }
-    std::printf("T=%.1f: kv vs recompute max |logprob diff| = %.3g, %d early stops\n", temperature, max_diff, stops);
+    std::printf("%s, T=%.1f: kv vs recompute max |logprob diff| = %.3g, %d early stops\n", family.c_str(),
+                temperature, max_diff, stops);
     EXPECT_LT(max_diff, 1e-4);
     if (temperature > 0) {
       EXPECT_GT(stops, 0);
     }
   }
+}
+
+TEST(TextSampler, KvCacheEqualsRecomputation) {
+  ExpectKvCacheEqualsRecomputation("qwen3");
+  // Prompts of 4 to 9 tokens and 8 new ones under windows of 4: the cache carries
+  // its keys' positions (LayerKV::pos) and the window moves with each new token.
+  ExpectKvCacheEqualsRecomputation("mistral");
+  ExpectKvCacheEqualsRecomputation("gemma3_text");
 }
 
 TEST(TextSampler, LogProbsMatchTheTrainingForward) {

@@ -7,15 +7,18 @@
 
 #include "core/error.h"
 #include "policy/reading/readout.h"
+#include "tests/policy/family_models.h"
 
 namespace rlid::policy {
 namespace {
 
-TransformerLM Model(uint64_t seed) {
+// family: qwen3 (the default model), or mistral / gemma3_text with a 4-token window.
+TransformerLM Model(uint64_t seed, const std::string& family = "qwen3") {
   ModelConfig c;
   c.ApplyPreset("tiny");
   c.vocab_size = 67;
   c.num_layers = 2;
+  if (family != "qwen3") c = rlid::testing::FamilyConfig(family, 67);
   TransformerLM m(c);
   m->InitWeights(seed);
   torch::NoGradGuard ng;
@@ -41,8 +44,9 @@ std::vector<torch::Tensor> GradsOf(TransformerLM& m, const ScoreBatch& s, const 
   return g;
 }
 
-TEST(ScoreResponses, SharedPrefixEqualsPlainForwardIncludingGradients) {
-  TransformerLM m = Model(1);
+void ExpectSharedPrefixEqualsPlain(const std::string& family) {
+  SCOPED_TRACE(family);
+  TransformerLM m = Model(1, family);
   auto reqs = Requests();
   ScoreOptions shared, plain;
   plain.shared_prefix = false;
@@ -71,6 +75,12 @@ TEST(ScoreResponses, SharedPrefixEqualsPlainForwardIncludingGradients) {
   EXPECT_EQ(s.cost.tokens, 21 + 11);
   // Plain: |prompt| + |r| - 1 per non-empty response.
   EXPECT_EQ(p.cost.tokens, (7 + 3) + (3 + 1) + (7 + 0) + (3 + 4) + (3 + 2) + (11 + 1));
+}
+
+TEST(ScoreResponses, SharedPrefixEqualsPlainForwardIncludingGradients) {
+  ExpectSharedPrefixEqualsPlain("qwen3");
+  ExpectSharedPrefixEqualsPlain("mistral");  // prompts of 7 and 11 tokens, windows of 4
+  ExpectSharedPrefixEqualsPlain("gemma3_text");
 }
 
 TEST(ScoreResponses, SinglePromptGroupBroadcastsAndMatchesNaive) {

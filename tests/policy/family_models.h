@@ -1,0 +1,36 @@
+// Tiny configs of the families whose layers attend through sliding windows
+// (Mistral: every layer; Gemma 3: some, with their own RoPE base), written as a
+// config.json states them and read by ModelConfig::FromJson, so that tests
+// which must hold for every architecture rlid runs (readout = per-wording
+// scoring, KV cache = recomputation, shared prefix = plain) also run where a
+// window shorter than the test's sequences hides keys.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "policy/model/config.h"
+
+namespace rlid::testing {
+
+// "qwen3" (no window: the default model), "mistral" or "gemma3_text"; the tiny
+// preset's sizes (D 128, 2 layers, 2 heads of 64, 1 KV head), tied embeddings.
+inline policy::ModelConfig FamilyConfig(const std::string& family, int64_t vocab, int64_t window = 4) {
+  nlohmann::json j = {{"model_type", family},   {"vocab_size", vocab},       {"hidden_size", 128},
+                      {"intermediate_size", 384}, {"num_hidden_layers", 2},  {"num_attention_heads", 2},
+                      {"num_key_value_heads", 1}, {"head_dim", 64},          {"max_position_embeddings", 4096},
+                      {"tie_word_embeddings", true}};
+  if (family == "mistral") j["sliding_window"] = window;
+  if (family == "gemma3_text") {
+    j["sliding_window"] = window;
+    j["layer_types"] = {"sliding_attention", "full_attention"};
+    j["query_pre_attn_scalar"] = 48;
+    j["final_logit_softcapping"] = 30.0;
+    j["rope_parameters"] = {
+        {"full_attention", {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e6}}},
+        {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}};
+  }
+  return policy::ModelConfig::FromJson(j);
+}
+
+}  // namespace rlid::testing
