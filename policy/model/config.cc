@@ -82,7 +82,7 @@ void ModelConfig::Validate() const {
     positive(name, v);
     if (v > max) {
       throw ConfigError(fmt::format("'policy.{}' must be at most {}, found {}", name, max, v),
-                        "no released model is this large; check the value (policy/model/model.cc "
+                        "no released model is this large; check the value (policy/model/config.cc "
                         "states the bounds)");
     }
   };

@@ -384,21 +384,24 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
   if (!local_inv_freq_.empty())
     std::tie(local_cos, local_sin) =
         Rotary(positions, local_inv_freq_, local_inv_freq_on_device_, 1.0, x.scalar_type());
-  // The keys' positions: the past's, then these.
-  torch::Tensor key_pos = positions;
-  if (P > 0) {
-    const torch::Tensor& past_pos = (*past)[0].pos;
-    key_pos = past_pos.defined()
-                  ? torch::cat({past_pos.size(0) == B ? past_pos : past_pos.expand({B, -1}), positions}, 1)
-                  : torch::Tensor();
+  bool any_sliding = false;
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) any_sliding = any_sliding || cfg_.IsSliding(l);
+  // The keys' positions (the past's, then these), kept only where a window reads them.
+  torch::Tensor key_pos;
+  if (any_sliding) {
+    key_pos = positions;
+    if (P > 0) {
+      const torch::Tensor& past_pos = (*past)[0].pos;
+      key_pos = past_pos.defined()
+                    ? torch::cat({past_pos.size(0) == B ? past_pos : past_pos.expand({B, -1}), positions}, 1)
+                    : torch::Tensor();
+    }
   }
   const auto ct = ComputeType(x.scalar_type());
   auto mask_add = Additive(mask, ct);
   // Sliding layers also hide keys at sliding_window or more positions back; when no
   // position reaches the window (known on the host), that hides nothing.
   torch::Tensor sliding_add = mask_add;
-  bool any_sliding = false;
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) any_sliding = any_sliding || cfg_.IsSliding(l);
   if (any_sliding && !(max_position >= 0 && max_position < cfg_.sliding_window)) {
     RLID_CHECK(key_pos.defined(), "a sliding-window model needs its past keys' positions (LayerKV::pos)");
     auto near = (positions.unsqueeze(-1) - key_pos.unsqueeze(1)) < cfg_.sliding_window;  // [B, T, P+T]

@@ -233,17 +233,16 @@ class _Server:
             if not isinstance(a.id, int) or isinstance(a.id, bool) or a.id < 0:
                 raise TypeError(f"Action ids must be integers >= 0, got {a.id!r}")
             item = {"action": a.id, "command": a.command, "realisations": a.realisations}
-            if not self.env.wants_afterstates:
-                pass
-            elif a.afterstate is not None:
-                item["afterstate"] = a.afterstate
-                if a.afterstate_hash is not None:
-                    item["afterstate_hash"] = a.afterstate_hash
-            elif self.env.afterstates and self.env.clonable:
-                child = self.env.clone(state)
-                self._outcome(self.env.step(child, a.id))
-                item["afterstate"] = self.env.observation(child)
-                item["afterstate_hash"] = self.env.state_hash(child)
+            if self.env.wants_afterstates:  # rlid reads them
+                if a.afterstate is not None:
+                    item["afterstate"] = a.afterstate
+                    if a.afterstate_hash is not None:
+                        item["afterstate_hash"] = a.afterstate_hash
+                elif self.env.afterstates and self.env.clonable:
+                    child = self.env.clone(state)
+                    self._outcome(self.env.step(child, a.id))
+                    item["afterstate"] = self.env.observation(child)
+                    item["afterstate_hash"] = self.env.state_hash(child)
             out.append(item)
         return out
 

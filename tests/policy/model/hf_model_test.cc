@@ -193,14 +193,30 @@ TEST(HfConfig, SavedConfigRoundTripsEveryFixture) {
   EXPECT_EQ(ModelConfig::FromJson(ReadJsonFile(FixtureDir("qwen2_tiny") / "config.json")).ModelType(), "qwen2");
 }
 
+// An edit of config.json rlid must refuse, and what its ConfigError names.
+struct RefusalCase {
+  const char* field;
+  std::function<void(json&)> edit;
+};
+
+// Each edit of `base` is a ConfigError whose message contains the case's field.
+void ExpectEachEditRefusedNamingTheField(const json& base, const std::vector<RefusalCase>& cases) {
+  for (const auto& c : cases) {
+    json j = base;
+    c.edit(j);
+    try {
+      ModelConfig::FromJson(j);
+      ADD_FAILURE() << c.field << ": accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Each unsupported setting is a ConfigError whose message names the field.
 TEST(HfConfig, UnsupportedSettingsNameTheField) {
   const json base = ReadJsonFile(FixtureDir("llama3_tiny") / "config.json");
-  struct Case {
-    const char* field;
-    std::function<void(json&)> edit;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<RefusalCase> cases = {
       {"num_local_experts", [](json& j) { j["num_local_experts"] = 8; }},
       {"num_experts", [](json& j) { j["num_experts"] = 4; }},
       {"use_sliding_window", [](json& j) { j["use_sliding_window"] = true; }},
@@ -240,16 +256,7 @@ TEST(HfConfig, UnsupportedSettingsNameTheField) {
       {"'policy.head_dim' must be at most 1024", [](json& j) { j["head_dim"] = 4096; }},
       {"'policy.max_position' must be at most", [](json& j) { j["max_position_embeddings"] = int64_t{1} << 40; }},
   };
-  for (const auto& c : cases) {
-    json j = base;
-    c.edit(j);
-    try {
-      ModelConfig::FromJson(j);
-      ADD_FAILURE() << c.field << ": accepted";
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
-    }
-  }
+  ExpectEachEditRefusedNamingTheField(base, cases);
   json ok = base;
   ok["num_experts"] = 0;  // dense models sometimes state zero experts
   ok["partial_rotary_factor"] = 1.0;
@@ -289,11 +296,7 @@ TEST(HfConfig, Gemma3AndMistralReadAsTransformersDoesOrNameTheField) {
   mistral["attention_bias"] = true;  // transformers' Mistral has no biases whatever it says
   EXPECT_FALSE(ModelConfig::FromJson(mistral).attention_bias);
 
-  struct Case {
-    const char* field;
-    std::function<void(json&)> edit;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<RefusalCase> cases = {
       {"attn_logit_softcapping", [](json& j) { j["attn_logit_softcapping"] = 50.0; }},
       {"use_bidirectional_attention", [](json& j) { j["use_bidirectional_attention"] = true; }},
       {"hidden_activation", [](json& j) { j["hidden_activation"] = "gelu"; }},
@@ -309,16 +312,7 @@ TEST(HfConfig, Gemma3AndMistralReadAsTransformersDoesOrNameTheField) {
        }},
       {"rope_parameters.rope_type", [](json& j) { j["rope_parameters"] = {{"rope_type", "default"}}; }},
   };
-  for (const auto& c : cases) {
-    json j = gemma;
-    c.edit(j);
-    try {
-      ModelConfig::FromJson(j);
-      ADD_FAILURE() << c.field << ": accepted";
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
-    }
-  }
+  ExpectEachEditRefusedNamingTheField(gemma, cases);
 }
 
 TEST(HfWeights, MissingExtraAndMisplacedTensorsAreNamed) {
