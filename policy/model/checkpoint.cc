@@ -96,7 +96,26 @@ namespace {
 struct WeightFiles {
   std::vector<std::unique_ptr<SafetensorsReader>> readers;
   std::map<std::string, const SafetensorsReader*> owner;  // tensor -> file
+  std::map<std::string, std::string> stored;  // rlid's name -> the file's, where they differ
 };
+
+// A multimodal Qwen3.5 checkpoint (Qwen3_5ForConditionalGeneration) keeps its
+// language model under model.language_model.: rlid reads those tensors as
+// model.* (what transformers' Qwen3_5ForCausalLM does).
+void MapLanguageModelNames(WeightFiles& w) {
+  const std::string prefix = "model.language_model.";
+  std::vector<std::pair<std::string, std::string>> renamed;
+  for (const auto& [name, reader] : w.owner)
+    if (name.rfind(prefix, 0) == 0) renamed.emplace_back("model." + name.substr(prefix.size()), name);
+  for (const auto& [ours, theirs] : renamed) {
+    if (w.owner.count(ours))
+      throw IoError(fmt::format("the checkpoint holds both '{}' and '{}'", ours, theirs),
+                    "a language model's weights must be stored once");
+    w.owner[ours] = w.owner.at(theirs);
+    w.owner.erase(theirs);
+    w.stored[ours] = theirs;
+  }
+}
 
 WeightFiles OpenWeights(const fs::path& root) {
   WeightFiles w;
@@ -146,6 +165,8 @@ WeightFiles OpenWeights(const fs::path& root) {
 // Tensors HF files may carry that rlid's model has no parameter for.
 bool IgnorableTensor(const std::string& name, const ModelConfig& cfg) {
   if (name == "lm_head.weight" && cfg.tie_embeddings) return true;  // tied: HF ignores it too
+  if (cfg.family == "qwen3_5_text" && (name.rfind("model.visual.", 0) == 0 || name.rfind("mtp.", 0) == 0))
+    return true;  // the vision tower and multi-token-prediction heads (transformers skips them too)
   return name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0;
 }
 
@@ -250,6 +271,7 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
                   "ids, such as `rlid policy logits`, do not need one)");
   }
   WeightFiles weights = OpenWeights(root);
+  MapLanguageModelNames(weights);
   for (const auto& r : weights.readers) out.weight_files.push_back(r->path());
   out.model = TransformerLM(cfg, opt.dtype, /*initialise=*/false);
   torch::NoGradGuard no_grad;
@@ -266,7 +288,9 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
       continue;
     }
     used.insert(p.key());
-    const auto* e = it->second->Find(p.key());
+    const auto stored = weights.stored.find(p.key());
+    const std::string& name = stored == weights.stored.end() ? p.key() : stored->second;
+    const auto* e = it->second->Find(name);
     if (e->shape != p.value().sizes().vec())
       throw ConfigError(
           fmt::format("checkpoint '{}': tensor '{}' has shape {} but config.json needs {}", dir,
@@ -275,18 +299,26 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
     if (!c10::isFloatingType(e->dtype))
       throw ConfigError(fmt::format("checkpoint '{}': tensor '{}' is {}, not a float tensor", dir,
                                     p.key(), e->dtype_name));
-    it->second->ReadInto(p.key(), p.value());
+    it->second->ReadInto(name, p.value());
   }
   if (!missing.empty())
     throw ConfigError(fmt::format("checkpoint '{}' lacks {} tensor(s) the config needs, e.g. '{}'",
                                   dir, missing.size(), missing.front()),
                       "config.json describes a different architecture than the weights");
-  for (const auto& [name, r] : weights.owner)
-    if (!used.count(name) && !IgnorableTensor(name, cfg))
+  int64_t skipped = 0;
+  for (const auto& [name, r] : weights.owner) {
+    if (used.count(name)) continue;
+    if (!IgnorableTensor(name, cfg))
       throw ConfigError(fmt::format("checkpoint '{}' has tensor '{}' that the model built from "
                                     "config.json does not use",
                                     dir, name),
                         "config.json describes a different architecture than the weights");
+    skipped += name.rfind("model.visual.", 0) == 0 ? 1 : 0;
+  }
+  if (skipped > 0)
+    spdlog::info("checkpoint '{}': read the language model; skipped the vision tower ({} tensors, rlid "
+                 "takes text input only)",
+                 dir, skipped);
   out.model->to(device);
   return out;
 }

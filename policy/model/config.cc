@@ -74,6 +74,35 @@ void ModelConfig::Load(ConfigNode n) {
   }
 }
 
+namespace {
+
+// Qwen3.5's linear-attention sizes.
+void ValidateLinear(const ModelConfig& c) {
+  if (!c.HasLinearLayers()) return;
+  if (static_cast<int64_t>(c.linear.size()) != c.num_layers)
+    throw ConfigError(fmt::format("{} layer types for {} layers", c.linear.size(), c.num_layers));
+  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"linear_num_key_heads", c.linear_key_heads},
+                                {"linear_num_value_heads", c.linear_value_heads},
+                                {"linear_key_head_dim", c.linear_key_dim},
+                                {"linear_value_head_dim", c.linear_value_dim},
+                                {"linear_conv_kernel_dim", c.linear_conv_kernel}}) {
+    const int64_t max = std::string(name) == "linear_conv_kernel_dim" ? 64 : kMaxHeads;
+    if (v < 1 || v > max)
+      throw ConfigError(fmt::format("{} = {} must be in [1, {}]", name, v, max));
+  }
+  if (c.linear_value_heads % c.linear_key_heads != 0)
+    throw ConfigError(fmt::format("linear_num_value_heads = {} is not a multiple of linear_num_key_heads = {}",
+                                  c.linear_value_heads, c.linear_key_heads),
+                      "each key head serves a whole group of value heads");
+  if (c.linear_conv_kernel < 2)
+    throw ConfigError(fmt::format("linear_conv_kernel_dim = {} must be >= 2", c.linear_conv_kernel));
+  if (std::find(c.linear.begin(), c.linear.end(), false) == c.linear.end())
+    throw ConfigError("layer_types: every layer is linear_attention",
+                      "rlid needs at least one full_attention layer (it reads the past's length there)");
+}
+
+}  // namespace
+
 void ModelConfig::Validate() const {
   auto positive = [](const char* name, int64_t v) {
     if (v < 1) throw ConfigError(fmt::format("'policy.{}' must be >= 1, found {}", name, v));
@@ -129,6 +158,19 @@ void ModelConfig::Validate() const {
   positive_finite("embed_scale", embed_scale);
   if (query_scale != 0) positive_finite("query_scale", query_scale);
   if (final_logit_softcap != 0) positive_finite("final_logit_softcap", final_logit_softcap);
+  if (!(partial_rotary > 0 && partial_rotary <= 1) || RotaryDim() < 2 || RotaryDim() % 2 != 0)
+    throw ConfigError(fmt::format("partial_rotary_factor = {} leaves {} rotary dimensions of head_dim = {}",
+                                  partial_rotary, RotaryDim(), head_dim),
+                      "RoPE rotates an even number >= 2 of each head's dimensions");
+  ValidateLinear(*this);
+}
+
+bool ModelConfig::HasLinearLayers() const {
+  return std::find(linear.begin(), linear.end(), true) != linear.end();
+}
+
+int64_t ModelConfig::RotaryDim() const {
+  return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary);
 }
 
 std::string ModelConfig::ModelType() const {
@@ -158,11 +200,61 @@ nlohmann::json RopeScaling::ToJson(double theta) const {
   return j;
 }
 
+namespace {
+
+// Mistral and Gemma 3 (text): the shared keys of ToJson, then their own.
+nlohmann::json FamilyJson(const ModelConfig& c, nlohmann::json j) {
+  j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+  if (c.family == "mistral") return j;
+  j.erase("hidden_act");
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["attention_bias"] = c.attention_bias;
+  j["rope_local_base_freq"] = c.local_rope_theta;
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    types.push_back(c.IsSliding(l) ? "sliding_attention" : "full_attention");
+  j["layer_types"] = types;
+  // query_pre_attn_scalar is an integer in every released config (query_scale = its -1/2 power).
+  const double scalar = 1.0 / (c.query_scale * c.query_scale);
+  if (std::abs(scalar - std::round(scalar)) < 1e-6 * scalar)
+    j["query_pre_attn_scalar"] = static_cast<int64_t>(std::llround(scalar));
+  else
+    j["query_pre_attn_scalar"] = scalar;
+  j["final_logit_softcapping"] =
+      c.final_logit_softcap > 0 ? nlohmann::json(c.final_logit_softcap) : nlohmann::json(nullptr);
+  j["attn_logit_softcapping"] = nullptr;
+  j["use_bidirectional_attention"] = false;
+  return j;
+}
+
+// Qwen3.5 (text) as transformers 5 writes it: rope_parameters with the partial
+// rotary factor, layer_types, the linear-attention sizes.
+nlohmann::json Qwen35Json(const ModelConfig& c, nlohmann::json j) {
+  nlohmann::json rope = c.rope.ToJson(c.rope_theta);
+  rope["partial_rotary_factor"] = c.partial_rotary;
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j["rope_parameters"] = rope;
+  j["attention_bias"] = c.attention_bias;
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    types.push_back(c.IsLinear(l) ? "linear_attention" : "full_attention");
+  j["layer_types"] = types;
+  j["linear_num_key_heads"] = c.linear_key_heads;
+  j["linear_num_value_heads"] = c.linear_value_heads;
+  j["linear_key_head_dim"] = c.linear_key_dim;
+  j["linear_value_head_dim"] = c.linear_value_dim;
+  j["linear_conv_kernel_dim"] = c.linear_conv_kernel;
+  return j;
+}
+
+}  // namespace
+
 nlohmann::json ModelConfig::ToJson() const {
   static const std::map<std::string, std::string> kArch = {
       {"qwen3", "Qwen3ForCausalLM"},      {"qwen2", "Qwen2ForCausalLM"},
       {"llama", "LlamaForCausalLM"},      {"mistral", "MistralForCausalLM"},
-      {"gemma3_text", "Gemma3ForCausalLM"}};
+      {"gemma3_text", "Gemma3ForCausalLM"}, {"qwen3_5_text", "Qwen3_5ForCausalLM"}};
   const std::string type = ModelType();
   nlohmann::json rope_scaling = nullptr;
   if (rope.type != "default") {
@@ -187,35 +279,11 @@ nlohmann::json ModelConfig::ToJson() const {
                       {"torch_dtype", "float32"},
                       {"rlid_preset", preset}};
   // Qwen2 always has q/k/v biases; Llama/Qwen3 put attention_bias on q/k/v/o.
-  if (type == "mistral" || type == "gemma3_text") return FamilyJson(std::move(j));
+  if (type == "mistral" || type == "gemma3_text") return FamilyJson(*this, std::move(j));
+  if (type == "qwen3_5_text") return Qwen35Json(*this, std::move(j));
   if (type != "qwen2") j["attention_bias"] = attention_bias;
   if (type == "llama") j["mlp_bias"] = false;
   if (type != "llama") j["use_sliding_window"] = false;
-  return j;
-}
-
-// Mistral and Gemma 3 (text): the shared keys of ToJson, then their own.
-nlohmann::json ModelConfig::FamilyJson(nlohmann::json j) const {
-  j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json(nullptr);
-  if (family == "mistral") return j;
-  j.erase("hidden_act");
-  j["hidden_activation"] = "gelu_pytorch_tanh";
-  j["attention_bias"] = attention_bias;
-  j["rope_local_base_freq"] = local_rope_theta;
-  nlohmann::json types = nlohmann::json::array();
-  for (int64_t l = 0; l < num_layers; ++l)
-    types.push_back(IsSliding(l) ? "sliding_attention" : "full_attention");
-  j["layer_types"] = types;
-  // query_pre_attn_scalar is an integer in every released config (query_scale = its -1/2 power).
-  const double scalar = 1.0 / (query_scale * query_scale);
-  if (std::abs(scalar - std::round(scalar)) < 1e-6 * scalar)
-    j["query_pre_attn_scalar"] = static_cast<int64_t>(std::llround(scalar));
-  else
-    j["query_pre_attn_scalar"] = scalar;
-  j["final_logit_softcapping"] =
-      final_logit_softcap > 0 ? nlohmann::json(final_logit_softcap) : nlohmann::json(nullptr);
-  j["attn_logit_softcapping"] = nullptr;
-  j["use_bidirectional_attention"] = false;
   return j;
 }
 
@@ -263,13 +331,16 @@ void Unsupported(const std::string& field, const std::string& found, const std::
 }
 
 // `max_position` is what llama3 and yarn fall back to without original_max_position_embeddings.
+// `partial` (Qwen3.5) receives partial_rotary_factor; without it any factor but 1 is refused.
 RopeScaling ReadRope(const nlohmann::json& r, const std::string& where, const HfConfigReader& rd,
-                     int64_t max_position) {
+                     int64_t max_position, double* partial = nullptr) {
   RopeScaling rope;
   static const std::set<std::string> kKnown = {
       "rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
       "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor",
-      "mscale", "mscale_all_dim", "truncate", "partial_rotary_factor"};
+      "mscale", "mscale_all_dim", "truncate", "partial_rotary_factor",
+      // Qwen3.5's multimodal RoPE: text positions are equal on every axis, so plain RoPE.
+      "mrope_section", "mrope_interleaved"};
   const std::string pre = where + ".";
   for (auto it = r.begin(); it != r.end(); ++it)
     if (!kKnown.count(it.key()))
@@ -281,9 +352,14 @@ RopeScaling ReadRope(const nlohmann::json& r, const std::string& where, const Hf
   if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" && rope.type != "yarn")
     Unsupported(pre + "rope_type", "\"" + rope.type + "\"",
                 "rlid implements rope types default, linear, llama3 and yarn");
-  const double prf = rd.Get<double>("partial_rotary_factor", r, pre, 1.0);
-  if (prf != 1.0)
-    Unsupported(pre + "partial_rotary_factor", fmt::format("{}", prf), "rlid rotates the whole head");
+  if (partial != nullptr) {
+    *partial = rd.Get<double>("partial_rotary_factor", r, pre, *partial);
+  } else {
+    const double prf = rd.Get<double>("partial_rotary_factor", r, pre, 1.0);
+    if (prf != 1.0)
+      Unsupported(pre + "partial_rotary_factor", fmt::format("{}", prf),
+                  "rlid rotates whole heads except in Qwen3.5");
+  }
   if (rope.type == "default") return rope;
   rope.factor = rd.Get<double>("factor", r, pre, std::nullopt);
   if (rope.type == "llama3") {
@@ -315,7 +391,7 @@ const FamilyDefaults& DefaultsOf(const std::string& model_type) {
   static const std::map<std::string, FamilyDefaults> kDefaults = {
       {"llama", {0, 0, 2048}},          {"qwen2", {32, 0, 32768}},
       {"qwen3", {32, 128, 32768}},      {"mistral", {8, 0, 131072}},
-      {"gemma3_text", {4, 256, 131072, true}}};
+      {"gemma3_text", {4, 256, 131072, true}}, {"qwen3_5_text", {4, 256, 32768}}};
   return kDefaults.at(model_type);
 }
 
@@ -326,11 +402,12 @@ namespace {
 // What rlid's decoder does not implement is refused by its config.json name
 // (MoE, sliding windows, other layer types and activations, MLP biases).
 void RejectUnsupported(const nlohmann::json& j, HfConfigReader& rd, const std::string& type) {
-  static const std::set<std::string> kTypes = {"qwen3", "qwen2", "llama", "mistral", "gemma3_text"};
+  static const std::set<std::string> kTypes = {"qwen3",   "qwen2",       "llama",
+                                               "mistral", "gemma3_text", "qwen3_5_text"};
   if (!kTypes.count(type))
     Unsupported("model_type", "\"" + type + "\"",
-                "rlid runs qwen3, qwen2, llama, mistral and gemma3_text decoders (MoE variants are "
-                "not supported)");
+                "rlid runs qwen3, qwen2, llama, mistral, gemma3_text and qwen3_5 (text) decoders "
+                "(MoE variants are not supported)");
   for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size"})
     if (j.contains(moe) && !j[moe].is_null() && !(j[moe].is_number() && j[moe].get<double>() == 0))
       Unsupported(moe, j[moe].dump(), "mixture-of-experts models are not supported");
@@ -347,7 +424,7 @@ void RejectUnsupported(const nlohmann::json& j, HfConfigReader& rd, const std::s
       Unsupported("use_bidirectional_attention", "true", "rlid's decoder is causal");
     return;  // layer_types: read with the sliding window
   }
-  if (j.contains("layer_types") && j["layer_types"].is_array())
+  if (j.contains("layer_types") && j["layer_types"].is_array() && type != "qwen3_5_text")
     for (const auto& t : j["layer_types"])
       if (t != "full_attention")
         Unsupported("layer_types", t.dump(), "only full_attention layers are supported");
@@ -406,19 +483,24 @@ void ReadPositions(const nlohmann::json& j, HfConfigReader& rd, const FamilyDefa
                    const std::string& type, ModelConfig& c) {
   c.max_position = rd.Get<int64_t>("max_position_embeddings", defaults.max_position);
   if (type == "gemma3_text") return ReadGemmaRope(j, rd, c);
+  // Qwen3.5 rotates a partial_rotary_factor of each head (0.25 unless stated),
+  // read from the rope parameters or the top level.
+  const bool partial = type == "qwen3_5_text";
+  if (partial) c.partial_rotary = rd.Get<double>("partial_rotary_factor", 0.25);
+  double* partial_out = partial ? &c.partial_rotary : nullptr;
   // Current layout: rope_parameters {rope_theta, rope_type, ...}; older: top-level
   // rope_theta and rope_scaling (null or {rope_type | type, ...}).
   if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
     const auto& r = j["rope_parameters"];
     if (!r.is_object()) Unsupported("rope_parameters", r.dump(), "expected an object");
-    c.rope = ReadRope(r, "rope_parameters", rd, c.max_position);
+    c.rope = ReadRope(r, "rope_parameters", rd, c.max_position, partial_out);
     c.rope_theta = rd.Get<double>("rope_theta", r, "rope_parameters.",
                                   rd.Get<double>("rope_theta", 10000.0));
   } else {
     c.rope_theta = rd.Get<double>("rope_theta", 10000.0);
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
       if (!j["rope_scaling"].is_object()) Unsupported("rope_scaling", j["rope_scaling"].dump(), "expected an object");
-      c.rope = ReadRope(j["rope_scaling"], "rope_scaling", rd, c.max_position);
+      c.rope = ReadRope(j["rope_scaling"], "rope_scaling", rd, c.max_position, partial_out);
     }
   }
   // A top-level original_max_position_embeddings (Phi-3 style) overrides the rope
@@ -427,6 +509,7 @@ void ReadPositions(const nlohmann::json& j, HfConfigReader& rd, const FamilyDefa
     c.rope.original_max_position = rd.Get<int64_t>("original_max_position_embeddings", c.rope.original_max_position);
   // transformers also reads a top-level partial_rotary_factor (moving it into the rope
   // parameters); rlid rotates whole heads, so anything else would silently change the model.
+  if (partial) return;
   const double partial_rotary = rd.Get<double>("partial_rotary_factor", 1.0);
   if (partial_rotary != 1.0)
     Unsupported("partial_rotary_factor", fmt::format("{}", partial_rotary),
@@ -436,8 +519,12 @@ void ReadPositions(const nlohmann::json& j, HfConfigReader& rd, const FamilyDefa
 // q/k norm and attention biases: by family, or as an rlid config before 0.2 stated them.
 void ReadAttentionFlags(const nlohmann::json& j, HfConfigReader& rd, const std::string& type,
                         ModelConfig& c) {
-  c.qk_norm = type == "qwen3" || type == "gemma3_text";
+  c.qk_norm = type == "qwen3" || type == "gemma3_text" || type == "qwen3_5_text";
   if (type == "mistral") return;  // no biases (transformers ignores attention_bias there)
+  if (type == "qwen3_5_text") {  // q/k/v and o all carry attention_bias
+    c.attention_bias = c.output_bias = rd.Get<bool>("attention_bias", false);
+    return;
+  }
   if (j.contains("rlid_qk_norm")) {  // written by rlid before 0.2: flags stated explicitly
     c.qk_norm = rd.Get<bool>("rlid_qk_norm");
     c.attention_bias = rd.Get<bool>("attention_bias", false);
@@ -490,7 +577,10 @@ void ReadGemmaRope(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c) 
 // layer_types (or every sliding_window_pattern-th layer global), (1 + w) norms
 // with sandwich norms, sqrt(D)-scaled embeddings, GeGLU, query_pre_attn_scalar,
 // final-logit soft-capping.
+void ReadQwen35(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c);
+
 void ReadFamily(const nlohmann::json& j, HfConfigReader& rd, const std::string& type, ModelConfig& c) {
+  if (type == "qwen3_5_text") return ReadQwen35(j, rd, c);
   if (type != "mistral" && type != "gemma3_text") return;
   c.family = type;
   const bool absent = !j.contains("sliding_window");
@@ -528,10 +618,54 @@ void ReadFamily(const nlohmann::json& j, HfConfigReader& rd, const std::string& 
     Unsupported("final_logit_softcapping", fmt::format("{}", c.final_logit_softcap), "null or > 0");
 }
 
+// Qwen3.5 (text): layer_types (or every full_attention_interval-th layer full),
+// the linear-attention sizes (Qwen3_5TextConfig's defaults), (1 + w) norms and
+// the attention output gate.
+void ReadQwen35(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c) {
+  c.family = "qwen3_5_text";
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const auto& t = j["layer_types"];
+    if (!t.is_array() || static_cast<int64_t>(t.size()) != c.num_layers)
+      Unsupported("layer_types", t.dump().substr(0, 120), "one of linear_attention / full_attention per layer");
+    for (const auto& x : t) {
+      if (x != "linear_attention" && x != "full_attention")
+        Unsupported("layer_types", x.dump(), "Qwen3.5's layers are linear_attention or full_attention");
+      c.linear.push_back(x == "linear_attention");
+    }
+  } else {
+    const int64_t interval = rd.Get<int64_t>("full_attention_interval", int64_t{4});
+    if (interval < 1) Unsupported("full_attention_interval", std::to_string(interval), "an interval >= 1");
+    for (int64_t l = 0; l < c.num_layers; ++l) c.linear.push_back((l + 1) % interval != 0);
+  }
+  c.linear_key_heads = rd.Get<int64_t>("linear_num_key_heads", int64_t{16});
+  c.linear_value_heads = rd.Get<int64_t>("linear_num_value_heads", int64_t{32});
+  c.linear_key_dim = rd.Get<int64_t>("linear_key_head_dim", int64_t{128});
+  c.linear_value_dim = rd.Get<int64_t>("linear_value_head_dim", int64_t{128});
+  c.linear_conv_kernel = rd.Get<int64_t>("linear_conv_kernel_dim", int64_t{4});
+  c.unit_offset_norm = true;
+  c.attn_output_gate = true;
+}
+
+// A Qwen3_5ForConditionalGeneration config.json: the text model's config
+// (text_config; tie_word_embeddings falls back to the top level). The vision
+// tower's weights are skipped when loading (checkpoint.cc).
+nlohmann::json TextConfigOf(const nlohmann::json& j) {
+  if (!j.contains("model_type") || j["model_type"] != "qwen3_5") return j;
+  if (!j.contains("text_config") || !j["text_config"].is_object())
+    throw ConfigError("model config.json: model_type \"qwen3_5\" without a text_config object",
+                      "a Qwen3.5 checkpoint's config.json holds its language model under text_config");
+  nlohmann::json text = j["text_config"];
+  if (!text.contains("model_type")) text["model_type"] = "qwen3_5_text";
+  for (const char* key : {"tie_word_embeddings", "dtype", "torch_dtype"})
+    if (!text.contains(key) && j.contains(key)) text[key] = j[key];
+  return text;
+}
+
 }  // namespace
 
-ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
-  if (!j.is_object()) throw ConfigError("model config.json is not a JSON object");
+ModelConfig ModelConfig::FromJson(const nlohmann::json& outer) {
+  if (!outer.is_object()) throw ConfigError("model config.json is not a JSON object");
+  const nlohmann::json j = TextConfigOf(outer);
   ModelConfig c;
   HfConfigReader rd(j);
   const std::string type = rd.Get<std::string>("model_type", std::string("qwen3"));
@@ -557,8 +691,8 @@ ModelConfig ModelConfig::FromJson(const nlohmann::json& j) {
 }
 
 std::vector<double> ModelConfig::RopeInvFreq() const {
-  const int64_t half = head_dim / 2;
-  const double dim = static_cast<double>(head_dim);
+  const int64_t half = RotaryDim() / 2;
+  const double dim = static_cast<double>(RotaryDim());
   std::vector<double> inv(half);
   for (int64_t i = 0; i < half; ++i) inv[i] = std::pow(rope_theta, -2.0 * i / dim);
   if (rope.type == "linear") {
@@ -615,12 +749,17 @@ double ModelConfig::RopeAttentionScale() const {
 }
 
 int64_t ModelConfig::NumParameters() const {
-  int64_t attn = hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads);
-  if (attention_bias) attn += head_dim * (num_heads + 2 * num_kv_heads);
-  if (output_bias) attn += hidden_size;
-  int64_t mlp = 3 * hidden_size * intermediate_size;
-  int64_t norms = (sandwich_norm ? 4 : 2) * hidden_size + (qk_norm ? 2 * head_dim : 0);
-  int64_t total = num_layers * (attn + mlp + norms) + vocab_size * hidden_size + hidden_size;
+  int64_t total = vocab_size * hidden_size + hidden_size;  // embedding, final norm
+  for (int64_t l = 0; l < num_layers; ++l) {
+    total += LayerMatmulParameters(l) + (sandwich_norm ? 4 : 2) * hidden_size;
+    if (IsLinear(l)) {  // conv, dt_bias, A_log, gated norm
+      total += LinearConvChannels() * linear_conv_kernel + 2 * linear_value_heads + linear_value_dim;
+      continue;
+    }
+    if (attention_bias) total += head_dim * ((attn_output_gate ? 2 : 1) * num_heads + 2 * num_kv_heads);
+    if (output_bias) total += hidden_size;
+    if (qk_norm) total += 2 * head_dim;
+  }
   if (!tie_embeddings) total += vocab_size * hidden_size;
   return total + hidden_size + 1;  // value head
 }
@@ -639,15 +778,26 @@ ForwardCost Difference(const ForwardCost& a, const ForwardCost& b) {
           a.logit_rows - b.logit_rows, a.value_rows - b.value_rows};
 }
 
-int64_t ModelConfig::LayerMatmulParameters() const {
-  return hidden_size * head_dim * (2 * num_heads + 2 * num_kv_heads) +
-         3 * hidden_size * intermediate_size;
+int64_t ModelConfig::LayerMatmulParameters(int64_t layer) const {
+  const int64_t mlp = 3 * hidden_size * intermediate_size;
+  if (IsLinear(layer)) {
+    const int64_t values = linear_value_heads * linear_value_dim;
+    // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj
+    return hidden_size * (LinearConvChannels() + values + 2 * linear_value_heads) + values * hidden_size + mlp;
+  }
+  return hidden_size * head_dim * ((attn_output_gate ? 3 : 2) * num_heads + 2 * num_kv_heads) + mlp;
 }
 
 double ModelConfig::ForwardFlops(const ForwardCost& c) const {
-  const double L = static_cast<double>(num_layers);
-  return 2.0 * L * static_cast<double>(LayerMatmulParameters()) * static_cast<double>(c.tokens) +
-         4.0 * L * static_cast<double>(num_heads * head_dim) *
+  double matmul = 0, full = 0, linear_layers = 0;
+  for (int64_t l = 0; l < num_layers; ++l) {
+    matmul += static_cast<double>(LayerMatmulParameters(l));
+    (IsLinear(l) ? linear_layers : full) += 1.0;
+  }
+  const double state = static_cast<double>(linear_value_heads * linear_key_dim * linear_value_dim);
+  return 2.0 * matmul * static_cast<double>(c.tokens) +
+         6.0 * linear_layers * state * static_cast<double>(c.tokens) +
+         4.0 * full * static_cast<double>(num_heads * head_dim) *
              static_cast<double>(c.attention_pairs) +
          2.0 * static_cast<double>(vocab_size * hidden_size) * static_cast<double>(c.logit_rows) +
          2.0 * static_cast<double>(hidden_size) * static_cast<double>(c.value_rows);

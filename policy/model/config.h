@@ -66,7 +66,8 @@ struct ModelConfig {
 
   // Families beyond Qwen3 / Qwen2 / Llama, set by FromJson from config.json's
   // model_type ([policy] does not set them; a fresh model keeps the defaults).
-  std::string family;                // "" (qwen3 / qwen2 / llama by the flags), mistral, gemma3_text
+  std::string family;                // "" (qwen3 / qwen2 / llama by the flags), mistral,
+                                     // gemma3_text, qwen3_5_text
   int64_t sliding_window = 0;        // a sliding layer's query at position q sees keys at
                                      // positions k with q - k < sliding_window (0: none)
   std::vector<bool> sliding;         // per layer: slides (empty: no layer does)
@@ -81,6 +82,28 @@ struct ModelConfig {
     return sliding_window > 0 && layer < static_cast<int64_t>(sliding.size()) && sliding[layer];
   }
 
+  // Qwen3.5 (qwen3_5_text): hybrid layers, most of them Gated DeltaNet linear
+  // attention (policy/model/linear_attention.h), the rest full attention with a
+  // sigmoid output gate and partial rotary embeddings.
+  std::vector<bool> linear;          // per layer: Gated DeltaNet (empty: no layer is)
+  int64_t linear_key_heads = 0;      // query/key heads of the delta rule (divide the value heads)
+  int64_t linear_value_heads = 0;    // value heads: one recurrent state [key_dim, value_dim] each
+  int64_t linear_key_dim = 0;        // per-head key width
+  int64_t linear_value_dim = 0;      // per-head value width
+  int64_t linear_conv_kernel = 0;    // causal depthwise conv1d width over q, k, v
+  bool attn_output_gate = false;     // q_proj also yields a gate: out = attn * sigmoid(gate)
+  double partial_rotary = 1.0;       // fraction of head_dim RoPE rotates (the rest passes)
+  bool IsLinear(int64_t layer) const {
+    return layer < static_cast<int64_t>(linear.size()) && linear[layer];
+  }
+  bool HasLinearLayers() const;
+  // Dimensions RoPE rotates: head_dim * partial_rotary, even.
+  int64_t RotaryDim() const;
+  // The conv's channels (q, k and v of every head): 2 * key heads * key_dim + value heads * value_dim.
+  int64_t LinearConvChannels() const {
+    return 2 * linear_key_heads * linear_key_dim + linear_value_heads * linear_value_dim;
+  }
+
   // Reads [policy] (preset first, then explicit fields).
   void Load(ConfigNode n);
   void ApplyPreset(const std::string& name);
@@ -88,30 +111,34 @@ struct ModelConfig {
   // HF family with these flags: qwen3 (q/k norm), qwen2 (q/k/v biases only), else llama.
   std::string ModelType() const;
   // HF config.json in the layout every transformers version reads (top-level
-  // rope_theta / rope_scaling / torch_dtype) and back. FromJson accepts Qwen3,
-  // Qwen2, Llama, Mistral and Gemma 3 (gemma3_text) in both the current
-  // (rope_parameters, dtype, layer_types) and the older layout; anything it
-  // cannot run exactly (MoE, Qwen's sliding windows, other rope types and
-  // activations, MLP biases, attention soft-capping) is a ConfigError naming the field.
+  // rope_theta / rope_scaling / torch_dtype; Qwen3.5 as transformers 5 writes
+  // it) and back. FromJson accepts Qwen3, Qwen2, Llama, Mistral, Gemma 3
+  // (gemma3_text) and Qwen3.5 (qwen3_5_text, or the text_config of a qwen3_5
+  // checkpoint) in both the current (rope_parameters, dtype, layer_types) and
+  // the older layout; anything it cannot run exactly (MoE, Qwen's sliding
+  // windows, other rope types and activations, MLP biases, attention
+  // soft-capping) is a ConfigError naming the field.
   nlohmann::json ToJson() const;
-  nlohmann::json FamilyJson(nlohmann::json shared) const;  // ToJson's Mistral / Gemma 3 keys
   static ModelConfig FromJson(const nlohmann::json& j);
-  // RoPE inverse frequencies [head_dim / 2] after scaling, and the factor cos/sin
+  // RoPE inverse frequencies [RotaryDim() / 2] after scaling, and the factor cos/sin
   // are multiplied by (yarn's attention scale; 1 otherwise).
   std::vector<double> RopeInvFreq() const;
   // Sliding layers' inverse frequencies: local_rope_theta unscaled, or RopeInvFreq().
   std::vector<double> LocalRopeInvFreq() const;
   double RopeAttentionScale() const;
   int64_t NumParameters() const;
-  // Weights of one decoder layer's matmuls: q, k, v, o projections and the SwiGLU MLP.
-  int64_t LayerMatmulParameters() const;
+  // Weights of layer `layer`'s matmuls: its mixer's projections (q, k, v, o; or
+  // Gated DeltaNet's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj) and the MLP.
+  int64_t LayerMatmulParameters(int64_t layer = 0) const;
   // FLOPs of forwards that did `cost` (a multiply-add = 2 FLOPs):
-  //   2 * num_layers * LayerMatmulParameters() * tokens      (projections + MLP)
-  // + 4 * num_layers * num_heads * head_dim * attention_pairs  (QK^T and AV)
-  // + 2 * vocab_size * hidden_size * logit_rows               (vocabulary projection)
-  // + 2 * hidden_size * value_rows                            (value head).
-  // Norms, RoPE, softmax and embedding lookups are not counted. A backward
-  // pass is counted as twice its forward.
+  //   2 * Σ_layers LayerMatmulParameters(l) * tokens               (projections + MLP)
+  // + 4 * (full-attention layers) * num_heads * head_dim * attention_pairs  (QK^T and AV)
+  // + 6 * (linear layers) * value heads * key_dim * value_dim * tokens
+  //                                  (the delta rule's read, correction and write per token)
+  // + 2 * vocab_size * hidden_size * logit_rows                    (vocabulary projection)
+  // + 2 * hidden_size * value_rows                                 (value head).
+  // Norms, RoPE, softmax, the conv and embedding lookups are not counted. A
+  // backward pass is counted as twice its forward.
   double ForwardFlops(const ForwardCost& cost) const;
 };
 

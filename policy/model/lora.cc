@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -20,11 +21,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Attention, MLP and (Qwen3.5) linear-attention projections.
 const std::vector<std::string>& KnownTargets() {
-  static const std::vector<std::string> k = {"q_proj", "k_proj",    "v_proj", "o_proj",
-                                             "gate_proj", "up_proj", "down_proj"};
+  static const std::vector<std::string> k = LoraConfig().target_modules;
   return k;
 }
+constexpr const char* kTargetList =
+    "q_proj k_proj v_proj o_proj gate_proj up_proj down_proj, and for Qwen3.5's linear attention "
+    "in_proj_qkv in_proj_z in_proj_b in_proj_a out_proj";
 
 // The adapted projections of a model, by parameter prefix ("model.layers.0.self_attn.q_proj").
 std::vector<std::pair<std::string, LinearImpl*>> Projections(TransformerLM& model,
@@ -57,8 +61,8 @@ void LoraConfig::Load(ConfigNode n) {
         "old log-probs never drop)",
         Range::Unit().OpenHigh());
   n.Get("target_modules", target_modules,
-        "projections that get adapters: any of q_proj k_proj v_proj o_proj gate_proj up_proj "
-        "down_proj");
+        "projections that get adapters (those the model has): any of q_proj k_proj v_proj o_proj "
+        "gate_proj up_proj down_proj in_proj_qkv in_proj_z in_proj_b in_proj_a out_proj");
   if (enabled()) {
     try {
       Validate();
@@ -78,12 +82,12 @@ void LoraConfig::Validate() const {
     throw ConfigError(fmt::format("policy.lora.dropout must be in [0, 1), found {}", dropout));
   if (target_modules.empty())
     throw ConfigError("policy.lora.target_modules is empty",
-                      "name at least one of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj");
+                      fmt::format("name at least one of {}", kTargetList));
   std::set<std::string> seen;
   for (const auto& t : target_modules) {
     if (std::find(KnownTargets().begin(), KnownTargets().end(), t) == KnownTargets().end())
       throw ConfigError(fmt::format("policy.lora.target_modules: unknown module '{}'", t),
-                        "use any of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj");
+                        fmt::format("use any of {}", kTargetList));
     if (!seen.insert(t).second)
       throw ConfigError(fmt::format("policy.lora.target_modules names '{}' twice", t));
   }
@@ -94,11 +98,25 @@ void AttachLora(TransformerLM& model, const LoraConfig& cfg, uint64_t seed) {
   if (model->lora())
     throw ConfigError(fmt::format("the model already has LoRA adapters (rank {})", model->lora()->rank),
                       "leave [policy.lora] unset to keep training the adapters of policy.init");
+  // The targets this model has (Qwen3.5's linear-attention projections exist there only).
+  LoraConfig attached = cfg;
+  const auto projections = Projections(model, cfg.target_modules);
+  attached.target_modules.clear();
+  for (const auto& t : cfg.target_modules)
+    for (const auto& [name, lin] : projections)
+      if (name.size() > t.size() && name.compare(name.size() - t.size() - 1, t.size() + 1, "." + t) == 0) {
+        attached.target_modules.push_back(t);
+        break;
+      }
+  if (attached.target_modules.empty())
+    throw ConfigError(fmt::format("policy.lora.target_modules = [{}] names no projection of this model",
+                                  fmt::join(cfg.target_modules, ", ")),
+                      fmt::format("use any of {}", kTargetList));
   torch::NoGradGuard no_grad;
   for (auto& p : model->parameters()) p.set_requires_grad(false);
   const auto dtype = ComputeType(model->dtype());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  for (auto& [name, lin] : Projections(model, cfg.target_modules)) {
+  for (auto& [name, lin] : projections) {
     lin->AddAdapter(cfg.rank, cfg.scale(), cfg.dropout, dtype);
     const double bound = 1.0 / std::sqrt(static_cast<double>(lin->weight.size(1)));
     auto a = torch::empty(lin->lora_A->weight.sizes(), torch::kFloat64).uniform_(-bound, bound, gen);
@@ -106,7 +124,7 @@ void AttachLora(TransformerLM& model, const LoraConfig& cfg, uint64_t seed) {
     lin->lora_B->weight.zero_();
   }
   for (auto& p : model->value_head->parameters()) p.set_requires_grad(true);
-  model->set_lora(cfg);
+  model->set_lora(attached);
 }
 
 void ForEachMergedParameter(TransformerLM& model,

@@ -40,8 +40,21 @@ torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
 }
 
 LayerKV LayerKV::Rows(const torch::Tensor& index) const {
-  return {k.index_select(0, index), v.index_select(0, index),
-          pos.defined() ? pos.index_select(0, index) : pos};
+  auto rows = [&](const torch::Tensor& t) { return t.defined() ? t.index_select(0, index) : t; };
+  return {rows(k), rows(v), rows(pos), rows(conv), rows(state)};
+}
+
+int64_t LayerKV::Batch() const {
+  for (const auto* t : {&k, &conv, &state})
+    if (t->defined()) return t->size(0);
+  return 0;
+}
+
+int64_t PastLength(const PastKV* past) {
+  if (past == nullptr) return 0;
+  for (const auto& layer : *past)
+    if (layer.k.defined()) return layer.k.size(2);
+  return 0;
 }
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, bool bias, torch::Dtype dtype) {
@@ -104,9 +117,12 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg, torch::Dtype dt)
     : heads_(cfg.num_heads),
       kv_heads_(cfg.num_kv_heads),
       head_dim_(cfg.head_dim),
+      rotary_dim_(cfg.RotaryDim()),
+      output_gate_(cfg.attn_output_gate),
       scale_(cfg.query_scale > 0 ? cfg.query_scale
                                  : 1.0 / std::sqrt(static_cast<double>(cfg.head_dim))) {
-  q_proj = register_module("q_proj", MakeLinear(cfg.hidden_size, heads_ * head_dim_, cfg.attention_bias, dt));
+  const int64_t q_out = heads_ * head_dim_ * (output_gate_ ? 2 : 1);
+  q_proj = register_module("q_proj", MakeLinear(cfg.hidden_size, q_out, cfg.attention_bias, dt));
   k_proj = register_module("k_proj", MakeLinear(cfg.hidden_size, kv_heads_ * head_dim_, cfg.attention_bias, dt));
   v_proj = register_module("v_proj", MakeLinear(cfg.hidden_size, kv_heads_ * head_dim_, cfg.attention_bias, dt));
   o_proj = register_module("o_proj", MakeLinear(heads_ * head_dim_, cfg.hidden_size, cfg.output_bias, dt));
@@ -120,7 +136,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                      const torch::Tensor& sin, const torch::Tensor& mask_add,
                                      const LayerKV* past, LayerKV* kv_out) {
   const int64_t B = x.size(0), T = x.size(1), G = heads_ / kv_heads_;
-  auto q = q_proj(x).view({B, T, heads_, head_dim_});
+  auto q = q_proj(x);
+  torch::Tensor gate;  // [B, T, H * hd]
+  if (output_gate_) {
+    auto parts = q.view({B, T, heads_, 2 * head_dim_}).chunk(2, -1);
+    q = parts[0], gate = parts[1].reshape({B, T, heads_ * head_dim_});
+  }
+  q = q.reshape({B, T, heads_, head_dim_});
   auto k = k_proj(x).view({B, T, kv_heads_, head_dim_});
   auto v = v_proj(x).view({B, T, kv_heads_, head_dim_});
   if (q_norm) {
@@ -132,8 +154,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   v = v.transpose(1, 2);
   // The score scale (1/sqrt(hd) unless the family states one) is folded into q
   // ([B,H,T,hd]) rather than applied to the much larger score tensor ([B,H,T,S]).
-  q = (q * cos + RotateHalf(q) * sin) * scale_;
-  k = k * cos + RotateHalf(k) * sin;
+  auto rotate = [&](const torch::Tensor& t) {
+    if (rotary_dim_ == head_dim_) return t * cos + RotateHalf(t) * sin;
+    auto r = t.slice(-1, 0, rotary_dim_);  // partial rotary: the rest passes unrotated
+    return torch::cat({r * cos + RotateHalf(r) * sin, t.slice(-1, rotary_dim_)}, -1);
+  };
+  q = rotate(q) * scale_;
+  k = rotate(k);
   if (past && past->k.defined()) {
     auto pk = past->k, pv = past->v;
     if (pk.size(0) != B) {
@@ -151,7 +178,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   auto out = at::scaled_dot_product_attention(q, k, v, mask_add.to(q.scalar_type()),
                                               /*dropout_p=*/0.0, /*is_causal=*/false,
                                               /*scale=*/1.0, /*enable_gqa=*/G > 1);
-  return o_proj(out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
+  out = out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
+  if (output_gate_) out = out * torch::sigmoid(gate);
+  return o_proj(out);
 }
 
 MlpImpl::MlpImpl(const ModelConfig& cfg, torch::Dtype dt) : gelu_(cfg.activation == "gelu_tanh") {
@@ -165,8 +194,11 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return down_proj((gelu_ ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up_proj(x));
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, torch::Dtype dt) {
-  self_attn = register_module("self_attn", Attention(cfg, dt));
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, int64_t layer, torch::Dtype dt) {
+  if (cfg.IsLinear(layer))
+    linear_attn = register_module("linear_attn", GatedDeltaNet(cfg, dt));
+  else
+    self_attn = register_module("self_attn", Attention(cfg, dt));
   mlp = register_module("mlp", Mlp(cfg, dt));
   auto norm = [&] { return RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt, cfg.unit_offset_norm); };
   input_layernorm = register_module("input_layernorm", norm());
@@ -177,10 +209,10 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, torch::Dtype dt) {
   }
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                        const torch::Tensor& sin, const torch::Tensor& mask_add,
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerInputs& in,
                                         const LayerKV* past, LayerKV* kv_out) {
-  auto a = self_attn(input_layernorm(x), cos, sin, mask_add, past, kv_out);
+  auto a = linear_attn ? linear_attn->forward(input_layernorm(x), *in.recurrent, past, kv_out)
+                       : self_attn(input_layernorm(x), in.cos, in.sin, in.mask_add, past, kv_out);
   if (!pre_feedforward_layernorm) {
     auto h = x + a;
     return h + mlp(post_attention_layernorm(h));
@@ -193,7 +225,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, torch::Dtype dt) {
   embed_tokens = register_module("embed_tokens", Embedding(cfg.vocab_size, cfg.hidden_size, dt));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
-    layer_list.push_back(DecoderLayer(cfg, dt));
+    layer_list.push_back(DecoderLayer(cfg, i, dt));
     layers->push_back(layer_list.back());
   }
   norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt, cfg.unit_offset_norm));
@@ -219,22 +251,58 @@ void SetCpuRngState(const torch::Tensor& state) {
 // backpropagates through the recomputation, which accumulates the layer's
 // parameter gradients and returns the input's. Peak activation memory is then
 // one layer's plus every layer's input, for one extra forward.
+// A layer's inputs as autograd saved data (constants: no gradient flows into
+// them), and back.
+void SaveInputs(torch::autograd::AutogradContext* ctx, const LayerInputs& in) {
+  auto keep = [&](const char* name, const torch::Tensor& t) {
+    if (t.defined()) ctx->saved_data[name] = t;
+  };
+  keep("cos", in.cos), keep("sin", in.sin), keep("mask_add", in.mask_add);
+  if (in.recurrent == nullptr) return;
+  const RecurrentInputs& r = *in.recurrent;
+  ctx->saved_data["form"] = static_cast<int64_t>(r.form);
+  keep("valid", r.valid), keep("last", r.last), keep("ancestors", r.ancestors), keep("conv_index", r.conv_index);
+}
+struct SavedInputs {
+  LayerInputs in;
+  RecurrentInputs recurrent;
+};
+SavedInputs RestoreInputs(torch::autograd::AutogradContext* ctx) {
+  auto get = [&](const char* name) {
+    auto it = ctx->saved_data.find(name);
+    return it == ctx->saved_data.end() ? torch::Tensor() : it->second.toTensor();
+  };
+  SavedInputs s;
+  s.in.cos = get("cos"), s.in.sin = get("sin"), s.in.mask_add = get("mask_add");
+  if (ctx->saved_data.count("form")) {
+    s.recurrent.form = static_cast<RecurrentForm>(ctx->saved_data["form"].toInt());
+    s.recurrent.valid = get("valid"), s.recurrent.last = get("last");
+    s.recurrent.ancestors = get("ancestors"), s.recurrent.conv_index = get("conv_index");
+  }
+  return s;
+}
+
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor cos,
-                               torch::Tensor sin, torch::Tensor mask_add, int64_t layer, bool save_rng) {
-    ctx->save_for_backward({x, cos, sin, mask_add});
+  // `inputs` is the address of the layer's LayerInputs, valid while forward runs.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t layer,
+                               int64_t inputs, bool save_rng) {
+    const auto& in = *reinterpret_cast<const LayerInputs*>(inputs);
+    ctx->save_for_backward({x});
+    SaveInputs(ctx, in);
     ctx->saved_data["layer"] = layer;
     if (save_rng) ctx->saved_data["rng"] = CpuRngState();
     t_checkpointed_forward = true;
     struct Reset {
       ~Reset() { t_checkpointed_forward = false; }
     } reset;
-    return reinterpret_cast<DecoderLayerImpl*>(layer)->forward(x, cos, sin, mask_add, nullptr, nullptr);
+    return reinterpret_cast<DecoderLayerImpl*>(layer)->forward(x, in, nullptr, nullptr);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad) {
     const auto saved = ctx->get_saved_variables();
     auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    SavedInputs inputs = RestoreInputs(ctx);
+    if (layer->linear_attn) inputs.in.recurrent = &inputs.recurrent;
     auto x = saved[0].detach().requires_grad_(true);
     torch::Tensor y;
     {
@@ -245,11 +313,11 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
         now = CpuRngState();
         SetCpuRngState(ctx->saved_data["rng"].toTensor());
       }
-      y = layer->forward(x, saved[1], saved[2], saved[3], nullptr, nullptr);
+      y = layer->forward(x, inputs.in, nullptr, nullptr);
       if (rng) SetCpuRngState(now);
     }
     torch::autograd::backward({y}, {grad[0]});
-    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -277,12 +345,24 @@ void TransformerLMImpl::InitWeights(uint64_t seed) {
     auto cpu = torch::empty(t.sizes(), torch::kFloat32);
     bool is_norm = name.find("norm.weight") != std::string::npos ||
                    name.find("layernorm.weight") != std::string::npos;
-    if (is_norm) {
+    auto ends_with = [&](const char* tail) {
+      const std::string t(tail);
+      return name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
+    };
+    if (ends_with("linear_attn.norm.weight") || ends_with("dt_bias")) {
+      cpu.fill_(1.0);  // the gated norm scales by w; transformers' dt_bias init
+    } else if (ends_with("A_log")) {
+      cpu.uniform_(0.01, 16.0, gen).log_();  // decay rates A as transformers draws them
+    } else if (ends_with("conv1d.weight")) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(t.size(-1)));  // fan-in K
+      cpu.uniform_(-bound, bound, gen);
+    } else if (is_norm) {
       cpu.fill_(cfg_.unit_offset_norm ? 0.0 : 1.0);  // a gain of 1 either way
     } else if (name.find(".bias") != std::string::npos) {
       cpu.zero_();
     } else {
-      bool residual_out = name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
+      bool residual_out = name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos ||
+                          name.find("out_proj") != std::string::npos;
       cpu.normal_(0.0, residual_out ? out_std : 0.02, gen);
     }
     t.copy_(cpu.to(t.device(), t.scalar_type()));
@@ -359,6 +439,48 @@ torch::Tensor Additive(const torch::Tensor& mask, torch::Dtype dtype) {
       .masked_fill(mask.logical_not(), -1e9);
 }
 
+// The keys' positions [B, P + T] (the past's, then these): undefined when the past lacks them.
+torch::Tensor KeyPositions(const PastKV* past, const torch::Tensor& positions, int64_t P) {
+  if (P == 0) return positions;
+  for (const auto& layer : *past) {
+    if (!layer.k.defined()) continue;
+    if (!layer.pos.defined()) return {};
+    const int64_t B = positions.size(0);
+    return torch::cat({layer.pos.size(0) == B ? layer.pos : layer.pos.expand({B, -1}), positions}, 1);
+  }
+  return {};
+}
+
+// How recurrent layers read this forward's tokens (see AttentionMask::tree),
+// from the new-token block of the mask, on its device: a chain's tokens are
+// the rows that see themselves (all of them when the host count says so); a
+// tree's ancestors are what each row sees, and its conv window follows them.
+RecurrentInputs MakeRecurrentInputs(const AttentionMask& attention, int64_t B, int64_t T, int64_t P,
+                                    int64_t K, RecurrentForm form) {
+  RecurrentInputs r;
+  r.form = form;
+  auto block = attention.mask.select(1, 0).slice(2, P).expand({B, T, T});  // [B, T(query), T(key)]
+  auto ar = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(block.device()));
+  if (!attention.tree) {
+    if (attention.tokens == B * T) return r;  // no padding
+    r.valid = block.diagonal(0, 1, 2);  // [B, T]
+    r.last = torch::where(r.valid, ar.unsqueeze(0), torch::full({1, 1}, -1, ar.options())).amax(1);
+    return r;
+  }
+  r.ancestors = block;
+  auto depth = block.sum(-1);  // [B, T] the token's own depth, 1 at a root
+  std::vector<torch::Tensor> window(K);
+  window[K - 1] = (K - 1 + ar).unsqueeze(0).expand({B, T});
+  for (int64_t m = 1; m < K; ++m) {  // the m-th ancestor, or the conv state before the root
+    auto sel = block & (depth.unsqueeze(1) == (depth - m).unsqueeze(2));  // [B, i, j]
+    auto in_tree = (K - 1) + sel.to(torch::kInt32).argmax(-1);
+    auto in_state = (K - 2 - m) + depth;
+    window[K - 1 - m] = torch::where(sel.any(-1), in_tree, in_state);
+  }
+  r.conv_index = torch::stack(window, -1);  // [B, T, K]
+  return r;
+}
+
 }  // namespace
 
 ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Tensor& positions,
@@ -368,7 +490,8 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
   RLID_CHECK_EQ(ids.dim(), 2);
   RLID_CHECK(ids.sizes() == positions.sizes(), "ids and positions differ in shape");
   const int64_t B = ids.size(0), T = ids.size(1);
-  const int64_t P = past && !past->empty() ? (*past)[0].k.size(2) : 0;
+  const bool has_past = past && !past->empty();
+  const int64_t P = PastLength(past);
   RLID_CHECK_EQ(mask.size(-1), P + T, "mask key length must equal past + new tokens");
   RLID_CHECK_EQ(mask.size(-2), T);
   int64_t max_position = -1;  // known only for positions on the host
@@ -379,63 +502,45 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
   auto x = model->embed_tokens(ids);
   if (cfg_.embed_scale != 1.0)  // the scale rounded to the weights' dtype, as transformers does
     x = x * torch::scalar_tensor(cfg_.embed_scale, x.options());
-  const auto [cos, sin] = Rotary(positions, inv_freq_, inv_freq_on_device_, rope_scale_, x.scalar_type());
-  torch::Tensor local_cos = cos, local_sin = sin;
+  const auto ct = ComputeType(x.scalar_type());
+  LayerInputs global, local;
+  std::tie(global.cos, global.sin) = Rotary(positions, inv_freq_, inv_freq_on_device_, rope_scale_, x.scalar_type());
+  global.mask_add = Additive(mask, ct);
+  local = global;
   if (!local_inv_freq_.empty())
-    std::tie(local_cos, local_sin) =
-        Rotary(positions, local_inv_freq_, local_inv_freq_on_device_, 1.0, x.scalar_type());
+    std::tie(local.cos, local.sin) = Rotary(positions, local_inv_freq_, local_inv_freq_on_device_, 1.0, x.scalar_type());
   bool any_sliding = false;
   for (int64_t l = 0; l < cfg_.num_layers; ++l) any_sliding = any_sliding || cfg_.IsSliding(l);
-  // The keys' positions (the past's, then these), kept only where a window reads them.
-  torch::Tensor key_pos;
-  if (any_sliding) {
-    key_pos = positions;
-    if (P > 0) {
-      const torch::Tensor& past_pos = (*past)[0].pos;
-      key_pos = past_pos.defined()
-                    ? torch::cat({past_pos.size(0) == B ? past_pos : past_pos.expand({B, -1}), positions}, 1)
-                    : torch::Tensor();
-    }
-  }
-  const auto ct = ComputeType(x.scalar_type());
-  auto mask_add = Additive(mask, ct);
+  const torch::Tensor key_pos = any_sliding ? KeyPositions(past, positions, P) : torch::Tensor();
   // Sliding layers also hide keys at sliding_window or more positions back; when no
   // position reaches the window (known on the host), that hides nothing.
-  torch::Tensor sliding_add = mask_add;
   if (any_sliding && !(max_position >= 0 && max_position < cfg_.sliding_window)) {
     RLID_CHECK(key_pos.defined(), "a sliding-window model needs its past keys' positions (LayerKV::pos)");
     auto near = (positions.unsqueeze(-1) - key_pos.unsqueeze(1)) < cfg_.sliding_window;  // [B, T, P+T]
-    sliding_add = Additive(mask & near.unsqueeze(1), ct);
+    local.mask_add = Additive(mask & near.unsqueeze(1), ct);
   }
-  struct LayerInputs {
-    const torch::Tensor *cos, *sin, *mask;
-  };
-  auto inputs_of = [&](int64_t l) {
-    return cfg_.IsSliding(l) ? LayerInputs{&local_cos, &local_sin, &sliding_add}
-                             : LayerInputs{&cos, &sin, &mask_add};
-  };
+  RecurrentInputs recurrent;
+  if (cfg_.HasLinearLayers()) {
+    recurrent = MakeRecurrentInputs(attention, B, T, P, cfg_.linear_conv_kernel, recurrent_form_);
+    global.recurrent = local.recurrent = &recurrent;
+  }
   ForwardOut out;
   if (return_present) out.present.resize(cfg_.num_layers);
-  const bool checkpoint = checkpointing_ && is_training() && torch::GradMode::is_enabled() && P == 0 &&
+  const bool checkpoint = checkpointing_ && is_training() && torch::GradMode::is_enabled() && !has_past &&
                           !return_present;
-  if (checkpoint) {
-    // The first layer's input must require grad for the layers' backward to run
-    // at all (the frozen embedding gives it none).
-    if (!x.requires_grad()) x = x.detach().requires_grad_(true);
-    const bool save_rng = lora_ && lora_->dropout > 0;
-    for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-      const LayerInputs in = inputs_of(l);
-      x = CheckpointedLayer::apply(x, *in.cos, *in.sin, *in.mask,
-                                   reinterpret_cast<int64_t>(model->layer_list[l].get()), save_rng);
+  // The first layer's input must require grad for checkpointed layers' backward
+  // to run at all (the frozen embedding gives it none).
+  if (checkpoint && !x.requires_grad()) x = x.detach().requires_grad_(true);
+  const bool save_rng = lora_ && lora_->dropout > 0;
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const LayerInputs& in = cfg_.IsSliding(l) ? local : global;
+    DecoderLayerImpl* layer = model->layer_list[l].get();
+    if (checkpoint) {
+      x = CheckpointedLayer::apply(x, reinterpret_cast<int64_t>(layer), reinterpret_cast<int64_t>(&in), save_rng);
+      continue;
     }
-  } else {
-    for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-      const LayerKV* lp = P > 0 ? &(*past)[l] : nullptr;
-      const LayerInputs in = inputs_of(l);
-      x = model->layer_list[l]->forward(x, *in.cos, *in.sin, *in.mask, lp,
-                                        return_present ? &out.present[l] : nullptr);
-      if (return_present) out.present[l].pos = key_pos;
-    }
+    x = layer->forward(x, in, has_past ? &(*past)[l] : nullptr, return_present ? &out.present[l] : nullptr);
+    if (return_present && !cfg_.IsLinear(l)) out.present[l].pos = key_pos;
   }
   out.hidden = model->norm(x);
   work_ += attention.Work(ids.size(0));

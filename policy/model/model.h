@@ -1,8 +1,10 @@
 // The decoder-only transformer LM, in the Hugging Face layouts of Qwen3, Qwen2,
-// Llama, Mistral and Gemma 3 (text) so real checkpoints can be loaded: token
-// embedding (optionally scaled), RMSNorm (w or 1 + w), RoPE (one table per kind
-// of layer), grouped-query attention through LibTorch's SDPA with full or
-// sliding-window layers, optional q/k RMSNorm, SwiGLU or GeGLU MLP, Gemma's
+// Llama, Mistral, Gemma 3 (text) and Qwen3.5 (text) so real checkpoints can be
+// loaded: token embedding (optionally scaled), RMSNorm (w or 1 + w), RoPE (one
+// table per kind of layer, whole or partial heads), grouped-query attention
+// through LibTorch's SDPA with full or sliding-window layers, optional q/k
+// RMSNorm and sigmoid output gate, Gated DeltaNet linear-attention layers
+// (recurrent, policy/model/gated_delta.h), SwiGLU or GeGLU MLP, Gemma's
 // sandwich norms, tied or untied head, explicit head_dim. Parameter names equal
 // the HF names ("model.layers.0.self_attn.q_proj.weight"). A scalar value head on
 // the final hidden state serves PPO. Callers pick the positions that need
@@ -47,17 +49,35 @@ struct AttentionMask {
   // Passes this forward counts as: 1, or 0 for a prefix forward that the next
   // forward continues within the same pass (the shared-prefix readout).
   int64_t calls = 1;
+  // How recurrent (Gated DeltaNet) layers read the new tokens; attention layers
+  // only read `mask`. false: each row is a chain, its tokens (the query rows
+  // that see their own key) fed in order; padding may precede a row's tokens
+  // (left, only without a past) or follow them (right). true: the new-token
+  // block mask[..., P:] is a forest, token i seeing exactly itself and its
+  // ancestors, which precede it: every token continues its parent's state
+  // (the call's starting state at a root), as the readout's trie does. A tree
+  // call returns no present state.
+  bool tree = false;
 };
 
-// Keys/values of one layer: [B or 1, num_kv_heads, S, head_dim]. A batch of 1
-// broadcasts over the query batch (shared-prefix forward).
+// What one layer carries from the tokens before: an attention layer's keys and
+// values [B or 1, num_kv_heads, S, head_dim] (and, in sliding-window models,
+// their positions [B or 1, S]); a recurrent layer's conv inputs [B or 1,
+// channels, conv_kernel - 1] and delta-rule state [B or 1, value heads, key_dim,
+// value_dim] (float32; float64 for a float64 model). A batch of 1 broadcasts
+// over the query batch (shared-prefix forward).
 struct LayerKV {
   torch::Tensor k, v;
-  torch::Tensor pos;  // [B or 1, S] the keys' positions (sliding-window models read them)
-  // Rows `index` of the batch (of pos too, when it is there).
+  torch::Tensor pos;
+  torch::Tensor conv, state;
+  // Rows `index` of the batch (of every tensor that is there).
   LayerKV Rows(const torch::Tensor& index) const;
+  // The batch size (1 when it broadcasts).
+  int64_t Batch() const;
 };
 using PastKV = std::vector<LayerKV>;
+// Tokens the past holds (its attention layers' key length; 0 for none).
+int64_t PastLength(const PastKV* past);
 
 struct ForwardOut {
   torch::Tensor hidden;  // [B, T, D] after the final norm
@@ -71,8 +91,11 @@ struct LoraConfig {
   int64_t rank = 0;     // 0 = no adapters (every weight trains)
   double alpha = 32.0;  // scale = alpha / rank
   double dropout = 0.0; // on the adapter input, only in gradient forwards in train mode
-  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                             "gate_proj", "up_proj", "down_proj"};
+  // Every projection by default (a model adapts those it has): attention, MLP
+  // and Qwen3.5's linear attention.
+  std::vector<std::string> target_modules = {
+      "q_proj",    "k_proj",      "v_proj",    "o_proj",    "gate_proj", "up_proj",
+      "down_proj", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"};
   std::string base_model;  // directory of the frozen base weights (PEFT's base_model_name_or_path)
   // adapter_config.json's target_modules entries as written (filled by
   // ReadAdapterConfig; empty for "all-linear" and for [policy.lora]): PEFT
@@ -128,22 +151,70 @@ class RmsNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
+// How the recurrent layers of one forward read its tokens (made once per
+// forward from its AttentionMask, on the device; see AttentionMask::tree).
+enum class RecurrentForm { kAuto, kChunked, kRecurrent };
+struct RecurrentInputs {
+  RecurrentForm form = RecurrentForm::kAuto;  // chains: auto = recurrent for one token, else chunked
+  torch::Tensor valid;       // chains: [B, T] bool, real tokens; undefined: every token is
+  torch::Tensor last;        // chains: [B] int64, the last real token (-1: none)
+  torch::Tensor ancestors;   // trees: [B, T, T] bool, token j is token i or one of its ancestors
+  torch::Tensor conv_index;  // trees: [B, T, K] int64, the conv window of token i as indices into
+                             // [conv state (K - 1) ; tokens], oldest first
+  bool tree() const { return ancestors.defined(); }
+};
+
+// What one decoder layer reads besides its input (made once per forward).
+struct LayerInputs {
+  torch::Tensor cos, sin;  // [B, 1, T, rotary dim] for this kind of layer
+  torch::Tensor mask_add;  // [B|1, 1, T, P + T] additive attention mask
+  const RecurrentInputs* recurrent = nullptr;
+};
+
 // Grouped-query self-attention: q_proj, k_proj, v_proj, o_proj (+ q_norm, k_norm).
+// With an output gate (Qwen3.5) q_proj yields per head [query ; gate] and the
+// attention output is multiplied by sigmoid(gate) before o_proj. RoPE rotates
+// the first rotary-dim channels of each head (all of them unless partial).
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& cfg, torch::Dtype dtype);
-  // x [B,T,D], cos/sin [B,T,hd], additive mask [B|1,1,T,P+T] -> [B,T,D]; `kv_out`
-  // receives past ++ new keys/values.
+  // x [B,T,D], cos/sin [B,1,T,rotary dim], additive mask [B|1,1,T,P+T] -> [B,T,D];
+  // `kv_out` receives past ++ new keys/values.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask_add, const LayerKV* past, LayerKV* kv_out);
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RmsNorm q_norm{nullptr}, k_norm{nullptr};
 
  private:
-  int64_t heads_, kv_heads_, head_dim_;
+  int64_t heads_, kv_heads_, head_dim_, rotary_dim_;
+  bool output_gate_;
   double scale_;  // of the scores, folded into q
 };
 TORCH_MODULE(Attention);
+
+// Gated DeltaNet linear attention (Yang et al. 2024), named as Qwen3.5's
+// "linear_attn": in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv1d.weight
+// [C, 1, K] (depthwise, causal, no bias, then silu), dt_bias, A_log, norm (a
+// gated RMSNorm w * norm(o) * silu(z), weight w) and out_proj. Per value head
+// a state S [key_dim, value_dim] follows the delta rule of gated_delta.h with
+// q, k l2-normalised, beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias).
+class GatedDeltaNetImpl : public torch::nn::Module {
+ public:
+  GatedDeltaNetImpl(const ModelConfig& cfg, torch::Dtype dtype);
+  // x [B,T,D] -> [B,T,D], starting from `past`'s conv inputs and state (zero
+  // without); `state_out` receives the states after each row's last token (chains only).
+  torch::Tensor forward(const torch::Tensor& x, const RecurrentInputs& in, const LayerKV* past,
+                        LayerKV* state_out);
+  Linear in_proj_qkv{nullptr}, in_proj_z{nullptr}, in_proj_b{nullptr}, in_proj_a{nullptr},
+      out_proj{nullptr};
+  std::shared_ptr<torch::nn::Module> conv1d;  // holds "weight"
+  torch::Tensor conv_weight, dt_bias, A_log;
+  RmsNorm norm{nullptr};
+
+ private:
+  int64_t key_heads_, value_heads_, key_dim_, value_dim_, kernel_;
+};
+TORCH_MODULE(GatedDeltaNet);
 
 // SwiGLU: down(silu(gate(x)) * up(x)); GeGLU with gelu (tanh approximation) for silu.
 class MlpImpl : public torch::nn::Module {
@@ -159,15 +230,17 @@ TORCH_MODULE(Mlp);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const ModelConfig& cfg, torch::Dtype dtype);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask_add, const LayerKV* past, LayerKV* kv_out);
-  // Llama / Qwen: x + attn(input_ln(x)), then h + mlp(post_attention_ln(h)). Gemma 3
+  DecoderLayerImpl(const ModelConfig& cfg, int64_t layer, torch::Dtype dtype);
+  torch::Tensor forward(const torch::Tensor& x, const LayerInputs& in, const LayerKV* past,
+                        LayerKV* kv_out);
+  // Llama / Qwen: x + mixer(input_ln(x)), then h + mlp(post_attention_ln(h)), the
+  // mixer being self_attn or (Qwen3.5's linear layers) linear_attn. Gemma 3
   // (sandwich): x + post_attention_ln(attn(input_ln(x))), then
   // h + post_feedforward_ln(mlp(pre_feedforward_ln(h))).
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich only
-  Attention self_attn{nullptr};
+  Attention self_attn{nullptr};       // null in a linear layer
+  GatedDeltaNet linear_attn{nullptr};  // null in an attention layer
   Mlp mlp{nullptr};
 };
 TORCH_MODULE(DecoderLayer);
@@ -225,6 +298,10 @@ class TransformerLMImpl : public torch::nn::Module {
   // i iff j <= i and attention_mask[b][j] = 1.
   static torch::Tensor CausalMaskFromAttention(const torch::Tensor& attention_mask);
 
+  // The delta-rule form recurrent layers compute chains with (tests compare
+  // them): auto (recurrent for one token, chunked otherwise), chunked or recurrent.
+  void set_recurrent_form(RecurrentForm form) { recurrent_form_ = form; }
+
   // Activation checkpointing (policy.gradient_checkpointing): forwards that
   // build a gradient in train mode keep only each decoder layer's input and
   // recompute the layer during backward. Same gradients (dropout masks
@@ -261,6 +338,7 @@ class TransformerLMImpl : public torch::nn::Module {
   double rope_scale_ = 1.0;       // cos/sin scale (yarn)
   std::optional<LoraConfig> lora_;
   bool checkpointing_ = false;
+  RecurrentForm recurrent_form_ = RecurrentForm::kAuto;
   ForwardCost work_;
 };
 TORCH_MODULE(TransformerLM);

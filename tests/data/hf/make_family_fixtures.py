@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""Writes the Mistral and Gemma 3 Hugging Face reference fixtures.
+"""Writes the Mistral, Gemma 3 and Qwen3.5 Hugging Face reference fixtures.
 
     /work/main/.venv/bin/python tests/data/hf/make_family_fixtures.py
 
-Makes tests/data/hf/mistral_tiny/ and tests/data/hf/gemma3_tiny/, each holding `config.json` and
+Makes tests/data/hf/mistral_tiny/, gemma3_tiny/ and qwen3_5_tiny/, each holding `config.json` and
 `model.safetensors` (written by `save_pretrained`, float32) and `reference.json` (the logits that
 transformers' own modeling code computes for them: eager attention, float32, CPU, one thread), in
 the same layout and with the same five cases as the other fixtures in this folder (see README.md).
 
 After saving, each fixture is checked: `AutoModelForCausalLM.from_pretrained(dir)` must reproduce
-the stored logits exactly, and the sliding window must change the logits of the 40-token rows
-(compared with a copy of the config whose window is larger than any row).
+the stored logits exactly, and (Mistral, Gemma 3) the sliding window must change the logits of the
+40-token rows (compared with a copy of the config whose window is larger than any row). Qwen3.5's
+Gated DeltaNet runs transformers' pure-PyTorch chunked rule (no fused kernels are installed).
 """
 
 import copy
@@ -30,6 +31,8 @@ from transformers import (
     Gemma3TextConfig,
     MistralConfig,
     MistralForCausalLM,
+    Qwen3_5ForCausalLM,
+    Qwen3_5TextConfig,
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -77,11 +80,29 @@ def gemma3_config():
     )
 
 
+def qwen3_5_config():
+    return Qwen3_5TextConfig(
+        **COMMON,
+        num_hidden_layers=4,
+        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+        head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=8,
+        linear_conv_kernel_dim=4,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25},
+    )
+
+
 FIXTURES = [
     # name, model class, config factory, seed, mean of the norm weights
     ("mistral_tiny", MistralForCausalLM, mistral_config, 1005, 1.0),
     # Gemma's RMSNorm scales by (1 + w): normal(0, 0.1) norm weights give scales around 1.
     ("gemma3_tiny", Gemma3ForCausalLM, gemma3_config, 1006, 0.0),
+    # Qwen3.5's RMSNorms scale by (1 + w) as Gemma's; its gated norm inside linear_attn by w.
+    ("qwen3_5_tiny", Qwen3_5ForCausalLM, qwen3_5_config, 1007, 0.0),
 ]
 
 
@@ -91,7 +112,9 @@ def init_weights(model, seed, norm_mean):
     kinds = {}
     with torch.no_grad():
         for name, p in model.named_parameters():  # tied lm_head.weight is not listed again
-            if name.endswith("norm.weight"):
+            if name.endswith("linear_attn.norm.weight"):
+                kind, mean = "gated_norm", 1.0
+            elif name.endswith("norm.weight"):
                 kind, mean = "norm", norm_mean
             elif "embed_tokens" in name:
                 kind, mean = "embed", 0.0
@@ -235,6 +258,9 @@ def make(name, cls, make_config, seed, norm_mean):
             "linear": "normal(0, 0.1)", "parameter_kinds": kinds}
     if name == "gemma3_tiny":
         init["norm_note"] = "Gemma3RMSNorm scales by (1 + weight), so these norms scale by about 1"
+    if name == "qwen3_5_tiny":
+        init["norm_note"] = ("Qwen3_5RMSNorm scales by (1 + weight); linear_attn.norm (gated) by weight, "
+                             "drawn normal(1, 0.1); A_log, dt_bias and conv1d.weight normal(0, 0.1)")
     ref = {
         "model": name,
         "architecture": cls.__name__,
@@ -294,6 +320,10 @@ def make(name, cls, make_config, seed, norm_mean):
           f"max abs diff = {reload_diff} (weights as memory-mapped: {raw_diff:.3g})")
 
     # Check 2: the sliding window matters for the 40-token rows.
+    if getattr(loaded.config, "sliding_window", None) is None:
+        sizes = {fn: os.path.getsize(os.path.join(out_dir, fn)) for fn in sorted(os.listdir(out_dir))}
+        print(f"{name}: files {sizes}, total {sum(sizes.values())} bytes")
+        return reload_diff == 0.0 and raw_diff < 1e-5
     wide = copy.deepcopy(loaded.config)
     wide.sliding_window = 1 << 20
     wide_model = cls(wide).eval()

@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const char* kFixtures[] = {"qwen3_tiny", "qwen2_tiny", "llama3_tiny", "qwen3_tiny_bf16_sharded",
-                           "mistral_tiny", "gemma3_tiny"};
+                           "mistral_tiny", "gemma3_tiny", "qwen3_5_tiny"};
 
 fs::path FixtureDir(const std::string& name) {
   return fs::path(RLID_SOURCE_DIR) / "tests" / "data" / "hf" / name;
@@ -101,7 +101,57 @@ TEST(HfParity, EveryFixtureCaseMatchesTransformersThroughTheCli) {
       ++cases;
     }
   }
-  EXPECT_EQ(cases, 30);
+  EXPECT_EQ(cases, 35);
+}
+
+// Qwen3.5's token-by-token form against the same reference (transformers' chunked rule).
+TEST(HfParity, Qwen35RecurrentFormMatchesTransformersToo) {
+  testing::TempDir tmp("hf_parity_recurrent");
+  const json ref = ReadJsonFile(FixtureDir("qwen3_5_tiny") / "reference.json");
+  for (const auto& c : ref.at("cases")) {
+    json in = {{"input_ids", c.at("input_ids")}, {"attention_mask", c.at("attention_mask")}};
+    if (!c.at("position_ids_passed").is_null()) in["position_ids"] = c.at("position_ids_passed");
+    WriteJsonFile(tmp.path() / "in.json", in);
+    auto r = RunRlid({"policy", "logits", "--checkpoint", FixtureDir("qwen3_5_tiny").string(), "--input",
+                      (tmp.path() / "in.json").string(), "--json", "--recurrent-form", "recurrent"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json got = json::parse(r.out).at("logits");
+    double max_diff = 0;
+    for (size_t b = 0; b < got.size(); ++b)
+      for (size_t t = 0; t < got[b].size(); ++t)
+        if (c.at("valid")[b][t].get<bool>())
+          for (size_t v = 0; v < got[b][t].size(); ++v)
+            max_diff = std::max(max_diff, std::abs(got[b][t][v].get<double>() - c.at("logits")[b][t][v].get<double>()));
+    EXPECT_LE(max_diff, 1e-4) << c.at("name");
+  }
+}
+
+// A Qwen3_5ForConditionalGeneration directory: config.json with text_config
+// and vision_config, the language model under model.language_model., a vision
+// tower and MTP head rlid skips. It reads as the text model does.
+TEST(HfWeights, Qwen35MultimodalCheckpointReadsItsLanguageModel) {
+  testing::TempDir tmp("hf_qwen35_vl");
+  auto dir = CopyFixture("qwen3_5_tiny", tmp);
+  json text = ReadJsonFile(dir / "config.json");
+  json composite = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                    {"model_type", "qwen3_5"},
+                    {"tie_word_embeddings", false},
+                    {"text_config", text},
+                    {"vision_config", {{"model_type", "qwen3_5_vision"}, {"depth", 1}}}};
+  WriteJsonFile(dir / "config.json", composite);
+  TensorMap renamed;
+  for (auto& [name, t] : LoadSafetensors((dir / "model.safetensors").string()))
+    renamed[name.rfind("model.", 0) == 0 ? "model.language_model." + name.substr(6) : name] = t;
+  renamed["model.visual.blocks.0.attn.qkv.weight"] = torch::zeros({6, 2});
+  renamed["mtp.fc.weight"] = torch::zeros({2, 2});
+  SaveSafetensors((dir / "model.safetensors").string(), renamed);
+  auto ids = Ids({5, 17, 42, 7, 99, 250, 3, 64});
+  auto mask = torch::ones_like(ids);
+  auto pos = torch::arange(8).unsqueeze(0);
+  EXPECT_TRUE(torch::equal(ModelLogits(dir, ids, mask, pos), ModelLogits(FixtureDir("qwen3_5_tiny"), ids, mask, pos)));
+  renamed["model.embed_tokens.weight"] = renamed["model.language_model.embed_tokens.weight"];  // stored twice
+  SaveSafetensors((dir / "model.safetensors").string(), renamed);
+  EXPECT_THROW(ModelLogits(dir, ids, mask, pos), IoError);
 }
 
 TEST(HfParity, Bfloat16WeightsStayCloseToFloat32) {
@@ -313,6 +363,72 @@ TEST(HfConfig, Gemma3AndMistralReadAsTransformersDoesOrNameTheField) {
       {"rope_parameters.rope_type", [](json& j) { j["rope_parameters"] = {{"rope_type", "default"}}; }},
   };
   ExpectEachEditRefusedNamingTheField(gemma, cases);
+}
+
+// Qwen3.5: the text model of a Qwen3_5ForConditionalGeneration config.json
+// (text_config) or a qwen3_5_text one, with Qwen3_5TextConfig's defaults; what
+// rlid cannot run is named.
+TEST(HfConfig, Qwen35ReadsTheTextModelAsTransformersDoesOrNamesTheField) {
+  const json text = {{"model_type", "qwen3_5_text"}, {"vocab_size", 64},       {"hidden_size", 32},
+                     {"intermediate_size", 48},      {"num_hidden_layers", 8}, {"num_attention_heads", 2},
+                     {"num_key_value_heads", 1},     {"head_dim", 16}};
+  const auto q = ModelConfig::FromJson(text);
+  EXPECT_EQ(q.ModelType(), "qwen3_5_text");
+  EXPECT_EQ(q.linear, (std::vector<bool>{true, true, true, false, true, true, true, false}));  // interval 4
+  EXPECT_EQ(q.linear_key_heads, 16);
+  EXPECT_EQ(q.linear_value_heads, 32);
+  EXPECT_EQ(q.linear_key_dim, 128);
+  EXPECT_EQ(q.linear_conv_kernel, 4);
+  EXPECT_DOUBLE_EQ(q.partial_rotary, 0.25);  // Qwen3_5TextConfig's default
+  EXPECT_EQ(q.RotaryDim(), 4);
+  EXPECT_EQ(q.RopeInvFreq().size(), 2u);
+  EXPECT_TRUE(q.qk_norm && q.unit_offset_norm && q.attn_output_gate && !q.sandwich_norm);
+  EXPECT_FALSE(q.tie_embeddings);
+  const auto back = ModelConfig::FromJson(q.ToJson());
+  EXPECT_EQ(back.linear, q.linear);
+  EXPECT_EQ(back.RopeInvFreq(), q.RopeInvFreq());
+  EXPECT_EQ(back.NumParameters(), q.NumParameters());
+  EXPECT_EQ(back.ToJson(), q.ToJson());
+
+  // The composite checkpoint's config: text_config, tie and dtype from the top level.
+  json composite = {{"model_type", "qwen3_5"},
+                    {"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                    {"tie_word_embeddings", true},
+                    {"dtype", "bfloat16"},
+                    {"vision_config", {{"model_type", "qwen3_5_vision"}, {"depth", 2}}},
+                    {"text_config", text}};
+  composite["text_config"].erase("model_type");
+  composite["text_config"]["rope_parameters"] = {{"rope_type", "default"},  {"rope_theta", 1e7},
+                                                 {"partial_rotary_factor", 0.5},
+                                                 {"mrope_section", {1, 1, 0}}, {"mrope_interleaved", true}};
+  const auto c = ModelConfig::FromJson(composite);
+  EXPECT_EQ(c.ModelType(), "qwen3_5_text");
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.source_dtype, "bfloat16");
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e7);
+  EXPECT_EQ(c.RotaryDim(), 8);
+
+  const std::vector<RefusalCase> cases = {
+      {"layer_types", [](json& j) { j["layer_types"] = {"linear_attention"}; }},  // 1 type, 8 layers
+      {"layer_types", [](json& j) {
+         j["layer_types"] = json::array();
+         for (int i = 0; i < 8; ++i) j["layer_types"].push_back(i == 3 ? "sliding_attention" : "full_attention");
+       }},
+      {"every layer is linear_attention", [](json& j) {
+         j["layer_types"] = json::array();
+         for (int i = 0; i < 8; ++i) j["layer_types"].push_back("linear_attention");
+       }},
+      {"linear_num_value_heads", [](json& j) { j["linear_num_value_heads"] = 24; }},  // 16 key heads
+      {"linear_conv_kernel_dim", [](json& j) { j["linear_conv_kernel_dim"] = 0; }},
+      {"partial_rotary_factor", [](json& j) { j["partial_rotary_factor"] = 0.1; }},  // 1.6 dimensions
+      {"model_type", [](json& j) { j["model_type"] = "qwen3_5_moe_text"; }},
+      {"num_experts", [](json& j) { j["num_experts"] = 64; }},
+      {"hidden_act", [](json& j) { j["hidden_act"] = "gelu"; }},
+  };
+  ExpectEachEditRefusedNamingTheField(text, cases);
+  json no_text = composite;
+  no_text.erase("text_config");
+  EXPECT_THROW(ModelConfig::FromJson(no_text), ConfigError);
 }
 
 TEST(HfWeights, MissingExtraAndMisplacedTensorsAreNamed) {
