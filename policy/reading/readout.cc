@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -308,11 +309,108 @@ int64_t SharedPrefixLength(const std::vector<PackedRow>& rows) {
   return C < kMinSharedPrefix ? 0 : C;
 }
 
+// The tries and branches of every row, after its prompt: ids and positions
+// [B, N], their mask [B, 1, N, Pmax + N] over the prompts' keys (row b's first
+// P_b) and their own (each token sees itself and its ancestors, a forest;
+// padding sees itself only), and the rows of [prompts ; tries] hidden states
+// ([B * Pmax] then [B * N]) that make the packed layout [B * L].
+struct TreeInputs {
+  torch::Tensor ids, pos, mask;
+  std::vector<int64_t> packed_row;  // [B * L]
+  int64_t N = 0;
+};
+
+TreeInputs PackTrees(const PackedBatch& pb, int64_t Pmax) {
+  const int64_t B = pb.B, L = pb.L;
+  TreeInputs t;
+  for (const auto& pr : pb.rows) t.N = std::max<int64_t>(t.N, pr.ids.size() - pr.prompt_len);
+  const int64_t N = t.N, S = Pmax + N;
+  t.ids = torch::zeros({B, N}, torch::kInt64), t.pos = torch::zeros({B, N}, torch::kInt64);
+  t.mask = torch::zeros({B, 1, N, S}, torch::kBool);
+  auto ida = t.ids.accessor<int64_t, 2>(), posa = t.pos.accessor<int64_t, 2>();
+  bool* m = t.mask.data_ptr<bool>();
+  std::unique_ptr<bool[]> row_mask(new bool[static_cast<size_t>(L * L)]);
+  bool* packed = row_mask.get();
+  t.packed_row.assign(B * L, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& pr = pb.rows[b];
+    const int64_t P = pr.prompt_len, n = static_cast<int64_t>(pr.ids.size()) - P;
+    std::fill(packed, packed + L * L, false);
+    FillMask(pr, L, packed);
+    for (int64_t i = 0; i < N; ++i) {
+      bool* q = m + (b * N + i) * S;
+      if (i >= n) {  // padding: a root that sees itself
+        q[Pmax + i] = true;
+        continue;
+      }
+      ida[b][i] = pr.ids[P + i], posa[b][i] = pr.positions[P + i];
+      const bool* src = packed + (P + i) * L;
+      std::copy(src, src + P, q);                      // the row's prompt keys
+      std::copy(src + P, src + P + n, q + Pmax);       // its own tree
+    }
+    for (int64_t i = 0; i < L; ++i)
+      t.packed_row[b * L + i] = i < P ? b * Pmax + i : i < P + n ? B * Pmax + b * N + (i - P) : 0;
+  }
+  return t;
+}
+
+// Models with recurrent layers (Qwen3.5) cannot mask a recurrence: the prompts
+// run as chains (each recurrent layer keeps its state after the row's last
+// prompt token; a shared prefix first, once, when C > 0), then every trie and
+// branch as a tree on those states, within the same counted pass.
+torch::Tensor RunRecurrentForward(TransformerLM& model, const PackedBatch& pb, int64_t C) {
+  const int64_t B = pb.B;
+  const torch::Device device = model->device();
+  std::vector<int64_t> plen;
+  ForwardCost prompts;
+  for (const auto& pr : pb.rows) {
+    plen.push_back(pr.prompt_len);
+    prompts.tokens += pr.prompt_len, prompts.attention_pairs += CausalPairs(pr.prompt_len);
+  }
+  const int64_t Pmax = *std::max_element(plen.begin(), plen.end());
+  auto ids = torch::zeros({B, Pmax}, torch::kInt64);
+  auto ida = ids.accessor<int64_t, 2>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < plen[b]; ++i) ida[b][i] = pb.rows[b].ids[i];
+  auto pos = torch::arange(Pmax, torch::kInt64).unsqueeze(0).expand({B, Pmax}).contiguous();
+  auto causal = AttentionMask::Causal(plen, Pmax, torch::kCPU).mask;
+  ids = ids.to(device), pos = pos.to(device), causal = causal.to(device);
+  torch::Tensor hidden;
+  ForwardOut enc;
+  if (C > 0) {
+    auto pre = model->forward(ids.slice(0, 0, 1).slice(1, 0, C), pos.slice(0, 0, 1).slice(1, 0, C),
+                              {causal.slice(0, 0, 1).slice(2, 0, C).slice(3, 0, C), C, CausalPairs(C), 0},
+                              nullptr, /*return_present=*/true);
+    enc = model->forward(ids.slice(1, C), pos.slice(1, C),
+                         {causal.slice(2, C), prompts.tokens - B * C, prompts.attention_pairs - B * CausalPairs(C), 0},
+                         &pre.present, /*return_present=*/true);
+    hidden = torch::cat({pre.hidden.expand({B, -1, -1}), enc.hidden}, 1);
+  } else {
+    enc = model->forward(ids, pos, {causal, prompts.tokens, prompts.attention_pairs, 0}, nullptr,
+                         /*return_present=*/true);
+    hidden = enc.hidden;
+  }
+  TreeInputs t = PackTrees(pb, Pmax);
+  const ForwardCost packed = PackedWork(pb);
+  AttentionMask tree(t.mask.to(device), packed.tokens - prompts.tokens,
+                     packed.attention_pairs - prompts.attention_pairs);
+  tree.tree = true;
+  auto rest = model->forward(t.ids.to(device), t.pos.to(device), tree, &enc.present).hidden;
+  const int64_t D = hidden.size(-1);
+  return torch::cat({hidden.reshape({B * Pmax, D}), rest.reshape({B * t.N, D})})
+      .index_select(0, IndexTensor(t.packed_row, device));
+}
+
 // Packed batch -> hidden [B * L, D], in one readout pass. With C > 0 the
 // first C tokens run once (row 0's copy) and every row attends to their
 // keys/values: the model counts the work saved.
 torch::Tensor RunForward(TransformerLM& model, const PackedBatch& pb, int64_t C) {
   const int64_t B = pb.B, L = pb.L;
+  if (model->config().HasLinearLayers()) {
+    for (const auto& pr : pb.rows)
+      model->CheckPosition(*std::max_element(pr.positions.begin(), pr.positions.end()));
+    return RunRecurrentForward(model, pb, C);
+  }
   auto [ids, pos, mask] = PackInputs(pb);
   const ForwardCost packed = PackedWork(pb);
   const torch::Device device = model->device();

@@ -26,8 +26,9 @@ constexpr double kWeightScale = 6.0;
 
 // A random model with sharp distributions (weights scaled up) so that errors in
 // masks or positions show up as large differences.
-// family: "qwen3" (rlid's default model), or "mistral" / "gemma3_text" with a
-// sliding window of 4 tokens, shorter than most prompts below.
+// family: "qwen3" (rlid's default model), "mistral" / "gemma3_text" with a
+// sliding window of 4 tokens, shorter than most prompts below, or
+// "qwen3_5_text" (a Gated DeltaNet layer, then full attention).
 TransformerLM RandomModel(uint64_t seed, const std::string& family = "qwen3") {
   ModelConfig c;
   c.ApplyPreset("tiny");
@@ -38,7 +39,7 @@ TransformerLM RandomModel(uint64_t seed, const std::string& family = "qwen3") {
   m->InitWeights(seed);
   torch::NoGradGuard ng;
   for (auto& p : m->named_parameters())
-    if (p.key().find("norm") == std::string::npos) p.value().mul_(kWeightScale);
+    if (rlid::testing::SharpenableWeight(p.key())) p.value().mul_(kWeightScale);
   return m;
 }
 
@@ -147,6 +148,25 @@ TEST(Readout, EqualsNaivePerWordingScoring) { ExpectReadoutEqualsNaiveScoring("q
 TEST(Readout, EqualsNaiveScoringThroughSlidingWindows) {
   ExpectReadoutEqualsNaiveScoring("mistral");
   ExpectReadoutEqualsNaiveScoring("gemma3_text");
+}
+
+// A recurrent layer continues each wording from the prompt's state, forked per
+// trie branch: the same numbers as scoring each wording after the prompt alone,
+// also for prompts longer than a 64-token chunk.
+TEST(Readout, EqualsNaiveScoringThroughRecurrentLayers) {
+  ExpectReadoutEqualsNaiveScoring("qwen3_5_text");
+  torch::NoGradGuard ng;
+  TransformerLM m = RandomModel(5, "qwen3_5_text");
+  Rng rng(11);
+  std::vector<ReadoutRequest> batch = {RandomRequest(rng, 70, 4), RandomRequest(rng, 131, 3)};
+  auto out = Readout(m, batch, {});
+  double max_diff = 0;
+  for (size_t b = 0; b < batch.size(); ++b)
+    for (size_t k = 0; k < batch[b].realisations.size(); ++k)
+      for (size_t r = 0; r < batch[b].realisations[k].size(); ++r)
+        max_diff = std::max(max_diff, std::abs(NaiveLogProb(m, batch[b], batch[b].realisations[k][r]) -
+                                               out.realisation_logp[b][k][r].item<double>()));
+  EXPECT_LT(max_diff, 1e-5);
 }
 
 TEST(Readout, MarginalisesDistinctWordingsAndNormalises) {
@@ -381,6 +401,8 @@ TEST(Readout, SharedPromptPrefixChangesNothingButTheCost) {
   // The continuation reads the prefix's key positions from its KV (LayerKV::pos).
   ExpectSharedPrefixChangesNothingButTheCost("mistral");
   ExpectSharedPrefixChangesNothingButTheCost("gemma3_text");
+  // The continuation starts from the prefix's recurrent state (LayerKV::conv, state).
+  ExpectSharedPrefixChangesNothingButTheCost("qwen3_5_text");
 }
 
 TEST(Readout, GradientsAreFiniteWithPaddedItemsAndRows) {

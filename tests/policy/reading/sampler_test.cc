@@ -16,7 +16,8 @@
 namespace rlid::policy {
 namespace {
 
-// family: qwen3 (the default model), or mistral / gemma3_text with a 4-token window.
+// family: qwen3 (the default model), mistral / gemma3_text with a 4-token window, or
+// qwen3_5_text (a recurrent Gated DeltaNet layer).
 ModelConfig Config(const std::string& family = "qwen3") {
   if (family != "qwen3") return rlid::testing::FamilyConfig(family, 53);
   ModelConfig c;
@@ -32,7 +33,7 @@ TransformerLM TrainModel(uint64_t seed, double scale = 8.0, const std::string& f
   m->InitWeights(seed);
   torch::NoGradGuard ng;
   for (auto& p : m->named_parameters())
-    if (p.key().find("norm") == std::string::npos) p.value().mul_(scale);
+    if (rlid::testing::SharpenableWeight(p.key())) p.value().mul_(scale);
   return m;
 }
 
@@ -104,6 +105,8 @@ TEST(TextSampler, KvCacheEqualsRecomputation) {
   // its keys' positions (LayerKV::pos) and the window moves with each new token.
   ExpectKvCacheEqualsRecomputation("mistral");
   ExpectKvCacheEqualsRecomputation("gemma3_text");
+  // The cache holds each row's conv inputs and delta-rule state beside the keys.
+  ExpectKvCacheEqualsRecomputation("qwen3_5_text");
 }
 
 TEST(TextSampler, LogProbsMatchTheTrainingForward) {

@@ -12,7 +12,8 @@
 namespace rlid::policy {
 namespace {
 
-// family: qwen3 (the default model), or mistral / gemma3_text with a 4-token window.
+// family: qwen3 (the default model), mistral / gemma3_text with a 4-token window, or
+// qwen3_5_text (a recurrent Gated DeltaNet layer).
 TransformerLM Model(uint64_t seed, const std::string& family = "qwen3") {
   ModelConfig c;
   c.ApplyPreset("tiny");
@@ -23,7 +24,7 @@ TransformerLM Model(uint64_t seed, const std::string& family = "qwen3") {
   m->InitWeights(seed);
   torch::NoGradGuard ng;
   for (auto& p : m->named_parameters())
-    if (p.key().find("norm") == std::string::npos) p.value().mul_(8.0);
+    if (rlid::testing::SharpenableWeight(p.key())) p.value().mul_(8.0);
   return m;
 }
 
@@ -81,6 +82,7 @@ TEST(ScoreResponses, SharedPrefixEqualsPlainForwardIncludingGradients) {
   ExpectSharedPrefixEqualsPlain("qwen3");
   ExpectSharedPrefixEqualsPlain("mistral");  // prompts of 7 and 11 tokens, windows of 4
   ExpectSharedPrefixEqualsPlain("gemma3_text");
+  ExpectSharedPrefixEqualsPlain("qwen3_5_text");  // responses continue each prompt's state
 }
 
 TEST(ScoreResponses, SinglePromptGroupBroadcastsAndMatchesNaive) {
