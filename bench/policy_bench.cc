@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <iostream>
+#include <limits>
 
 #include "bench/bench.h"
+#include "core/error.h"
 #include "core/progress.h"
 #include "core/rng.h"
 #include "policy/model/model.h"
@@ -22,7 +24,41 @@ namespace {
 
 using policy::TokenId;
 
+// Qwen3.5-shaped configs (hybrid: every 4th layer full attention, the rest
+// Gated DeltaNet), as a config.json states them, with random weights:
+//   qwen3_5-tiny  D 128, 4 layers, vocab 1024 (the tests' scale)
+//   qwen3_5-0.8b  D 1024, 24 layers, SwiGLU 3584, 8 heads of 256 (2 KV), linear 16 x 128,
+//                 vocab 248,320, tied: 0.75B parameters
+//   qwen3_5-2b    D 2048, 24 layers, SwiGLU 6144, otherwise as 0.8b: 1.88B parameters
+policy::ModelConfig Qwen35Shape(const std::string& size) {
+  const bool tiny = size == "tiny", big = size == "2b";
+  const int64_t D = tiny ? 128 : big ? 2048 : 1024, layers = tiny ? 4 : 24;
+  nlohmann::json j = {{"model_type", "qwen3_5_text"},
+                      {"vocab_size", tiny ? 1024 : 248320},
+                      {"hidden_size", D},
+                      {"intermediate_size", tiny ? 384 : big ? 6144 : 3584},
+                      {"num_hidden_layers", layers},
+                      {"num_attention_heads", tiny ? 2 : 8},
+                      {"num_key_value_heads", tiny ? 1 : 2},
+                      {"head_dim", tiny ? 64 : 256},
+                      {"linear_num_key_heads", tiny ? 2 : 16},
+                      {"linear_num_value_heads", tiny ? 4 : 16},
+                      {"linear_key_head_dim", tiny ? 32 : 128},
+                      {"linear_value_head_dim", tiny ? 32 : 128},
+                      {"tie_word_embeddings", true},
+                      {"max_position_embeddings", 4096},
+                      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}}}};
+  return policy::ModelConfig::FromJson(j);
+}
+
+// An rlid preset (tiny | small | base, vocab 1024) or a Qwen3.5 shape (qwen3_5-tiny | -0.8b | -2b).
 policy::ModelConfig BenchConfig(const std::string& preset) {
+  if (preset.rfind("qwen3_5-", 0) == 0) {
+    const std::string size = preset.substr(8);
+    if (size != "tiny" && size != "0.8b" && size != "2b")
+      throw ConfigError(fmt::format("unknown model shape '{}'", preset), "use qwen3_5-tiny, qwen3_5-0.8b or qwen3_5-2b");
+    return Qwen35Shape(size);
+  }
   policy::ModelConfig c;
   c.ApplyPreset(preset);
   c.vocab_size = 1024;
@@ -35,8 +71,8 @@ std::vector<TokenId> RandomTokens(Rng& rng, int64_t n, TokenId lo, TokenId hi) {
   return v;
 }
 
-// A menu state: ~200-token prompt, K single-token labels (ids 1000 + k), and
-// K/4 + 1 items with a second, multi-token wording ("go north"-like, 2-3 tokens).
+// A menu state: ~200-token prompt, K single-token labels (ids 1000 - K + k), and
+// K/4 + 1 items with a second, multi-token wording ("go north"-like, 3 tokens).
 policy::ReadoutRequest MenuState(Rng& rng, int K) {
   policy::ReadoutRequest req;
   req.prompt = RandomTokens(rng, rng.UniformRange(190, 210), 2, 900);
@@ -51,8 +87,13 @@ policy::ReadoutRequest MenuState(Rng& rng, int K) {
 class ReadoutBench : public Benchmark {
  public:
   void AddOptions(CLI::App& app) override {
-    app.add_option("--preset", preset_, "model preset")->capture_default_str();
+    app.add_option("--preset", preset_,
+                   "model: an rlid preset (tiny, small, base) or a Qwen3.5 shape with random weights "
+                   "(qwen3_5-tiny, qwen3_5-0.8b, qwen3_5-2b)")
+        ->capture_default_str();
     app.add_option("--seconds", seconds_, "time per measurement")->capture_default_str();
+    app.add_option("--probe", probe_, "states timed one at a time per measurement")->capture_default_str();
+    app.add_flag("--skip-batched", skip_batched_, "leave out the B = 16 / 32 batches (large models)");
   }
   nlohmann::json Run() override {
     threads_ = cli::GlobalThreads().value_or(0);  // rlid --threads N
@@ -60,7 +101,10 @@ class ReadoutBench : public Benchmark {
     policy::TransformerLM model(BenchConfig(preset_));
     model->InitWeights(1);
     torch::NoGradGuard no_grad;
-    nlohmann::json out = {{"preset", preset_}, {"runtime", policy::TorchSummary()}};
+    nlohmann::json out = {{"preset", preset_},
+                          {"parameters", model->config().NumParameters()},
+                          {"recurrent_layers", model->config().HasLinearLayers()},
+                          {"runtime", policy::TorchSummary()}};
     std::cout << fmt::format("{:>4} {:>9} {:>11} {:>12} {:>9} {:>7} {:>12} {:>12} {:>9} {:>9}\n", "K",
                              "wordings", "naive ms", "single ms", "speed-up", "target", "B=16 ms/st",
                              "B=32 ms/st", "x B=16", "x B=32");
@@ -81,7 +125,7 @@ class ReadoutBench : public Benchmark {
       for (int i = 0; i < 32; ++i) states.push_back(MenuState(rng, K));
       int wordings = 0;
       for (const auto& item : states[0].realisations) wordings += static_cast<int>(item.size());
-      const int probe = 4;  // states timed one at a time
+      const int probe = probe_;  // states timed one at a time
       double naive = TimePerCall(seconds_, [&] {
                        for (int i = 0; i < probe; ++i)
                          for (const auto& item : states[i].realisations)
@@ -91,8 +135,9 @@ class ReadoutBench : public Benchmark {
                         for (int i = 0; i < probe; ++i) policy::Readout(model, {states[i]});
                       }) / probe;
       std::vector<policy::ReadoutRequest> b16(states.begin(), states.begin() + 16);
-      double batch16 = TimePerCall(seconds_, [&] { policy::Readout(model, b16); }) / 16;
-      double batch32 = TimePerCall(seconds_, [&] { policy::Readout(model, states); }) / 32;
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      double batch16 = skip_batched_ ? nan : TimePerCall(seconds_, [&] { policy::Readout(model, b16); }) / 16;
+      double batch32 = skip_batched_ ? nan : TimePerCall(seconds_, [&] { policy::Readout(model, states); }) / 32;
       const double speedup = naive / single, target = 0.8 * K;
       std::cout << fmt::format("{:>4} {:>9} {:>11.2f} {:>12.2f} {:>9.1f} {:>7.1f} {:>12.2f} {:>12.2f} {:>9.2f} {:>9.2f}\n",
                                K, wordings, naive * 1e3, single * 1e3, speedup, target, batch16 * 1e3,
@@ -104,10 +149,10 @@ class ReadoutBench : public Benchmark {
                               {"speedup_vs_naive", speedup},
                               {"target_speedup", target},
                               {"meets_target", speedup >= target},
-                              {"batch16_ms_per_state", batch16 * 1e3},
-                              {"batch32_ms_per_state", batch32 * 1e3},
-                              {"batch16_vs_batch1", single / batch16},
-                              {"batch32_vs_batch1", single / batch32}});
+                              {"batch16_ms_per_state", skip_batched_ ? nlohmann::json() : nlohmann::json(batch16 * 1e3)},
+                              {"batch32_ms_per_state", skip_batched_ ? nlohmann::json() : nlohmann::json(batch32 * 1e3)},
+                              {"batch16_vs_batch1", skip_batched_ ? nlohmann::json() : nlohmann::json(single / batch16)},
+                              {"batch32_vs_batch1", skip_batched_ ? nlohmann::json() : nlohmann::json(single / batch32)}});
       progress.Update(K == 4 ? 1 : K == 8 ? 2 : 3, fmt::format("(K = {})", K));
     }
     return out;
@@ -116,6 +161,8 @@ class ReadoutBench : public Benchmark {
  private:
   std::string preset_ = "tiny";
   double seconds_ = 1.0;
+  int probe_ = 4;
+  bool skip_batched_ = false;
   int threads_ = 0;
 };
 

@@ -216,6 +216,11 @@ class PolicyCommand : public Command {
     logits->add_option("--input", lg_input_, "JSON file with input_ids (see below)")->required();
     logits->add_option("--dtype", lg_dtype_, "weights: float32 | bfloat16")->capture_default_str();
     logits->add_flag("--json", lg_json_, "print the full logits as JSON");
+    logits->add_option("--recurrent-form", lg_form_,
+                       "how Qwen3.5's linear-attention layers run a sequence: auto (chunked; one token "
+                       "recurrent), chunked or recurrent (token by token); the same numbers up to rounding")
+        ->check(CLI::IsMember({"auto", "chunked", "recurrent"}))
+        ->capture_default_str();
     logits->callback([this] { Logits(); });
   }
 
@@ -369,6 +374,9 @@ class PolicyCommand : public Command {
     const auto x = ReadLogitsInput(lg_input_, ck.model->config());
     torch::NoGradGuard ng;
     ck.model->eval();
+    ck.model->set_recurrent_form(lg_form_ == "chunked"     ? policy::RecurrentForm::kChunked
+                                 : lg_form_ == "recurrent" ? policy::RecurrentForm::kRecurrent
+                                                           : policy::RecurrentForm::kAuto);
     auto hidden = ck.model->forward(x.ids, x.positions,
                                     policy::TransformerLMImpl::CausalMaskFromAttention(x.mask))
                       .hidden;
@@ -413,7 +421,7 @@ class PolicyCommand : public Command {
     }
   }
 
-  std::string lg_checkpoint_, lg_input_, lg_dtype_ = "float32";
+  std::string lg_checkpoint_, lg_input_, lg_dtype_ = "float32", lg_form_ = "auto";
   bool lg_json_ = false;
   std::string init_out_, init_tokenizer_, init_env_ = "maze", init_preset_ = "tiny";
   uint64_t init_seed_ = 0;
