@@ -5,6 +5,7 @@ rate, so lora_B is far from its zero start), `rlid export` of the checkpoint as 
 PEFT adapter directory, `PeftModel.from_pretrained(base, DIR)`: its logits must be
 the ones `rlid policy logits` gives on the rlid checkpoint. `rlid export --merge`,
 loaded by transformers alone, must give them too.
+Qwen3.5's bases put adapters on its linear-attention projections too.
 PEFT -> rlid: `get_peft_model` with several ranks, alphas, target-module sets and
 seeds, lora_A and lora_B drawn, `save_pretrained`; `rlid policy logits` on that
 directory must give PEFT's logits. Configs PEFT accepts but rlid cannot compute
@@ -26,6 +27,7 @@ from conftest import SOURCE_DIR, RlidError, run_rlid_json
 
 TOL = 1e-4  # float32 logits, absolute
 ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LINEAR_ATTENTION = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]  # Qwen3.5
 VOCAB = 400  # `rlid tokenizer train --vocab-size`; the bases' vocab_size
 PAD = 397  # the trained tokenizer's <|endoftext|>
 
@@ -48,6 +50,11 @@ def _base_config(arch: str):
                              "original_max_position_embeddings": 64}, **common)
     if arch == "qwen2":  # biased q/k/v projections under the adapters
         return transformers.Qwen2Config(tie_word_embeddings=False, **common)
+    if arch == "qwen3_5":  # a Gated DeltaNet layer, then gated full attention
+        return transformers.Qwen3_5TextConfig(
+            head_dim=16, tie_word_embeddings=False, layer_types=["linear_attention", "full_attention"],
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
+            **common)
     raise ValueError(arch)
 
 
@@ -67,7 +74,7 @@ def tokenizer_json(workdir, rlid) -> Path:
 def bases(workdir, tokenizer_json) -> dict:
     """arch -> a random float32 model directory (config.json, model.safetensors, tokenizer.json)."""
     out = {}
-    for seed, arch in enumerate(["qwen3", "llama", "qwen2"]):
+    for seed, arch in enumerate(["qwen3", "llama", "qwen2", "qwen3_5"]):
         torch.manual_seed(100 + seed)
         model = transformers.AutoModelForCausalLM.from_config(_base_config(arch), dtype=torch.float32)
         path = workdir / f"base_{arch}"
@@ -116,6 +123,7 @@ TRAINED = {
     # arch: (rank, alpha, dropout, target_modules)
     "qwen3": (4, 12.0, 0.0, ALL_TARGETS),
     "llama": (8, 8.0, 0.1, ["v_proj", "q_proj", "down_proj"]),
+    "qwen3_5": (4, 8.0, 0.0, ALL_TARGETS + LINEAR_ATTENTION),
 }
 
 
@@ -143,13 +151,14 @@ def test_rlid_trained_adapter_loads_in_peft(arch, bases, workdir, rlid, report):
     base = _load_base(bases[arch])
     plain = _hf_logits(base, ids, mask, pos)
     model = peft.PeftModel.from_pretrained(base, adapter).eval()
+    want = sum(name.rsplit(".", 1)[-1] in targets for name, _ in _load_base(bases[arch]).named_modules())
     adapted = modules = 0
     for name, module in model.named_modules():
         if isinstance(module, peft.tuners.lora.LoraLayer):
             modules += 1
             adapted += int(module.lora_B["default"].weight.abs().max() > 0)
-    assert modules == 2 * len(targets) and adapted == modules, (
-        f"PEFT found {modules} adapted projections ({adapted} with lora_B != 0), expected {2 * len(targets)}")
+    assert modules == want and adapted == modules, (
+        f"PEFT found {modules} adapted projections ({adapted} with lora_B != 0), expected {want}")
     expected = _hf_logits(model, ids, mask, pos)
     # The adapters must matter by far more than the tolerance, or this test could not fail.
     effect = _worst(expected, plain, mask)
@@ -173,6 +182,8 @@ PEFT_CASES = [
     ("llama", 2, 4, 32.0, 0.0, ["o_proj", "gate_proj", "down_proj", "k_proj"]),
     ("llama", 3, 16, 8.0, 0.1, "all-linear"),
     ("qwen2", 4, 3, 7.0, 0.0, ["q_proj", "k_proj", "v_proj", "up_proj"]),
+    ("qwen3_5", 5, 4, 8.0, 0.0, "all-linear"),
+    ("qwen3_5", 6, 8, 16.0, 0.05, ["in_proj_qkv", "out_proj", "in_proj_b", "q_proj", "down_proj"]),
 ]
 
 

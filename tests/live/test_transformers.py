@@ -2,7 +2,10 @@
 
 Every case makes a fresh random tiny checkpoint with transformers' own config
 classes and `save_pretrained` (Qwen3, Qwen2, Llama; Mistral and Gemma 3 text
-with sliding windows shorter than the rows; rope types default, linear,
+with sliding windows shorter than the rows; Qwen3.5 text, hybrid Gated
+DeltaNet and gated full-attention layers with partial rotary, on rows longer
+than the 64-token chunk of the delta rule, in rlid's chunked and recurrent
+forms against transformers' pure-PyTorch kernels; rope types default, linear,
 llama3 and yarn; tied and untied heads; F32, BF16 and F16 weights; sharded
 safetensors; the older config.json layout) and checks that
 `rlid policy logits --dtype float32` gives the logits transformers computes
@@ -31,7 +34,7 @@ import pytest
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config,
-                          Qwen3Config)
+                          Qwen3_5TextConfig, Qwen3Config)
 
 from conftest import RlidError
 
@@ -51,13 +54,13 @@ CONFIG_ERROR_EXIT = 2  # core/error.h: ConfigError::exit_code()
 POOL = ThreadPoolExecutor(max_workers=3)
 
 CONFIG_CLASSES = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig, "mistral": MistralConfig,
-                  "gemma3_text": Gemma3TextConfig}
+                  "gemma3_text": Gemma3TextConfig, "qwen3_5_text": Qwen3_5TextConfig}
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
 class Case:
-    family: str                # qwen3 | qwen2 | llama | mistral | gemma3_text
+    family: str                # qwen3 | qwen2 | llama | mistral | gemma3_text | qwen3_5_text
     rope: str                  # default | linear | llama3 | yarn
     seed: int
     weights: str = "float32"   # dtype written to disk
@@ -90,6 +93,11 @@ CASES = [
     Case("gemma3_text", "linear", 3, weights="bfloat16"),
     Case("gemma3_text", "default", 4, legacy_layout=True),
     Case("gemma3_text", "linear", 5, sharded=True),
+    # Hybrid layers; rows of up to 150 tokens cross the delta rule's 64-token chunks.
+    *(Case("qwen3_5_text", "default", s) for s in (0, 1, 2, 3)),
+    Case("qwen3_5_text", "linear", 4),
+    Case("qwen3_5_text", "default", 5, weights="bfloat16"),
+    Case("qwen3_5_text", "default", 6, sharded=True),
 ]
 
 
@@ -154,6 +162,18 @@ def random_config(family: str, rope: str, seed: int, window_pattern: bool = Fals
                   rope_parameters={"full_attention": kw["rope_parameters"],
                                    "sliding_attention": {"rope_type": "default",
                                                          "rope_theta": rng.choice([10000.0, 20000.0])}})
+    elif family == "qwen3_5_text":  # linear-attention layers around at least one full one
+        layers = rng.randint(2, 4)
+        types = [rng.choice(["linear_attention", "full_attention"]) for _ in range(layers)]
+        types[rng.randrange(layers)] = "full_attention"
+        head_dim = rng.choice([8, 16, 32])
+        key_heads = rng.choice([1, 2])
+        kw["rope_parameters"]["partial_rotary_factor"] = rng.choice([0.25, 0.5, 1.0])
+        kw.update(num_hidden_layers=layers, layer_types=types, head_dim=head_dim,
+                  attention_bias=rng.random() < 0.3, linear_num_key_heads=key_heads,
+                  linear_num_value_heads=key_heads * rng.choice([1, 2]),
+                  linear_key_head_dim=rng.choice([8, 16]), linear_value_head_dim=rng.choice([8, 12, 16]),
+                  linear_conv_kernel_dim=rng.choice([2, 4]))
     return CONFIG_CLASSES[family](**kw)
 
 
@@ -226,10 +246,12 @@ def left_padded_batch(rng: np.random.Generator, vocab: int, lengths: list[int]) 
             "position_ids": np.concatenate([from_mask, default])}
 
 
-def input_sets(vocab: int, seed: int) -> list[dict]:
+def input_sets(vocab: int, seed: int, long: bool = False) -> list[dict]:
+    """A single row and a left-padded batch; `long` rows reach past two 64-token chunks."""
     rng = np.random.default_rng(seed)
-    length = [1, 2, 7, 19][seed % 4]
-    lengths = [int(rng.integers(24, 41))] + [int(n) for n in rng.integers(1, 24, size=2)]
+    length = [1, 2, 7, 19][seed % 4] + (130 if long and seed % 2 else 0)
+    top = 150 if long else 41
+    lengths = [int(rng.integers(24, top))] + [int(n) for n in rng.integers(1, 24, size=2)]
     return [single_row(rng, vocab, length), left_padded_batch(rng, vocab, lengths)]
 
 
@@ -242,15 +264,19 @@ def hf_logits(model, batch: dict) -> np.ndarray:
     return out.logits.float().numpy()
 
 
-def rlid_logits(rlid, checkpoint: Path, batch: dict, path: Path, dtype: str = "float32") -> np.ndarray:
+def rlid_logits(rlid, checkpoint: Path, batch: dict, path: Path, dtype: str = "float32",
+                form: str = "auto") -> np.ndarray:
     path.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in batch.items()}))
-    out = rlid("policy", "logits", "--checkpoint", checkpoint, "--input", path, "--dtype", dtype, "--json")
+    out = rlid("policy", "logits", "--checkpoint", checkpoint, "--input", path, "--dtype", dtype, "--json",
+               "--recurrent-form", form)
     return np.asarray(json.loads(out)["logits"], dtype=np.float32)
 
 
-def start_rlid(rlid, checkpoint: Path, batches: list[dict], tmp: Path, dtype: str = "float32") -> list:
+def start_rlid(rlid, checkpoint: Path, batches: list[dict], tmp: Path, dtype: str = "float32",
+               form: str = "auto") -> list:
     """One `rlid policy logits` per batch, started in the background (futures of [B, T, V])."""
-    return [POOL.submit(rlid_logits, rlid, checkpoint, batch, tmp / f"ids_{checkpoint.name}_{dtype}_{i}.json", dtype)
+    return [POOL.submit(rlid_logits, rlid, checkpoint, batch,
+                        tmp / f"ids_{checkpoint.name}_{dtype}_{form}_{i}.json", dtype, form)
             for i, batch in enumerate(batches)]
 
 
@@ -267,9 +293,9 @@ def worst_over(outputs: list[np.ndarray], references: list[np.ndarray], batches:
     return max(w for w, _ in pairs), sum(n for _, n in pairs)
 
 
-def compare(rlid, report, name, checkpoint, reference_model, batches, tmp):
+def compare(rlid, report, name, checkpoint, reference_model, batches, tmp, form: str = "auto"):
     """rlid (float32) vs the reference model on every batch, reported as one comparison."""
-    running = start_rlid(rlid, checkpoint, batches, tmp)
+    running = start_rlid(rlid, checkpoint, batches, tmp, form=form)
     references = [hf_logits(reference_model, b) for b in batches]
     worst, count = worst_over([f.result() for f in running], references, batches)
     report(name, worst, TOLERANCE, count)
@@ -295,9 +321,13 @@ SMALL = dict(vocab_size=120, hidden_size=32, intermediate_size=48, num_hidden_la
 def test_logits_match_transformers(rlid, report, tmp_path, case):
     checkpoint = make_checkpoint(case, tmp_path / "model")
     reference = load_hf(checkpoint)
-    batches = input_sets(reference.config.vocab_size, case.seed)
+    hybrid = case.family == "qwen3_5_text"
+    batches = input_sets(reference.config.vocab_size, case.seed, long=hybrid)
     running_bf16 = start_rlid(rlid, checkpoint, batches, tmp_path, "bfloat16") if case.weights == "bfloat16" else []
     compare(rlid, report, f"transformers/{case.id}", checkpoint, reference, batches, tmp_path)
+    if hybrid:  # the token-by-token form against the same (chunked) reference
+        compare(rlid, report, f"transformers/{case.id}/recurrent", checkpoint, reference, batches, tmp_path,
+                form="recurrent")
     if running_bf16:
         compare_bf16(report, f"transformers/{case.id}/rlid-bf16", [f.result() for f in running_bf16], reference,
                      load_hf(checkpoint, torch.bfloat16), batches)
@@ -362,6 +392,9 @@ REFUSED = [
     ("llama", dict(hidden_act="relu"), "hidden_act"),
     ("gemma3_text", dict(attn_logit_softcapping=50.0, head_dim=8), "attn_logit_softcapping"),
     ("gemma3_text", dict(hidden_activation="gelu", head_dim=8), "hidden_activation"),
+    ("qwen3_5_text", dict(layer_types=["linear_attention"] * 2, head_dim=8, linear_num_key_heads=2,
+                          linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8),
+     "layer_types"),
 ]
 
 
@@ -369,7 +402,10 @@ REFUSED = [
 def test_unsupported_configs_are_refused_naming_the_field(rlid, tmp_path, family, overrides, field):
     model = AutoModelForCausalLM.from_config(CONFIG_CLASSES[family](**{**SMALL, **overrides}),
                                              attn_implementation="eager")
-    hf_logits(model, single_row(np.random.default_rng(0), SMALL["vocab_size"], 5))  # transformers runs it
+    try:  # transformers runs it: rlid is the one refusing
+        hf_logits(model, single_row(np.random.default_rng(0), SMALL["vocab_size"], 5))
+    except ValueError as e:  # ... except an all-linear Qwen3.5, whose cache transformers cannot size either
+        assert field == "layer_types" and "only contain LinearAttention layers" in str(e), e
     save_model(model, tmp_path / "model")
     (tmp_path / "ids.json").write_text(json.dumps({"input_ids": [[1, 2, 3]]}))
     with pytest.raises(RlidError) as err:
@@ -380,14 +416,15 @@ def test_unsupported_configs_are_refused_naming_the_field(rlid, tmp_path, family
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("case", [Case("qwen3", "yarn", 5), Case("llama", "llama3", 6), Case("mistral", "default", 6),
-                                  Case("gemma3_text", "linear", 6)], ids=lambda c: c.id)
+                                  Case("gemma3_text", "linear", 6), Case("qwen3_5_text", "default", 7)],
+                         ids=lambda c: c.id)
 def test_export_loads_in_transformers_with_rlids_logits(rlid, report, tmp_path, case, dtype):
     """`rlid export --merge`: transformers loads the directory and computes rlid's logits of the
     source (for bfloat16, of the source rounded to bfloat16, run by rlid in float32)."""
     source = make_checkpoint(case, tmp_path / "source")
     exported = tmp_path / "exported"
     rlid("export", "--checkpoint", source, "--out", exported, "--merge", "--dtype", dtype)
-    batches = input_sets(load_hf(source).config.vocab_size, case.seed)
+    batches = input_sets(load_hf(source).config.vocab_size, case.seed, long=case.family == "qwen3_5_text")
     if dtype == "bfloat16":  # the reference is rlid on the source rounded to bfloat16
         source = save_model(load_hf(source), tmp_path / "source_bf16", "bfloat16")
     compare(rlid, report, f"export/{case.id}/{dtype}", source, load_hf(exported), batches, tmp_path)
