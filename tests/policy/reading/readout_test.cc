@@ -264,8 +264,9 @@ TEST(Readout, DiagnosticsAndValuesMatchDirectComputation) {
 // the menu is read after z exactly as without a span, the value moves to the
 // token before z, the span's gradient is the teacher-forced one, and each
 // span token costs one logit row.
-TEST(Readout, ScoredSpanEqualsPlainTeacherForcedScoring) {
-  TransformerLM m = RandomModel(17);
+void ExpectScoredSpanEqualsPlainTeacherForcedScoring(const std::string& family) {
+  SCOPED_TRACE(family);
+  TransformerLM m = RandomModel(17, family);
   Rng rng(23);
   std::vector<ReadoutRequest> batch, plain;
   std::vector<std::vector<TokenId>> states, thoughts;
@@ -326,8 +327,15 @@ TEST(Readout, ScoredSpanEqualsPlainTeacherForcedScoring) {
   }
 }
 
-TEST(Readout, GradientEqualsNaiveGradient) {
-  TransformerLM m = RandomModel(21);
+TEST(Readout, ScoredSpanEqualsPlainTeacherForcedScoring) {
+  ExpectScoredSpanEqualsPlainTeacherForcedScoring("qwen3");
+  // The span is part of the prompt chain; the tries continue from its end state.
+  ExpectScoredSpanEqualsPlainTeacherForcedScoring("qwen3_5_text");
+}
+
+void ExpectGradientEqualsNaiveGradient(const std::string& family) {
+  SCOPED_TRACE(family);
+  TransformerLM m = RandomModel(21, family);
   ReadoutRequest req;
   req.prompt = {8, 1, 40, 22};
   req.realisations = {{{1}, {2, 3}}, {{4}}, {{2, 5}}};
@@ -347,8 +355,14 @@ TEST(Readout, GradientEqualsNaiveGradient) {
     auto g = p.grad().defined() ? p.grad() : torch::zeros_like(p);
     max_diff = std::max(max_diff, (g - packed[i++]).abs().max().item<double>());
   }
-  std::printf("gradient packed vs naive: max |diff| = %.3g\n", max_diff);
+  std::printf("gradient packed vs naive (%s): max |diff| = %.3g\n", family.c_str(), max_diff);
   EXPECT_LT(max_diff, 1e-4);
+}
+
+TEST(Readout, GradientEqualsNaiveGradient) {
+  ExpectGradientEqualsNaiveGradient("qwen3");
+  // Through the tree form of the delta rule (ancestor mask, path decay).
+  ExpectGradientEqualsNaiveGradient("qwen3_5_text");
 }
 
 // Rows whose prompts share a prefix (the instructions of one env): computing
