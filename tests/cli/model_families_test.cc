@@ -1,9 +1,12 @@
 // The families beyond Qwen3 / Llama run end to end from the CLI: a Mistral-,
 // a Gemma 3- and a Qwen3.5-shaped Hugging Face directory (the fixtures of
-// tests/data/hf, with a tokenizer for the bandit's text) read a menu, warm
-// start by SFT, train LoRA adapters in the decision and the token plane,
-// pass the audit's marginalisation check and export merged weights.
+// tests/data/hf, with a tokenizer for the bandit's text) read a menu in one
+// pass, sample answers, warm start by SFT, train LoRA adapters in the decision
+// and the token plane, pass the audit's marginalisation check and export
+// merged weights.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <string>
@@ -54,6 +57,17 @@ TEST(ModelFamilies, MistralGemma3AndQwen35RunFromTheCli) {
                           "--only", "marginalisation"});
     EXPECT_EQ(audit.code, 0) << audit.out << audit.err;
     EXPECT_NE(audit.out.find("all checks passed"), std::string::npos) << audit.out;
+    // The menu's probabilities from one readout pass, and sampled answers.
+    auto readout = RunRlid({"policy", "readout", "--checkpoint", model.string(), "--env", "bandit", "--json"});
+    ASSERT_EQ(readout.code, 0) << readout.err;
+    double total = 0;
+    const auto menu = nlohmann::json::parse(readout.out)["menu"];
+    EXPECT_EQ(menu.size(), 4u);
+    for (const auto& item : menu) total += item["p"].get<double>();
+    EXPECT_NEAR(total, 1.0, 1e-5) << readout.out;
+    auto sample = RunRlid({"policy", "sample", "--checkpoint", model.string(), "--env", "bandit", "-n", "2",
+                           "--max-new-tokens", "6", "--json"});
+    EXPECT_EQ(sample.code, 0) << sample.err;
     auto sft = RunRlid({"sft", std::string(RLID_SOURCE_DIR) + "/configs/bandit_ppo.toml", "--out",
                         (runs / "sft").string(), "--threads", "1", "--set", "policy.init=" + model.string(),
                         "--set", "sft.episodes=8", "--set", "sft.epochs=1", "--set", kShortPrompt});
