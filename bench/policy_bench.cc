@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <iostream>
-#include <limits>
 
 #include "bench/bench.h"
 #include "core/error.h"
@@ -135,13 +134,20 @@ class ReadoutBench : public Benchmark {
                         for (int i = 0; i < probe; ++i) policy::Readout(model, {states[i]});
                       }) / probe;
       std::vector<policy::ReadoutRequest> b16(states.begin(), states.begin() + 16);
-      const double nan = std::numeric_limits<double>::quiet_NaN();
-      double batch16 = skip_batched_ ? nan : TimePerCall(seconds_, [&] { policy::Readout(model, b16); }) / 16;
-      double batch32 = skip_batched_ ? nan : TimePerCall(seconds_, [&] { policy::Readout(model, states); }) / 32;
+      double batch16 = 0, batch32 = 0;
+      if (!skip_batched_) {
+        batch16 = TimePerCall(seconds_, [&] { policy::Readout(model, b16); }) / 16;
+        batch32 = TimePerCall(seconds_, [&] { policy::Readout(model, states); }) / 32;
+      }
+      // A skipped batch reads "-" in the table and null in the JSON.
+      auto cell = [&](double v, int width, int digits) {
+        return skip_batched_ ? fmt::format("{:>{}}", "-", width) : fmt::format("{:>{}.{}f}", v, width, digits);
+      };
+      auto value = [&](double v) { return skip_batched_ ? nlohmann::json() : nlohmann::json(v); };
       const double speedup = naive / single, target = 0.8 * K;
-      std::cout << fmt::format("{:>4} {:>9} {:>11.2f} {:>12.2f} {:>9.1f} {:>7.1f} {:>12.2f} {:>12.2f} {:>9.2f} {:>9.2f}\n",
-                               K, wordings, naive * 1e3, single * 1e3, speedup, target, batch16 * 1e3,
-                               batch32 * 1e3, single / batch16, single / batch32);
+      std::cout << fmt::format("{:>4} {:>9} {:>11.2f} {:>12.2f} {:>9.1f} {:>7.1f} {} {} {} {}\n", K, wordings,
+                               naive * 1e3, single * 1e3, speedup, target, cell(batch16 * 1e3, 12, 2),
+                               cell(batch32 * 1e3, 12, 2), cell(single / batch16, 9, 2), cell(single / batch32, 9, 2));
       out["menus"].push_back({{"menu_size", K},
                               {"wordings", wordings},
                               {"naive_ms_per_state", naive * 1e3},
@@ -149,10 +155,10 @@ class ReadoutBench : public Benchmark {
                               {"speedup_vs_naive", speedup},
                               {"target_speedup", target},
                               {"meets_target", speedup >= target},
-                              {"batch16_ms_per_state", skip_batched_ ? nlohmann::json() : nlohmann::json(batch16 * 1e3)},
-                              {"batch32_ms_per_state", skip_batched_ ? nlohmann::json() : nlohmann::json(batch32 * 1e3)},
-                              {"batch16_vs_batch1", skip_batched_ ? nlohmann::json() : nlohmann::json(single / batch16)},
-                              {"batch32_vs_batch1", skip_batched_ ? nlohmann::json() : nlohmann::json(single / batch32)}});
+                              {"batch16_ms_per_state", value(batch16 * 1e3)},
+                              {"batch32_ms_per_state", value(batch32 * 1e3)},
+                              {"batch16_vs_batch1", value(single / batch16)},
+                              {"batch32_vs_batch1", value(single / batch32)}});
       progress.Update(K == 4 ? 1 : K == 8 ? 2 : 3, fmt::format("(K = {})", K));
     }
     return out;
