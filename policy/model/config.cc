@@ -573,6 +573,35 @@ void ReadGemmaRope(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c) 
                 "rlid rotates the whole head (partial rotary embeddings are not implemented)");
 }
 
+// A hybrid family's layer_types as flags: true for `other` layers, false for
+// full_attention ones. Without layer_types every `interval_key`-th layer is
+// full (transformers' default: `interval`).
+struct LayerKinds {
+  const char* family;        // "Gemma 3", in messages
+  const char* other;         // "sliding_attention" | "linear_attention"
+  const char* interval_key;  // "sliding_window_pattern" | "full_attention_interval"
+  int64_t interval;
+};
+
+std::vector<bool> ReadLayerKinds(const nlohmann::json& j, HfConfigReader& rd, int64_t layers, const LayerKinds& k) {
+  std::vector<bool> flags;
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const auto& t = j["layer_types"];
+    if (!t.is_array() || static_cast<int64_t>(t.size()) != layers)
+      Unsupported("layer_types", t.dump().substr(0, 120), fmt::format("one of {} / full_attention per layer", k.other));
+    for (const auto& x : t) {
+      if (x != k.other && x != "full_attention")
+        Unsupported("layer_types", x.dump(), fmt::format("{}'s layers are {} or full_attention", k.family, k.other));
+      flags.push_back(x == k.other);
+    }
+    return flags;
+  }
+  const int64_t interval = rd.Get<int64_t>(k.interval_key, k.interval);
+  if (interval < 1) Unsupported(k.interval_key, std::to_string(interval), "a whole number >= 1");
+  for (int64_t l = 0; l < layers; ++l) flags.push_back((l + 1) % interval != 0);
+  return flags;
+}
+
 // Mistral: every layer slides (sliding_window null: none does). Gemma 3 (text):
 // layer_types (or every sliding_window_pattern-th layer global), (1 + w) norms
 // with sandwich norms, sqrt(D)-scaled embeddings, GeGLU, query_pre_attn_scalar,
@@ -591,20 +620,7 @@ void ReadFamily(const nlohmann::json& j, HfConfigReader& rd, const std::string& 
     c.sliding.assign(c.num_layers, c.sliding_window > 0);
     return;
   }
-  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-    const auto& t = j["layer_types"];
-    if (!t.is_array() || static_cast<int64_t>(t.size()) != c.num_layers)
-      Unsupported("layer_types", t.dump().substr(0, 120), "one of sliding_attention / full_attention per layer");
-    for (const auto& x : t) {
-      if (x != "sliding_attention" && x != "full_attention")
-        Unsupported("layer_types", x.dump(), "Gemma 3's layers are sliding_attention or full_attention");
-      c.sliding.push_back(x == "sliding_attention");
-    }
-  } else {
-    const int64_t pattern = rd.Get<int64_t>("sliding_window_pattern", int64_t{6});
-    if (pattern < 1) Unsupported("sliding_window_pattern", std::to_string(pattern), "a pattern >= 1");
-    for (int64_t l = 0; l < c.num_layers; ++l) c.sliding.push_back((l + 1) % pattern != 0);
-  }
+  c.sliding = ReadLayerKinds(j, rd, c.num_layers, {"Gemma 3", "sliding_attention", "sliding_window_pattern", 6});
   if (c.sliding_window == 0 && std::find(c.sliding.begin(), c.sliding.end(), true) != c.sliding.end())
     Unsupported("sliding_window", "null", "sliding_attention layers need a window");
   c.unit_offset_norm = c.sandwich_norm = true;
@@ -623,20 +639,7 @@ void ReadFamily(const nlohmann::json& j, HfConfigReader& rd, const std::string& 
 // the attention output gate.
 void ReadQwen35(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c) {
   c.family = "qwen3_5_text";
-  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-    const auto& t = j["layer_types"];
-    if (!t.is_array() || static_cast<int64_t>(t.size()) != c.num_layers)
-      Unsupported("layer_types", t.dump().substr(0, 120), "one of linear_attention / full_attention per layer");
-    for (const auto& x : t) {
-      if (x != "linear_attention" && x != "full_attention")
-        Unsupported("layer_types", x.dump(), "Qwen3.5's layers are linear_attention or full_attention");
-      c.linear.push_back(x == "linear_attention");
-    }
-  } else {
-    const int64_t interval = rd.Get<int64_t>("full_attention_interval", int64_t{4});
-    if (interval < 1) Unsupported("full_attention_interval", std::to_string(interval), "an interval >= 1");
-    for (int64_t l = 0; l < c.num_layers; ++l) c.linear.push_back((l + 1) % interval != 0);
-  }
+  c.linear = ReadLayerKinds(j, rd, c.num_layers, {"Qwen3.5", "linear_attention", "full_attention_interval", 4});
   c.linear_key_heads = rd.Get<int64_t>("linear_num_key_heads", int64_t{16});
   c.linear_value_heads = rd.Get<int64_t>("linear_num_value_heads", int64_t{32});
   c.linear_key_dim = rd.Get<int64_t>("linear_key_head_dim", int64_t{128});

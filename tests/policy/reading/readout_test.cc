@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "core/error.h"
@@ -47,6 +48,21 @@ std::vector<TokenId> RandomTokens(Rng& rng, int64_t n, TokenId lo, TokenId hi) {
   std::vector<TokenId> v(n);
   for (auto& t : v) t = static_cast<TokenId>(rng.UniformRange(lo, hi));
   return v;
+}
+
+// Every parameter's gradient of `loss()`, from zero (zeros where none flows).
+std::vector<torch::Tensor> Gradients(TransformerLM& m, const std::function<torch::Tensor()>& loss) {
+  m->zero_grad();
+  loss().backward();
+  std::vector<torch::Tensor> g;
+  for (auto& p : m->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  return g;
+}
+
+double MaxGradientDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
+  return d;
 }
 
 // Random menu over a small alphabet (tokens 1..5) so wordings share prefixes
@@ -306,19 +322,9 @@ void ExpectScoredSpanEqualsPlainTeacherForcedScoring(const std::string& family) 
   EXPECT_EQ(out.cost.tokens, ref.cost.tokens);
 
   // Gradient of span_logp[0] = gradient of the teacher-forced log-likelihood.
-  m->zero_grad();
-  Readout(m, {batch[0]}).span_logp[0].backward();
-  std::vector<torch::Tensor> packed;
-  for (auto& p : m->parameters()) packed.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
-  m->zero_grad();
-  NaiveRealisationLogProbs(m, states[0], thoughts[0]).sum().backward();
-  double max_diff = 0;
-  size_t i = 0;
-  for (auto& p : m->parameters()) {
-    auto g = p.grad().defined() ? p.grad() : torch::zeros_like(p);
-    max_diff = std::max(max_diff, (g - packed[i++]).abs().max().item<double>());
-  }
-  EXPECT_LT(max_diff, 1e-4);
+  const auto packed = Gradients(m, [&] { return Readout(m, {batch[0]}).span_logp[0]; });
+  const auto naive = Gradients(m, [&] { return NaiveRealisationLogProbs(m, states[0], thoughts[0]).sum(); });
+  EXPECT_LT(MaxGradientDiff(packed, naive), 1e-4);
 
   for (auto [b0, b1] : {std::pair<int64_t, int64_t>{0, 2}, {3, 2}, {1, 99}}) {
     auto bad = batch[0];
@@ -341,20 +347,13 @@ void ExpectGradientEqualsNaiveGradient(const std::string& family) {
   req.realisations = {{{1}, {2, 3}}, {{4}}, {{2, 5}}};
   ReadoutOptions opt;
   opt.normalisation = "other";
-  m->zero_grad();
-  Readout(m, {req}, opt).log_p[0][0].backward();
-  std::vector<torch::Tensor> packed;
-  for (auto& p : m->parameters()) packed.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
-  m->zero_grad();
-  auto a = NaiveRealisationLogProbs(m, req.prompt, {1}).sum();
-  auto b = NaiveRealisationLogProbs(m, req.prompt, {2, 3}).sum();
-  torch::logsumexp(torch::stack({a, b}), 0).backward();
-  double max_diff = 0;
-  size_t i = 0;
-  for (auto& p : m->parameters()) {
-    auto g = p.grad().defined() ? p.grad() : torch::zeros_like(p);
-    max_diff = std::max(max_diff, (g - packed[i++]).abs().max().item<double>());
-  }
+  const auto packed = Gradients(m, [&] { return Readout(m, {req}, opt).log_p[0][0]; });
+  const auto naive = Gradients(m, [&] {
+    auto a = NaiveRealisationLogProbs(m, req.prompt, {1}).sum();
+    auto b = NaiveRealisationLogProbs(m, req.prompt, {2, 3}).sum();
+    return torch::logsumexp(torch::stack({a, b}), 0);
+  });
+  const double max_diff = MaxGradientDiff(packed, naive);
   std::printf("gradient packed vs naive (%s): max |diff| = %.3g\n", family.c_str(), max_diff);
   EXPECT_LT(max_diff, 1e-4);
 }
@@ -383,14 +382,11 @@ void ExpectSharedPrefixChangesNothingButTheCost(const std::string& family) {
   shared.share_prefix = true;
   EXPECT_FALSE(plain.share_prefix);  // opt-in
   auto grads = [&](const ReadoutOptions& o, ReadoutBatch* out) {
-    m->zero_grad();
-    *out = Readout(m, batch, o);
-    (out->log_p.masked_fill(out->item_mask.logical_not(), 0).sum() + out->value.sum() +
-     out->afterstate_value.masked_fill(out->item_mask.logical_not(), 0).sum())
-        .backward();
-    std::vector<torch::Tensor> g;
-    for (auto& p : m->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
-    return g;
+    return Gradients(m, [&] {
+      *out = Readout(m, batch, o);
+      return out->log_p.masked_fill(out->item_mask.logical_not(), 0).sum() + out->value.sum() +
+             out->afterstate_value.masked_fill(out->item_mask.logical_not(), 0).sum();
+    });
   };
   ReadoutBatch a, b;
   auto ga = grads(shared, &a), gb = grads(plain, &b);
@@ -441,21 +437,15 @@ TEST(Readout, GradientsAreFiniteWithPaddedItemsAndRows) {
   ReadoutRequest req;
   req.prompt = {8, 1, 40, 22};
   req.realisations = {{{1}, {2, 3}}, {{4}}};
-  m->zero_grad();
-  Readout(m, {req}, {}).log_p[0][0].backward();
-  std::vector<torch::Tensor> packed;
-  for (auto& p : m->parameters()) packed.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
-  m->zero_grad();
-  auto a = torch::logsumexp(torch::stack({NaiveRealisationLogProbs(m, req.prompt, {1}).sum(),
-                                          NaiveRealisationLogProbs(m, req.prompt, {2, 3}).sum()}),
-                            0);
-  auto b = NaiveRealisationLogProbs(m, req.prompt, {4}).sum();
-  (a - torch::logsumexp(torch::stack({a, b}), 0)).backward();
-  size_t i = 0;
-  for (auto& p : m->parameters()) {
-    auto g = p.grad().defined() ? p.grad() : torch::zeros_like(p);
-    EXPECT_LT((g - packed[i++]).abs().max().item<double>(), 1e-4);
-  }
+  const auto packed = Gradients(m, [&] { return Readout(m, {req}, {}).log_p[0][0]; });
+  const auto naive = Gradients(m, [&] {
+    auto a = torch::logsumexp(torch::stack({NaiveRealisationLogProbs(m, req.prompt, {1}).sum(),
+                                            NaiveRealisationLogProbs(m, req.prompt, {2, 3}).sum()}),
+                              0);
+    auto b = NaiveRealisationLogProbs(m, req.prompt, {4}).sum();
+    return a - torch::logsumexp(torch::stack({a, b}), 0);
+  });
+  EXPECT_LT(MaxGradientDiff(packed, naive), 1e-4);
 }
 
 TEST(Readout, RejectsAmbiguousOrInvalidMenus) {
