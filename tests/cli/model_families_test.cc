@@ -2,8 +2,8 @@
 // a Gemma 3- and a Qwen3.5-shaped Hugging Face directory (the fixtures of
 // tests/data/hf, with a tokenizer for the bandit's text) read a menu in one
 // pass, sample answers, warm start by SFT, train LoRA adapters in the decision
-// and the token plane, pass the audit's marginalisation check and export
-// merged weights.
+// plane (also thinking before it decides) and the token plane, pass the
+// audit's marginalisation check and export merged weights.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -74,6 +74,10 @@ TEST(ModelFamilies, MistralGemma3AndQwen35RunFromTheCli) {
     ASSERT_EQ(sft.code, 0) << sft.err;
     auto decision = RunRlid(TrainArgs("bandit_lora.toml", model, runs / "ppo", {}));
     ASSERT_EQ(decision.code, 0) << decision.err;
+    // Think-then-decide: a sampled scratchpad, then the menu read after it.
+    auto think = RunRlid(TrainArgs("bandit_lora.toml", model, runs / "think",
+                                   {"prompt.reasoning=true", "prompt.max_think_tokens=4"}));
+    ASSERT_EQ(think.code, 0) << think.err;
     auto token = RunRlid(TrainArgs("bandit_grpo.toml", model, runs / "grpo",
                                    {"policy.lora.rank=4", "policy.lora.alpha=8", "sampler.max_new_tokens=6"}));
     ASSERT_EQ(token.code, 0) << token.err;
