@@ -185,9 +185,11 @@ const json& Inputs(const json& doc, const std::string& source) {
   return doc.at("inputs");
 }
 
-std::vector<int64_t> Groups(const json& v) {
+// inputs.<key>: integer ids or names (groups; gigpo's episodes and anchors,
+// where a name may be the observation text itself).
+std::vector<int64_t> Ids(const json& v, const char* key) {
   if (!v.is_array())
-    throw ConfigError(fmt::format("inputs.groups must be an array, found {}", v.type_name()));
+    throw ConfigError(fmt::format("inputs.{} must be an array, found {}", key, v.type_name()));
   std::vector<int64_t> out;
   std::map<std::string, int64_t> names;
   for (const auto& g : v) {
@@ -201,7 +203,7 @@ std::vector<int64_t> Groups(const json& v) {
       if (inserted) it->second = std::numeric_limits<int64_t>::min() + names.size();
       out.push_back(it->second);
     } else {
-      throw ConfigError(fmt::format("inputs.groups holds {} '{}'; expected integer ids or names",
+      throw ConfigError(fmt::format("inputs.{} holds {} '{}'; expected integer ids or names", key,
                                     g.type_name(), g.dump()));
     }
   }
@@ -276,8 +278,8 @@ json EvaluateAdvantageCase(const json& doc, const std::string& source) {
 
   const json& inputs = Inputs(doc, source);
   CheckKeys(inputs,
-            {"scores", "token_rewards", "groups", "response_mask", "values", "end_values",
-             "log_prob", "old_log_prob", "ref_log_prob"},
+            {"scores", "token_rewards", "groups", "episodes", "anchors", "response_mask", "values",
+             "end_values", "log_prob", "old_log_prob", "ref_log_prob"},
             "'inputs'", source);
   trainers::AdvantageInputs in;
   if (inputs.contains("scores")) in.scores = Vector(inputs.at("scores"), "inputs.scores");
@@ -286,7 +288,10 @@ json EvaluateAdvantageCase(const json& doc, const std::string& source) {
   in.values = Optional(inputs, "values");
   if (inputs.contains("end_values"))
     in.end_values = Vector(inputs.at("end_values"), "inputs.end_values");
-  if (inputs.contains("groups")) in.groups = Groups(inputs.at("groups"));
+  if (inputs.contains("groups")) in.groups = Ids(inputs.at("groups"), "groups");
+  if (inputs.contains("episodes")) in.episodes = Ids(inputs.at("episodes"), "episodes");
+  if (inputs.contains("anchors"))
+    for (int64_t a : Ids(inputs.at("anchors"), "anchors")) in.anchors.push_back(static_cast<uint64_t>(a));
 
   if (kl.placement == "reward" && kl.coef > 0) {
     // r_t -= beta kl(log_prob, ref)_t on valid tokens, before the estimator runs.

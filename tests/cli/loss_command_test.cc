@@ -230,6 +230,21 @@ TEST(AdvantageCommand, GaeBootstrapsFromEndValues) {
   EXPECT_THROW(EvaluateAdvantageCase(doc), ConfigError);
 }
 
+// gigpo from `rlid advantage`: anchors may be the observation texts, as in
+// verl-agent. Steps (one row each): A in "hall" then "kitchen" (rewards 0, 1),
+// B in "hall" then "garden" (0, 0); gamma 0.5, mean_norm: A^E = +-0.5, and the
+// "hall" step group compares returns-to-go 0.5 and 0: +-0.25.
+TEST(AdvantageCommand, GigpoTakesNamedEpisodesAndAnchors) {
+  json doc = json::parse(R"({"advantage": {"estimator": "gigpo", "gamma": 0.5, "std_norm": false},
+    "inputs": {"scores": [0, 1, 0, 0], "response_mask": [[1], [1], [1], [1]], "groups": [0, 0, 0, 0],
+               "episodes": ["A", "A", "B", "B"], "anchors": ["hall", "kitchen", "hall", "garden"]}})");
+  json a = EvaluateAdvantageCase(doc);
+  const double want[] = {0.75, 0.5, -0.75, -0.5};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(a["advantages"][i][0].get<double>(), want[i], 1e-15) << i;
+  doc["inputs"]["anchors"] = {"hall", "kitchen", "hall", 1.5};
+  EXPECT_THROW(EvaluateAdvantageCase(doc), ConfigError);
+}
+
 void ExpectConfigError(const json& doc, const std::string& needle, bool loss = true) {
   try {
     loss ? EvaluateLossCase(doc, "case.json") : EvaluateAdvantageCase(doc, "case.json");

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <utility>
 
 #include "core/error.h"
 #include "trainers/losses/tensor_checks.h"
@@ -92,6 +93,20 @@ class ReinforcePpBaseline : public AdvantageEstimator {
   }
 };
 
+// GiGPO: rows are steps (scores = r_t; groups, episodes, anchors per row).
+class Gigpo : public AdvantageEstimator {
+ public:
+  bool uses_values() const override { return false; }
+  bool needs_groups() const override { return true; }
+  bool needs_steps() const override { return true; }
+  AdvantageResult Compute(const AdvantageConfig& cfg, const AdvantageInputs& in) const override {
+    torch::Tensor r = SequenceScores(in);
+    RequireGroups(in.groups, r.size(0), "gigpo");
+    torch::Tensor a = Broadcast(GigpoAdvantages(r, in.groups, in.episodes, in.anchors, cfg), Mask(in));
+    return {a, a};
+  }
+};
+
 // Token-level GAE: each row is one episode whose steps are its valid positions.
 class Gae : public AdvantageEstimator {
  public:
@@ -132,6 +147,9 @@ const Registrar<AdvantageRegistry> kReinforcePp("reinforce_pp",
 const Registrar<AdvantageRegistry> kReinforcePpBaseline(
     "reinforce_pp_baseline", "s_i - mean_g, whitened over the batch",
     [] { return std::make_unique<ReinforcePpBaseline>(); });
+const Registrar<AdvantageRegistry> kGigpo(
+    "gigpo", "group-in-group: episode term + step_weight * step term over anchor states",
+    [] { return std::make_unique<Gigpo>(); });
 const Registrar<AdvantageRegistry> kGae("gae", "generalised advantage estimation with a value head",
                                         [] { return std::make_unique<Gae>(); });
 
@@ -169,6 +187,49 @@ torch::Tensor GroupNormalizedScores(const torch::Tensor& scores, const std::vect
     out.index_copy_(0, idx, a);
   }
   return out;
+}
+
+torch::Tensor GigpoAdvantages(const torch::Tensor& rewards, const std::vector<int64_t>& groups,
+                              const std::vector<int64_t>& episodes, const std::vector<uint64_t>& anchors,
+                              const AdvantageConfig& cfg) {
+  const int64_t B = rewards.size(0);
+  if (static_cast<int64_t>(episodes.size()) != B || static_cast<int64_t>(anchors.size()) != B)
+    throw ConfigError(fmt::format("estimator 'gigpo' needs an episode id and an anchor per step row: got {} "
+                                  "and {} for {} rows",
+                                  episodes.size(), anchors.size(), B),
+                      "episodes[i] names the episode of step row i, anchors[i] its state (a hash)");
+  const torch::Tensor cpu = rewards.to(torch::kCPU, torch::kFloat64).contiguous();
+  const auto r = cpu.accessor<double, 1>();
+  // Episode returns (one member per episode) and each row's return-to-go.
+  std::map<int64_t, size_t> episode_slot;
+  std::vector<double> episode_return;
+  std::vector<int64_t> episode_group;
+  std::vector<size_t> slot_of_row(B);
+  for (int64_t i = 0; i < B; ++i) {
+    auto [it, inserted] = episode_slot.emplace(episodes[i], episode_return.size());
+    if (inserted) episode_return.push_back(0.0), episode_group.push_back(groups[i]);
+    if (episode_group[it->second] != groups[i])
+      throw ConfigError(fmt::format("gigpo: episode {} has steps in groups {} and {}", episodes[i],
+                                    episode_group[it->second], groups[i]),
+                        "every step of an episode carries its episode's group");
+    slot_of_row[i] = it->second;
+    episode_return[it->second] += r[i];
+  }
+  std::vector<double> to_go(B), running(episode_return.size(), 0.0);
+  for (int64_t i = B - 1; i >= 0; --i) to_go[i] = running[slot_of_row[i]] = r[i] + cfg.gamma * running[slot_of_row[i]];
+  // Step groups: (group, anchor) pairs, numbered in order of appearance.
+  std::map<std::pair<int64_t, uint64_t>, int64_t> step_group_id;
+  std::vector<int64_t> step_groups(B);
+  for (int64_t i = 0; i < B; ++i)
+    step_groups[i] = step_group_id.emplace(std::make_pair(groups[i], anchors[i]), step_group_id.size()).first->second;
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  torch::Tensor episode_adv = GroupNormalizedScores(torch::tensor(episode_return, f64), episode_group,
+                                                    cfg.std_norm, cfg.std_eps);
+  torch::Tensor step_adv =
+      GroupNormalizedScores(torch::tensor(to_go, f64), step_groups, cfg.std_norm, cfg.std_eps);
+  std::vector<int64_t> slots(slot_of_row.begin(), slot_of_row.end());
+  torch::Tensor a = episode_adv.index_select(0, torch::tensor(slots, torch::kInt64)) + cfg.step_weight * step_adv;
+  return a.to(rewards.options());
 }
 
 torch::Tensor LeaveOneOutScores(const torch::Tensor& scores, const std::vector<int64_t>& groups) {

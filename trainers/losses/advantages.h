@@ -1,6 +1,6 @@
 // Advantage estimators as pure tensor functions (docs/algorithms.md,
-// "Advantages"): gae, grpo (with / without std), rloo, reinforce_pp and
-// reinforce_pp_baseline, registered by name, plus the decision-plane GAE over
+// "Advantages"): gae, grpo (with / without std), rloo, reinforce_pp,
+// reinforce_pp_baseline and gigpo, registered by name, plus the decision-plane GAE over
 // packed episodes. Inputs are float64 [B] / [B,T]; padded positions (mask 0)
 // may hold any junk and never change a result.
 #pragma once
@@ -24,6 +24,11 @@ struct AdvantageInputs {
   // time limit cut the episode, 0 after a terminal state. Undefined = all 0.
   torch::Tensor end_values;
   std::vector<int64_t> groups;  // [B] group id per response (grpo, rloo, reinforce_pp_baseline)
+  // Step rows (gigpo): row i is one step of episode episodes[i], rows of an
+  // episode in time order, scores[i] its reward r_t; anchors[i] names its state
+  // (steps of one group with equal anchors form a step group).
+  std::vector<int64_t> episodes;
+  std::vector<uint64_t> anchors;
 };
 
 struct AdvantageResult {
@@ -43,6 +48,9 @@ class AdvantageEstimator {
   virtual bool uses_values() const = 0;
   // True when it compares responses of one group (a group of one gives 0).
   virtual bool needs_groups() const = 0;
+  // True when its rows are the steps of episodes (AdvantageInputs::episodes,
+  // anchors) rather than one outcome per response.
+  virtual bool needs_steps() const { return false; }
 };
 using AdvantageRegistry = Registry<AdvantageEstimator>;
 
@@ -65,6 +73,13 @@ torch::Tensor TokenRewards(const AdvantageInputs& in);
 // std). Groups of one and groups whose scores are all equal give exactly 0.
 torch::Tensor GroupNormalizedScores(const torch::Tensor& scores, const std::vector<int64_t>& groups,
                                     bool std_norm, double std_eps);
+// GiGPO (arXiv 2505.10978) on step rows: A = A^E + step_weight · A^S, where A^E
+// normalises each episode's return Σ_t r_t within its group (every episode
+// counted once) and A^S normalises each step's return-to-go Σ_k γ^k r_{t+k}
+// within its step group (same group, same anchor), both as GroupNormalizedScores.
+torch::Tensor GigpoAdvantages(const torch::Tensor& rewards, const std::vector<int64_t>& groups,
+                              const std::vector<int64_t>& episodes, const std::vector<uint64_t>& anchors,
+                              const AdvantageConfig& cfg);
 // A_i = s_i - mean_{j != i} s_j; groups of one (and all-equal groups) give 0.
 torch::Tensor LeaveOneOutScores(const torch::Tensor& scores, const std::vector<int64_t>& groups);
 // G_t = r_t + gamma G_{t+1}, the recursion running over valid tokens only

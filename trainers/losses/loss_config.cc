@@ -132,8 +132,9 @@ void AdvantageConfig::Load(ConfigNode n, bool gae_keys) {
   n.GetEnum("estimator", estimator, AdvantageRegistry::Global().Names(), "advantage estimator");
   n.Get("std_norm", std_norm, "grpo: divide by the group std (false = Dr. GRPO)");
   n.Get("std_eps", std_eps, "grpo: A = (s - mean) / (std + std_eps)", Range::Positive());
-  n.Get("gamma", gamma, "discount (gae, reinforce_pp)", Range::Unit());
+  n.Get("gamma", gamma, "discount (gae, reinforce_pp, gigpo's step returns)", Range::Unit());
   if (gae_keys) n.Get("lambda", lambda, "GAE lambda", Range::Unit());
+  n.Get("step_weight", step_weight, "gigpo: A = A_episode + step_weight * A_step", Range::NonNegative());
   ValidateAt(*this, n);
 }
 
@@ -144,6 +145,8 @@ void AdvantageConfig::Validate() const {
           "a finite value > 0");
   Require(gamma >= 0 && gamma <= 1, "advantage.gamma", gamma, "a value in [0, 1]");
   Require(lambda >= 0 && lambda <= 1, "advantage.lambda", lambda, "a value in [0, 1]");
+  Require(step_weight >= 0 && std::isfinite(step_weight), "advantage.step_weight", step_weight,
+          "a finite value >= 0");
 }
 
 }  // namespace rlid::trainers

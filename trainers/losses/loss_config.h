@@ -74,15 +74,17 @@ struct KlConfig {
 
 // [trainer.advantage].
 struct AdvantageConfig {
-  // gae | grpo | rloo | reinforce_pp | reinforce_pp_baseline (AdvantageRegistry).
+  // gae | grpo | rloo | reinforce_pp | reinforce_pp_baseline | gigpo (AdvantageRegistry).
   std::string estimator = "grpo";
   // grpo: divide by the group std (false = Dr. GRPO).
   bool std_norm = true;
   // grpo: A = (s - mean) / (std + std_eps).
   double std_eps = 1e-6;
-  // Discount and GAE lambda (gae, reinforce_pp), both in [0, 1].
+  // Discount and GAE lambda (gae, reinforce_pp; gigpo's step returns), both in [0, 1].
   double gamma = 1.0;
   double lambda = 0.95;
+  // gigpo: weight of the step-level term, A = A^E + step_weight · A^S (>= 0).
+  double step_weight = 1.0;
 
   // gae_keys: also `lambda` (only the decision plane has a GAE estimator).
   void Load(ConfigNode n, bool gae_keys = true);

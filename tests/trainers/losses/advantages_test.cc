@@ -56,6 +56,90 @@ TEST(Grpo, AllEqualGroupGivesExactlyZeroWithAndWithoutStd) {
         << name;
 }
 
+// GiGPO on step rows. Group 0: episode A visits anchors 10, 20 (rewards 0, 1),
+// episode B visits 10, 30 (0, 0); group 1: C visits 10 (reward 2), D visits 40
+// (0). gamma 0.5: A's returns-to-go are 0.5 and 1, B's 0 and 0. Anchor 10 of
+// group 1 must not join anchor 10 of group 0.
+AdvantageInputs TwoGroupsOfSteps() {
+  AdvantageInputs in;
+  in.scores = Vec({0, 1, 0, 0, 2, 0});
+  in.response_mask = Mat({{1}, {1}, {1}, {1}, {1}, {1}});
+  in.groups = {0, 0, 0, 0, 1, 1};
+  in.episodes = {0, 0, 1, 1, 2, 3};
+  in.anchors = {10, 20, 10, 30, 10, 40};
+  return in;
+}
+
+TEST(Gigpo, EpisodeTermPlusStepTermOverSharedAnchorsHandComputed) {
+  AdvantageConfig cfg = Estimator("gigpo");
+  cfg.gamma = 0.5;
+  cfg.std_norm = false;  // verl-agent's default mode, mean_norm
+  // A^E: group 0 returns [1, 0] -> +-0.5; group 1 returns [2, 0] -> +-1.
+  // A^S: step group (0, 10) = {A_0: 0.5, B_0: 0} -> +-0.25; every other step group has one member.
+  EXPECT_TRUE(Near(ComputeAdvantages(cfg, TwoGroupsOfSteps()).advantages,
+                   Mat({{0.75}, {0.5}, {-0.75}, {-0.5}, {1}, {-1}}), 1e-15));
+  cfg.std_norm = true;  // mean_std_norm: both terms divided by their group's unbiased std + eps
+  const double e = 0.5 / (std::sqrt(0.5) + 1e-6), g1 = 1.0 / (std::sqrt(2.0) + 1e-6);
+  const double st = 0.25 / (std::sqrt(0.125) + 1e-6);
+  EXPECT_TRUE(Near(ComputeAdvantages(cfg, TwoGroupsOfSteps()).advantages,
+                   Mat({{e + st}, {e}, {-e - st}, {-e}, {g1}, {-g1}}), 1e-12));
+}
+
+TEST(Gigpo, AStateVisitedTwiceInOneEpisodeCountsTwiceInItsStepGroup) {
+  // A: anchors 10, 10, 20 with rewards 0, 0, 1; B: 10, 30 with 0, 0; gamma 1.
+  // Step group (0, 10) = {A_0: 1, A_1: 1, B_0: 0}, mean 2/3. Weight 0.5.
+  AdvantageInputs in;
+  in.scores = Vec({0, 0, 1, 0, 0});
+  in.response_mask = Mat({{1}, {1}, {1}, {1}, {1}});
+  in.groups = {0, 0, 0, 0, 0};
+  in.episodes = {0, 0, 0, 1, 1};
+  in.anchors = {10, 10, 20, 10, 30};
+  AdvantageConfig cfg = Estimator("gigpo");
+  cfg.std_norm = false;
+  cfg.step_weight = 0.5;
+  const double a = 0.5 + 0.5 / 3.0, b = -0.5 - 0.5 * 2.0 / 3.0;
+  EXPECT_TRUE(Near(ComputeAdvantages(cfg, in).advantages, Mat({{a}, {a}, {0.5}, {b}, {-0.5}}), 1e-15));
+}
+
+TEST(Gigpo, WithoutRepeatedStatesItIsGrpoOnEpisodeReturns) {
+  // Episodes of 2, 1 and 3 steps in one group, every state distinct: the step
+  // term is exactly 0 whatever its weight, and each step gets its episode's GRPO
+  // advantage.
+  AdvantageInputs in;
+  in.scores = Vec({0.5, 1, 3, 0, 0, -1});
+  in.response_mask = Mat({{1}, {1}, {1}, {1}, {1}, {1}});
+  in.groups = {7, 7, 7, 7, 7, 7};
+  in.episodes = {0, 0, 1, 2, 2, 2};
+  in.anchors = {1, 2, 3, 4, 5, 6};
+  AdvantageInputs episodes;
+  episodes.scores = Vec({1.5, 3, -1});
+  episodes.response_mask = Mat({{1}, {1}, {1}});
+  episodes.groups = {7, 7, 7};
+  for (bool std_norm : {true, false}) {
+    AdvantageConfig gigpo = Estimator("gigpo"), grpo = Estimator("grpo");
+    gigpo.std_norm = grpo.std_norm = std_norm;
+    gigpo.step_weight = 10.0;
+    gigpo.gamma = 0.9;
+    torch::Tensor e = ComputeAdvantages(grpo, episodes).advantages.squeeze(1);
+    torch::Tensor expect = e.index_select(0, torch::tensor({0, 0, 1, 2, 2, 2}, torch::kInt64)).unsqueeze(1);
+    EXPECT_TRUE(Same(ComputeAdvantages(gigpo, in).advantages, expect)) << std_norm;
+  }
+}
+
+TEST(Gigpo, ErrorsNameTheMissingStepRows) {
+  AdvantageInputs in = TwoGroupsOfSteps();
+  in.anchors.clear();
+  try {
+    ComputeAdvantages(Estimator("gigpo"), in);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("an episode id and an anchor per step row"), std::string::npos) << e.what();
+  }
+  in = TwoGroupsOfSteps();
+  in.groups[1] = 1;  // episode 0 split across groups
+  EXPECT_THROW(ComputeAdvantages(Estimator("gigpo"), in), ConfigError);
+}
+
 TEST(Rloo, LeaveOneOutBaseline) {
   // [1, 0, 0.5]: 1 - 0.25, 0 - 0.75, 0.5 - 0.5; the single response of group 9 gets 0.
   AdvantageInputs in;
@@ -150,6 +234,8 @@ TEST(Advantages, JunkInPaddingNeverChangesAResult) {
   clean.values = Mat({{0.1, 0.2, 0.3}, {0.4, 0, 0}, {0.5, 0.1, 0}, {0.9, 0, 0}});
   clean.response_mask = Mat({{1, 1, 1}, {1, 0, 0}, {1, 1, 0}, {0, 0, 0}});
   clean.groups = {0, 0, 1, 1};
+  clean.episodes = {0, 1, 2, 2};  // gigpo's step rows (the others ignore them)
+  clean.anchors = {5, 5, 6, 7};
   AdvantageInputs junk = clean;
   torch::Tensor pad = clean.response_mask == 0;
   junk.token_rewards = clean.token_rewards.masked_fill(pad, 1e300);
@@ -171,10 +257,12 @@ TEST(Advantages, ScoresAndTokenRewardsAgreeForOutcomeEstimators) {
   tokens.token_rewards = Mat({{0, 1}, {0.3, 0}, {0, 0.2}, {2, 0}});
   tokens.response_mask = Mat({{1, 1}, {1, 0}, {1, 1}, {1, 0}});
   tokens.groups = {0, 0, 0, 0};
+  tokens.episodes = {0, 0, 1, 2};
+  tokens.anchors = {1, 2, 1, 1};
   AdvantageInputs scores = tokens;
   scores.token_rewards = torch::Tensor();
   scores.scores = Vec({1.0, 0.3, 0.2, 2.0});
-  for (const char* name : {"grpo", "rloo", "reinforce_pp_baseline"})
+  for (const char* name : {"grpo", "rloo", "reinforce_pp_baseline", "gigpo"})
     EXPECT_TRUE(Near(ComputeAdvantages(Estimator(name), tokens).advantages,
                      ComputeAdvantages(Estimator(name), scores).advantages, 1e-15))
         << name;
