@@ -119,17 +119,31 @@ std::pair<torch::Tensor, torch::Tensor> DecisionAdvantages(
     const auto mask = in.response_mask;
     return {r.advantages.masked_select(mask), r.returns.masked_select(mask)};
   }
-  // Per episode: the episode's return is the score of a one-step response in
-  // its env-seed group; its advantage goes to every decision of the episode.
   AdvantageInputs in;
-  std::vector<double> returns;
-  for (const auto& e : episodes) {
-    returns.push_back(e.ret);
-    in.groups.push_back(e.spec.group);
+  torch::Tensor adv;
+  if (estimator->needs_steps()) {
+    // Per decision (gigpo): its reward, its episode's group, its episode and
+    // its state, the anchor that groups decisions taken in one state.
+    in.scores = b.reward;
+    for (int64_t i = 0; i < N; ++i) {
+      in.groups.push_back(episodes[episode_of[i]].spec.group);
+      in.anchors.push_back(b.dec[i].step->state_hash);
+    }
+    in.episodes = episode_of;
+    in.response_mask = torch::ones({N, 1}, torch::kBool);
+    adv = ComputeAdvantages(t.advantage, in).advantages.select(1, 0);
+  } else {
+    // Per episode: the episode's return is the score of a one-step response in
+    // its env-seed group; its advantage goes to every decision of the episode.
+    std::vector<double> returns;
+    for (const auto& e : episodes) {
+      returns.push_back(e.ret);
+      in.groups.push_back(e.spec.group);
+    }
+    in.scores = torch::tensor(returns, f64);
+    in.response_mask = torch::ones({static_cast<int64_t>(returns.size()), 1}, torch::kBool);
+    adv = ComputeAdvantages(t.advantage, in).advantages.select(1, 0).index_select(0, ep_index);
   }
-  in.scores = torch::tensor(returns, f64);
-  in.response_mask = torch::ones({static_cast<int64_t>(returns.size()), 1}, torch::kBool);
-  auto adv = ComputeAdvantages(t.advantage, in).advantages.select(1, 0).index_select(0, ep_index);
   // The value head still learns the discounted return-to-go (bootstrapped at cuts).
   auto ret = GaeAdvantages({b.reward, torch::zeros({N}, f64), b.ends, b.end_values},
                            t.advantage.gamma, 1.0)

@@ -35,8 +35,9 @@ DecisionBatch FlattenDecisions(const std::vector<agents::EpisodeData>& episodes,
                                bool use_ref, int64_t iteration);
 
 // (advantages, value targets) [N]: GAE over the batch with the cut episodes
-// bootstrapped from V(s_T), or grpo/rloo episode advantages with the
-// bootstrapped discounted return-to-go as the value target.
+// bootstrapped from V(s_T), or grpo/rloo episode advantages (gigpo: episode
+// plus step-group advantages per decision) with the bootstrapped discounted
+// return-to-go as the value target.
 std::pair<torch::Tensor, torch::Tensor> DecisionAdvantages(
     const TrainerConfig& cfg, const std::vector<agents::EpisodeData>& episodes,
     const DecisionBatch& batch);

@@ -23,6 +23,15 @@
 
 namespace rlid::trainers {
 
+namespace {
+
+// The estimator reads step rows (gigpo), not one outcome per response.
+bool StepRows(const TrainerConfig& cfg) {
+  return AdvantageRegistry::Global().Make(cfg.advantage.estimator)->needs_steps();
+}
+
+}  // namespace
+
 ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
                            const std::vector<agents::EpisodeData>& episodes,
                            const std::vector<std::vector<double>>& kl_per_step) {
@@ -47,7 +56,14 @@ ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
   ShapedScores out;
   for (size_t e = 0; e < episodes.size(); ++e) {
     const auto& steps = episodes[e].steps;
-    if (per_step) {
+    if (StepRows(cfg)) {
+      for (size_t t = 0; t < steps.size(); ++t) {
+        out.scores.push_back(shaped(e, t));
+        out.groups.push_back(episodes[e].spec.group);
+        out.episodes.push_back(static_cast<int64_t>(e));
+        out.anchors.push_back(steps[t].state_hash);
+      }
+    } else if (per_step) {
       std::vector<double> g(steps.size());
       double acc = 0;
       for (size_t t = steps.size(); t-- > 0;) g[t] = acc = shaped(e, t) + cfg.advantage.gamma * acc;
@@ -77,6 +93,31 @@ std::vector<int64_t> ZeroVarianceGroups(const ShapedScores& s) {
   return out;
 }
 
+namespace {
+
+// Every rank's scores, rank after rank (episode ids made job-wide); *first =
+// this rank's first row.
+ShapedScores GatherScores(Comm& comm, const ShapedScores& sc, int64_t* first) {
+  const auto scores = comm.Gather(sc.scores, "advantage scores");
+  const auto groups = comm.Gather(sc.groups, "advantage groups");
+  const auto episodes = comm.Gather(sc.episodes, "advantage episodes");
+  const auto anchors = comm.Gather(std::vector<int64_t>(sc.anchors.begin(), sc.anchors.end()), "advantage anchors");
+  ShapedScores all;
+  int64_t episode_offset = 0;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (r < comm.rank()) *first += static_cast<int64_t>(scores[r].size());
+    all.scores.insert(all.scores.end(), scores[r].begin(), scores[r].end());
+    all.groups.insert(all.groups.end(), groups[r].begin(), groups[r].end());
+    int64_t last = -1;
+    for (int64_t e : episodes[r]) all.episodes.push_back(episode_offset + e), last = std::max(last, e);
+    episode_offset += last + 1;
+    all.anchors.insert(all.anchors.end(), anchors[r].begin(), anchors[r].end());
+  }
+  return all;
+}
+
+}  // namespace
+
 std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_tokens,
                                          const std::vector<agents::EpisodeData>& episodes,
                                          const std::vector<std::vector<double>>& kl_per_step,
@@ -92,26 +133,18 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
         fmt::format("use one of: {}", Join(group_estimators, ", ")));
   }
   ShapedScores sc = ScoreEpisodes(cfg, max_new_tokens, episodes, kl_per_step);
-  const bool per_step = cfg.token.return_mode == "discounted";
+  const bool per_step = cfg.token.return_mode == "discounted" || StepRows(cfg);
   // The job's scores, rank after rank; this rank's are rows [first, first + n).
   int64_t first = 0;
-  if (comm && comm->distributed()) {
-    const auto scores = comm->Gather(sc.scores, "advantage scores");
-    const auto groups = comm->Gather(sc.groups, "advantage groups");
-    ShapedScores all;
-    for (int r = 0; r < comm->size(); ++r) {
-      if (r < comm->rank()) first += static_cast<int64_t>(scores[r].size());
-      all.scores.insert(all.scores.end(), scores[r].begin(), scores[r].end());
-      all.groups.insert(all.groups.end(), groups[r].begin(), groups[r].end());
-    }
-    sc = std::move(all);
-  }
+  if (comm && comm->distributed()) sc = GatherScores(*comm, sc, &first);
   std::vector<TokenSample> samples;
   if (sc.scores.empty()) return samples;
   AdvantageInputs in;
   in.scores = torch::tensor(sc.scores, torch::kFloat64);
   in.response_mask = torch::ones({static_cast<int64_t>(sc.scores.size()), 1}, torch::kFloat64);
   in.groups = sc.groups;
+  in.episodes = sc.episodes;
+  in.anchors = sc.anchors;
   auto adv = ComputeAdvantages(adv_cfg, in).advantages.select(1, 0).contiguous();
   auto a = adv.accessor<double, 1>();
   int64_t row = first;

@@ -51,9 +51,13 @@ class TokenTrainer : public Trainer {
 // where r'_t = r_t + overlong shaping (DAPO, when overlong_buffer > 0) − kl.coef ·
 // kl_per_step[e][t] (KL in the reward; empty = none). Scores are compared within the episode's
 // group (spec.group): in "discounted" mode every step of every episode of the group is one member.
+// An estimator that reads steps (gigpo) gets step rows instead: r'_t itself, with the step's
+// episode and its state hash (the anchor), and computes its own returns.
 struct ShapedScores {
-  std::vector<double> scores;   // one per episode, or one per step ("discounted")
+  std::vector<double> scores;   // one per episode, or one per step ("discounted", step rows)
   std::vector<int64_t> groups;  // the episode's spec.group, per score
+  std::vector<int64_t> episodes;   // step rows: the step's episode (index into `episodes`)
+  std::vector<uint64_t> anchors;   // step rows: StepData::state_hash
 };
 ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
                            const std::vector<agents::EpisodeData>& episodes,

@@ -310,6 +310,28 @@ std::unique_ptr<ExperimentConfig> ExperimentConfig::FromConfig(Config cfg) {
   return e;
 }
 
+namespace {
+
+// An estimator on step rows (gigpo) computes its own step returns from the
+// per-step rewards; in the token plane these options would compare something else.
+void CheckStepRowEstimator(ConfigNode root, const TrainerConfig& t) {
+  const std::string& est = t.advantage.estimator;
+  const std::string where = root.Section("trainer").Section("advantage").Where("estimator");
+  if (TrainerPresetRegistry::Global().Get(t.algorithm).factory()->plane != policy::Plane::kToken) return;
+  if (t.token.return_mode != "episode")
+    throw ConfigError(fmt::format("{}: estimator '{}' computes its own step returns (advantage.gamma), but "
+                                  "trainer.return_mode = '{}'",
+                                  where, est, t.token.return_mode),
+                      "leave trainer.return_mode = 'episode'");
+  if (t.token.filter_zero_variance_groups)
+    throw ConfigError(fmt::format("{}: trainer.sampling.filter_zero_variance_groups drops groups whose episode returns "
+                                  "are equal, but '{}' still moves them by its step term",
+                                  where, est),
+                      "set trainer.sampling.filter_zero_variance_groups = false");
+}
+
+}  // namespace
+
 void ExperimentConfig::CheckConsistency() const {
   ConfigNode root = const_cast<Config&>(raw).Root();
   const TrainerConfig& t = trainer;
@@ -323,6 +345,7 @@ void ExperimentConfig::CheckConsistency() const {
                     root.Section("trainer").Where("group_size"), est, t.group_size, t.algorithm),
         "set trainer.group_size >= 2 (and episodes_per_iteration a multiple of it), or use "
         "estimator 'gae' in the decision plane");
+  if (AdvantageRegistry::Global().Make(est)->needs_steps()) CheckStepRowEstimator(root, t);
   if (t.decision.all_action() && readout.off_menu_outcome())
     throw ConfigError(
         fmt::format(

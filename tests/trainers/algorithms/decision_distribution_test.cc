@@ -212,5 +212,50 @@ TEST(Truncation, CutEpisodesBootstrapFromTheValueOfTheLastState) {
   }
 }
 
+// Decision-plane GiGPO on maze episodes in groups of 4 (one seed per group):
+// with step_weight 0 it is grpo on the episode returns; the step term of each
+// decision is its discounted return-to-go minus the mean over the decisions of
+// its group taken in the same state (equal state_hash), computed here directly.
+TEST(StepGroups, DecisionGigpoComparesReturnsOfDecisionsInOneState) {
+  Rig rig("maze", {"size=4", "step_limit=6"});
+  auto ctx = rig.Ctx();
+  std::vector<agents::EpisodeSpec> specs;
+  for (int i = 0; i < 8; ++i)
+    specs.push_back({envs::SplitSeed(envs::Split::kTrain, i / 4), static_cast<uint64_t>(i), i / 4});
+  agents::Budget budget;
+  auto eps = agents::RunDecisionEpisodes(ctx, specs, envs::Split::kTrain, false, budget);
+  TrainerConfig cfg;
+  cfg.advantage.estimator = "gigpo";
+  cfg.advantage.std_norm = false;
+  cfg.advantage.gamma = 0.9;
+  cfg.advantage.step_weight = 0.0;
+  const auto batch = FlattenDecisions(eps, ctx.readout, cfg, false, 0);
+  const auto episode_only = DecisionAdvantages(cfg, eps, batch).first;
+  TrainerConfig grpo = cfg;
+  grpo.advantage.estimator = "grpo";
+  EXPECT_LT((episode_only - DecisionAdvantages(grpo, eps, batch).first).abs().max().item<double>(), 1e-12);
+  cfg.advantage.step_weight = 1.0;
+  const auto both = DecisionAdvantages(cfg, eps, batch).first;
+  const int64_t N = batch.size();
+  std::vector<double> to_go(N);
+  for (int64_t i = N - 1; i >= 0; --i) {
+    const bool last = i == N - 1 || batch.dec[i + 1].episode != batch.dec[i].episode;
+    to_go[i] = batch.reward[i].item<double>() + (last ? 0.0 : cfg.advantage.gamma * to_go[i + 1]);
+  }
+  int shared = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    double sum = 0;
+    int n = 0;
+    for (int64_t j = 0; j < N; ++j)
+      if (eps[batch.dec[j].episode].spec.group == eps[batch.dec[i].episode].spec.group &&
+          batch.dec[j].step->state_hash == batch.dec[i].step->state_hash)
+        sum += to_go[j], ++n;
+    shared += n > 1;
+    const double step_term = n > 1 ? to_go[i] - sum / n : 0.0;
+    EXPECT_NEAR(both[i].item<double>() - episode_only[i].item<double>(), step_term, 1e-12) << i;
+  }
+  EXPECT_GE(shared, 8);  // at least every episode's first decision, in its seed's start state
+}
+
 }  // namespace
 }  // namespace rlid::trainers

@@ -100,6 +100,32 @@ TEST(TokenAdvantages, DiscountedReturnsToGoAreComparedWithinTheGroup) {
   EXPECT_NE(after[0].advantage, before[0].advantage);
 }
 
+// GiGPO through the token plane: steps are rows, StepData::state_hash is the
+// anchor, rewards are shaped as for the other estimators (here KL in the
+// reward), and a step without a response still counts in its groups.
+TEST(TokenAdvantages, GigpoGroupsStepsByTheirStateHash) {
+  TrainerConfig c = Grpo(false);
+  c.advantage.estimator = "gigpo";
+  c.advantage.gamma = 0.5;
+  c.kl.coef = 0.5;
+  std::vector<agents::EpisodeData> eps = {Episode(0, {0.0, 1.0}), Episode(0, {0.0, 0.0})};
+  eps[0].steps[0].state_hash = eps[1].steps[0].state_hash = 10;  // both start in one state
+  eps[0].steps[1].state_hash = 20, eps[1].steps[1].state_hash = 30;
+  // KL 0.5 on B's second step: shaped rewards A (0, 1), B (0, -0.25), returns 1 and -0.25.
+  const std::vector<std::vector<double>> kl = {{0.0, 0.0}, {0.0, 0.5}};
+  auto s = TokenAdvantages(c, 16, eps, kl);
+  ASSERT_EQ(s.size(), 4u);
+  // A^E = +-0.625; step group (0, 10): returns-to-go 0.5 and -0.125 -> +-0.3125.
+  const double want[] = {0.625 + 0.3125, 0.625, -0.625 - 0.3125, -0.625};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(s[i].advantage, want[i], 1e-12) << "sample " << i;
+  // B's first step without a response: no sample, but A's step group still holds it.
+  eps[1].steps[0].text.response.clear();
+  auto fewer = TokenAdvantages(c, 16, eps, kl);
+  ASSERT_EQ(fewer.size(), 3u);
+  EXPECT_NEAR(fewer[0].advantage, want[0], 1e-12);
+  EXPECT_EQ(fewer[2].step, &eps[1].steps[1]);
+}
+
 TEST(TokenAdvantages, OverlongShapingPenalisesLongAnswers) {
   // max_new_tokens 8, buffer 4, factor 2: penalty min(-(len - 4) / 4 * 2, 0).
   TrainerConfig c = Grpo(false);

@@ -109,6 +109,18 @@ TEST(TokenBudget, GrpoKeepsEverythingItGenerates) {
   EXPECT_GT(b.update.forwards, b.update.backwards);                // + the old-log-prob pass
 }
 
+// gigpo is selected like any estimator and trains a GRPO-family run end to end.
+TEST(TokenBudget, GigpoTrainsWithStepGroups) {
+  const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
+  TokenRun run("gigpo_iteration", kBanditSftToml,
+               {"policy.init=" + ckpt, "trainer.algorithm=grpo", "trainer.advantage.estimator=gigpo",
+                "trainer.advantage.step_weight=0.5", "trainer.episodes_per_iteration=16", "trainer.group_size=4",
+                "trainer.epochs=1", "sampler.max_new_tokens=8"});
+  auto m = run.Iterate(0);
+  EXPECT_EQ(MetricValue(m, "sampling/kept_groups"), 4);
+  EXPECT_EQ(run.session().budget.update.backwards, MetricValue(m, "charts/epochs"));
+}
+
 // The tokens every stage of the budget booked, summed.
 int64_t BookedTokens(const agents::Budget& b) {
   return b.rollout.tokens + b.update.tokens + b.eval.tokens + b.diagnostic.tokens;

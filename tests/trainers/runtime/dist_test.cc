@@ -114,6 +114,17 @@ TEST(Dist, TwoRanksGiveOneProcessUpdateGrpo) {
   EXPECT_EQ(Sql(tmp, "one", q), Sql(tmp, "two", q));
 }
 
+// gigpo's step rows gathered across ranks (episode ids made job-wide) in the
+// token plane; in the decision plane each group stays on one rank.
+TEST(Dist, TwoRanksGiveOneProcessUpdateGigpo) {
+  TempDir tmp("dist_gigpo");
+  EXPECT_LT(OneVsTwoRanks(tmp, "bandit_grpo.toml", "--set trainer.advantage.estimator=gigpo"), 1e-6);
+  TempDir decision("dist_gigpo_decision");
+  EXPECT_LT(OneVsTwoRanks(decision, "bandit_ppo.toml",
+                          "--set trainer.advantage.estimator=gigpo --set trainer.group_size=4"),
+            1e-6);
+}
+
 TEST(Dist, DapoDynamicSamplingIsCoordinatedAcrossRanks) {
   // Zero-variance groups are dropped and refilled in later rounds; the job
   // keeps the same groups, in the same order, as one process.

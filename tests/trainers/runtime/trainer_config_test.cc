@@ -44,6 +44,24 @@ TEST(TrainerConfig, GroupEstimatorsNeedGroupsOfTwo) {
   EXPECT_EQ(ErrorOf({"trainer.algorithm=grpo"}), "");  // the preset's groups of 8
 }
 
+// gigpo reads step rows in either plane and computes its own step returns.
+TEST(TrainerConfig, GigpoRunsInBothPlanesOnEpisodeReturns) {
+  EXPECT_EQ(ErrorOf({"trainer.algorithm=grpo", "trainer.advantage.estimator=gigpo",
+                     "trainer.advantage.step_weight=0.5"}),
+            "");
+  EXPECT_EQ(ErrorOf({"trainer.advantage.estimator=gigpo", "trainer.group_size=4",  // decision plane
+                     "trainer.episodes_per_iteration=32"}),
+            "");
+  auto e = ErrorOf({"trainer.advantage.estimator=gigpo"});  // groups of one
+  EXPECT_NE(e.find("needs groups of at least 2"), std::string::npos) << e;
+  e = ErrorOf({"trainer.algorithm=grpo", "trainer.advantage.estimator=gigpo", "trainer.return_mode=discounted"});
+  EXPECT_NE(e.find("return_mode = 'discounted'"), std::string::npos) << e;
+  e = ErrorOf({"trainer.algorithm=dapo", "trainer.advantage.estimator=gigpo"});
+  EXPECT_NE(e.find("filter_zero_variance_groups = false"), std::string::npos) << e;
+  e = ErrorOf({"trainer.algorithm=grpo", "trainer.advantage.estimator=gigpo", "trainer.advantage.step_weight=-1"});
+  EXPECT_NE(e.find("step_weight"), std::string::npos) << e;
+}
+
 TEST(TrainerConfig, AllActionNeedsAMenuNormalisedReadout) {
   auto e = ErrorOf({"trainer.gradient_estimator=all_action", "readout.normalisation=other"});
   EXPECT_NE(e.find("all_action"), std::string::npos) << e;
