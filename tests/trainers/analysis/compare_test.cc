@@ -142,6 +142,33 @@ TEST(Compare, SharedStartSeedsAndMatchedBudget) {
       << "metrics logged twice: " << std::get<std::string>(dup.rows[0][0]);
 }
 
+// An arm whose config is wrong stops the compare before anything is written:
+// here the second arm sets a key its algorithm does not read.
+TEST(Compare, ABadArmIsRefusedBeforeAnyArmTrains) {
+  auto dir = testing::TestCacheDir() / "bad_arm_compare";
+  fs::remove_all(dir);
+  fs::create_directories(testing::TestCacheDir());
+  auto cfg = testing::TestCacheDir() / "bad_arm_compare.toml";
+  std::string toml = kToml;
+  toml.replace(toml.find("arms = "), toml.find('\n', toml.find("arms = ")) - toml.find("arms = "), "");
+  std::ofstream(cfg) << toml << R"(
+[[compare.arm]]
+name = "a"
+algorithm = "ppo_decision"
+[[compare.arm]]
+name = "b"
+algorithm = "grpo"
+set = ["trainer.bootstrap_truncated=false"]
+)";
+  try {
+    RunCompare(cfg.string(), {}, dir.string(), /*quiet=*/true);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("compare arm 'b' (grpo)"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir));
+}
+
 TEST(Compare, TableHasItsColumns) {
   auto dir = CompareDir();
   std::ifstream in(dir + "/summary.txt");
