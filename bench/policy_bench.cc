@@ -13,8 +13,8 @@
 #include "core/progress.h"
 #include "core/rng.h"
 #include "policy/model/model.h"
-#include "policy/reading/readout.h"
 #include "policy/model/runtime.h"
+#include "policy/reading/readout.h"
 #include "policy/reading/sampler.h"
 #include "policy/reading/scoring.h"
 
@@ -32,21 +32,25 @@ using policy::TokenId;
 policy::ModelConfig Qwen35Shape(const std::string& size) {
   const bool tiny = size == "tiny", big = size == "2b";
   const int64_t D = tiny ? 128 : big ? 2048 : 1024, layers = tiny ? 4 : 24;
-  nlohmann::json j = {{"model_type", "qwen3_5_text"},
-                      {"vocab_size", tiny ? 1024 : 248320},
-                      {"hidden_size", D},
-                      {"intermediate_size", tiny ? 384 : big ? 6144 : 3584},
-                      {"num_hidden_layers", layers},
-                      {"num_attention_heads", tiny ? 2 : 8},
-                      {"num_key_value_heads", tiny ? 1 : 2},
-                      {"head_dim", tiny ? 64 : 256},
-                      {"linear_num_key_heads", tiny ? 2 : 16},
-                      {"linear_num_value_heads", tiny ? 4 : 16},
-                      {"linear_key_head_dim", tiny ? 32 : 128},
-                      {"linear_value_head_dim", tiny ? 32 : 128},
-                      {"tie_word_embeddings", true},
-                      {"max_position_embeddings", 4096},
-                      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}}}};
+  nlohmann::json j = {
+      {"model_type", "qwen3_5_text"},
+      {"vocab_size", tiny ? 1024 : 248320},
+      {"hidden_size", D},
+      {"intermediate_size", tiny  ? 384
+                            : big ? 6144
+                                  : 3584},
+      {"num_hidden_layers", layers},
+      {"num_attention_heads", tiny ? 2 : 8},
+      {"num_key_value_heads", tiny ? 1 : 2},
+      {"head_dim", tiny ? 64 : 256},
+      {"linear_num_key_heads", tiny ? 2 : 16},
+      {"linear_num_value_heads", tiny ? 4 : 16},
+      {"linear_key_head_dim", tiny ? 32 : 128},
+      {"linear_value_head_dim", tiny ? 32 : 128},
+      {"tie_word_embeddings", true},
+      {"max_position_embeddings", 4096},
+      {"rope_parameters",
+       {{"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}}}};
   return policy::ModelConfig::FromJson(j);
 }
 
@@ -55,7 +59,8 @@ policy::ModelConfig BenchConfig(const std::string& preset) {
   if (preset.rfind("qwen3_5-", 0) == 0) {
     const std::string size = preset.substr(8);
     if (size != "tiny" && size != "0.8b" && size != "2b")
-      throw ConfigError(fmt::format("unknown model shape '{}'", preset), "use qwen3_5-tiny, qwen3_5-0.8b or qwen3_5-2b");
+      throw ConfigError(fmt::format("unknown model shape '{}'", preset),
+                        "use qwen3_5-tiny, qwen3_5-0.8b or qwen3_5-2b");
     return Qwen35Shape(size);
   }
   policy::ModelConfig c;
@@ -86,13 +91,16 @@ policy::ReadoutRequest MenuState(Rng& rng, int K) {
 class ReadoutBench : public Benchmark {
  public:
   void AddOptions(CLI::App& app) override {
-    app.add_option("--preset", preset_,
-                   "model: an rlid preset (tiny, small, base) or a Qwen3.5 shape with random weights "
-                   "(qwen3_5-tiny, qwen3_5-0.8b, qwen3_5-2b)")
+    app.add_option(
+           "--preset", preset_,
+           "model: an rlid preset (tiny, small, base) or a Qwen3.5 shape with random weights "
+           "(qwen3_5-tiny, qwen3_5-0.8b, qwen3_5-2b)")
         ->capture_default_str();
     app.add_option("--seconds", seconds_, "time per measurement")->capture_default_str();
-    app.add_option("--probe", probe_, "states timed one at a time per measurement")->capture_default_str();
-    app.add_flag("--skip-batched", skip_batched_, "leave out the B = 16 / 32 batches (large models)");
+    app.add_option("--probe", probe_, "states timed one at a time per measurement")
+        ->capture_default_str();
+    app.add_flag("--skip-batched", skip_batched_,
+                 "leave out the B = 16 / 32 batches (large models)");
   }
   nlohmann::json Run() override {
     threads_ = cli::GlobalThreads().value_or(0);  // rlid --threads N
@@ -141,13 +149,15 @@ class ReadoutBench : public Benchmark {
       }
       // A skipped batch reads "-" in the table and null in the JSON.
       auto cell = [&](double v, int width, int digits) {
-        return skip_batched_ ? fmt::format("{:>{}}", "-", width) : fmt::format("{:>{}.{}f}", v, width, digits);
+        return skip_batched_ ? fmt::format("{:>{}}", "-", width)
+                             : fmt::format("{:>{}.{}f}", v, width, digits);
       };
       auto value = [&](double v) { return skip_batched_ ? nlohmann::json() : nlohmann::json(v); };
       const double speedup = naive / single, target = 0.8 * K;
-      std::cout << fmt::format("{:>4} {:>9} {:>11.2f} {:>12.2f} {:>9.1f} {:>7.1f} {} {} {} {}\n", K, wordings,
-                               naive * 1e3, single * 1e3, speedup, target, cell(batch16 * 1e3, 12, 2),
-                               cell(batch32 * 1e3, 12, 2), cell(single / batch16, 9, 2), cell(single / batch32, 9, 2));
+      std::cout << fmt::format("{:>4} {:>9} {:>11.2f} {:>12.2f} {:>9.1f} {:>7.1f} {} {} {} {}\n", K,
+                               wordings, naive * 1e3, single * 1e3, speedup, target,
+                               cell(batch16 * 1e3, 12, 2), cell(batch32 * 1e3, 12, 2),
+                               cell(single / batch16, 9, 2), cell(single / batch32, 9, 2));
       out["menus"].push_back({{"menu_size", K},
                               {"wordings", wordings},
                               {"naive_ms_per_state", naive * 1e3},

@@ -291,7 +291,8 @@ json EvaluateAdvantageCase(const json& doc, const std::string& source) {
   if (inputs.contains("groups")) in.groups = Ids(inputs.at("groups"), "groups");
   if (inputs.contains("episodes")) in.episodes = Ids(inputs.at("episodes"), "episodes");
   if (inputs.contains("anchors"))
-    for (int64_t a : Ids(inputs.at("anchors"), "anchors")) in.anchors.push_back(static_cast<uint64_t>(a));
+    for (int64_t a : Ids(inputs.at("anchors"), "anchors"))
+      in.anchors.push_back(static_cast<uint64_t>(a));
 
   if (kl.placement == "reward" && kl.coef > 0) {
     // r_t -= beta kl(log_prob, ref)_t on valid tokens, before the estimator runs.

@@ -216,9 +216,11 @@ class PolicyCommand : public Command {
     logits->add_option("--input", lg_input_, "JSON file with input_ids (see below)")->required();
     logits->add_option("--dtype", lg_dtype_, "weights: float32 | bfloat16")->capture_default_str();
     logits->add_flag("--json", lg_json_, "print the full logits as JSON");
-    logits->add_option("--recurrent-form", lg_form_,
-                       "how Qwen3.5's linear-attention layers run a sequence: auto (chunked; one token "
-                       "recurrent), chunked or recurrent (token by token); the same numbers up to rounding")
+    logits
+        ->add_option(
+            "--recurrent-form", lg_form_,
+            "how Qwen3.5's linear-attention layers run a sequence: auto (chunked; one token "
+            "recurrent), chunked or recurrent (token by token); the same numbers up to rounding")
         ->check(CLI::IsMember({"auto", "chunked", "recurrent"}))
         ->capture_default_str();
     logits->callback([this] { Logits(); });

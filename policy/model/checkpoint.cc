@@ -106,7 +106,8 @@ void MapLanguageModelNames(WeightFiles& w) {
   const std::string prefix = "model.language_model.";
   std::vector<std::pair<std::string, std::string>> renamed;
   for (const auto& [name, reader] : w.owner)
-    if (name.rfind(prefix, 0) == 0) renamed.emplace_back("model." + name.substr(prefix.size()), name);
+    if (name.rfind(prefix, 0) == 0)
+      renamed.emplace_back("model." + name.substr(prefix.size()), name);
   for (const auto& [ours, theirs] : renamed) {
     if (w.owner.count(ours))
       throw IoError(fmt::format("the checkpoint holds both '{}' and '{}'", ours, theirs),
@@ -165,7 +166,8 @@ WeightFiles OpenWeights(const fs::path& root) {
 // Tensors HF files may carry that rlid's model has no parameter for.
 bool IgnorableTensor(const std::string& name, const ModelConfig& cfg) {
   if (name == "lm_head.weight" && cfg.tie_embeddings) return true;  // tied: HF ignores it too
-  if (cfg.family == "qwen3_5_text" && (name.rfind("model.visual.", 0) == 0 || name.rfind("mtp.", 0) == 0))
+  if (cfg.family == "qwen3_5_text" &&
+      (name.rfind("model.visual.", 0) == 0 || name.rfind("mtp.", 0) == 0))
     return true;  // the vision tower and multi-token-prediction heads (transformers skips them too)
   return name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0;
 }
@@ -316,9 +318,10 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
     skipped += name.rfind("model.visual.", 0) == 0 ? 1 : 0;
   }
   if (skipped > 0)
-    spdlog::info("checkpoint '{}': read the language model; skipped the vision tower ({} tensors, rlid "
-                 "takes text input only)",
-                 dir, skipped);
+    spdlog::info(
+        "checkpoint '{}': read the language model; skipped the vision tower ({} tensors, rlid "
+        "takes text input only)",
+        dir, skipped);
   out.model->to(device);
   return out;
 }

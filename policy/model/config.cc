@@ -81,24 +81,28 @@ void ValidateLinear(const ModelConfig& c) {
   if (!c.HasLinearLayers()) return;
   if (static_cast<int64_t>(c.linear.size()) != c.num_layers)
     throw ConfigError(fmt::format("{} layer types for {} layers", c.linear.size(), c.num_layers));
-  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"linear_num_key_heads", c.linear_key_heads},
-                                {"linear_num_value_heads", c.linear_value_heads},
-                                {"linear_key_head_dim", c.linear_key_dim},
-                                {"linear_value_head_dim", c.linear_value_dim},
-                                {"linear_conv_kernel_dim", c.linear_conv_kernel}}) {
+  for (const auto& [name, v] :
+       {std::pair<const char*, int64_t>{"linear_num_key_heads", c.linear_key_heads},
+        {"linear_num_value_heads", c.linear_value_heads},
+        {"linear_key_head_dim", c.linear_key_dim},
+        {"linear_value_head_dim", c.linear_value_dim},
+        {"linear_conv_kernel_dim", c.linear_conv_kernel}}) {
     const int64_t max = std::string(name) == "linear_conv_kernel_dim" ? 64 : kMaxHeads;
     if (v < 1 || v > max)
       throw ConfigError(fmt::format("{} = {} must be in [1, {}]", name, v, max));
   }
   if (c.linear_value_heads % c.linear_key_heads != 0)
-    throw ConfigError(fmt::format("linear_num_value_heads = {} is not a multiple of linear_num_key_heads = {}",
-                                  c.linear_value_heads, c.linear_key_heads),
-                      "each key head serves a whole group of value heads");
+    throw ConfigError(
+        fmt::format("linear_num_value_heads = {} is not a multiple of linear_num_key_heads = {}",
+                    c.linear_value_heads, c.linear_key_heads),
+        "each key head serves a whole group of value heads");
   if (c.linear_conv_kernel < 2)
-    throw ConfigError(fmt::format("linear_conv_kernel_dim = {} must be >= 2", c.linear_conv_kernel));
+    throw ConfigError(
+        fmt::format("linear_conv_kernel_dim = {} must be >= 2", c.linear_conv_kernel));
   if (std::find(c.linear.begin(), c.linear.end(), false) == c.linear.end())
-    throw ConfigError("layer_types: every layer is linear_attention",
-                      "rlid needs at least one full_attention layer (it reads the past's length there)");
+    throw ConfigError(
+        "layer_types: every layer is linear_attention",
+        "rlid needs at least one full_attention layer (it reads the past's length there)");
 }
 
 }  // namespace
@@ -159,9 +163,10 @@ void ModelConfig::Validate() const {
   if (query_scale != 0) positive_finite("query_scale", query_scale);
   if (final_logit_softcap != 0) positive_finite("final_logit_softcap", final_logit_softcap);
   if (!(partial_rotary > 0 && partial_rotary <= 1) || RotaryDim() < 2 || RotaryDim() % 2 != 0)
-    throw ConfigError(fmt::format("partial_rotary_factor = {} leaves {} rotary dimensions of head_dim = {}",
-                                  partial_rotary, RotaryDim(), head_dim),
-                      "RoPE rotates an even number >= 2 of each head's dimensions");
+    throw ConfigError(
+        fmt::format("partial_rotary_factor = {} leaves {} rotary dimensions of head_dim = {}",
+                    partial_rotary, RotaryDim(), head_dim),
+        "RoPE rotates an even number >= 2 of each head's dimensions");
   ValidateLinear(*this);
 }
 
@@ -204,7 +209,8 @@ namespace {
 
 // Mistral and Gemma 3 (text): the shared keys of ToJson, then their own.
 nlohmann::json FamilyJson(const ModelConfig& c, nlohmann::json j) {
-  j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+  j["sliding_window"] =
+      c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
   if (c.family == "mistral") return j;
   j.erase("hidden_act");
   j["hidden_activation"] = "gelu_pytorch_tanh";
@@ -252,8 +258,8 @@ nlohmann::json Qwen35Json(const ModelConfig& c, nlohmann::json j) {
 
 nlohmann::json ModelConfig::ToJson() const {
   static const std::map<std::string, std::string> kArch = {
-      {"qwen3", "Qwen3ForCausalLM"},      {"qwen2", "Qwen2ForCausalLM"},
-      {"llama", "LlamaForCausalLM"},      {"mistral", "MistralForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"},        {"qwen2", "Qwen2ForCausalLM"},
+      {"llama", "LlamaForCausalLM"},        {"mistral", "MistralForCausalLM"},
       {"gemma3_text", "Gemma3ForCausalLM"}, {"qwen3_5_text", "Qwen3_5ForCausalLM"}};
   const std::string type = ModelType();
   nlohmann::json rope_scaling = nullptr;
@@ -337,8 +343,8 @@ RopeScaling ReadRope(const nlohmann::json& r, const std::string& where, const Hf
   RopeScaling rope;
   static const std::set<std::string> kKnown = {
       "rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
-      "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor",
-      "mscale", "mscale_all_dim", "truncate", "partial_rotary_factor",
+      "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "mscale",
+      "mscale_all_dim", "truncate", "partial_rotary_factor",
       // Qwen3.5's multimodal RoPE: text positions are equal on every axis, so plain RoPE.
       "mrope_section", "mrope_interleaved"};
   const std::string pre = where + ".";
@@ -389,9 +395,12 @@ struct FamilyDefaults {
 
 const FamilyDefaults& DefaultsOf(const std::string& model_type) {
   static const std::map<std::string, FamilyDefaults> kDefaults = {
-      {"llama", {0, 0, 2048}},          {"qwen2", {32, 0, 32768}},
-      {"qwen3", {32, 128, 32768}},      {"mistral", {8, 0, 131072}},
-      {"gemma3_text", {4, 256, 131072, true}}, {"qwen3_5_text", {4, 256, 32768}}};
+      {"llama", {0, 0, 2048}},
+      {"qwen2", {32, 0, 32768}},
+      {"qwen3", {32, 128, 32768}},
+      {"mistral", {8, 0, 131072}},
+      {"gemma3_text", {4, 256, 131072, true}},
+      {"qwen3_5_text", {4, 256, 32768}}};
   return kDefaults.at(model_type);
 }
 
@@ -521,7 +530,7 @@ void ReadAttentionFlags(const nlohmann::json& j, HfConfigReader& rd, const std::
                         ModelConfig& c) {
   c.qk_norm = type == "qwen3" || type == "gemma3_text" || type == "qwen3_5_text";
   if (type == "mistral") return;  // no biases (transformers ignores attention_bias there)
-  if (type == "qwen3_5_text") {  // q/k/v and o all carry attention_bias
+  if (type == "qwen3_5_text") {   // q/k/v and o all carry attention_bias
     c.attention_bias = c.output_bias = rd.Get<bool>("attention_bias", false);
     return;
   }
@@ -583,15 +592,18 @@ struct LayerKinds {
   int64_t interval;
 };
 
-std::vector<bool> ReadLayerKinds(const nlohmann::json& j, HfConfigReader& rd, int64_t layers, const LayerKinds& k) {
+std::vector<bool> ReadLayerKinds(const nlohmann::json& j, HfConfigReader& rd, int64_t layers,
+                                 const LayerKinds& k) {
   std::vector<bool> flags;
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
     const auto& t = j["layer_types"];
     if (!t.is_array() || static_cast<int64_t>(t.size()) != layers)
-      Unsupported("layer_types", t.dump().substr(0, 120), fmt::format("one of {} / full_attention per layer", k.other));
+      Unsupported("layer_types", t.dump().substr(0, 120),
+                  fmt::format("one of {} / full_attention per layer", k.other));
     for (const auto& x : t) {
       if (x != k.other && x != "full_attention")
-        Unsupported("layer_types", x.dump(), fmt::format("{}'s layers are {} or full_attention", k.family, k.other));
+        Unsupported("layer_types", x.dump(),
+                    fmt::format("{}'s layers are {} or full_attention", k.family, k.other));
       flags.push_back(x == k.other);
     }
     return flags;
@@ -620,7 +632,8 @@ void ReadFamily(const nlohmann::json& j, HfConfigReader& rd, const std::string& 
     c.sliding.assign(c.num_layers, c.sliding_window > 0);
     return;
   }
-  c.sliding = ReadLayerKinds(j, rd, c.num_layers, {"Gemma 3", "sliding_attention", "sliding_window_pattern", 6});
+  c.sliding = ReadLayerKinds(j, rd, c.num_layers,
+                             {"Gemma 3", "sliding_attention", "sliding_window_pattern", 6});
   if (c.sliding_window == 0 && std::find(c.sliding.begin(), c.sliding.end(), true) != c.sliding.end())
     Unsupported("sliding_window", "null", "sliding_attention layers need a window");
   c.unit_offset_norm = c.sandwich_norm = true;
@@ -639,7 +652,8 @@ void ReadFamily(const nlohmann::json& j, HfConfigReader& rd, const std::string& 
 // the attention output gate.
 void ReadQwen35(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c) {
   c.family = "qwen3_5_text";
-  c.linear = ReadLayerKinds(j, rd, c.num_layers, {"Qwen3.5", "linear_attention", "full_attention_interval", 4});
+  c.linear = ReadLayerKinds(j, rd, c.num_layers,
+                            {"Qwen3.5", "linear_attention", "full_attention_interval", 4});
   c.linear_key_heads = rd.Get<int64_t>("linear_num_key_heads", int64_t{16});
   c.linear_value_heads = rd.Get<int64_t>("linear_num_value_heads", int64_t{32});
   c.linear_key_dim = rd.Get<int64_t>("linear_key_head_dim", int64_t{128});
@@ -655,8 +669,9 @@ void ReadQwen35(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c) {
 nlohmann::json TextConfigOf(const nlohmann::json& j) {
   if (!j.contains("model_type") || j["model_type"] != "qwen3_5") return j;
   if (!j.contains("text_config") || !j["text_config"].is_object())
-    throw ConfigError("model config.json: model_type \"qwen3_5\" without a text_config object",
-                      "a Qwen3.5 checkpoint's config.json holds its language model under text_config");
+    throw ConfigError(
+        "model config.json: model_type \"qwen3_5\" without a text_config object",
+        "a Qwen3.5 checkpoint's config.json holds its language model under text_config");
   nlohmann::json text = j["text_config"];
   if (!text.contains("model_type")) text["model_type"] = "qwen3_5_text";
   for (const char* key : {"tie_word_embeddings", "dtype", "torch_dtype"})
@@ -756,10 +771,12 @@ int64_t ModelConfig::NumParameters() const {
   for (int64_t l = 0; l < num_layers; ++l) {
     total += LayerMatmulParameters(l) + (sandwich_norm ? 4 : 2) * hidden_size;
     if (IsLinear(l)) {  // conv, dt_bias, A_log, gated norm
-      total += LinearConvChannels() * linear_conv_kernel + 2 * linear_value_heads + linear_value_dim;
+      total +=
+          LinearConvChannels() * linear_conv_kernel + 2 * linear_value_heads + linear_value_dim;
       continue;
     }
-    if (attention_bias) total += head_dim * ((attn_output_gate ? 2 : 1) * num_heads + 2 * num_kv_heads);
+    if (attention_bias)
+      total += head_dim * ((attn_output_gate ? 2 : 1) * num_heads + 2 * num_kv_heads);
     if (output_bias) total += hidden_size;
     if (qk_norm) total += 2 * head_dim;
   }
@@ -786,7 +803,8 @@ int64_t ModelConfig::LayerMatmulParameters(int64_t layer) const {
   if (IsLinear(layer)) {
     const int64_t values = linear_value_heads * linear_value_dim;
     // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj
-    return hidden_size * (LinearConvChannels() + values + 2 * linear_value_heads) + values * hidden_size + mlp;
+    return hidden_size * (LinearConvChannels() + values + 2 * linear_value_heads) +
+           values * hidden_size + mlp;
   }
   return hidden_size * head_dim * ((attn_output_gate ? 3 : 2) * num_heads + 2 * num_kv_heads) + mlp;
 }

@@ -85,21 +85,22 @@ struct ModelConfig {
   // Qwen3.5 (qwen3_5_text): hybrid layers, most of them Gated DeltaNet linear
   // attention (policy/model/linear_attention.h), the rest full attention with a
   // sigmoid output gate and partial rotary embeddings.
-  std::vector<bool> linear;          // per layer: Gated DeltaNet (empty: no layer is)
-  int64_t linear_key_heads = 0;      // query/key heads of the delta rule (divide the value heads)
-  int64_t linear_value_heads = 0;    // value heads: one recurrent state [key_dim, value_dim] each
-  int64_t linear_key_dim = 0;        // per-head key width
-  int64_t linear_value_dim = 0;      // per-head value width
-  int64_t linear_conv_kernel = 0;    // causal depthwise conv1d width over q, k, v
-  bool attn_output_gate = false;     // q_proj also yields a gate: out = attn * sigmoid(gate)
-  double partial_rotary = 1.0;       // fraction of head_dim RoPE rotates (the rest passes)
+  std::vector<bool> linear;        // per layer: Gated DeltaNet (empty: no layer is)
+  int64_t linear_key_heads = 0;    // query/key heads of the delta rule (divide the value heads)
+  int64_t linear_value_heads = 0;  // value heads: one recurrent state [key_dim, value_dim] each
+  int64_t linear_key_dim = 0;      // per-head key width
+  int64_t linear_value_dim = 0;    // per-head value width
+  int64_t linear_conv_kernel = 0;  // causal depthwise conv1d width over q, k, v
+  bool attn_output_gate = false;   // q_proj also yields a gate: out = attn * sigmoid(gate)
+  double partial_rotary = 1.0;     // fraction of head_dim RoPE rotates (the rest passes)
   bool IsLinear(int64_t layer) const {
     return layer < static_cast<int64_t>(linear.size()) && linear[layer];
   }
   bool HasLinearLayers() const;
   // Dimensions RoPE rotates: head_dim * partial_rotary, even.
   int64_t RotaryDim() const;
-  // The conv's channels (q, k and v of every head): 2 * key heads * key_dim + value heads * value_dim.
+  // The conv's channels (q, k and v of every head): 2 * key heads * key_dim + value heads *
+  // value_dim.
   int64_t LinearConvChannels() const {
     return 2 * linear_key_heads * linear_key_dim + linear_value_heads * linear_value_dim;
   }

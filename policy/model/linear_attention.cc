@@ -12,7 +12,8 @@ GatedDeltaNetImpl::GatedDeltaNetImpl(const ModelConfig& cfg, torch::Dtype dt)
       key_dim_(cfg.linear_key_dim),
       value_dim_(cfg.linear_value_dim),
       kernel_(cfg.linear_conv_kernel) {
-  const int64_t D = cfg.hidden_size, keys = key_heads_ * key_dim_, values = value_heads_ * value_dim_;
+  const int64_t D = cfg.hidden_size, keys = key_heads_ * key_dim_,
+                values = value_heads_ * value_dim_;
   in_proj_qkv = register_module("in_proj_qkv", Linear(D, 2 * keys + values, false, dt));
   in_proj_z = register_module("in_proj_z", Linear(D, values, false, dt));
   in_proj_b = register_module("in_proj_b", Linear(D, value_heads_, false, dt));
@@ -20,7 +21,8 @@ GatedDeltaNetImpl::GatedDeltaNetImpl(const ModelConfig& cfg, torch::Dtype dt)
   out_proj = register_module("out_proj", Linear(values, D, false, dt));
   auto opts = torch::TensorOptions().dtype(dt);
   conv1d = register_module("conv1d", std::make_shared<torch::nn::Module>());
-  conv_weight = conv1d->register_parameter("weight", torch::empty({2 * keys + values, 1, kernel_}, opts));
+  conv_weight =
+      conv1d->register_parameter("weight", torch::empty({2 * keys + values, 1, kernel_}, opts));
   dt_bias = register_parameter("dt_bias", torch::empty({value_heads_}, opts));
   A_log = register_parameter("A_log", torch::empty({value_heads_}, opts));
   norm = register_module("norm", RmsNorm(value_dim_, cfg.rms_norm_eps, dt, /*unit_offset=*/false));
@@ -41,7 +43,8 @@ torch::Tensor WithConvState(const torch::Tensor& x, const torch::Tensor& conv, i
 torch::Tensor ConvStateAfter(const torch::Tensor& ext, const RecurrentInputs& in, int64_t K) {
   const int64_t T = ext.size(2) - (K - 1);
   if (!in.valid.defined()) return ext.slice(2, T, T + K - 1);
-  auto idx = in.last.unsqueeze(1) + 1 + torch::arange(K - 1, in.last.options()).unsqueeze(0);  // [B, K-1]
+  auto idx =
+      in.last.unsqueeze(1) + 1 + torch::arange(K - 1, in.last.options()).unsqueeze(0);  // [B, K-1]
   return ext.gather(2, idx.unsqueeze(1).expand({ext.size(0), ext.size(1), K - 1}));
 }
 
@@ -50,13 +53,17 @@ torch::Tensor TreeConv(const torch::Tensor& ext, const torch::Tensor& weight,
                        const torch::Tensor& conv_index) {
   const int64_t B = ext.size(0), C = ext.size(1), T = conv_index.size(1), K = conv_index.size(2);
   auto rows = ext.transpose(1, 2);  // [B, K-1+T, C]
-  auto window = rows.gather(1, conv_index.reshape({B, T * K, 1}).expand({B, T * K, C}))
-                    .view({B, T, K, C});
-  return (window * weight.squeeze(1).t().unsqueeze(0).unsqueeze(0)).sum(2).transpose(1, 2);  // [B, C, T]
+  auto window =
+      rows.gather(1, conv_index.reshape({B, T * K, 1}).expand({B, T * K, C})).view({B, T, K, C});
+  return (window * weight.squeeze(1).t().unsqueeze(0).unsqueeze(0))
+      .sum(2)
+      .transpose(1, 2);  // [B, C, T]
 }
 
 // x * rsqrt(sum(x^2) + 1e-6) over the last dim (the FLA library's l2norm).
-torch::Tensor L2Norm(const torch::Tensor& x) { return x * torch::rsqrt(x.pow(2).sum(-1, true) + 1e-6); }
+torch::Tensor L2Norm(const torch::Tensor& x) {
+  return x * torch::rsqrt(x.pow(2).sum(-1, true) + 1e-6);
+}
 
 }  // namespace
 
@@ -70,10 +77,11 @@ torch::Tensor GatedDeltaNetImpl::forward(const torch::Tensor& x_in, const Recurr
   auto x = in.valid.defined() ? x_in * in.valid.unsqueeze(-1).to(x_in.scalar_type()) : x_in;
   const torch::Tensor conv_past = past ? past->conv : torch::Tensor();
   auto ext = WithConvState(in_proj_qkv(x).transpose(1, 2), conv_past, K);  // [B, C, K-1+T]
-  auto mixed = in.tree() ? TreeConv(ext, conv_weight, in.conv_index)
-                         : torch::conv1d(ext.to(conv_weight.scalar_type()), conv_weight, torch::Tensor(),
-                                         /*stride=*/at::IntArrayRef{1}, /*padding=*/at::IntArrayRef{0},
-                                         /*dilation=*/at::IntArrayRef{1}, ext.size(1));
+  auto mixed = in.tree()
+                   ? TreeConv(ext, conv_weight, in.conv_index)
+                   : torch::conv1d(ext.to(conv_weight.scalar_type()), conv_weight, torch::Tensor(),
+                                   /*stride=*/at::IntArrayRef{1}, /*padding=*/at::IntArrayRef{0},
+                                   /*dilation=*/at::IntArrayRef{1}, ext.size(1));
   mixed = torch::silu(mixed).to(x.scalar_type()).transpose(1, 2);  // [B, T, C]
   auto qkv = mixed.split_with_sizes({keys, keys, values}, -1);
   const int64_t G = value_heads_ / key_heads_;
@@ -85,7 +93,8 @@ torch::Tensor GatedDeltaNetImpl::forward(const torch::Tensor& x_in, const Recurr
   auto k = L2Norm(heads(qkv[1], key_heads_, key_dim_));
   auto v = heads(qkv[2], value_heads_, value_dim_);
   auto beta = torch::sigmoid(in_proj_b(x)).to(ct).transpose(1, 2);  // [B, H, T]
-  auto g = (-A_log.to(ct).exp() * torch::softplus(in_proj_a(x).to(ct) + dt_bias.to(ct))).transpose(1, 2);
+  auto g =
+      (-A_log.to(ct).exp() * torch::softplus(in_proj_a(x).to(ct) + dt_bias.to(ct))).transpose(1, 2);
   if (in.valid.defined()) {
     auto keep = in.valid.unsqueeze(1).to(ct);  // [B, 1, T]
     beta = beta * keep, g = g * keep;
@@ -95,7 +104,8 @@ torch::Tensor GatedDeltaNetImpl::forward(const torch::Tensor& x_in, const Recurr
   if (in.tree()) {
     out = TreeGatedDeltaRule(q, k, v, g, beta, state_past, in.ancestors);
   } else {
-    const bool recurrent = in.form == RecurrentForm::kRecurrent || (in.form == RecurrentForm::kAuto && T == 1);
+    const bool recurrent =
+        in.form == RecurrentForm::kRecurrent || (in.form == RecurrentForm::kAuto && T == 1);
     auto rule = recurrent ? RecurrentGatedDeltaRule(q, k, v, g, beta, state_past)
                           : ChunkedGatedDeltaRule(q, k, v, g, beta, state_past);
     out = rule.out;

@@ -104,14 +104,16 @@ void AttachLora(TransformerLM& model, const LoraConfig& cfg, uint64_t seed) {
   attached.target_modules.clear();
   for (const auto& t : cfg.target_modules)
     for (const auto& [name, lin] : projections)
-      if (name.size() > t.size() && name.compare(name.size() - t.size() - 1, t.size() + 1, "." + t) == 0) {
+      if (name.size() > t.size() &&
+          name.compare(name.size() - t.size() - 1, t.size() + 1, "." + t) == 0) {
         attached.target_modules.push_back(t);
         break;
       }
   if (attached.target_modules.empty())
-    throw ConfigError(fmt::format("policy.lora.target_modules = [{}] names no projection of this model",
-                                  fmt::join(cfg.target_modules, ", ")),
-                      fmt::format("use any of {}", kTargetList));
+    throw ConfigError(
+        fmt::format("policy.lora.target_modules = [{}] names no projection of this model",
+                    fmt::join(cfg.target_modules, ", ")),
+        fmt::format("use any of {}", kTargetList));
   torch::NoGradGuard no_grad;
   for (auto& p : model->parameters()) p.set_requires_grad(false);
   const auto dtype = ComputeType(model->dtype());

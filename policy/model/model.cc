@@ -261,7 +261,8 @@ void SaveInputs(torch::autograd::AutogradContext* ctx, const LayerInputs& in) {
   if (in.recurrent == nullptr) return;
   const RecurrentInputs& r = *in.recurrent;
   ctx->saved_data["form"] = static_cast<int64_t>(r.form);
-  keep("valid", r.valid), keep("last", r.last), keep("ancestors", r.ancestors), keep("conv_index", r.conv_index);
+  keep("valid", r.valid), keep("last", r.last), keep("ancestors", r.ancestors),
+      keep("conv_index", r.conv_index);
 }
 struct SavedInputs {
   LayerInputs in;
@@ -284,8 +285,8 @@ SavedInputs RestoreInputs(torch::autograd::AutogradContext* ctx) {
 
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   // `inputs` is the address of the layer's LayerInputs, valid while forward runs.
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t layer,
-                               int64_t inputs, bool save_rng) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               int64_t layer, int64_t inputs, bool save_rng) {
     const auto& in = *reinterpret_cast<const LayerInputs*>(inputs);
     ctx->save_for_backward({x});
     SaveInputs(ctx, in);
@@ -361,7 +362,8 @@ void TransformerLMImpl::InitWeights(uint64_t seed) {
     } else if (name.find(".bias") != std::string::npos) {
       cpu.zero_();
     } else {
-      bool residual_out = name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos ||
+      bool residual_out = name.find("o_proj") != std::string::npos ||
+                          name.find("down_proj") != std::string::npos ||
                           name.find("out_proj") != std::string::npos;
       cpu.normal_(0.0, residual_out ? out_std : 0.02, gen);
     }
@@ -446,7 +448,8 @@ torch::Tensor KeyPositions(const PastKV* past, const torch::Tensor& positions, i
     if (!layer.k.defined()) continue;
     if (!layer.pos.defined()) return {};
     const int64_t B = positions.size(0);
-    return torch::cat({layer.pos.size(0) == B ? layer.pos : layer.pos.expand({B, -1}), positions}, 1);
+    return torch::cat({layer.pos.size(0) == B ? layer.pos : layer.pos.expand({B, -1}), positions},
+                      1);
   }
   return {};
 }
@@ -463,7 +466,7 @@ RecurrentInputs MakeRecurrentInputs(const AttentionMask& attention, int64_t B, i
   auto ar = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(block.device()));
   if (!attention.tree) {
     if (attention.tokens == B * T) return r;  // no padding
-    r.valid = block.diagonal(0, 1, 2);  // [B, T]
+    r.valid = block.diagonal(0, 1, 2);        // [B, T]
     r.last = torch::where(r.valid, ar.unsqueeze(0), torch::full({1, 1}, -1, ar.options())).amax(1);
     return r;
   }
@@ -504,11 +507,13 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
     x = x * torch::scalar_tensor(cfg_.embed_scale, x.options());
   const auto ct = ComputeType(x.scalar_type());
   LayerInputs global, local;
-  std::tie(global.cos, global.sin) = Rotary(positions, inv_freq_, inv_freq_on_device_, rope_scale_, x.scalar_type());
+  std::tie(global.cos, global.sin) =
+      Rotary(positions, inv_freq_, inv_freq_on_device_, rope_scale_, x.scalar_type());
   global.mask_add = Additive(mask, ct);
   local = global;
   if (!local_inv_freq_.empty())
-    std::tie(local.cos, local.sin) = Rotary(positions, local_inv_freq_, local_inv_freq_on_device_, 1.0, x.scalar_type());
+    std::tie(local.cos, local.sin) =
+        Rotary(positions, local_inv_freq_, local_inv_freq_on_device_, 1.0, x.scalar_type());
   bool any_sliding = false;
   for (int64_t l = 0; l < cfg_.num_layers; ++l) any_sliding = any_sliding || cfg_.IsSliding(l);
   const torch::Tensor key_pos = any_sliding ? KeyPositions(past, positions, P) : torch::Tensor();
@@ -526,8 +531,8 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
   }
   ForwardOut out;
   if (return_present) out.present.resize(cfg_.num_layers);
-  const bool checkpoint = checkpointing_ && is_training() && torch::GradMode::is_enabled() && !has_past &&
-                          !return_present;
+  const bool checkpoint = checkpointing_ && is_training() && torch::GradMode::is_enabled() &&
+                          !has_past && !return_present;
   // The first layer's input must require grad for checkpointed layers' backward
   // to run at all (the frozen embedding gives it none).
   if (checkpoint && !x.requires_grad()) x = x.detach().requires_grad_(true);
@@ -536,10 +541,12 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
     const LayerInputs& in = cfg_.IsSliding(l) ? local : global;
     DecoderLayerImpl* layer = model->layer_list[l].get();
     if (checkpoint) {
-      x = CheckpointedLayer::apply(x, reinterpret_cast<int64_t>(layer), reinterpret_cast<int64_t>(&in), save_rng);
+      x = CheckpointedLayer::apply(x, reinterpret_cast<int64_t>(layer),
+                                   reinterpret_cast<int64_t>(&in), save_rng);
       continue;
     }
-    x = layer->forward(x, in, has_past ? &(*past)[l] : nullptr, return_present ? &out.present[l] : nullptr);
+    x = layer->forward(x, in, has_past ? &(*past)[l] : nullptr,
+                       return_present ? &out.present[l] : nullptr);
     if (return_present && !cfg_.IsLinear(l)) out.present[l].pos = key_pos;
   }
   out.hidden = model->norm(x);

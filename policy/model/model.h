@@ -93,9 +93,9 @@ struct LoraConfig {
   double dropout = 0.0; // on the adapter input, only in gradient forwards in train mode
   // Every projection by default (a model adapts those it has): attention, MLP
   // and Qwen3.5's linear attention.
-  std::vector<std::string> target_modules = {
-      "q_proj",    "k_proj",      "v_proj",    "o_proj",    "gate_proj", "up_proj",
-      "down_proj", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"};
+  std::vector<std::string> target_modules = {"q_proj",    "k_proj",    "v_proj",    "o_proj",
+                                             "gate_proj", "up_proj",   "down_proj", "in_proj_qkv",
+                                             "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"};
   std::string base_model;  // directory of the frozen base weights (PEFT's base_model_name_or_path)
   // adapter_config.json's target_modules entries as written (filled by
   // ReadAdapterConfig; empty for "all-linear" and for [policy.lora]): PEFT
@@ -155,7 +155,8 @@ TORCH_MODULE(RmsNorm);
 // forward from its AttentionMask, on the device; see AttentionMask::tree).
 enum class RecurrentForm { kAuto, kChunked, kRecurrent };
 struct RecurrentInputs {
-  RecurrentForm form = RecurrentForm::kAuto;  // chains: auto = recurrent for one token, else chunked
+  RecurrentForm form =
+      RecurrentForm::kAuto;  // chains: auto = recurrent for one token, else chunked
   torch::Tensor valid;       // chains: [B, T] bool, real tokens; undefined: every token is
   torch::Tensor last;        // chains: [B] int64, the last real token (-1: none)
   torch::Tensor ancestors;   // trees: [B, T, T] bool, token j is token i or one of its ancestors
@@ -239,7 +240,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   // h + post_feedforward_ln(mlp(pre_feedforward_ln(h))).
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich only
-  Attention self_attn{nullptr};       // null in a linear layer
+  Attention self_attn{nullptr};        // null in a linear layer
   GatedDeltaNet linear_attn{nullptr};  // null in an attention layer
   Mlp mlp{nullptr};
 };

@@ -345,8 +345,8 @@ TreeInputs PackTrees(const PackedBatch& pb, int64_t Pmax) {
       }
       ida[b][i] = pr.ids[P + i], posa[b][i] = pr.positions[P + i];
       const bool* src = packed + (P + i) * L;
-      std::copy(src, src + P, q);                      // the row's prompt keys
-      std::copy(src + P, src + P + n, q + Pmax);       // its own tree
+      std::copy(src, src + P, q);                 // the row's prompt keys
+      std::copy(src + P, src + P + n, q + Pmax);  // its own tree
     }
     for (int64_t i = 0; i < L; ++i)
       t.packed_row[b * L + i] = i < P ? b * Pmax + i : i < P + n ? B * Pmax + b * N + (i - P) : 0;
@@ -378,11 +378,13 @@ torch::Tensor RunRecurrentForward(TransformerLM& model, const PackedBatch& pb, i
   torch::Tensor hidden;
   ForwardOut enc;
   if (C > 0) {
-    auto pre = model->forward(ids.slice(0, 0, 1).slice(1, 0, C), pos.slice(0, 0, 1).slice(1, 0, C),
-                              {causal.slice(0, 0, 1).slice(2, 0, C).slice(3, 0, C), C, CausalPairs(C), 0},
-                              nullptr, /*return_present=*/true);
+    auto pre =
+        model->forward(ids.slice(0, 0, 1).slice(1, 0, C), pos.slice(0, 0, 1).slice(1, 0, C),
+                       {causal.slice(0, 0, 1).slice(2, 0, C).slice(3, 0, C), C, CausalPairs(C), 0},
+                       nullptr, /*return_present=*/true);
     enc = model->forward(ids.slice(1, C), pos.slice(1, C),
-                         {causal.slice(2, C), prompts.tokens - B * C, prompts.attention_pairs - B * CausalPairs(C), 0},
+                         {causal.slice(2, C), prompts.tokens - B * C,
+                          prompts.attention_pairs - B * CausalPairs(C), 0},
                          &pre.present, /*return_present=*/true);
     hidden = torch::cat({pre.hidden.expand({B, -1, -1}), enc.hidden}, 1);
   } else {

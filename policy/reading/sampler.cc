@@ -296,8 +296,7 @@ void KeepRows(const std::vector<int64_t>& keep, bool kv_cache, const torch::Devi
   d.active_len = d.active_len.index_select(0, sel);
   if (kv_cache) {
     for (auto& kv : d.past)
-      if (kv.Batch() == static_cast<int64_t>(d.active.size()))
-        kv = kv.Rows(sel);
+      if (kv.Batch() == static_cast<int64_t>(d.active.size())) kv = kv.Rows(sel);
     d.key_valid = d.key_valid.index_select(0, sel);
   }
 }

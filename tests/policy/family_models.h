@@ -37,7 +37,8 @@ inline policy::ModelConfig FamilyConfig(const std::string& family, int64_t vocab
     j["linear_num_key_heads"] = 2, j["linear_num_value_heads"] = 4;  // grouped value heads
     j["linear_key_head_dim"] = 32, j["linear_value_head_dim"] = 24;
     j["linear_conv_kernel_dim"] = 4;
-    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}, {"partial_rotary_factor", 0.25}};
+    j["rope_parameters"] = {
+        {"rope_type", "default"}, {"rope_theta", 1e6}, {"partial_rotary_factor", 0.25}};
   }
   return policy::ModelConfig::FromJson(j);
 }

@@ -101,7 +101,8 @@ ShapedScores GatherScores(Comm& comm, const ShapedScores& sc, int64_t* first) {
   const auto scores = comm.Gather(sc.scores, "advantage scores");
   const auto groups = comm.Gather(sc.groups, "advantage groups");
   const auto episodes = comm.Gather(sc.episodes, "advantage episodes");
-  const auto anchors = comm.Gather(std::vector<int64_t>(sc.anchors.begin(), sc.anchors.end()), "advantage anchors");
+  const auto anchors =
+      comm.Gather(std::vector<int64_t>(sc.anchors.begin(), sc.anchors.end()), "advantage anchors");
   ShapedScores all;
   int64_t episode_offset = 0;
   for (int r = 0; r < comm.size(); ++r) {
@@ -109,7 +110,8 @@ ShapedScores GatherScores(Comm& comm, const ShapedScores& sc, int64_t* first) {
     all.scores.insert(all.scores.end(), scores[r].begin(), scores[r].end());
     all.groups.insert(all.groups.end(), groups[r].begin(), groups[r].end());
     int64_t last = -1;
-    for (int64_t e : episodes[r]) all.episodes.push_back(episode_offset + e), last = std::max(last, e);
+    for (int64_t e : episodes[r])
+      all.episodes.push_back(episode_offset + e), last = std::max(last, e);
     episode_offset += last + 1;
     all.anchors.insert(all.anchors.end(), anchors[r].begin(), anchors[r].end());
   }

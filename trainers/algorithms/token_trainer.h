@@ -56,8 +56,8 @@ class TokenTrainer : public Trainer {
 struct ShapedScores {
   std::vector<double> scores;   // one per episode, or one per step ("discounted", step rows)
   std::vector<int64_t> groups;  // the episode's spec.group, per score
-  std::vector<int64_t> episodes;   // step rows: the step's episode (index into `episodes`)
-  std::vector<uint64_t> anchors;   // step rows: StepData::state_hash
+  std::vector<int64_t> episodes;  // step rows: the step's episode (index into `episodes`)
+  std::vector<uint64_t> anchors;  // step rows: StepData::state_hash
 };
 ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
                            const std::vector<agents::EpisodeData>& episodes,

@@ -470,7 +470,8 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
   const std::string env_name = envs::MakeEnv(base_exp->env_section)->Info().name;
   // Every arm's config is checked before anything is written or trained: an
   // error in the last arm must not surface after the first arms' minutes.
-  for (const auto& arm : cc.arms) ArmExperiment(config_path, sets, cc, arm, cc.seeds.front(), "warm_start");
+  for (const auto& arm : cc.arms)
+    ArmExperiment(config_path, sets, cc, arm, cc.seeds.front(), "warm_start");
 
   // A data-parallel compare (--nproc N): every arm x seed trains on all ranks;
   // rank 0 alone trains the warm start, collects the results and writes the report.

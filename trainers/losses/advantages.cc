@@ -102,7 +102,8 @@ class Gigpo : public AdvantageEstimator {
   AdvantageResult Compute(const AdvantageConfig& cfg, const AdvantageInputs& in) const override {
     torch::Tensor r = SequenceScores(in);
     RequireGroups(in.groups, r.size(0), "gigpo");
-    torch::Tensor a = Broadcast(GigpoAdvantages(r, in.groups, in.episodes, in.anchors, cfg), Mask(in));
+    torch::Tensor a =
+        Broadcast(GigpoAdvantages(r, in.groups, in.episodes, in.anchors, cfg), Mask(in));
     return {a, a};
   }
 };
@@ -190,14 +191,15 @@ torch::Tensor GroupNormalizedScores(const torch::Tensor& scores, const std::vect
 }
 
 torch::Tensor GigpoAdvantages(const torch::Tensor& rewards, const std::vector<int64_t>& groups,
-                              const std::vector<int64_t>& episodes, const std::vector<uint64_t>& anchors,
-                              const AdvantageConfig& cfg) {
+                              const std::vector<int64_t>& episodes,
+                              const std::vector<uint64_t>& anchors, const AdvantageConfig& cfg) {
   const int64_t B = rewards.size(0);
   if (static_cast<int64_t>(episodes.size()) != B || static_cast<int64_t>(anchors.size()) != B)
-    throw ConfigError(fmt::format("estimator 'gigpo' needs an episode id and an anchor per step row: got {} "
-                                  "and {} for {} rows",
-                                  episodes.size(), anchors.size(), B),
-                      "episodes[i] names the episode of step row i, anchors[i] its state (a hash)");
+    throw ConfigError(
+        fmt::format("estimator 'gigpo' needs an episode id and an anchor per step row: got {} "
+                    "and {} for {} rows",
+                    episodes.size(), anchors.size(), B),
+        "episodes[i] names the episode of step row i, anchors[i] its state (a hash)");
   const torch::Tensor cpu = rewards.to(torch::kCPU, torch::kFloat64).contiguous();
   const auto r = cpu.accessor<double, 1>();
   // Episode returns (one member per episode) and each row's return-to-go.
@@ -216,19 +218,23 @@ torch::Tensor GigpoAdvantages(const torch::Tensor& rewards, const std::vector<in
     episode_return[it->second] += r[i];
   }
   std::vector<double> to_go(B), running(episode_return.size(), 0.0);
-  for (int64_t i = B - 1; i >= 0; --i) to_go[i] = running[slot_of_row[i]] = r[i] + cfg.gamma * running[slot_of_row[i]];
+  for (int64_t i = B - 1; i >= 0; --i)
+    to_go[i] = running[slot_of_row[i]] = r[i] + cfg.gamma * running[slot_of_row[i]];
   // Step groups: (group, anchor) pairs, numbered in order of appearance.
   std::map<std::pair<int64_t, uint64_t>, int64_t> step_group_id;
   std::vector<int64_t> step_groups(B);
   for (int64_t i = 0; i < B; ++i)
-    step_groups[i] = step_group_id.emplace(std::make_pair(groups[i], anchors[i]), step_group_id.size()).first->second;
+    step_groups[i] =
+        step_group_id.emplace(std::make_pair(groups[i], anchors[i]), step_group_id.size())
+            .first->second;
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  torch::Tensor episode_adv = GroupNormalizedScores(torch::tensor(episode_return, f64), episode_group,
-                                                    cfg.std_norm, cfg.std_eps);
+  torch::Tensor episode_adv = GroupNormalizedScores(torch::tensor(episode_return, f64),
+                                                    episode_group, cfg.std_norm, cfg.std_eps);
   torch::Tensor step_adv =
       GroupNormalizedScores(torch::tensor(to_go, f64), step_groups, cfg.std_norm, cfg.std_eps);
   std::vector<int64_t> slots(slot_of_row.begin(), slot_of_row.end());
-  torch::Tensor a = episode_adv.index_select(0, torch::tensor(slots, torch::kInt64)) + cfg.step_weight * step_adv;
+  torch::Tensor a =
+      episode_adv.index_select(0, torch::tensor(slots, torch::kInt64)) + cfg.step_weight * step_adv;
   return a.to(rewards.options());
 }
 

@@ -78,8 +78,8 @@ torch::Tensor GroupNormalizedScores(const torch::Tensor& scores, const std::vect
 // counted once) and A^S normalises each step's return-to-go Σ_k γ^k r_{t+k}
 // within its step group (same group, same anchor), both as GroupNormalizedScores.
 torch::Tensor GigpoAdvantages(const torch::Tensor& rewards, const std::vector<int64_t>& groups,
-                              const std::vector<int64_t>& episodes, const std::vector<uint64_t>& anchors,
-                              const AdvantageConfig& cfg);
+                              const std::vector<int64_t>& episodes,
+                              const std::vector<uint64_t>& anchors, const AdvantageConfig& cfg);
 // A_i = s_i - mean_{j != i} s_j; groups of one (and all-equal groups) give 0.
 torch::Tensor LeaveOneOutScores(const torch::Tensor& scores, const std::vector<int64_t>& groups);
 // G_t = r_t + gamma G_{t+1}, the recursion running over valid tokens only

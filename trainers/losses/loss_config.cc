@@ -134,7 +134,8 @@ void AdvantageConfig::Load(ConfigNode n, bool gae_keys) {
   n.Get("std_eps", std_eps, "grpo: A = (s - mean) / (std + std_eps)", Range::Positive());
   n.Get("gamma", gamma, "discount (gae, reinforce_pp, gigpo's step returns)", Range::Unit());
   if (gae_keys) n.Get("lambda", lambda, "GAE lambda", Range::Unit());
-  n.Get("step_weight", step_weight, "gigpo: A = A_episode + step_weight * A_step", Range::NonNegative());
+  n.Get("step_weight", step_weight, "gigpo: A = A_episode + step_weight * A_step",
+        Range::NonNegative());
   ValidateAt(*this, n);
 }
 

@@ -317,17 +317,21 @@ namespace {
 void CheckStepRowEstimator(ConfigNode root, const TrainerConfig& t) {
   const std::string& est = t.advantage.estimator;
   const std::string where = root.Section("trainer").Section("advantage").Where("estimator");
-  if (TrainerPresetRegistry::Global().Get(t.algorithm).factory()->plane != policy::Plane::kToken) return;
+  if (TrainerPresetRegistry::Global().Get(t.algorithm).factory()->plane != policy::Plane::kToken)
+    return;
   if (t.token.return_mode != "episode")
-    throw ConfigError(fmt::format("{}: estimator '{}' computes its own step returns (advantage.gamma), but "
-                                  "trainer.return_mode = '{}'",
-                                  where, est, t.token.return_mode),
-                      "leave trainer.return_mode = 'episode'");
+    throw ConfigError(
+        fmt::format("{}: estimator '{}' computes its own step returns (advantage.gamma), but "
+                    "trainer.return_mode = '{}'",
+                    where, est, t.token.return_mode),
+        "leave trainer.return_mode = 'episode'");
   if (t.token.filter_zero_variance_groups)
-    throw ConfigError(fmt::format("{}: trainer.sampling.filter_zero_variance_groups drops groups whose episode returns "
-                                  "are equal, but '{}' still moves them by its step term",
-                                  where, est),
-                      "set trainer.sampling.filter_zero_variance_groups = false");
+    throw ConfigError(
+        fmt::format(
+            "{}: trainer.sampling.filter_zero_variance_groups drops groups whose episode returns "
+            "are equal, but '{}' still moves them by its step term",
+            where, est),
+        "set trainer.sampling.filter_zero_variance_groups = false");
 }
 
 }  // namespace

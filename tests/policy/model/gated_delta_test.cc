@@ -35,7 +35,9 @@ Inputs RandomInputs(int64_t B, int64_t H, int64_t T, int64_t dk, int64_t dv, uin
   return in;
 }
 
-double MaxDiff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+double MaxDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>();
+}
 
 TEST(GatedDelta, ChunkedEqualsRecurrentForAnyChunkAndStart) {
   for (uint64_t seed = 0; seed < 3; ++seed) {
@@ -55,7 +57,8 @@ TEST(GatedDelta, PaddingStepsLeaveTheStateUnchanged) {
   Inputs in = RandomInputs(1, 2, 20, 8, 8, 4);
   auto keep = torch::ones({1, 1, 20}, torch::kFloat64);
   keep.slice(2, 12).zero_();  // tokens 12.. are padding: g = 0, beta = 0
-  const auto full = ChunkedGatedDeltaRule(in.q, in.k, in.v, in.g * keep, in.beta * keep, in.state, 8);
+  const auto full =
+      ChunkedGatedDeltaRule(in.q, in.k, in.v, in.g * keep, in.beta * keep, in.state, 8);
   auto first = [](const torch::Tensor& t) { return t.slice(2, 0, 12); };
   const auto cut = ChunkedGatedDeltaRule(first(in.q), first(in.k), first(in.v), first(in.g),
                                          first(in.beta), in.state, 8);
@@ -70,7 +73,8 @@ std::vector<int64_t> RandomForest(int64_t T, uint64_t seed) {
   for (int64_t i = 0; i < T; ++i) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;
     const int64_t r = static_cast<int64_t>((x >> 33) % static_cast<uint64_t>(i + 2));
-    parent[i] = r == 0 || i == 0 ? -1 : i - 1 - (r - 1) % std::min<int64_t>(i, 3);  // mostly deep chains
+    parent[i] =
+        r == 0 || i == 0 ? -1 : i - 1 - (r - 1) % std::min<int64_t>(i, 3);  // mostly deep chains
   }
   return parent;
 }
@@ -80,7 +84,8 @@ TEST(GatedDelta, TreeEqualsTheRecurrenceAlongEachPath) {
   double worst = 0;
   for (uint64_t seed = 0; seed < 4; ++seed) {
     const Inputs in = RandomInputs(2, 2, T, 16, 8, 10 + seed);
-    std::vector<std::vector<int64_t>> parents = {RandomForest(T, seed), RandomForest(T, seed + 100)};
+    std::vector<std::vector<int64_t>> parents = {RandomForest(T, seed),
+                                                 RandomForest(T, seed + 100)};
     auto anc = torch::zeros({2, T, T}, torch::kBool);
     for (int64_t b = 0; b < 2; ++b)
       for (int64_t i = 0; i < T; ++i)
@@ -91,11 +96,14 @@ TEST(GatedDelta, TreeEqualsTheRecurrenceAlongEachPath) {
         std::vector<int64_t> path;
         for (int64_t a = i; a >= 0; a = parents[b][a]) path.insert(path.begin(), a);
         auto idx = torch::tensor(path, torch::kInt64);
-        auto pick = [&](const torch::Tensor& t) { return t.slice(0, b, b + 1).index_select(2, idx); };
+        auto pick = [&](const torch::Tensor& t) {
+          return t.slice(0, b, b + 1).index_select(2, idx);
+        };
         const auto alone = RecurrentGatedDeltaRule(pick(in.q), pick(in.k), pick(in.v), pick(in.g),
                                                    pick(in.beta), in.state.slice(0, b, b + 1));
-        worst = std::max(worst, MaxDiff(tree.slice(0, b, b + 1).select(2, i),
-                                        alone.out.select(2, static_cast<int64_t>(path.size()) - 1)));
+        worst =
+            std::max(worst, MaxDiff(tree.slice(0, b, b + 1).select(2, i),
+                                    alone.out.select(2, static_cast<int64_t>(path.size()) - 1)));
       }
   }
   std::printf("tree vs each path alone: max |diff| = %.3g\n", worst);

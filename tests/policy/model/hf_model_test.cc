@@ -23,7 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char* kFixtures[] = {"qwen3_tiny", "qwen2_tiny", "llama3_tiny", "qwen3_tiny_bf16_sharded",
+const char* kFixtures[] = {"qwen3_tiny",   "qwen2_tiny",  "llama3_tiny", "qwen3_tiny_bf16_sharded",
                            "mistral_tiny", "gemma3_tiny", "qwen3_5_tiny"};
 
 fs::path FixtureDir(const std::string& name) {
@@ -112,8 +112,9 @@ TEST(HfParity, Qwen35RecurrentFormMatchesTransformersToo) {
     json in = {{"input_ids", c.at("input_ids")}, {"attention_mask", c.at("attention_mask")}};
     if (!c.at("position_ids_passed").is_null()) in["position_ids"] = c.at("position_ids_passed");
     WriteJsonFile(tmp.path() / "in.json", in);
-    auto r = RunRlid({"policy", "logits", "--checkpoint", FixtureDir("qwen3_5_tiny").string(), "--input",
-                      (tmp.path() / "in.json").string(), "--json", "--recurrent-form", "recurrent"});
+    auto r =
+        RunRlid({"policy", "logits", "--checkpoint", FixtureDir("qwen3_5_tiny").string(), "--input",
+                 (tmp.path() / "in.json").string(), "--json", "--recurrent-form", "recurrent"});
     ASSERT_EQ(r.code, 0) << r.err;
     const json got = json::parse(r.out).at("logits");
     double max_diff = 0;
@@ -121,7 +122,8 @@ TEST(HfParity, Qwen35RecurrentFormMatchesTransformersToo) {
       for (size_t t = 0; t < got[b].size(); ++t)
         if (c.at("valid")[b][t].get<bool>())
           for (size_t v = 0; v < got[b][t].size(); ++v)
-            max_diff = std::max(max_diff, std::abs(got[b][t][v].get<double>() - c.at("logits")[b][t][v].get<double>()));
+            max_diff = std::max(max_diff, std::abs(got[b][t][v].get<double>() -
+                                                   c.at("logits")[b][t][v].get<double>()));
     EXPECT_LE(max_diff, 1e-4) << c.at("name");
   }
 }
@@ -148,8 +150,10 @@ TEST(HfWeights, Qwen35MultimodalCheckpointReadsItsLanguageModel) {
   auto ids = Ids({5, 17, 42, 7, 99, 250, 3, 64});
   auto mask = torch::ones_like(ids);
   auto pos = torch::arange(8).unsqueeze(0);
-  EXPECT_TRUE(torch::equal(ModelLogits(dir, ids, mask, pos), ModelLogits(FixtureDir("qwen3_5_tiny"), ids, mask, pos)));
-  renamed["model.embed_tokens.weight"] = renamed["model.language_model.embed_tokens.weight"];  // stored twice
+  EXPECT_TRUE(torch::equal(ModelLogits(dir, ids, mask, pos),
+                           ModelLogits(FixtureDir("qwen3_5_tiny"), ids, mask, pos)));
+  renamed["model.embed_tokens.weight"] =
+      renamed["model.language_model.embed_tokens.weight"];  // stored twice
   SaveSafetensors((dir / "model.safetensors").string(), renamed);
   EXPECT_THROW(ModelLogits(dir, ids, mask, pos), IoError);
 }
@@ -369,12 +373,14 @@ TEST(HfConfig, Gemma3AndMistralReadAsTransformersDoesOrNameTheField) {
 // (text_config) or a qwen3_5_text one, with Qwen3_5TextConfig's defaults; what
 // rlid cannot run is named.
 TEST(HfConfig, Qwen35ReadsTheTextModelAsTransformersDoesOrNamesTheField) {
-  const json text = {{"model_type", "qwen3_5_text"}, {"vocab_size", 64},       {"hidden_size", 32},
-                     {"intermediate_size", 48},      {"num_hidden_layers", 8}, {"num_attention_heads", 2},
-                     {"num_key_value_heads", 1},     {"head_dim", 16}};
+  const json text = {
+      {"model_type", "qwen3_5_text"}, {"vocab_size", 64},       {"hidden_size", 32},
+      {"intermediate_size", 48},      {"num_hidden_layers", 8}, {"num_attention_heads", 2},
+      {"num_key_value_heads", 1},     {"head_dim", 16}};
   const auto q = ModelConfig::FromJson(text);
   EXPECT_EQ(q.ModelType(), "qwen3_5_text");
-  EXPECT_EQ(q.linear, (std::vector<bool>{true, true, true, false, true, true, true, false}));  // interval 4
+  EXPECT_EQ(q.linear,
+            (std::vector<bool>{true, true, true, false, true, true, true, false}));  // interval 4
   EXPECT_EQ(q.linear_key_heads, 16);
   EXPECT_EQ(q.linear_value_heads, 32);
   EXPECT_EQ(q.linear_key_dim, 128);
@@ -398,9 +404,11 @@ TEST(HfConfig, Qwen35ReadsTheTextModelAsTransformersDoesOrNamesTheField) {
                     {"vision_config", {{"model_type", "qwen3_5_vision"}, {"depth", 2}}},
                     {"text_config", text}};
   composite["text_config"].erase("model_type");
-  composite["text_config"]["rope_parameters"] = {{"rope_type", "default"},  {"rope_theta", 1e7},
+  composite["text_config"]["rope_parameters"] = {{"rope_type", "default"},
+                                                 {"rope_theta", 1e7},
                                                  {"partial_rotary_factor", 0.5},
-                                                 {"mrope_section", {1, 1, 0}}, {"mrope_interleaved", true}};
+                                                 {"mrope_section", {1, 1, 0}},
+                                                 {"mrope_interleaved", true}};
   const auto c = ModelConfig::FromJson(composite);
   EXPECT_EQ(c.ModelType(), "qwen3_5_text");
   EXPECT_TRUE(c.tie_embeddings);
@@ -409,18 +417,24 @@ TEST(HfConfig, Qwen35ReadsTheTextModelAsTransformersDoesOrNamesTheField) {
   EXPECT_EQ(c.RotaryDim(), 8);
 
   const std::vector<RefusalCase> cases = {
-      {"layer_types", [](json& j) { j["layer_types"] = {"linear_attention"}; }},  // 1 type, 8 layers
-      {"layer_types", [](json& j) {
+      {"layer_types",
+       [](json& j) { j["layer_types"] = {"linear_attention"}; }},  // 1 type, 8 layers
+      {"layer_types",
+       [](json& j) {
          j["layer_types"] = json::array();
-         for (int i = 0; i < 8; ++i) j["layer_types"].push_back(i == 3 ? "sliding_attention" : "full_attention");
+         for (int i = 0; i < 8; ++i)
+           j["layer_types"].push_back(i == 3 ? "sliding_attention" : "full_attention");
        }},
-      {"every layer is linear_attention", [](json& j) {
+      {"every layer is linear_attention",
+       [](json& j) {
          j["layer_types"] = json::array();
          for (int i = 0; i < 8; ++i) j["layer_types"].push_back("linear_attention");
        }},
-      {"linear_num_value_heads", [](json& j) { j["linear_num_value_heads"] = 24; }},  // 16 key heads
+      {"linear_num_value_heads",
+       [](json& j) { j["linear_num_value_heads"] = 24; }},  // 16 key heads
       {"linear_conv_kernel_dim", [](json& j) { j["linear_conv_kernel_dim"] = 0; }},
-      {"partial_rotary_factor", [](json& j) { j["partial_rotary_factor"] = 0.1; }},  // 1.6 dimensions
+      {"partial_rotary_factor",
+       [](json& j) { j["partial_rotary_factor"] = 0.1; }},  // 1.6 dimensions
       {"model_type", [](json& j) { j["model_type"] = "qwen3_5_moe_text"; }},
       {"num_experts", [](json& j) { j["num_experts"] = 64; }},
       {"hidden_act", [](json& j) { j["hidden_act"] = "gelu"; }},

@@ -68,7 +68,8 @@ TEST(HybridModel, Qwen35NamesCountAndInit) {
   }
   EXPECT_FALSE(params.count("model.layers.0.self_attn.q_proj.weight"));
   EXPECT_EQ(params["model.layers.0.linear_attn.norm.weight"].min().item<float>(), 1.0f);  // plain w
-  EXPECT_EQ(params["model.layers.1.input_layernorm.weight"].abs().max().item<float>(), 0.0f);  // 1 + w
+  EXPECT_EQ(params["model.layers.1.input_layernorm.weight"].abs().max().item<float>(),
+            0.0f);  // 1 + w
   int64_t count = 0;
   for (const auto& p : m->parameters()) count += p.numel();
   EXPECT_EQ(count, c.NumParameters());
@@ -92,7 +93,8 @@ TEST(HybridModel, ChunkedAndRecurrentFormsAgreeAndPaddingIsInvisible) {
     const int64_t n = lengths[b];
     // The two forms sum in different orders: float noise grows with length.
     EXPECT_LT(MaxDiff(chunked[b].slice(0, 0, n), recurrent[b].slice(0, 0, n)), 1e-4) << b;
-    auto alone = m->forward(ids.slice(0, b, b + 1).slice(1, 0, n), Positions(1, n), Causal({n}, n)).hidden;
+    auto alone =
+        m->forward(ids.slice(0, b, b + 1).slice(1, 0, n), Positions(1, n), Causal({n}, n)).hidden;
     EXPECT_LT(MaxDiff(chunked[b].slice(0, 0, n), alone[0]), 1e-5) << b;
   }
   // Left padding (a Hugging Face attention_mask) reads the same.
@@ -125,10 +127,12 @@ TEST(HybridModel, ContinuingThePresentEqualsTheFullForward) {
   auto cont = m->forward(rest, pos, key_mask, &pre.present).hidden;
   EXPECT_LT(MaxDiff(cont[0], full[0].slice(0, 66, 90)), 1e-5);
   EXPECT_LT(MaxDiff(cont[1], full[1].slice(0, 60, 84)), 1e-5);
-  PastKV past = m->forward(ids.slice(1, 0, 80), Positions(2, 80), Causal({80, 80}, 80), nullptr, true).present;
+  PastKV past =
+      m->forward(ids.slice(1, 0, 80), Positions(2, 80), Causal({80, 80}, 80), nullptr, true)
+          .present;
   for (int64_t t = 80; t < 90; ++t) {
-    auto o = m->forward(ids.slice(1, t, t + 1), Positions(2, 1, t), torch::ones({2, 1, 1, t + 1}, torch::kBool),
-                        &past, true);
+    auto o = m->forward(ids.slice(1, t, t + 1), Positions(2, 1, t),
+                        torch::ones({2, 1, 1, t + 1}, torch::kBool), &past, true);
     past = o.present;
     // Decoding runs the recurrent form, the full forward the chunked one.
     EXPECT_LT(MaxDiff(o.hidden.squeeze(1), full.select(1, t)), 1e-4) << "t=" << t;

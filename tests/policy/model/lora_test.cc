@@ -404,7 +404,8 @@ TEST(Lora, AdapterConfigsRlidCannotRunAreConfigErrorsNamingTheField) {
     j["trainable_token_indices"] = nullptr;
     j["init_lora_weights"] = "gaussian";
   });
-  EXPECT_EQ(full.model->lora()->target_modules, ck.model->lora()->target_modules);  // the seven it has
+  EXPECT_EQ(full.model->lora()->target_modules,
+            ck.model->lora()->target_modules);  // the seven it has
   EXPECT_LT(MaxDiff(Logits(full.model), Logits(ck.model)), 1e-6);
 }
 

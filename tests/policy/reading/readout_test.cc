@@ -55,7 +55,8 @@ std::vector<torch::Tensor> Gradients(TransformerLM& m, const std::function<torch
   m->zero_grad();
   loss().backward();
   std::vector<torch::Tensor> g;
-  for (auto& p : m->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  for (auto& p : m->parameters())
+    g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
   return g;
 }
 
@@ -180,8 +181,9 @@ TEST(Readout, EqualsNaiveScoringThroughRecurrentLayers) {
   for (size_t b = 0; b < batch.size(); ++b)
     for (size_t k = 0; k < batch[b].realisations.size(); ++k)
       for (size_t r = 0; r < batch[b].realisations[k].size(); ++r)
-        max_diff = std::max(max_diff, std::abs(NaiveLogProb(m, batch[b], batch[b].realisations[k][r]) -
-                                               out.realisation_logp[b][k][r].item<double>()));
+        max_diff =
+            std::max(max_diff, std::abs(NaiveLogProb(m, batch[b], batch[b].realisations[k][r]) -
+                                        out.realisation_logp[b][k][r].item<double>()));
   EXPECT_LT(max_diff, 1e-5);
 }
 
@@ -323,7 +325,8 @@ void ExpectScoredSpanEqualsPlainTeacherForcedScoring(const std::string& family) 
 
   // Gradient of span_logp[0] = gradient of the teacher-forced log-likelihood.
   const auto packed = Gradients(m, [&] { return Readout(m, {batch[0]}).span_logp[0]; });
-  const auto naive = Gradients(m, [&] { return NaiveRealisationLogProbs(m, states[0], thoughts[0]).sum(); });
+  const auto naive =
+      Gradients(m, [&] { return NaiveRealisationLogProbs(m, states[0], thoughts[0]).sum(); });
   EXPECT_LT(MaxGradientDiff(packed, naive), 1e-4);
 
   for (auto [b0, b1] : {std::pair<int64_t, int64_t>{0, 2}, {3, 2}, {1, 99}}) {

@@ -233,7 +233,8 @@ TEST(StepGroups, DecisionGigpoComparesReturnsOfDecisionsInOneState) {
   const auto episode_only = DecisionAdvantages(cfg, eps, batch).first;
   TrainerConfig grpo = cfg;
   grpo.advantage.estimator = "grpo";
-  EXPECT_LT((episode_only - DecisionAdvantages(grpo, eps, batch).first).abs().max().item<double>(), 1e-12);
+  EXPECT_LT((episode_only - DecisionAdvantages(grpo, eps, batch).first).abs().max().item<double>(),
+            1e-12);
   cfg.advantage.step_weight = 1.0;
   const auto both = DecisionAdvantages(cfg, eps, batch).first;
   const int64_t N = batch.size();

@@ -112,10 +112,11 @@ TEST(TokenBudget, GrpoKeepsEverythingItGenerates) {
 // gigpo is selected like any estimator and trains a GRPO-family run end to end.
 TEST(TokenBudget, GigpoTrainsWithStepGroups) {
   const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
-  TokenRun run("gigpo_iteration", kBanditSftToml,
-               {"policy.init=" + ckpt, "trainer.algorithm=grpo", "trainer.advantage.estimator=gigpo",
-                "trainer.advantage.step_weight=0.5", "trainer.episodes_per_iteration=16", "trainer.group_size=4",
-                "trainer.epochs=1", "sampler.max_new_tokens=8"});
+  TokenRun run(
+      "gigpo_iteration", kBanditSftToml,
+      {"policy.init=" + ckpt, "trainer.algorithm=grpo", "trainer.advantage.estimator=gigpo",
+       "trainer.advantage.step_weight=0.5", "trainer.episodes_per_iteration=16",
+       "trainer.group_size=4", "trainer.epochs=1", "sampler.max_new_tokens=8"});
   auto m = run.Iterate(0);
   EXPECT_EQ(MetricValue(m, "sampling/kept_groups"), 4);
   EXPECT_EQ(run.session().budget.update.backwards, MetricValue(m, "charts/epochs"));

@@ -150,7 +150,8 @@ TEST(Compare, ABadArmIsRefusedBeforeAnyArmTrains) {
   fs::create_directories(testing::TestCacheDir());
   auto cfg = testing::TestCacheDir() / "bad_arm_compare.toml";
   std::string toml = kToml;
-  toml.replace(toml.find("arms = "), toml.find('\n', toml.find("arms = ")) - toml.find("arms = "), "");
+  toml.replace(toml.find("arms = "), toml.find('\n', toml.find("arms = ")) - toml.find("arms = "),
+               "");
   std::ofstream(cfg) << toml << R"(
 [[compare.arm]]
 name = "a"

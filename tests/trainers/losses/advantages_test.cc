@@ -98,7 +98,8 @@ TEST(Gigpo, AStateVisitedTwiceInOneEpisodeCountsTwiceInItsStepGroup) {
   cfg.std_norm = false;
   cfg.step_weight = 0.5;
   const double a = 0.5 + 0.5 / 3.0, b = -0.5 - 0.5 * 2.0 / 3.0;
-  EXPECT_TRUE(Near(ComputeAdvantages(cfg, in).advantages, Mat({{a}, {a}, {0.5}, {b}, {-0.5}}), 1e-15));
+  EXPECT_TRUE(
+      Near(ComputeAdvantages(cfg, in).advantages, Mat({{a}, {a}, {0.5}, {b}, {-0.5}}), 1e-15));
 }
 
 TEST(Gigpo, WithoutRepeatedStatesItIsGrpoOnEpisodeReturns) {
@@ -121,7 +122,8 @@ TEST(Gigpo, WithoutRepeatedStatesItIsGrpoOnEpisodeReturns) {
     gigpo.step_weight = 10.0;
     gigpo.gamma = 0.9;
     torch::Tensor e = ComputeAdvantages(grpo, episodes).advantages.squeeze(1);
-    torch::Tensor expect = e.index_select(0, torch::tensor({0, 0, 1, 2, 2, 2}, torch::kInt64)).unsqueeze(1);
+    torch::Tensor expect =
+        e.index_select(0, torch::tensor({0, 0, 1, 2, 2, 2}, torch::kInt64)).unsqueeze(1);
     EXPECT_TRUE(Same(ComputeAdvantages(gigpo, in).advantages, expect)) << std_norm;
   }
 }
@@ -133,7 +135,9 @@ TEST(Gigpo, ErrorsNameTheMissingStepRows) {
     ComputeAdvantages(Estimator("gigpo"), in);
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("an episode id and an anchor per step row"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("an episode id and an anchor per step row"),
+              std::string::npos)
+        << e.what();
   }
   in = TwoGroupsOfSteps();
   in.groups[1] = 1;  // episode 0 split across groups

@@ -118,7 +118,8 @@ TEST(Dist, TwoRanksGiveOneProcessUpdateGrpo) {
 // token plane; in the decision plane each group stays on one rank.
 TEST(Dist, TwoRanksGiveOneProcessUpdateGigpo) {
   TempDir tmp("dist_gigpo");
-  EXPECT_LT(OneVsTwoRanks(tmp, "bandit_grpo.toml", "--set trainer.advantage.estimator=gigpo"), 1e-6);
+  EXPECT_LT(OneVsTwoRanks(tmp, "bandit_grpo.toml", "--set trainer.advantage.estimator=gigpo"),
+            1e-6);
   TempDir decision("dist_gigpo_decision");
   EXPECT_LT(OneVsTwoRanks(decision, "bandit_ppo.toml",
                           "--set trainer.advantage.estimator=gigpo --set trainer.group_size=4"),

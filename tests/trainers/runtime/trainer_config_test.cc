@@ -54,11 +54,13 @@ TEST(TrainerConfig, GigpoRunsInBothPlanesOnEpisodeReturns) {
             "");
   auto e = ErrorOf({"trainer.advantage.estimator=gigpo"});  // groups of one
   EXPECT_NE(e.find("needs groups of at least 2"), std::string::npos) << e;
-  e = ErrorOf({"trainer.algorithm=grpo", "trainer.advantage.estimator=gigpo", "trainer.return_mode=discounted"});
+  e = ErrorOf({"trainer.algorithm=grpo", "trainer.advantage.estimator=gigpo",
+               "trainer.return_mode=discounted"});
   EXPECT_NE(e.find("return_mode = 'discounted'"), std::string::npos) << e;
   e = ErrorOf({"trainer.algorithm=dapo", "trainer.advantage.estimator=gigpo"});
   EXPECT_NE(e.find("filter_zero_variance_groups = false"), std::string::npos) << e;
-  e = ErrorOf({"trainer.algorithm=grpo", "trainer.advantage.estimator=gigpo", "trainer.advantage.step_weight=-1"});
+  e = ErrorOf({"trainer.algorithm=grpo", "trainer.advantage.estimator=gigpo",
+               "trainer.advantage.step_weight=-1"});
   EXPECT_NE(e.find("step_weight"), std::string::npos) << e;
 }
 
