@@ -237,7 +237,7 @@ json EvaluateLossCase(const json& doc, const std::string& source) {
   const json& inputs = Inputs(doc, source);
   CheckKeys(inputs,
             {"log_prob", "old_log_prob", "advantages", "response_mask", "rollout_log_prob",
-             "ref_log_prob"},
+             "ref_log_prob", "behav_log_prob"},
             "'inputs'", source);
   for (const char* key : {"log_prob", "old_log_prob", "advantages"})
     if (!inputs.contains(key))
@@ -250,6 +250,7 @@ json EvaluateLossCase(const json& doc, const std::string& source) {
   in.response_mask = Optional(inputs, "response_mask", /*allow_bool=*/true);
   in.rollout_log_prob = Optional(inputs, "rollout_log_prob");
   in.ref_log_prob = Optional(inputs, "ref_log_prob");
+  in.behav_log_prob = Optional(inputs, "behav_log_prob");
 
   trainers::LossResult result = trainers::PolicyLoss(loss, kl, in);
   torch::Tensor grad;

@@ -77,7 +77,7 @@ torch::Tensor AllActionSurrogate(const torch::Tensor& logp, const torch::Tensor&
 
 LossResult DecisionPpoLoss(const LossConfig& cfg, const torch::Tensor& logp,
                            const torch::Tensor& old_logp, const torch::Tensor& advantages,
-                           GlobalCounts counts) {
+                           GlobalCounts counts, const torch::Tensor& behav_logp) {
   if (!logp.defined() || logp.dim() != 1)
     throw ConfigError(
         fmt::format("decision log-probs have shape {}, expected [B]", ShapeString(logp)));
@@ -88,6 +88,10 @@ LossResult DecisionPpoLoss(const LossConfig& cfg, const torch::Tensor& logp,
   in.old_log_prob = old_logp.unsqueeze(1);
   in.advantages = advantages;
   in.counts = counts;
+  if (behav_logp.defined()) {
+    RequireSameShape("behav_logp", behav_logp, "logp", logp);
+    in.behav_log_prob = behav_logp.unsqueeze(1);
+  }
   return PolicyLoss(cfg, KlConfig{}, in);
 }
 

@@ -41,9 +41,12 @@ torch::Tensor AllActionSurrogate(const torch::Tensor& logp, const torch::Tensor&
                                  const torch::Tensor& q_hat);
 
 // PPO on decisions: one decision = one token. logp / old_logp / advantages: [B]
-// for the chosen actions; the same PolicyLoss with T = 1.
+// for the chosen actions; the same PolicyLoss with T = 1. behav_logp [B]: the
+// rollout's log p(a|s) when the batch was played with older weights than
+// old_logp's (asynchronous rollouts; old_logp is then pi_prox), for the
+// staleness weight; undefined = on-policy for old_logp.
 LossResult DecisionPpoLoss(const LossConfig& cfg, const torch::Tensor& logp,
                            const torch::Tensor& old_logp, const torch::Tensor& advantages,
-                           GlobalCounts counts = {});
+                           GlobalCounts counts = {}, const torch::Tensor& behav_logp = {});
 
 }  // namespace rlid::trainers

@@ -75,6 +75,24 @@ void EngineConfig::Validate() const {
   Require(high > low && !std::isnan(high), "loss.engine.high", high, "> loss.engine.low (inf allowed)");
 }
 
+void StalenessConfig::Load(ConfigNode n) {
+  n.GetEnum("kind", kind, {"decoupled", "none"},
+            "asynchronous batches: decoupled (clip around pi_prox, weight pi_prox / pi_behav) "
+            "or none (clip around pi_behav)");
+  n.GetEnum("cap_mode", cap_mode, {"mask", "clamp"},
+            "decoupled: a ratio pi_prox / pi_behav above cap gets weight 0 (mask, AReaL) or cap "
+            "(clamp)");
+  n.Get("cap", cap, "decoupled: bound of pi_prox / pi_behav (inf = no bound)",
+        Range::Positive().AllowInf());
+  ValidateAt(*this, n);
+}
+
+void StalenessConfig::Validate() const {
+  RequireName({"decoupled", "none"}, "loss.staleness.kind", kind, "staleness correction");
+  RequireName({"mask", "clamp"}, "loss.staleness.cap_mode", cap_mode, "staleness cap mode");
+  Require(cap > 0 && !std::isnan(cap), "loss.staleness.cap", cap, "> 0 (inf allowed)");
+}
+
 void LossConfig::Load(ConfigNode n, bool sequence_keys) {
   n.GetEnum("policy_loss", policy_loss, PolicyLossRegistry::Global().Names(), "surrogate");
   // clip_low >= 1 is valid: the lower bound 1 - clip_low <= 0 never binds (CISPO's
@@ -92,6 +110,7 @@ void LossConfig::Load(ConfigNode n, bool sequence_keys) {
           "seq_mean_token_sum_norm divisor (0 = padded width T)", Range::NonNegative());
     engine.Load(n.Section("engine"));
   }
+  staleness.Load(n.Section("staleness"));
   ValidateAt(*this, n);
 }
 
@@ -108,6 +127,7 @@ void LossConfig::Validate() const {
   Require(aggregation_norm >= 0 && std::isfinite(aggregation_norm), "loss.aggregation_norm",
           aggregation_norm, "a finite value >= 0 (0 = padded width)");
   engine.Validate();
+  staleness.Validate();
 }
 
 void KlConfig::Load(ConfigNode n, bool estimator_keys) {

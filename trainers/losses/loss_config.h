@@ -31,6 +31,27 @@ struct EngineConfig {
   void Validate() const;
 };
 
+// Policy-staleness correction of asynchronous rollouts (trainer.max_staleness > 0):
+// a batch played with weights older than the learner's. It is kept apart from
+// the engine correction: staleness compares two weight versions in the
+// training engine, the engine correction two engines at one version.
+struct StalenessConfig {
+  // decoupled: the surrogate is clipped around the proximal policy pi_prox (the
+  // learner's weights before this update, recomputed) and every token is
+  // weighted by w = pi_prox / pi_behav (decoupled PPO, as AReaL); none: the
+  // surrogate is clipped around pi_behav itself, no weight (naive
+  // asynchronous PPO, no extra forward).
+  std::string kind = "decoupled";
+  // decoupled: what a ratio above cap gives. mask: weight 0, the token staying
+  // in the aggregation denominator (AReaL's behav_imp_weight_cap); clamp: w = cap.
+  std::string cap_mode = "mask";
+  // decoupled: the bound of the ratio (inf allowed: no bound).
+  double cap = 5.0;
+
+  void Load(ConfigNode n);
+  void Validate() const;
+};
+
 // [trainer.loss]: the policy surrogate and how per-token losses become one scalar.
 struct LossConfig {
   // ppo_clip | gspo | gspo_token | cispo (registered in PolicyLossRegistry).
@@ -48,6 +69,7 @@ struct LossConfig {
   // (set it to the maximum response length when batches are padded differently).
   double aggregation_norm = 0.0;
   EngineConfig engine;
+  StalenessConfig staleness;  // [trainer.loss.staleness] (both planes)
 
   // sequence_keys: also the aggregation keys and the `engine` sub-table, which
   // only multi-token (token-plane) losses read.

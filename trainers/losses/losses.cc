@@ -104,6 +104,12 @@ struct Prepared {
   int64_t batch = 0, width = 0;
   torch::Tensor mask;  // bool [B,T] response mask
   torch::Tensor log_prob, old_log_prob, advantages, rollout_log_prob, ref_log_prob;  // clean
+  torch::Tensor behav_log_prob;  // clean; undefined when the batch is on-policy for old
+  // What the engine correction compares with the rollout engine: pi_behav when
+  // the batch is stale, otherwise old_log_prob (the same weights).
+  const torch::Tensor& engine_anchor() const {
+    return behav_log_prob.defined() ? behav_log_prob : old_log_prob;
+  }
 };
 
 // Shape checks, dtype conversion and sanitation of every input.
@@ -148,6 +154,7 @@ Prepared Prepare(const LossConfig& loss, const KlConfig& kl, const PolicyLossInp
     throw ConfigError(fmt::format("engine.kind = '{}' needs rollout_log_prob", loss.engine.kind),
                       "pass the rollout engine's log-probs, or set engine.kind = 'none'");
   }
+  if (in.behav_log_prob.defined()) p.behav_log_prob = clean("behav_log_prob", in.behav_log_prob);
   if (in.ref_log_prob.defined()) {
     p.ref_log_prob = clean("ref_log_prob", in.ref_log_prob);
   } else if (kl.coef > 0 && kl.placement == "loss") {
@@ -235,24 +242,56 @@ EngineCorrection CorrectEngine(const EngineConfig& cfg, const torch::Tensor& old
   return out;
 }
 
+StalenessCorrection CorrectStaleness(const StalenessConfig& cfg, const torch::Tensor& prox_log_prob,
+                                     const torch::Tensor& behav_log_prob, const torch::Tensor& mask) {
+  cfg.Validate();
+  RequireSameShape("behav_log_prob", behav_log_prob, "old_log_prob", prox_log_prob);
+  torch::NoGradGuard no_grad;
+  torch::Tensor m = mask.to(torch::kBool);
+  torch::Tensor prox = Clean(prox_log_prob.detach(), m);
+  torch::Tensor behav = Clean(behav_log_prob.to(prox.device(), prox.scalar_type()), m);
+  torch::Tensor ratio = torch::exp(torch::clamp(prox - behav, -20.0, 20.0));
+  torch::Tensor weight = cfg.cap_mode == "clamp"
+                             ? torch::clamp_max(ratio, cfg.cap)
+                             : torch::where(ratio <= cfg.cap, ratio, torch::zeros_like(ratio));
+  StalenessCorrection out{weight, {}};
+  out.metrics["staleness/kl"] = MaskedMean(behav - prox, m);
+  out.metrics["staleness/ratio_mean"] = MaskedMean(ratio, m);
+  out.metrics["staleness/weight_mean"] = MaskedMean(out.weight, m);
+  out.metrics["staleness/capped_frac"] = MaskedMean(ratio > cfg.cap, m);
+  return out;
+}
+
 GlobalCounts LocalCounts(const LossConfig& loss, const PolicyLossInputs& in) {
   Prepared p = Prepare(loss, KlConfig{}, in);
-  EngineCorrection engine = CorrectEngine(loss.engine, p.old_log_prob, p.rollout_log_prob, p.mask);
+  EngineCorrection engine = CorrectEngine(loss.engine, p.engine_anchor(), p.rollout_log_prob, p.mask);
   torch::Tensor n = engine.loss_mask.sum(1);
   return {engine.loss_mask.sum().item<double>(), (n > 0).sum().item<double>()};
 }
 
 LossResult PolicyLoss(const LossConfig& loss, const KlConfig& kl, const PolicyLossInputs& in) {
   Prepared p = Prepare(loss, kl, in);
-  EngineCorrection engine = CorrectEngine(loss.engine, p.old_log_prob, p.rollout_log_prob, p.mask);
+  EngineCorrection engine = CorrectEngine(loss.engine, p.engine_anchor(), p.rollout_log_prob, p.mask);
   const torch::Tensor& m = engine.loss_mask;
 
   auto surrogate = PolicyLossRegistry::Global().Make(loss.policy_loss);
   SurrogateOutput s = surrogate->Compute(loss, p.log_prob, p.old_log_prob, p.advantages, m);
   torch::Tensor per_token = s.loss * engine.weight;
+  std::map<std::string, double> staleness_metrics;
+  if (p.behav_log_prob.defined()) {
+    if (loss.staleness.kind != "decoupled")
+      throw ConfigError(
+          fmt::format("behav_log_prob is given but loss.staleness.kind = '{}'", loss.staleness.kind),
+          "with kind 'none' pass pi_behav as old_log_prob (the surrogate clips around it)");
+    StalenessCorrection stale =
+        CorrectStaleness(loss.staleness, p.old_log_prob, p.behav_log_prob, m);
+    per_token = per_token * stale.weight;
+    staleness_metrics = std::move(stale.metrics);
+  }
   torch::Tensor pg = Aggregate(per_token, m, loss.aggregation, loss.aggregation_norm, in.counts);
 
   LossResult out{pg, std::move(engine.metrics)};
+  out.metrics.insert(staleness_metrics.begin(), staleness_metrics.end());
   {
     torch::NoGradGuard no_grad;
     torch::Tensor lr =

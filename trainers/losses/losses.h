@@ -34,6 +34,13 @@ struct PolicyLossInputs {
   torch::Tensor response_mask;     // [B,T] 0/1 (bool, int or float); undefined = all valid
   torch::Tensor rollout_log_prob;  // [B,T] rollout engine; required when engine.kind != none
   torch::Tensor ref_log_prob;  // [B,T] reference policy; required when kl.coef > 0, placement loss
+  // [B,T] log pi_behav: the training engine at the weights the batch was played
+  // with, when they are older than old_log_prob's (asynchronous rollouts, with
+  // staleness.kind = decoupled: old_log_prob is then pi_prox). Undefined = the
+  // batch is on-policy for old_log_prob. When defined, the engine correction
+  // compares it (not old_log_prob) with rollout_log_prob, and every token is
+  // weighted by the staleness correction (CorrectStaleness).
+  torch::Tensor behav_log_prob;
   GlobalCounts counts;
 };
 
@@ -65,6 +72,17 @@ struct EngineCorrection {
 // old / rollout: [B,T]; mask: [B,T] bool. rollout may be undefined when kind = none.
 EngineCorrection CorrectEngine(const EngineConfig& cfg, const torch::Tensor& old_log_prob,
                                const torch::Tensor& rollout_log_prob, const torch::Tensor& mask);
+
+// Staleness correction for one batch (decoupled PPO): per token, detached,
+// w = exp(prox - behav), and above cfg.cap 0 (cap_mode mask, AReaL) or cap (clamp). Metrics staleness/kl (mean of behav - prox over the
+// mask: the k1 estimate of KL(pi_behav || pi_prox)), staleness/ratio_mean,
+// staleness/weight_mean and staleness/capped_frac.
+struct StalenessCorrection {
+  torch::Tensor weight;  // [B,T] detached
+  std::map<std::string, double> metrics;
+};
+StalenessCorrection CorrectStaleness(const StalenessConfig& cfg, const torch::Tensor& prox_log_prob,
+                                     const torch::Tensor& behav_log_prob, const torch::Tensor& mask);
 
 // A surrogate's per-token output. Inputs are sanitised (padded positions = 0)
 // and advantages are [B,T].

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -320,6 +321,60 @@ TEST(EngineCorrection, SequenceLevelUsesTheProductOfTokenRatios) {
   EXPECT_NEAR(kept.loss, -1.0, 1e-15);
   cfg.engine.kind = "icepop";
   EXPECT_NEAR(Evaluate(cfg, in).loss, -3.0, 1e-14);
+}
+
+// Decoupled PPO on a stale batch, hand-computed after AReaL's
+// ppo_actor_loss_fn. Two tokens, A = 1, the current policy equals pi_prox
+// (r = 1, no clipping); pi_prox / pi_behav is 2 and 8. The default cap 5
+// masks the second token as AReaL does (weight 0, still in the denominator);
+// cap_mode clamp weights it 5. The engine correction compares pi_behav (not
+// pi_prox) with the rollout engine: k = 1 on both tokens, so TIS changes
+// nothing and engine/kl is 0 however stale the batch is.
+TEST(StalenessCorrection, WeightsTokensByProxOverBehaviourApartFromTheEngine) {
+  PolicyLossInputs in;
+  in.old_log_prob = Mat({{-1.0, -2.0}});  // pi_prox
+  in.log_prob = in.old_log_prob.clone();
+  in.behav_log_prob = in.old_log_prob - Mat({{std::log(2.0), std::log(8.0)}});
+  in.rollout_log_prob = in.behav_log_prob.clone();
+  in.advantages = Vec({1.0});
+  LossConfig cfg;
+  cfg.engine.kind = "tis";
+  Eval e = Evaluate(cfg, in);
+  EXPECT_NEAR(e.loss, -(2.0 + 0.0) / 2, 1e-12);
+  EXPECT_TRUE(Near(e.grad, Mat({{-1.0, 0.0}}), 1e-12));
+  EXPECT_NEAR(e.metrics["staleness/weight_mean"], 1.0, 1e-12);
+  EXPECT_NEAR(e.metrics["staleness/ratio_mean"], 5.0, 1e-12);
+  EXPECT_NEAR(e.metrics["staleness/kl"], -(std::log(2.0) + std::log(8.0)) / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(e.metrics["staleness/capped_frac"], 0.5);
+  EXPECT_NEAR(e.metrics["engine/kl"], 0.0, 1e-15);
+  EXPECT_NEAR(e.metrics["engine/weight_mean"], 1.0, 1e-15);
+
+  cfg.staleness.cap_mode = "clamp";
+  Eval clamped = Evaluate(cfg, in);
+  EXPECT_NEAR(clamped.loss, -(2.0 + 5.0) / 2, 1e-12);
+  EXPECT_TRUE(Near(clamped.grad, Mat({{-1.0, -2.5}}), 1e-12));
+  EXPECT_NEAR(clamped.metrics["staleness/weight_mean"], 3.5, 1e-12);
+
+  // The same batch on-policy (no pi_behav): the engine now sees the gap and
+  // TIS caps it at 2, while nothing is reported as staleness.
+  PolicyLossInputs fresh = in;
+  fresh.behav_log_prob = torch::Tensor();
+  Eval f = Evaluate(cfg, fresh);
+  EXPECT_NEAR(f.loss, -(2.0 + 2.0) / 2, 1e-12);
+  EXPECT_EQ(f.metrics.count("staleness/weight_mean"), 0u);
+  EXPECT_NEAR(f.metrics["engine/kl"], -(std::log(2.0) + std::log(8.0)) / 2, 1e-12);
+
+  // No cap: the weights are the ratios themselves, in either mode.
+  cfg.staleness.cap = std::numeric_limits<double>::infinity();
+  EXPECT_NEAR(Evaluate(cfg, in).loss, -(2.0 + 8.0) / 2, 1e-12);
+  cfg.staleness.cap_mode = "mask";
+  EXPECT_NEAR(Evaluate(cfg, in).loss, -(2.0 + 8.0) / 2, 1e-12);
+  // kind = none clips around pi_behav, passed as old_log_prob: a pi_behav
+  // beside it is a caller's mistake, refused.
+  cfg.staleness.kind = "none";
+  EXPECT_THROW(Evaluate(cfg, in), ConfigError);
+  cfg.staleness.kind = "sometimes";
+  EXPECT_THROW(cfg.Validate(), ConfigError);
 }
 
 TEST(Kl, EstimatorsAndStraightThroughHandComputed) {
