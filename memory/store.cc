@@ -441,13 +441,22 @@ void Store::ResumeRun(int64_t run_id) {
 TruncateResult Store::TruncateRun(int64_t run_id, int64_t last_iteration, int64_t last_episode_id) {
   RequireWritable(mode_, path());
   RequireRun(run_id, "truncate");
-  // ?1 run, ?2 last episode id kept.
-  constexpr const char* kGoneEpisodes = "(SELECT id FROM episodes WHERE run_id = ?1 AND id > ?2)";
+  // ?1 run, ?2 last episode id kept, ?3 last iteration kept. An episode played
+  // ahead (asynchronous rollouts) took its id before the checkpoint but belongs
+  // to a later iteration: it goes too.
+  constexpr const char* kGoneEpisodes =
+      "(SELECT id FROM episodes WHERE run_id = ?1 AND (id > ?2 OR iteration > ?3))";
   const std::string gone_items =
       fmt::format("(SELECT id FROM memory_items WHERE source_episode_id IN {})", kGoneEpisodes);
   auto run = [&](const std::string& sql, int64_t bound) {
     Statement s = db_.Prepare(sql);
     s.Bind(1, run_id).Bind(2, bound);
+    s.Run();
+    return static_cast<int64_t>(db_.Changes());
+  };
+  auto gone = [&](const std::string& sql) {
+    Statement s = db_.Prepare(sql);
+    s.Bind(1, run_id).Bind(2, last_episode_id).Bind(3, last_iteration);
     s.Run();
     return static_cast<int64_t>(db_.Changes());
   };
@@ -459,7 +468,7 @@ TruncateResult Store::TruncateRun(int64_t run_id, int64_t last_iteration, int64_
         "AND episode_id NOT IN {0}), "
         "(SELECT COUNT(*) FROM memory_parents WHERE parent_id IN {1} AND item_id NOT IN {1})",
         kGoneEpisodes, gone_items));
-    dangling.Bind(1, run_id).Bind(2, last_episode_id);
+    dangling.Bind(1, run_id).Bind(2, last_episode_id).Bind(3, last_iteration);
     dangling.Step();
     const int64_t reads = dangling.Int(0), derived = dangling.Int(1);
     dangling.Reset();
@@ -470,16 +479,13 @@ TruncateResult Store::TruncateRun(int64_t run_id, int64_t last_iteration, int64_
                       run_id, last_episode_id, reads, derived),
           "truncate at a checkpoint boundary: pass the largest episode id committed when the "
           "checkpoint was written");
-    run(fmt::format("DELETE FROM memory_reads WHERE episode_id IN {}", kGoneEpisodes),
-        last_episode_id);
-    run(fmt::format("DELETE FROM memory_parents WHERE item_id IN {}", gone_items), last_episode_id);
+    gone(fmt::format("DELETE FROM memory_reads WHERE episode_id IN {}", kGoneEpisodes));
+    gone(fmt::format("DELETE FROM memory_parents WHERE item_id IN {}", gone_items));
     r.memory_items =
-        run(fmt::format("DELETE FROM memory_items WHERE source_episode_id IN {}", kGoneEpisodes),
-            last_episode_id);
-    run(fmt::format("DELETE FROM menu_items WHERE episode_id IN {}", kGoneEpisodes),
-        last_episode_id);
-    run(fmt::format("DELETE FROM steps WHERE episode_id IN {}", kGoneEpisodes), last_episode_id);
-    r.episodes = run("DELETE FROM episodes WHERE run_id = ?1 AND id > ?2", last_episode_id);
+        gone(fmt::format("DELETE FROM memory_items WHERE source_episode_id IN {}", kGoneEpisodes));
+    gone(fmt::format("DELETE FROM menu_items WHERE episode_id IN {}", kGoneEpisodes));
+    gone(fmt::format("DELETE FROM steps WHERE episode_id IN {}", kGoneEpisodes));
+    r.episodes = gone("DELETE FROM episodes WHERE run_id = ?1 AND (id > ?2 OR iteration > ?3)");
     r.metrics = run("DELETE FROM metrics WHERE run_id = ?1 AND iteration > ?2", last_iteration);
     r.checkpoints =
         run("DELETE FROM checkpoints WHERE run_id = ?1 AND iteration > ?2", last_iteration);

@@ -93,7 +93,8 @@ class Store {
   // Whether the database has a `runs` row with this id.
   bool HasRun(int64_t run_id) const;
   // Removes what a run wrote after a checkpoint, in ONE transaction: its
-  // episodes with id > last_episode_id with their steps, menu items, memory
+  // episodes with id > last_episode_id or iteration > last_iteration (played
+  // ahead of the checkpoint by asynchronous rollouts) with their steps, menu items, memory
   // reads, the memory items they created and those items' parent edges; its
   // metrics and checkpoint rows with iteration > last_iteration. Rows of other
   // runs and prompts (shared by hash) are kept. Afterwards episode_ids() and

@@ -169,6 +169,27 @@ TEST(StoreResume, ResumeRunReopensIt) {
   EXPECT_TRUE(std::holds_alternative<std::monostate>(q.rows[0][1]));
 }
 
+// Asynchronous rollouts play a batch ahead: its episodes take their ids before
+// the checkpoint of an earlier iteration but belong to a later one. Truncating
+// at that checkpoint deletes them by their iteration, whatever their id.
+TEST(StoreResume, TruncateRunDeletesEpisodesPlayedAheadOfTheCheckpoint) {
+  auto store = Store::Open(ScratchDir("truncate_ahead") + "/rlid.db", Store::Mode::kReadWrite);
+  const int64_t run = store->BeginRun(NamedRun("async"));
+  EpisodeRecord kept = CanonicalEpisode(store->NewEpisodeId(), run, store->item_ids().Next());
+  EpisodeRecord ahead = CanonicalEpisode(store->NewEpisodeId(), run, store->item_ids().Next());
+  kept.iteration = 1;
+  ahead.iteration = 2;  // played during iteration 1, trained on (and recorded) in iteration 2
+  store->WriteEpisode(kept);
+  store->WriteEpisode(ahead);
+  const TruncateResult r = store->TruncateRun(run, /*last_iteration=*/1, /*last_episode_id=*/ahead.id);
+  EXPECT_EQ(r.episodes, 1);
+  EXPECT_EQ(r.memory_items, 1);
+  EXPECT_EQ(Count(*store, "SELECT COUNT(*) FROM episodes"), 1);
+  EXPECT_EQ(Count(*store, "SELECT MAX(id) FROM episodes"), kept.id);
+  std::string report;
+  EXPECT_TRUE(store->CheckIntegrity(&report)) << report;
+}
+
 // After a truncation the writer must not trust its cache of committed item
 // ids: a freed id is reused by a new item, and an episode reading it waits
 // for the episode that creates it.
