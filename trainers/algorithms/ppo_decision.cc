@@ -16,12 +16,14 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <tuple>
 
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/rng.h"
+#include "trainers/runtime/rollout_ahead.h"
 #include "trainers/runtime/trainer.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/decision_losses.h"
@@ -200,6 +202,52 @@ Forward ReadDecisions(const agents::AgentContext& agent, const std::vector<Decis
   return f;
 }
 
+// pi_prox for a batch played with older weights: the learner's decision
+// distributions before its update replace old_dist / old_logp, and the
+// rollout's log p moves to behav_logp. One readout without gradient per
+// minibatch-sized chunk, counted as update work.
+void ReadProx(IterationContext& c, Batch& b, bool all_action) {
+  torch::NoGradGuard no_grad;
+  c.agent.model->eval();
+  agents::ComputeScope compute(c.budget.update, {c.agent.model});
+  b.behav_logp = b.old_logp.clone();
+  auto prox_logp = b.old_logp.accessor<double, 1>();
+  for (int64_t b0 = 0; b0 < b.size(); b0 += c.cfg.minibatch_size) {
+    std::vector<int64_t> idx;
+    for (int64_t i = b0; i < std::min(b.size(), b0 + c.cfg.minibatch_size); ++i) idx.push_back(i);
+    auto fw = ReadDecisions(c.agent, b.dec, idx,
+                            b.outcome.index_select(0, torch::tensor(idx, torch::kInt64)), all_action);
+    auto dist = fw.dist.to(torch::kCPU).to(torch::kFloat32).contiguous();
+    auto logp = fw.logp.to(torch::kCPU).contiguous();
+    for (size_t j = 0; j < idx.size(); ++j) {
+      auto& row = b.old_dist[idx[j]];
+      const float* d = dist[static_cast<int64_t>(j)].data_ptr<float>();
+      row.assign(d, d + row.size());
+      prox_logp[idx[j]] = logp[static_cast<int64_t>(j)].item<double>();
+    }
+  }
+}
+
+// staleness/* of the whole batch (every rank's decisions), as the loss applies them.
+Metrics StalenessMetrics(const StalenessConfig& cfg, const Batch& b, Comm& comm) {
+  std::map<std::string, double> local;
+  if (b.size() > 0)
+    local = CorrectStaleness(cfg, b.old_logp.unsqueeze(1), b.behav_logp.unsqueeze(1),
+                             torch::ones({b.size(), 1}, torch::kBool))
+                .metrics;
+  const std::vector<std::string> keys = {"staleness/capped_frac", "staleness/kl",
+                                         "staleness/ratio_mean", "staleness/weight_mean"};
+  std::vector<double> sums;
+  for (const auto& k : keys)
+    sums.push_back(local.count(k) ? local.at(k) * static_cast<double>(b.size()) : 0.0);
+  sums.push_back(static_cast<double>(b.size()));
+  sums = comm.Sum(sums, "staleness metrics");
+  Metrics m;
+  if (sums.back() > 0)
+    for (size_t k = 0; k < keys.size(); ++k) m.push_back({keys[k], sums[k] / sums.back()});
+  return m;
+}
+
 // Each term of one minibatch's loss: a sum over its decisions divided by the
 // minibatch's global size M, so the ranks' terms add up to one process's.
 struct LossTerms {
@@ -263,9 +311,16 @@ class PpoDecisionTrainer final : public Trainer {
   void Setup(const TrainerConfig& cfg, policy::TransformerLM model) override {
     auto trainable = TrainableParameters(model);
     opt_ = std::make_unique<Optimizer>(trainable.tensors, cfg.optim, cfg.iterations, trainable.names);
+    ahead_ = std::make_unique<RolloutAhead>(cfg.max_staleness, model);
   }
-  void SaveState(const std::string& dir) const override { opt_->Save(dir + "/optimizer.pt"); }
-  void LoadState(const std::string& dir) override { opt_->Load(dir + "/optimizer.pt"); }
+  void SaveState(const std::string& dir) const override {
+    opt_->Save(dir + "/optimizer.pt");
+    ahead_->Save(dir);
+  }
+  void LoadState(const std::string& dir) override {
+    opt_->Load(dir + "/optimizer.pt");
+    ahead_->Load(dir);
+  }
 
   // rollout -> advantages -> (gradient SNR) -> epochs x minibatches -> metrics.
   Metrics Iterate(IterationContext& c) override {
@@ -274,14 +329,21 @@ class PpoDecisionTrainer final : public Trainer {
     const bool all_action = t.decision.all_action();
     const bool use_ref = t.kl.coef > 0 && c.agent.ref_model;
 
-    // ---- 1. rollout: this rank's share of the train seeds ---------------------------
+    // ---- 1. rollout: this rank's share of the train seeds (played ahead when async) ---
     c.agent.bootstrap_truncated = t.decision.bootstrap_truncated;
-    auto episodes = agents::RunDecisionEpisodes(c.agent, RankSpecs(TrainSpecs(t, c.seed, it), c.comm),
-                                                envs::Split::kTrain, /*greedy=*/false, c.budget);
-    c.recorder.Episodes(episodes, c.agent);
+    PlayedBatch played = ahead_->Take(c.agent, t.iterations, c.budget, Play(c));
+    JoinOnExit join_on_exit(*ahead_);  // the worker plays ahead while this iteration updates
+    const std::vector<agents::EpisodeData> episodes = std::move(played.episodes);
+    agents::AgentContext player = c.agent;  // the store records the weights that played them
+    player.policy_version = played.version;
+    c.recorder.Episodes(episodes, player);
     Metrics metrics = RolloutMetrics(episodes, &c.comm);
-    const Batch batch = FlattenDecisions(episodes, c.agent.readout, t, use_ref, it);
+    Batch batch = FlattenDecisions(episodes, c.agent.readout, t, use_ref, it);
     const JobSlice slice = SliceOfJob(c.comm, batch.size());
+    if (played.version < it && t.loss.staleness.kind == "decoupled" && !all_action) {
+      ReadProx(c, batch, all_action);
+      for (const auto& kv : StalenessMetrics(t.loss.staleness, batch, c.comm)) metrics.push_back(kv);
+    }
 
     // ---- 2. advantages (per episode or per group: no other rank needed) ----------
     Targets targets;
@@ -300,6 +362,7 @@ class PpoDecisionTrainer final : public Trainer {
     const UpdateTotals totals = Update(c, batch, targets, slice);
     c.budget.samples_used += batch.size();
     if (c.agent.sampler) c.agent.sampler->SyncWeights(c.agent.model);  // the scratchpads' next rollout
+    const double wait_s = ahead_->Join();
 
     // ---- 5. metrics --------------------------------------------------------------
     const double u = std::max<int64_t>(totals.updates, 1);
@@ -320,6 +383,8 @@ class PpoDecisionTrainer final : public Trainer {
     for (const auto& e : episodes) cut += e.truncated;
     const auto cut_of = c.comm.Sum({cut, static_cast<double>(episodes.size())}, "truncations");
     metrics.push_back({"charts/truncated_frac", cut_of[0] / std::max(cut_of[1], 1.0)});
+    for (const auto& kv : AsyncMetrics(t.max_staleness, it, played, wait_s, c.comm))
+      metrics.push_back(kv);
     return metrics;
   }
 
@@ -403,7 +468,8 @@ class PpoDecisionTrainer final : public Trainer {
     }
     torch::Tensor pg;
     if (!all_action) {
-      auto res = DecisionPpoLoss(t.loss, fw.logp, pick(batch.old_logp), adv, {M, M});
+      const torch::Tensor behav = batch.behav_logp.defined() ? pick(batch.behav_logp) : torch::Tensor();
+      auto res = DecisionPpoLoss(t.loss, fw.logp, pick(batch.old_logp), adv, {M, M}, behav);
       pg = res.loss;
       terms.clip_frac = (res.metrics.count("clip_frac") ? res.metrics["clip_frac"] : 0.0) * share;
       terms.approx_kl = (res.metrics.count("approx_kl") ? res.metrics["approx_kl"] : 0.0) * share;
@@ -455,8 +521,11 @@ class PpoDecisionTrainer final : public Trainer {
           const auto dev = fw.dist.device();
           torch::Tensor loss;
           if (!all_action) {
+            const torch::Tensor behav = b.behav_logp.defined()
+                                            ? b.behav_logp.index_select(0, ix).to(dev)
+                                            : torch::Tensor();
             loss = DecisionPpoLoss(c.cfg.loss, fw.logp, b.old_logp.index_select(0, ix).to(dev),
-                                   adv.index_select(0, ix).to(dev), {total, total})
+                                   adv.index_select(0, ix).to(dev), {total, total}, behav)
                        .loss;
           } else {
             loss = -AllActionSurrogate(fw.dist, fw.mask,
@@ -470,7 +539,20 @@ class PpoDecisionTrainer final : public Trainer {
     return SnrMetrics(g);
   }
 
+  // This iteration's train episodes, played by RolloutAhead (on its worker
+  // when ahead): every rank plays its share of the train seeds.
+  static RolloutAhead::Play Play(const IterationContext& c) {
+    const TrainerConfig* t = &c.cfg;
+    const Comm* comm = &c.comm;
+    const uint64_t seed = c.seed;
+    return [t, comm, seed](agents::AgentContext& agent, agents::Budget& budget) {
+      return agents::RunDecisionEpisodes(agent, RankSpecs(TrainSpecs(*t, seed, agent.iteration), *comm),
+                                         envs::Split::kTrain, /*greedy=*/false, budget);
+    };
+  }
+
   std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<RolloutAhead> ahead_;  // trainer.max_staleness (0: synchronous)
 };
 
 const Registrar<TrainerPresetRegistry> kPreset("ppo_decision", "decision PPO defaults", [] {

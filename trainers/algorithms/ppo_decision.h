@@ -27,6 +27,11 @@ struct DecisionBatch {
   // it ends its episode, and the value the return continues from after it:
   // V(s_T) where the step limit cut the episode, 0 after a terminal state.
   torch::Tensor outcome, old_logp, old_value, reward, ends, end_values;
+  // [N] the rollout's log p of the outcome when the batch was played with
+  // older weights than the learner's (asynchronous rollouts, staleness.kind =
+  // decoupled): old_dist / old_logp are then pi_prox, read by the learner
+  // before its update. Undefined: old_* are the rollout's own (on-policy).
+  torch::Tensor behav_logp;
   int64_t size() const { return static_cast<int64_t>(dec.size()); }
 };
 

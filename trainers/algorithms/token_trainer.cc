@@ -191,10 +191,17 @@ std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<uint64_t>& 
 void TokenTrainer::Setup(const TrainerConfig& cfg, policy::TransformerLM model) {
   auto trainable = TrainableParameters(model);
   opt_ = std::make_unique<Optimizer>(trainable.tensors, cfg.optim, cfg.iterations, trainable.names);
+  ahead_ = std::make_unique<RolloutAhead>(cfg.max_staleness, model);
 }
 
-void TokenTrainer::SaveState(const std::string& dir) const { opt_->Save(dir + "/optimizer.pt"); }
-void TokenTrainer::LoadState(const std::string& dir) { opt_->Load(dir + "/optimizer.pt"); }
+void TokenTrainer::SaveState(const std::string& dir) const {
+  opt_->Save(dir + "/optimizer.pt");
+  ahead_->Save(dir);
+}
+void TokenTrainer::LoadState(const std::string& dir) {
+  opt_->Load(dir + "/optimizer.pt");
+  ahead_->Load(dir);
+}
 
 namespace {
 
@@ -224,42 +231,63 @@ torch::Tensor LengthMask(const std::vector<int64_t>& lengths, int64_t T) {
   return out;
 }
 
-// Fills SampledText::train_logp (and ref_logp with a reference) for every step
-// with a response, by the training forward without gradient; the responses to
-// one prompt are scored in the same batch (shared prefix). The forwards count
-// as update work.
-void ScoreOld(IterationContext& c, std::vector<agents::EpisodeData>& episodes,
-              const policy::ScoreOptions& sopts) {
-  std::vector<TokenSample> rows;
-  for (auto& e : episodes)
-    for (auto& st : e.steps)
-      if (!st.text.response.empty()) rows.push_back({&st, 0, 0.0});
+// Log-probs of each step's response under `model` by the training forward,
+// without gradient; the responses to one prompt are scored in one batch
+// (shared prefix), at most `size` responses per batch.
+std::vector<std::vector<float>> ScoreSteps(policy::TransformerLM model,
+                                           const std::vector<const agents::StepData*>& steps,
+                                           int64_t size, const policy::ScoreOptions& sopts) {
+  std::vector<uint64_t> hashes;
+  for (const auto* st : steps) hashes.push_back(st->prompt.hash);
+  std::vector<std::vector<float>> out(steps.size());
   torch::NoGradGuard no_grad;
-  policy::TransformerLM model = c.agent.model, ref_model = c.agent.ref_model;
-  model->eval();
-  agents::ComputeScope compute(c.budget.update, {model, ref_model});
-  for (const auto& mb : PromptMinibatches(rows, c.cfg.minibatch_size, nullptr)) {
+  for (const auto& mb : PromptMinibatches(hashes, size, nullptr)) {
     std::vector<policy::ScoreRequest> reqs;
-    for (size_t i : mb) reqs.push_back({rows[i].step->prompt.tokens, rows[i].step->text.response});
-    auto sb = policy::ScoreResponses(model, reqs, sopts);
-    auto lp = sb.logp.to(torch::kCPU).to(torch::kFloat32).contiguous();
-    torch::Tensor ref;
-    if (ref_model) {
-      auto rs = policy::ScoreResponses(ref_model, reqs, sopts);
-      ref = rs.logp.to(torch::kCPU).to(torch::kFloat32);
-    }
+    for (size_t i : mb) reqs.push_back({steps[i]->prompt.tokens, steps[i]->text.response});
+    auto lp = policy::ScoreResponses(model, reqs, sopts).logp.to(torch::kCPU).to(torch::kFloat32);
     for (size_t j = 0; j < mb.size(); ++j) {
-      auto* st = const_cast<agents::StepData*>(rows[mb[j]].step);
-      const int64_t n = static_cast<int64_t>(st->text.response.size());
-      const float* p = lp[static_cast<int64_t>(j)].data_ptr<float>();
-      st->text.train_logp.assign(p, p + n);
-      st->text.ref_logp.clear();
-      if (ref.defined()) {
-        auto r = ref[static_cast<int64_t>(j)].contiguous();
-        st->text.ref_logp.assign(r.data_ptr<float>(), r.data_ptr<float>() + n);
-      }
+      auto row = lp[static_cast<int64_t>(j)].contiguous();
+      const int64_t n = static_cast<int64_t>(steps[mb[j]]->text.response.size());
+      out[mb[j]].assign(row.data_ptr<float>(), row.data_ptr<float>() + n);
     }
   }
+  return out;
+}
+
+// Fills SampledText::train_logp (and ref_logp with a reference) for every step
+// with a response: the training forward of the weights that played them
+// (agent.model). The forwards count as update work.
+void ScoreOld(const agents::AgentContext& agent, int64_t minibatch_size, agents::Budget& budget,
+              std::vector<agents::EpisodeData>& episodes, const policy::ScoreOptions& sopts) {
+  std::vector<agents::StepData*> steps;
+  for (auto& e : episodes)
+    for (auto& st : e.steps)
+      if (!st.text.response.empty()) steps.push_back(&st);
+  const std::vector<const agents::StepData*> rows(steps.begin(), steps.end());
+  policy::TransformerLM model = agent.model, ref_model = agent.ref_model;
+  model->eval();
+  agents::ComputeScope compute(budget.update, {model, ref_model});
+  auto old = ScoreSteps(model, rows, minibatch_size, sopts);
+  std::vector<std::vector<float>> ref;
+  if (ref_model) ref = ScoreSteps(ref_model, rows, minibatch_size, sopts);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    steps[i]->text.train_logp = std::move(old[i]);
+    steps[i]->text.ref_logp.clear();
+    if (ref_model) steps[i]->text.ref_logp = std::move(ref[i]);
+  }
+}
+
+// pi_prox of every sample: the learner's weights before this update, for a
+// batch played with older ones. Counted as update work.
+void ScoreProx(IterationContext& c, std::vector<TokenSample>& samples,
+               const policy::ScoreOptions& sopts) {
+  std::vector<const agents::StepData*> steps;
+  for (const auto& smp : samples) steps.push_back(smp.step);
+  policy::TransformerLM model = c.agent.model;
+  model->eval();
+  agents::ComputeScope compute(c.budget.update, {model});
+  auto prox = ScoreSteps(model, steps, c.cfg.minibatch_size, sopts);
+  for (size_t i = 0; i < samples.size(); ++i) samples[i].prox_logp = std::move(prox[i]);
 }
 
 // Σ_t kl_t of each step's response under [trainer.kl] (estimator of
@@ -286,6 +314,36 @@ std::vector<std::vector<double>> KlPerStep(const IterationContext& c,
   return out;
 }
 
+// The rounds one iteration may play (more than one only with DAPO's filter).
+int64_t MaxRounds(const TrainerConfig& t) {
+  return t.token.filter_zero_variance_groups ? std::max<int64_t>(1, t.token.max_generation_rounds)
+                                             : 1;
+}
+
+// One round: this rank's groups of TrainSpecs(agent.iteration), played, and
+// scored by the training forward of the weights that played them.
+std::vector<agents::EpisodeData> PlayRound(agents::AgentContext& agent, const TrainerConfig& t,
+                                           uint64_t seed, const Comm& comm, agents::Budget& budget,
+                                           const policy::ScoreOptions& sopts) {
+  auto eps = agents::RunTokenEpisodes(agent, RankSpecs(TrainSpecs(t, seed, agent.iteration), comm),
+                                      envs::Split::kTrain, /*greedy=*/false, budget);
+  ScoreOld(agent, t.minibatch_size, budget, eps, sopts);
+  return eps;
+}
+
+// The first round of an iteration as RolloutAhead plays it (possibly ahead,
+// on its worker): round r of iteration i plays the seeds of i * R + r.
+RolloutAhead::Play FirstRound(const IterationContext& c, const policy::ScoreOptions& sopts) {
+  const TrainerConfig* t = &c.cfg;
+  const Comm* comm = &c.comm;
+  const uint64_t seed = c.seed;
+  return [t, comm, seed, sopts](agents::AgentContext& agent, agents::Budget& budget) {
+    agents::AgentContext round = agent;
+    round.iteration = agent.iteration * MaxRounds(*t);  // sampler streams of this round
+    return PlayRound(round, *t, seed, *comm, budget, sopts);
+  };
+}
+
 // Plays groups on train seeds until episodes_per_iteration / group_size groups
 // are kept (one round unless zero-variance filtering is on). Every round is
 // scored by the training forward at once, so the filter sees the shaped
@@ -294,22 +352,25 @@ std::vector<std::vector<double>> KlPerStep(const IterationContext& c,
 // R = the number of rounds allowed, so without filtering an iteration sees
 // the same seeds as decision PPO's, and rounds never replay seeds or sampler
 // streams.
-Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, int max_new_tokens) {
+Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, int max_new_tokens,
+                      std::vector<agents::EpisodeData> first, int64_t first_tokens) {
   const TrainerConfig& t = c.cfg;
   const int64_t want = t.episodes_per_iteration / t.group_size;
-  const int64_t max_rounds =
-      t.token.filter_zero_variance_groups ? std::max<int64_t>(1, t.token.max_generation_rounds) : 1;
+  const int64_t max_rounds = MaxRounds(t);
   Rollout out;
   int64_t kept_groups = 0;
   while (kept_groups < want && out.rounds < max_rounds) {
-    const int64_t round_it = c.iteration * max_rounds + out.rounds;
-    agents::AgentContext rctx = c.agent;
-    rctx.iteration = round_it;  // sampler streams of this round
-    const int64_t tokens_before = c.budget.generated_tokens;
-    auto eps = agents::RunTokenEpisodes(rctx, RankSpecs(TrainSpecs(t, c.seed, round_it), c.comm),
-                                        envs::Split::kTrain, /*greedy=*/false, c.budget);
-    out.generated.tokens += c.budget.generated_tokens - tokens_before;
-    ScoreOld(c, eps, sopts);
+    std::vector<agents::EpisodeData> eps;
+    if (out.rounds == 0) {
+      eps = std::move(first);
+      out.generated.tokens += first_tokens;
+    } else {
+      agents::AgentContext rctx = c.agent;
+      rctx.iteration = c.iteration * max_rounds + out.rounds;  // sampler streams of this round
+      const int64_t tokens_before = c.budget.generated_tokens;
+      eps = PlayRound(rctx, t, c.seed, c.comm, c.budget, sopts);
+      out.generated.tokens += c.budget.generated_tokens - tokens_before;
+    }
     auto kl = KlPerStep(c, eps);
     std::vector<int64_t> zero;
     if (t.token.filter_zero_variance_groups) zero = ZeroVarianceGroups(ScoreEpisodes(t, max_new_tokens, eps, kl));
@@ -405,13 +466,16 @@ LossBatch BuildLossInputs(IterationContext& c, const std::vector<TokenSample>& s
                           const std::vector<size_t>& which, const policy::ScoreOptions& sopts,
                           const KlConfig& kl_cfg) {
   std::vector<policy::ScoreRequest> reqs;
-  std::vector<const std::vector<float>*> old_rows, roll_rows, ref_rows;
+  std::vector<const std::vector<float>*> old_rows, roll_rows, ref_rows, behav_rows;
   std::vector<double> advs;
   int64_t T = 1;
+  // A batch is played with one weight version: stale (pi_prox given) or not.
+  const bool stale = !which.empty() && !samples[which.front()].prox_logp.empty();
   for (size_t k : which) {
     const auto& smp = samples[k];
     reqs.push_back({smp.step->prompt.tokens, smp.step->text.response});
-    old_rows.push_back(&smp.step->text.train_logp);
+    old_rows.push_back(stale ? &smp.prox_logp : &smp.step->text.train_logp);
+    behav_rows.push_back(&smp.step->text.train_logp);
     roll_rows.push_back(&smp.step->text.rollout_logp);
     ref_rows.push_back(&smp.step->text.ref_logp);
     advs.push_back(smp.advantage);
@@ -427,6 +491,7 @@ LossBatch BuildLossInputs(IterationContext& c, const std::vector<TokenSample>& s
   b.in.advantages = torch::tensor(advs, torch::kFloat64).to(dev);
   if (c.cfg.loss.engine.kind != "none") b.in.rollout_log_prob = PadRows(roll_rows, T).to(dev);
   if (kl_cfg.coef > 0) b.in.ref_log_prob = PadRows(ref_rows, T).to(dev);
+  if (stale) b.in.behav_log_prob = PadRows(behav_rows, T).to(dev);
   return b;
 }
 
@@ -444,7 +509,9 @@ const std::map<std::string, std::string>& MetricReduction() {
       {"approx_kl", "mean"},       {"engine/kl", "mean"},
       {"engine/ratio_mean", "mean"}, {"engine/capped_frac", "mean"},
       {"engine/weight_mean", "mean"}, {"engine/masked_frac", "mean"},
-      {"engine/logp_gap_abs", "mean"}};
+      {"engine/logp_gap_abs", "mean"}, {"staleness/kl", "mean"},
+      {"staleness/ratio_mean", "mean"}, {"staleness/weight_mean", "mean"},
+      {"staleness/capped_frac", "mean"}};
   return m;
 }
 
@@ -550,6 +617,30 @@ void AppendEngineMetrics(const std::vector<TokenSample>& samples, const EngineCo
   for (const auto& [k, v] : ReduceMetrics(local, tokens, comm)) metrics.push_back({k, v});
 }
 
+// Staleness-correction statistics of a batch played with older weights
+// (samples carry pi_prox), token-weighted over the job, as the loss applies them.
+void AppendStalenessMetrics(const std::vector<TokenSample>& samples,
+                            const StalenessConfig& staleness, Comm& comm, Metrics& metrics) {
+  std::map<std::string, double> local;
+  double tokens = 0;
+  if (!samples.empty()) {
+    std::vector<const std::vector<float>*> prox_rows, behav_rows;
+    std::vector<int64_t> lengths;
+    int64_t T = 1;
+    for (const auto& smp : samples) {
+      prox_rows.push_back(&smp.prox_logp);
+      behav_rows.push_back(&smp.step->text.train_logp);
+      lengths.push_back(static_cast<int64_t>(smp.step->text.response.size()));
+      T = std::max(T, lengths.back());
+      tokens += static_cast<double>(lengths.back());
+    }
+    local = CorrectStaleness(staleness, PadRows(prox_rows, T), PadRows(behav_rows, T),
+                             LengthMask(lengths, T))
+                .metrics;
+  }
+  for (const auto& [k, v] : ReduceMetrics(local, tokens, comm)) metrics.push_back({k, v});
+}
+
 // What the update accumulates over its optimiser steps.
 struct UpdateTotals {
   std::map<std::string, double> sums;  // the job's loss metrics, summed over steps
@@ -585,8 +676,8 @@ double MinibatchStep(IterationContext& c, Optimizer& opt, const std::vector<Toke
     auto res = PolicyLoss(s.loss, s.kl, lb.in);
     res.loss.backward();
     loss_value = res.loss.item<double>();
-    for (const auto& [k, v] : res.metrics)
-      if (k.rfind("engine/", 0) != 0) local_metrics[k] = v;  // engine/* is reported once, on the whole batch
+    for (const auto& [k, v] : res.metrics)  // engine/*, staleness/*: once, on the whole batch
+      if (k.rfind("engine/", 0) != 0 && k.rfind("staleness/", 0) != 0) local_metrics[k] = v;
   }
   c.comm.AllReduceGradients(params);
   loss_value = c.comm.Sum(loss_value, "loss");
@@ -660,16 +751,26 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
       sampler.options().temperature > 0 ? sampler.options().temperature : 1.0;  // match the sampler
 
   const double t_rollout = Seconds();
-  Rollout ro = CollectGroups(c, sopts, max_new_tokens);
+  const int64_t tokens_before = c.budget.generated_tokens;
+  PlayedBatch batch = ahead_->Take(c.agent, t.iterations, c.budget, FirstRound(c, sopts));
+  JoinOnExit join_on_exit(*ahead_);  // the worker plays ahead while this iteration updates
+  Rollout ro = CollectGroups(c, sopts, max_new_tokens, std::move(batch.episodes),
+                             c.budget.generated_tokens - tokens_before);
   Metrics metrics = GeneratedMetrics(ro, c.comm);
   c.budget.groups_generated += ro.generated.groups;
   c.budget.groups_kept += ro.kept_work.groups;
-  c.recorder.Episodes(ro.kept, c.agent);
-  c.recorder.Episodes(ro.dropped, c.agent);
+  agents::AgentContext played = c.agent;  // the store records the weights that played them
+  played.policy_version = batch.version;
+  c.recorder.Episodes(ro.kept, played);
+  c.recorder.Episodes(ro.dropped, played);
 
   auto samples = TokenAdvantages(t, max_new_tokens, ro.kept, ro.kept_kl, &c.comm);
   const JobSamples job = GatherSamples(samples, ro.kept, c.comm);
   AppendEngineMetrics(samples, t.loss.engine, c.comm, metrics);
+  if (batch.version < c.iteration && t.loss.staleness.kind == "decoupled") {
+    ScoreProx(c, samples, sopts);
+    AppendStalenessMetrics(samples, t.loss.staleness, c.comm, metrics);
+  }
   const LossSettings settings = ResolveLossSettings(c, sopts, max_new_tokens);
 
   // Rank 0's responses (the same count of episodes in both planes).
@@ -681,6 +782,7 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
   sampler.SyncWeights(c.agent.model);
   c.budget.samples_used += static_cast<int64_t>(samples.size());
   c.budget.tokens_used += ro.kept_work.tokens;
+  const double wait_s = ahead_->Join();
 
   const double u = static_cast<double>(std::max<int64_t>(totals.updates, 1));
   metrics.push_back({"losses/policy", totals.loss / u});
@@ -691,6 +793,7 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
   metrics.push_back({"charts/epochs", static_cast<double>(totals.epochs)});
   metrics.push_back({"charts/responses", static_cast<double>(job.rank.size())});
   metrics.push_back({"time/rollout_and_scoring_s", t_update - t_rollout});
+  for (const auto& kv : AsyncMetrics(t.max_staleness, c.iteration, batch, wait_s, c.comm)) metrics.push_back(kv);
   AppendSamplingMetrics(ro, c.comm, metrics);
   return metrics;
 }

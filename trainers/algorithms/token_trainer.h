@@ -18,6 +18,7 @@
 
 #include "core/rng.h"
 #include "trainers/runtime/optim.h"
+#include "trainers/runtime/rollout_ahead.h"
 #include "policy/reading/scoring.h"
 #include "trainers/runtime/trainer.h"
 #include "trainers/losses/loss_config.h"
@@ -29,6 +30,11 @@ struct TokenSample {
   const agents::StepData* step = nullptr;
   int episode = 0;  // index into the kept episodes
   double advantage = 0;
+  // log pi_prox per response token: the learner's weights before this update,
+  // when the episode was played with older ones (asynchronous rollouts with
+  // loss.staleness.kind = decoupled); step->text.train_logp is then pi_behav.
+  // Empty: the batch is on-policy, and train_logp is the surrogate's anchor.
+  std::vector<float> prox_logp;
 };
 
 class TokenTrainer : public Trainer {
@@ -43,6 +49,7 @@ class TokenTrainer : public Trainer {
   Metrics Snr(IterationContext& c, const std::vector<TokenSample>& samples,
               const LossConfig& loss_cfg, const policy::ScoreOptions& sopts);
   std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<RolloutAhead> ahead_;  // trainer.max_staleness (0: synchronous)
 };
 
 // The shaped scores the advantages compare, and their groups. The score of a response is

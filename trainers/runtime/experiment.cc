@@ -111,6 +111,10 @@ void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
   n.Get("minibatch_size", minibatch_size,
         "decisions (decision plane) or responses (token plane) per step",
         IntRange::Closed(1, kMaxBatch));
+  n.Get("max_staleness", max_staleness,
+        "asynchronous rollouts: train on episodes played with weights up to this many updates "
+        "old while a worker plays ahead (0 = synchronous)",
+        IntRange::Closed(0, 64));
   n.Get("target_kl", target_kl,
         decision_plane
             ? "stop an iteration's epochs once the epoch's mean exact KL(old || new) of the "
@@ -350,6 +354,16 @@ void ExperimentConfig::CheckConsistency() const {
         "set trainer.group_size >= 2 (and episodes_per_iteration a multiple of it), or use "
         "estimator 'gae' in the decision plane");
   if (AdvantageRegistry::Global().Make(est)->needs_steps()) CheckStepRowEstimator(root, t);
+  // A worker plays one batch ahead per iteration; dynamic sampling decides
+  // within an iteration how many rounds to play, from the whole job's groups.
+  if (t.max_staleness > 0 && t.token.filter_zero_variance_groups &&
+      TrainerPresetRegistry::Global().Get(t.algorithm).factory()->plane == policy::Plane::kToken)
+    throw ConfigError(
+        fmt::format("{}: asynchronous rollouts play each batch ahead in one round, but "
+                    "trainer.sampling.filter_zero_variance_groups resamples rounds until the "
+                    "batch is full (DAPO)",
+                    root.Section("trainer").Where("max_staleness")),
+        "set trainer.max_staleness = 0, or trainer.sampling.filter_zero_variance_groups = false");
   if (t.decision.all_action() && readout.off_menu_outcome())
     throw ConfigError(
         fmt::format(

@@ -90,6 +90,10 @@ struct TrainerConfig {
   int num_envs = 16;                       // episodes played in lockstep (batch of one forward)
   int64_t epochs = 4;                      // passes over the rollout batch
   int64_t minibatch_size = 64;             // decisions (decision plane) / responses (token plane)
+  // Asynchronous rollouts (trainers/runtime/rollout_ahead.h): iteration i
+  // trains on episodes played with the weights of version max(0, i - s), the
+  // policy after that many updates, while a worker plays ahead. 0 = synchronous.
+  int64_t max_staleness = 0;
   double target_kl = 0.0;  // stop an iteration's epochs once the epoch's mean KL(old||new)
                            // exceeds it (0 = off)
   // Per-episode policy-gradient SNR (GradientSnr) every k iterations (0 = off),

@@ -5,6 +5,11 @@
 // trainer.sampling.on_partial_batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
+#include "memory/query.h"
+
 #include "tests/trainers/algorithms/token_rig.h"
 #include "tests/trainers/algorithms/warm_start.h"
 #include "tests/trainers/algorithms/warm_start_configs.h"
@@ -120,6 +125,34 @@ TEST(TokenBudget, GigpoTrainsWithStepGroups) {
   auto m = run.Iterate(0);
   EXPECT_EQ(MetricValue(m, "sampling/kept_groups"), 4);
   EXPECT_EQ(run.session().budget.update.backwards, MetricValue(m, "charts/epochs"));
+}
+
+// Asynchronous GRPO (trainer.max_staleness = 1) with LoRA adapters and a bf16
+// rollout engine: iteration i trains on episodes played with the adapters of
+// update max(0, i - 1), and the store records that version. The staleness
+// weight (pi_prox / pi_behav, both by the float32 training forward) is
+// reported apart from the engine gap (pi_behav against the bf16 engine).
+TEST(TokenBudget, AsyncGrpoWithLoraTrainsOnEpisodesOneUpdateOld) {
+  const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
+  TokenRun run("grpo_async", kBanditSftToml,
+               {"policy.init=" + ckpt, "trainer.algorithm=grpo", "trainer.episodes_per_iteration=16",
+                "trainer.group_size=4", "trainer.epochs=1", "sampler.max_new_tokens=8",
+                "policy.lora.rank=4", "policy.lora.alpha=64", "trainer.lr=1e-2",
+                "sampler.dtype=bfloat16", "trainer.max_staleness=1"});
+  double largest_gap = 0;
+  for (int64_t it = 0; it < 5; ++it) {
+    auto m = run.Iterate(it);
+    EXPECT_EQ(MetricValue(m, "async/version_lag"), it == 0 ? 0 : 1) << it;
+    EXPECT_EQ(HasMetric(m, "staleness/weight_mean"), it > 0) << it;
+    EXPECT_NE(MetricValue(m, "engine/logp_gap_abs"), 0) << "bf16 engine vs float32 forward";
+    if (it > 0) largest_gap = std::max(largest_gap, std::abs(MetricValue(m, "staleness/kl")));
+  }
+  EXPECT_GT(largest_gap, 0) << "the adapters moved, so some batch was off-policy";
+  EXPECT_EQ(memory::FormatCsv(run.Query(
+                "SELECT iteration, min(policy_version), max(policy_version) FROM episodes "
+                "WHERE split = 'train' GROUP BY iteration ORDER BY iteration")),
+            "iteration,min(policy_version),max(policy_version)\n0,0,0\n1,0,0\n2,1,1\n3,2,2\n"
+            "4,3,3\n");
 }
 
 // The tokens every stage of the budget booked, summed.

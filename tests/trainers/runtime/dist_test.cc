@@ -126,6 +126,23 @@ TEST(Dist, TwoRanksGiveOneProcessUpdateGigpo) {
             1e-6);
 }
 
+// Asynchronous rollouts on ranks: each rank's worker plays that rank's share
+// ahead with its own copies of the weights, the learners all-reduce as ever,
+// so two ranks still give one process's update, in both planes; every
+// episode records the version it was played with.
+TEST(Dist, TwoRanksGiveOneProcessUpdateWithAsyncRollouts) {
+  TempDir tmp("dist_async");
+  EXPECT_LT(OneVsTwoRanks(tmp, "bandit_ppo.toml", "--set trainer.max_staleness=1"), 1e-6);
+  const std::string q =
+      "SELECT e.iteration, e.policy_version, COUNT(*), ROUND(SUM(s.logp_rollout), 4) FROM "
+      "episodes e JOIN steps s ON s.episode_id = e.id WHERE e.split = 'train' "
+      "GROUP BY e.iteration, e.policy_version ORDER BY e.iteration";
+  EXPECT_EQ(Sql(tmp, "one", q), Sql(tmp, "two", q));
+  EXPECT_NE(Sql(tmp, "two", q).find("2,1,"), std::string::npos) << "iteration 2 played by version 1";
+  TempDir token("dist_async_grpo");
+  EXPECT_LT(OneVsTwoRanks(token, "bandit_grpo.toml", "--set trainer.max_staleness=2"), 1e-6);
+}
+
 TEST(Dist, DapoDynamicSamplingIsCoordinatedAcrossRanks) {
   // Zero-variance groups are dropped and refilled in later rounds; the job
   // keeps the same groups, in the same order, as one process.

@@ -260,6 +260,117 @@ TEST(TrainLoop, ResumeWithMemoryEqualsAnUninterruptedRun) {
   });
 }
 
+// ---- asynchronous rollouts (trainer.max_staleness) ---------------------------
+
+// Metrics that do not depend on timing (DeterministicMetrics without the
+// worker's and the learner's seconds).
+std::map<std::pair<int64_t, std::string>, double> TimelessMetrics(const std::string& dir) {
+  auto m = DeterministicMetrics(dir);
+  for (auto it = m.begin(); it != m.end();)
+    it = it->first.second == "async/rollout_s" || it->first.second == "async/wait_s" ? m.erase(it)
+                                                                                       : std::next(it);
+  return m;
+}
+
+// The train episodes and their decisions by (iteration, env seed), without
+// store ids: a batch played ahead takes its ids before the evaluation that
+// precedes it in the synchronous run.
+std::string TrainPlays(const std::string& dir) {
+  return memory::FormatCsv(Query(
+      dir,
+      "SELECT e.iteration, e.seed, e.ret, s.t, s.action, s.reward, s.logp_rollout FROM steps s "
+      "JOIN episodes e ON e.id = s.episode_id WHERE e.split = 'train' "
+      "ORDER BY e.iteration, e.seed, e.ret, s.t, s.action"));
+}
+
+// A learning rate too small to move a float32 weight leaves every version of
+// the weights equal, so the worker's copies must play exactly the synchronous
+// run's episodes, and every evaluation must agree: the machinery of playing
+// ahead (copies, order, budget, records) changes nothing by itself.
+TEST(AsyncRollouts, WithWeightsThatNeverMoveTheyPlayTheSynchronousEpisodes) {
+  TempDir sync_dir("async_sync"), async_dir("async_ahead");
+  RunTraining(*Experiment(LoopToml(), {"trainer.lr=1e-30"}), sync_dir.str());
+  RunTraining(*Experiment(LoopToml(), {"trainer.lr=1e-30", "trainer.max_staleness=2"}),
+              async_dir.str());
+  EXPECT_EQ(TrainPlays(sync_dir.str()), TrainPlays(async_dir.str()));
+  auto a = TimelessMetrics(sync_dir.str()), b = TimelessMetrics(async_dir.str());
+  for (const auto& [key, value] : a) {
+    const std::string& k = key.second;
+    if (k.rfind("rollout/", 0) == 0 || k.rfind("eval/", 0) == 0 || k == "budget/env_steps" ||
+        k == "budget/rollout_flops") {
+      ASSERT_TRUE(b.count(key)) << k << " @" << key.first;
+      EXPECT_EQ(value, b[key]) << k << " @" << key.first;
+    }
+  }
+  // Stale batches read pi_prox, equal to pi_behav here: weight 1.
+  EXPECT_NEAR(b.at({3, "staleness/weight_mean"}), 1.0, 1e-5);
+  EXPECT_EQ(b.at({3, "async/version_lag"}), 2);
+  EXPECT_EQ(a.count({3, "async/version_lag"}), 0u) << "a synchronous run reports no async/*";
+}
+
+// With weights that learn, a run two updates stale repeats itself exactly,
+// iteration i trains on the episodes of version max(0, i - 2) (the store
+// records it per episode), and only its stale batches carry staleness/*
+// (none at all with staleness.kind = none, which clips around pi_behav).
+TEST(AsyncRollouts, StaleRunsRepeatAndRecordTheWeightsTheirEpisodesWerePlayedWith) {
+  auto cfg = Experiment(LoopToml(), {"trainer.max_staleness=2"});
+  TempDir first("async_first"), second("async_second"), naive("async_naive");
+  RunTraining(*cfg, first.str());
+  RunTraining(*cfg, second.str());
+  const auto a = TimelessMetrics(first.str()), b = TimelessMetrics(second.str());
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [key, value] : a) EXPECT_EQ(value, b.at(key)) << key.second << " @" << key.first;
+  EXPECT_EQ(memory::FormatCsv(Query(first.str(),
+                                    "SELECT iteration, min(policy_version), max(policy_version) "
+                                    "FROM episodes WHERE split = 'train' GROUP BY iteration")),
+            "iteration,min(policy_version),max(policy_version)\n0,0,0\n1,0,0\n2,0,0\n3,1,1\n");
+  const int64_t lags[] = {0, 1, 2, 2};
+  for (int64_t it = 0; it < 4; ++it) {
+    EXPECT_EQ(a.at({it, "async/version_lag"}), lags[it]);
+    EXPECT_EQ(a.count({it, "staleness/weight_mean"}), it > 0 ? 1u : 0u) << it;
+  }
+  EXPECT_NE(a.at({3, "staleness/kl"}), 0) << "two updates moved the policy";
+
+  RunTraining(*Experiment(LoopToml(), {"trainer.max_staleness=2", "trainer.loss.staleness.kind=none"}),
+              naive.str());
+  const auto n = TimelessMetrics(naive.str());
+  EXPECT_EQ(n.count({3, "staleness/weight_mean"}), 0u);
+  EXPECT_EQ(n.at({3, "async/version_lag"}), 2);
+  EXPECT_NE(n.at({3, "losses/policy"}), a.at({3, "losses/policy"}))
+      << "clipping around pi_behav is not the decoupled loss";
+}
+
+// --resume of an asynchronous run: the checkpoint holds the weight versions the
+// batches after it are played with, so a crashed run resumes to the same
+// weights and metrics as an uninterrupted one.
+TEST(AsyncRollouts, ResumeAfterACrashEqualsAnUninterruptedRun) {
+  auto cfg = Experiment(LoopToml(), {"trainer.max_staleness=1"});
+  TempDir whole("async_whole"), crashed("async_crashed");
+  TrainResult full = RunTraining(*cfg, whole.str());
+  {
+    CrashingTrainer trainer(MakeTrainer(*cfg), /*crash_at=*/3);
+    trainers::Run s(*cfg, {.out_dir = crashed.str(), .quiet = true});
+    EXPECT_THROW(Train(s, trainer, {.quiet = true}), std::runtime_error);
+  }
+  EXPECT_TRUE(fs::exists(crashed.path() / "checkpoints" / "iter_000001" / "behaviour_v1.pt"));
+  TrainResult resumed = RunTraining(*cfg, crashed.str(), /*resume=*/true);
+  ExpectSameWeights(full.final_checkpoint, resumed.final_checkpoint);
+  const auto a = TimelessMetrics(whole.str()), b = TimelessMetrics(crashed.str());
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [key, value] : a) EXPECT_EQ(value, b.at(key)) << key.second << " @" << key.first;
+  EXPECT_EQ(TrainPlays(whole.str()), TrainPlays(crashed.str()));
+
+  // A run resumed with more staleness than it was started with lacks those weights.
+  auto more = Experiment(LoopToml(), {"trainer.max_staleness=3", "trainer.iterations=6"});
+  try {
+    RunTraining(*more, crashed.str(), /*resume=*/true);
+    ADD_FAILURE() << "resumed without the weights of version 1";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("which this run does not hold"), std::string::npos)
+        << e.what();
+  }
+}
+
 // With memory on, an evaluation reads only its own items: greedy-then-sampled
 // and sampled-then-greedy give the same results.
 TEST(TrainLoop, EvaluationResultsDoNotDependOnTheirOrder) {

@@ -129,6 +129,28 @@ TEST(TrainerConfig, KeysOfAnotherAlgorithmAreErrors) {
   EXPECT_NE(typo.find("vf_coef"), std::string::npos) << typo;
 }
 
+// trainer.max_staleness and [trainer.loss.staleness] are read in both planes;
+// DAPO's resampled rounds cannot be played ahead.
+TEST(TrainerConfig, AsynchronousRolloutsInBothPlanesButNotWithDapoRounds) {
+  EXPECT_EQ(ErrorOf({"trainer.max_staleness=2", "trainer.loss.staleness.cap=3"}), "");
+  EXPECT_EQ(ErrorOf({"trainer.algorithm=grpo", "trainer.max_staleness=4",
+                     "trainer.loss.staleness.kind=none"}),
+            "");
+  auto e = ErrorOf({"trainer.algorithm=dapo", "trainer.max_staleness=1"});
+  EXPECT_NE(e.find("max_staleness"), std::string::npos) << e;
+  EXPECT_NE(e.find("filter_zero_variance_groups = false"), std::string::npos) << e;
+  EXPECT_EQ(ErrorOf({"trainer.algorithm=dapo", "trainer.max_staleness=1",
+                     "trainer.sampling.filter_zero_variance_groups=false"}),
+            "");
+  for (const char* set : {"trainer.max_staleness=-1", "trainer.loss.staleness.cap=0"}) {
+    const std::string key = std::string(set).substr(0, std::string(set).find('='));
+    e = ErrorOf({set});
+    EXPECT_NE(e.find("'" + key + "'"), std::string::npos) << set << ": " << e;
+  }
+  e = ErrorOf({"trainer.loss.staleness.kind=late"});
+  EXPECT_NE(e.find("decoupled"), std::string::npos) << e;
+}
+
 TEST(TrainerConfig, BadValuesNameTheKey) {
   for (const char* set : {"trainer.iterations=-1", "trainer.epochs=0", "trainer.lr=nan",
                           "trainer.adam_beta1=2", "trainer.vf_coef=inf", "trainer.ent_coef=-0.1",
