@@ -45,27 +45,7 @@ class TrainBench final : public Benchmark {
     threads_ = cli::GlobalThreads().value_or(0);  // rlid --threads N
     if (iterations_ < 1)
       throw ConfigError(fmt::format("--iterations must be >= 1, found {}", iterations_));
-    const std::string toml =
-        fmt::format(R"(
-[run]
-name = "bench_train"
-seed = 1
-threads = {}
-[env]
-name = "{}"
-[policy]
-preset = "tiny"
-[trainer]
-algorithm = "{}"
-iterations = {}
-episodes_per_iteration = {}
-num_envs = {}
-minibatch_size = 64
-)",
-                    threads_, env_, algorithm_, iterations_ + 1, episodes_, episodes_);
-    Config raw = Config::FromString(toml, "bench train");
-    raw.ApplyOverrides(sets_);
-    auto cfg = trainers::ExperimentConfig::FromConfig(std::move(raw));
+    auto cfg = BenchTrainConfig(env_, algorithm_, iterations_ + 1, episodes_, threads_, sets_);
 
     const bool scratch = dir_.empty();
     fs::path root = scratch

@@ -1,8 +1,38 @@
 #include "bench/training_arm.h"
 
+#include <fmt/format.h>
+
 #include "bench/bench.h"
+#include "core/config.h"
 
 namespace rlid::bench {
+
+std::unique_ptr<trainers::ExperimentConfig> BenchTrainConfig(const std::string& env,
+                                                             const std::string& algorithm,
+                                                             int64_t iterations, int64_t episodes,
+                                                             int threads,
+                                                             const std::vector<std::string>& sets) {
+  const std::string toml = fmt::format(R"(
+[run]
+name = "bench_train"
+seed = 1
+threads = {}
+[env]
+name = "{}"
+[policy]
+preset = "tiny"
+[trainer]
+algorithm = "{}"
+iterations = {}
+episodes_per_iteration = {}
+num_envs = {}
+minibatch_size = 64
+)",
+                                       threads, env, algorithm, iterations, episodes, episodes);
+  Config raw = Config::FromString(toml, "bench train");
+  raw.ApplyOverrides(sets);
+  return trainers::ExperimentConfig::FromConfig(std::move(raw));
+}
 
 TrainingArm::TrainingArm(const trainers::ExperimentConfig& cfg, const std::string& dir, bool record)
     : trainer(trainers::TrainerRegistry::Global().Make(cfg.trainer.algorithm)),

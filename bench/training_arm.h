@@ -6,11 +6,21 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "agents/budget.h"
 #include "trainers/runtime/trainer.h"
 
 namespace rlid::bench {
+
+// The config of a training benchmark: `algorithm` on `env` (default
+// parameters) with a tiny model, `episodes` per iteration all in lockstep,
+// `iterations` iterations, `threads` LibTorch threads, then `sets` applied.
+std::unique_ptr<trainers::ExperimentConfig> BenchTrainConfig(const std::string& env,
+                                                             const std::string& algorithm,
+                                                             int64_t iterations, int64_t episodes,
+                                                             int threads,
+                                                             const std::vector<std::string>& sets);
 
 class TrainingArm {
  public:

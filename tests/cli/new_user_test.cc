@@ -267,5 +267,21 @@ TEST(NewUser, ThreadsIsOneFlagEverywhere) {
   }
 }
 
+// `rlid bench async` times the synchronous loop and each staleness in one run
+// and reports each arm's speed-up against the synchronous one.
+TEST(NewUser, BenchAsyncReportsTheSpeedUpOfEachStaleness) {
+  auto r = RunRlidProcess(
+      "bench async --algorithm grpo --staleness 1 --iterations 1 --episodes 8 --threads 1 "
+      "--set sampler.max_new_tokens=4 --set trainer.group_size=4 --set trainer.epochs=1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("max_staleness 0:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("max_staleness 1:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("speed-up 1.00x"), std::string::npos) << "the synchronous arm is the unit\n"
+                                                             << r.out;
+  auto bad = RunRlidProcess("bench async --staleness 0 --iterations 1");
+  EXPECT_NE(bad.code, 0) << bad.out;
+  EXPECT_NE(bad.out.find("--staleness takes values >= 1"), std::string::npos) << bad.out;
+}
+
 }  // namespace
 }  // namespace rlid
