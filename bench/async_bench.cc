@@ -51,7 +51,8 @@ class AsyncBench final : public Benchmark {
       if (s < 1) throw ConfigError(fmt::format("--staleness takes values >= 1, found {}", s));
       levels.push_back(s);
     }
-    const fs::path root = fs::temp_directory_path() / fmt::format("rlid_async_bench_{}", ::getpid());
+    const fs::path root =
+        fs::temp_directory_path() / fmt::format("rlid_async_bench_{}", ::getpid());
     fs::remove_all(root);
     struct Arm {
       int64_t staleness;
@@ -88,8 +89,7 @@ class AsyncBench final : public Benchmark {
     out["threads"] = threads;
     double base_rate = 0;
     for (auto& a : arms) {
-      const double steps =
-          static_cast<double>(a.run->session->budget.env_steps - a.steps0);
+      const double steps = static_cast<double>(a.run->session->budget.env_steps - a.steps0);
       const double rate = steps / a.run->seconds;
       if (a.staleness == 0) base_rate = rate;
       nlohmann::json row = {{"max_staleness", a.staleness},

@@ -181,7 +181,8 @@ TEST(StoreResume, TruncateRunDeletesEpisodesPlayedAheadOfTheCheckpoint) {
   ahead.iteration = 2;  // played during iteration 1, trained on (and recorded) in iteration 2
   store->WriteEpisode(kept);
   store->WriteEpisode(ahead);
-  const TruncateResult r = store->TruncateRun(run, /*last_iteration=*/1, /*last_episode_id=*/ahead.id);
+  const TruncateResult r =
+      store->TruncateRun(run, /*last_iteration=*/1, /*last_episode_id=*/ahead.id);
   EXPECT_EQ(r.episodes, 1);
   EXPECT_EQ(r.memory_items, 1);
   EXPECT_EQ(Count(*store, "SELECT COUNT(*) FROM episodes"), 1);

@@ -23,12 +23,12 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/rng.h"
-#include "trainers/runtime/rollout_ahead.h"
-#include "trainers/runtime/trainer.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/decision_losses.h"
 #include "trainers/losses/losses.h"
 #include "trainers/losses/tensor_checks.h"
+#include "trainers/runtime/rollout_ahead.h"
+#include "trainers/runtime/trainer.h"
 
 namespace rlid::trainers {
 
@@ -205,8 +205,9 @@ Forward ReadDecisions(const agents::AgentContext& agent, const std::vector<Decis
 // pi_prox for a batch played with older weights: the learner's decision
 // distributions before its update replace old_dist / old_logp, and the
 // rollout's log p moves to behav_logp. One readout without gradient per
-// minibatch-sized chunk, counted as update work.
-void ReadProx(IterationContext& c, Batch& b, bool all_action) {
+// minibatch-sized chunk, counted as update work. (The all-action estimator
+// takes no ratio, so it never needs this.)
+void ReadProx(IterationContext& c, Batch& b) {
   torch::NoGradGuard no_grad;
   c.agent.model->eval();
   agents::ComputeScope compute(c.budget.update, {c.agent.model});
@@ -216,7 +217,8 @@ void ReadProx(IterationContext& c, Batch& b, bool all_action) {
     std::vector<int64_t> idx;
     for (int64_t i = b0; i < std::min(b.size(), b0 + c.cfg.minibatch_size); ++i) idx.push_back(i);
     auto fw = ReadDecisions(c.agent, b.dec, idx,
-                            b.outcome.index_select(0, torch::tensor(idx, torch::kInt64)), all_action);
+                            b.outcome.index_select(0, torch::tensor(idx, torch::kInt64)),
+                            /*all_action=*/false);
     auto dist = fw.dist.to(torch::kCPU).to(torch::kFloat32).contiguous();
     auto logp = fw.logp.to(torch::kCPU).contiguous();
     for (size_t j = 0; j < idx.size(); ++j) {
@@ -341,8 +343,9 @@ class PpoDecisionTrainer final : public Trainer {
     Batch batch = FlattenDecisions(episodes, c.agent.readout, t, use_ref, it);
     const JobSlice slice = SliceOfJob(c.comm, batch.size());
     if (played.version < it && t.loss.staleness.kind == "decoupled" && !all_action) {
-      ReadProx(c, batch, all_action);
-      for (const auto& kv : StalenessMetrics(t.loss.staleness, batch, c.comm)) metrics.push_back(kv);
+      ReadProx(c, batch);
+      for (const auto& kv : StalenessMetrics(t.loss.staleness, batch, c.comm))
+        metrics.push_back(kv);
     }
 
     // ---- 2. advantages (per episode or per group: no other rank needed) ----------
@@ -468,7 +471,8 @@ class PpoDecisionTrainer final : public Trainer {
     }
     torch::Tensor pg;
     if (!all_action) {
-      const torch::Tensor behav = batch.behav_logp.defined() ? pick(batch.behav_logp) : torch::Tensor();
+      const torch::Tensor behav =
+          batch.behav_logp.defined() ? pick(batch.behav_logp) : torch::Tensor();
       auto res = DecisionPpoLoss(t.loss, fw.logp, pick(batch.old_logp), adv, {M, M}, behav);
       pg = res.loss;
       terms.clip_frac = (res.metrics.count("clip_frac") ? res.metrics["clip_frac"] : 0.0) * share;
@@ -521,9 +525,8 @@ class PpoDecisionTrainer final : public Trainer {
           const auto dev = fw.dist.device();
           torch::Tensor loss;
           if (!all_action) {
-            const torch::Tensor behav = b.behav_logp.defined()
-                                            ? b.behav_logp.index_select(0, ix).to(dev)
-                                            : torch::Tensor();
+            const torch::Tensor behav =
+                b.behav_logp.defined() ? b.behav_logp.index_select(0, ix).to(dev) : torch::Tensor();
             loss = DecisionPpoLoss(c.cfg.loss, fw.logp, b.old_logp.index_select(0, ix).to(dev),
                                    adv.index_select(0, ix).to(dev), {total, total}, behav)
                        .loss;
@@ -546,7 +549,8 @@ class PpoDecisionTrainer final : public Trainer {
     const Comm* comm = &c.comm;
     const uint64_t seed = c.seed;
     return [t, comm, seed](agents::AgentContext& agent, agents::Budget& budget) {
-      return agents::RunDecisionEpisodes(agent, RankSpecs(TrainSpecs(*t, seed, agent.iteration), *comm),
+      return agents::RunDecisionEpisodes(agent,
+                                         RankSpecs(TrainSpecs(*t, seed, agent.iteration), *comm),
                                          envs::Split::kTrain, /*greedy=*/false, budget);
     };
   }

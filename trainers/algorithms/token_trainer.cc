@@ -503,15 +503,21 @@ namespace {
 // already divided by the job's counts, "mean" for means over the rank's loss
 // tokens (weighted by them).
 const std::map<std::string, std::string>& MetricReduction() {
-  static const std::map<std::string, std::string> m = {
-      {"pg_loss", "sum"},          {"kl", "sum"},
-      {"clip_frac", "mean"},       {"clip_frac_lower", "mean"},
-      {"approx_kl", "mean"},       {"engine/kl", "mean"},
-      {"engine/ratio_mean", "mean"}, {"engine/capped_frac", "mean"},
-      {"engine/weight_mean", "mean"}, {"engine/masked_frac", "mean"},
-      {"engine/logp_gap_abs", "mean"}, {"staleness/kl", "mean"},
-      {"staleness/ratio_mean", "mean"}, {"staleness/weight_mean", "mean"},
-      {"staleness/capped_frac", "mean"}};
+  static const std::map<std::string, std::string> m = {{"pg_loss", "sum"},
+                                                       {"kl", "sum"},
+                                                       {"clip_frac", "mean"},
+                                                       {"clip_frac_lower", "mean"},
+                                                       {"approx_kl", "mean"},
+                                                       {"engine/kl", "mean"},
+                                                       {"engine/ratio_mean", "mean"},
+                                                       {"engine/capped_frac", "mean"},
+                                                       {"engine/weight_mean", "mean"},
+                                                       {"engine/masked_frac", "mean"},
+                                                       {"engine/logp_gap_abs", "mean"},
+                                                       {"staleness/kl", "mean"},
+                                                       {"staleness/ratio_mean", "mean"},
+                                                       {"staleness/weight_mean", "mean"},
+                                                       {"staleness/capped_frac", "mean"}};
   return m;
 }
 
@@ -793,7 +799,8 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
   metrics.push_back({"charts/epochs", static_cast<double>(totals.epochs)});
   metrics.push_back({"charts/responses", static_cast<double>(job.rank.size())});
   metrics.push_back({"time/rollout_and_scoring_s", t_update - t_rollout});
-  for (const auto& kv : AsyncMetrics(t.max_staleness, c.iteration, batch, wait_s, c.comm)) metrics.push_back(kv);
+  for (const auto& kv : AsyncMetrics(t.max_staleness, c.iteration, batch, wait_s, c.comm))
+    metrics.push_back(kv);
   AppendSamplingMetrics(ro, c.comm, metrics);
   return metrics;
 }

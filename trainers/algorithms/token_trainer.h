@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "policy/reading/scoring.h"
+#include "trainers/losses/loss_config.h"
 #include "trainers/runtime/optim.h"
 #include "trainers/runtime/rollout_ahead.h"
-#include "policy/reading/scoring.h"
 #include "trainers/runtime/trainer.h"
-#include "trainers/losses/loss_config.h"
 
 namespace rlid::trainers {
 

@@ -243,7 +243,8 @@ EngineCorrection CorrectEngine(const EngineConfig& cfg, const torch::Tensor& old
 }
 
 StalenessCorrection CorrectStaleness(const StalenessConfig& cfg, const torch::Tensor& prox_log_prob,
-                                     const torch::Tensor& behav_log_prob, const torch::Tensor& mask) {
+                                     const torch::Tensor& behav_log_prob,
+                                     const torch::Tensor& mask) {
   cfg.Validate();
   RequireSameShape("behav_log_prob", behav_log_prob, "old_log_prob", prox_log_prob);
   torch::NoGradGuard no_grad;
@@ -264,14 +265,16 @@ StalenessCorrection CorrectStaleness(const StalenessConfig& cfg, const torch::Te
 
 GlobalCounts LocalCounts(const LossConfig& loss, const PolicyLossInputs& in) {
   Prepared p = Prepare(loss, KlConfig{}, in);
-  EngineCorrection engine = CorrectEngine(loss.engine, p.engine_anchor(), p.rollout_log_prob, p.mask);
+  EngineCorrection engine =
+      CorrectEngine(loss.engine, p.engine_anchor(), p.rollout_log_prob, p.mask);
   torch::Tensor n = engine.loss_mask.sum(1);
   return {engine.loss_mask.sum().item<double>(), (n > 0).sum().item<double>()};
 }
 
 LossResult PolicyLoss(const LossConfig& loss, const KlConfig& kl, const PolicyLossInputs& in) {
   Prepared p = Prepare(loss, kl, in);
-  EngineCorrection engine = CorrectEngine(loss.engine, p.engine_anchor(), p.rollout_log_prob, p.mask);
+  EngineCorrection engine =
+      CorrectEngine(loss.engine, p.engine_anchor(), p.rollout_log_prob, p.mask);
   const torch::Tensor& m = engine.loss_mask;
 
   auto surrogate = PolicyLossRegistry::Global().Make(loss.policy_loss);
@@ -281,7 +284,8 @@ LossResult PolicyLoss(const LossConfig& loss, const KlConfig& kl, const PolicyLo
   if (p.behav_log_prob.defined()) {
     if (loss.staleness.kind != "decoupled")
       throw ConfigError(
-          fmt::format("behav_log_prob is given but loss.staleness.kind = '{}'", loss.staleness.kind),
+          fmt::format("behav_log_prob is given but loss.staleness.kind = '{}'",
+                      loss.staleness.kind),
           "with kind 'none' pass pi_behav as old_log_prob (the surrogate clips around it)");
     StalenessCorrection stale =
         CorrectStaleness(loss.staleness, p.old_log_prob, p.behav_log_prob, m);

@@ -74,15 +74,16 @@ EngineCorrection CorrectEngine(const EngineConfig& cfg, const torch::Tensor& old
                                const torch::Tensor& rollout_log_prob, const torch::Tensor& mask);
 
 // Staleness correction for one batch (decoupled PPO): per token, detached,
-// w = exp(prox - behav), and above cfg.cap 0 (cap_mode mask, AReaL) or cap (clamp). Metrics staleness/kl (mean of behav - prox over the
-// mask: the k1 estimate of KL(pi_behav || pi_prox)), staleness/ratio_mean,
-// staleness/weight_mean and staleness/capped_frac.
+// w = exp(prox - behav), and above cfg.cap 0 (cap_mode mask, AReaL) or cap (clamp). Metrics
+// staleness/kl (mean of behav - prox over the mask: the k1 estimate of KL(pi_behav || pi_prox)),
+// staleness/ratio_mean, staleness/weight_mean and staleness/capped_frac.
 struct StalenessCorrection {
   torch::Tensor weight;  // [B,T] detached
   std::map<std::string, double> metrics;
 };
 StalenessCorrection CorrectStaleness(const StalenessConfig& cfg, const torch::Tensor& prox_log_prob,
-                                     const torch::Tensor& behav_log_prob, const torch::Tensor& mask);
+                                     const torch::Tensor& behav_log_prob,
+                                     const torch::Tensor& mask);
 
 // A surrogate's per-token output. Inputs are sanitised (padded positions = 0)
 // and advantages are [B,T].

@@ -79,8 +79,8 @@ agents::AgentContext RolloutAhead::BehaviourAgent(const agents::AgentContext& le
   a.on_episode_end = nullptr;
   if (learner.sampler) {
     if (!sampler_)
-      sampler_ = std::make_unique<policy::TextSampler>(
-          model_->config(), learner.sampler->options(), model_->parameters().front().device());
+      sampler_ = std::make_unique<policy::TextSampler>(model_->config(), learner.sampler->options(),
+                                                       model_->parameters().front().device());
     sampler_->SyncWeights(a.model);
     a.sampler = sampler_.get();
   }

@@ -34,7 +34,7 @@ struct PlayedBatch {
   int64_t iteration = 0;  // the iteration that trains on it
   int64_t version = 0;    // the weights it was played with (policy after `version` updates)
   std::vector<agents::EpisodeData> episodes;
-  double seconds = 0;     // wall time of playing it
+  double seconds = 0;  // wall time of playing it
 };
 
 class RolloutAhead {

@@ -9,7 +9,6 @@
 #include <cmath>
 
 #include "memory/query.h"
-
 #include "tests/trainers/algorithms/token_rig.h"
 #include "tests/trainers/algorithms/warm_start.h"
 #include "tests/trainers/algorithms/warm_start_configs.h"
@@ -135,10 +134,10 @@ TEST(TokenBudget, GigpoTrainsWithStepGroups) {
 TEST(TokenBudget, AsyncGrpoWithLoraTrainsOnEpisodesOneUpdateOld) {
   const std::string ckpt = WarmStart("bandit_sft", kBanditSftToml);
   TokenRun run("grpo_async", kBanditSftToml,
-               {"policy.init=" + ckpt, "trainer.algorithm=grpo", "trainer.episodes_per_iteration=16",
-                "trainer.group_size=4", "trainer.epochs=1", "sampler.max_new_tokens=8",
-                "policy.lora.rank=4", "policy.lora.alpha=64", "trainer.lr=1e-2",
-                "sampler.dtype=bfloat16", "trainer.max_staleness=1"});
+               {"policy.init=" + ckpt, "trainer.algorithm=grpo",
+                "trainer.episodes_per_iteration=16", "trainer.group_size=4", "trainer.epochs=1",
+                "sampler.max_new_tokens=8", "policy.lora.rank=4", "policy.lora.alpha=64",
+                "trainer.lr=1e-2", "sampler.dtype=bfloat16", "trainer.max_staleness=1"});
   double largest_gap = 0;
   for (int64_t it = 0; it < 5; ++it) {
     auto m = run.Iterate(it);

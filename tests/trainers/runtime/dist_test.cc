@@ -138,7 +138,8 @@ TEST(Dist, TwoRanksGiveOneProcessUpdateWithAsyncRollouts) {
       "episodes e JOIN steps s ON s.episode_id = e.id WHERE e.split = 'train' "
       "GROUP BY e.iteration, e.policy_version ORDER BY e.iteration";
   EXPECT_EQ(Sql(tmp, "one", q), Sql(tmp, "two", q));
-  EXPECT_NE(Sql(tmp, "two", q).find("2,1,"), std::string::npos) << "iteration 2 played by version 1";
+  EXPECT_NE(Sql(tmp, "two", q).find("2,1,"), std::string::npos)
+      << "iteration 2 played by version 1";
   TempDir token("dist_async_grpo");
   EXPECT_LT(OneVsTwoRanks(token, "bandit_grpo.toml", "--set trainer.max_staleness=2"), 1e-6);
 }

@@ -267,8 +267,9 @@ TEST(TrainLoop, ResumeWithMemoryEqualsAnUninterruptedRun) {
 std::map<std::pair<int64_t, std::string>, double> TimelessMetrics(const std::string& dir) {
   auto m = DeterministicMetrics(dir);
   for (auto it = m.begin(); it != m.end();)
-    it = it->first.second == "async/rollout_s" || it->first.second == "async/wait_s" ? m.erase(it)
-                                                                                       : std::next(it);
+    it = it->first.second == "async/rollout_s" || it->first.second == "async/wait_s"
+             ? m.erase(it)
+             : std::next(it);
   return m;
 }
 
@@ -331,8 +332,9 @@ TEST(AsyncRollouts, StaleRunsRepeatAndRecordTheWeightsTheirEpisodesWerePlayedWit
   }
   EXPECT_NE(a.at({3, "staleness/kl"}), 0) << "two updates moved the policy";
 
-  RunTraining(*Experiment(LoopToml(), {"trainer.max_staleness=2", "trainer.loss.staleness.kind=none"}),
-              naive.str());
+  RunTraining(
+      *Experiment(LoopToml(), {"trainer.max_staleness=2", "trainer.loss.staleness.kind=none"}),
+      naive.str());
   const auto n = TimelessMetrics(naive.str());
   EXPECT_EQ(n.count({3, "staleness/weight_mean"}), 0u);
   EXPECT_EQ(n.at({3, "async/version_lag"}), 2);
