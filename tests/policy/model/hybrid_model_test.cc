@@ -82,7 +82,7 @@ TEST(HybridModel, ChunkedAndRecurrentFormsAgreeAndPaddingIsInvisible) {
   torch::NoGradGuard ng;
   const std::vector<int64_t> lengths = {70, 5, 130};
   const int64_t T = 130;
-  auto ids = torch::randint(0, kVocab, {3, T}, torch::kInt64);
+  auto ids = torch::randint(0, kVocab, {3, T}, at::detail::createCPUGenerator(7));
   auto run = [&](RecurrentForm form) {
     m->set_recurrent_form(form);
     return m->forward(ids, Positions(3, T), Causal(lengths, T)).hidden;
@@ -112,7 +112,7 @@ TEST(HybridModel, ChunkedAndRecurrentFormsAgreeAndPaddingIsInvisible) {
 TEST(HybridModel, ContinuingThePresentEqualsTheFullForward) {
   TransformerLM m = Hybrid(4);
   torch::NoGradGuard ng;
-  auto ids = torch::randint(0, kVocab, {2, 90}, torch::kInt64);
+  auto ids = torch::randint(0, kVocab, {2, 90}, at::detail::createCPUGenerator(11));
   auto full = m->forward(ids, Positions(2, 90), Causal({90, 90}, 90)).hidden;
   // Prefixes of 66 and 60 tokens (right-padded), then the next 24 and 30.
   auto pre = m->forward(ids.slice(1, 0, 66), Positions(2, 66), Causal({66, 60}, 66), nullptr, true);
@@ -125,8 +125,11 @@ TEST(HybridModel, ContinuingThePresentEqualsTheFullForward) {
   key_mask.slice(3, 66) = Causal({24, 24}, 24);
   auto pos = torch::stack({torch::arange(66, 90), torch::arange(60, 84)});
   auto cont = m->forward(rest, pos, key_mask, &pre.present).hidden;
-  EXPECT_LT(MaxDiff(cont[0], full[0].slice(0, 66, 90)), 1e-5);
-  EXPECT_LT(MaxDiff(cont[1], full[1].slice(0, 60, 84)), 1e-5);
+  // The continuation cuts the delta rule's chunks elsewhere than the full
+  // forward (its 64-token chunks): float32 rounding, up to 1.3e-5 on the
+  // unseeded inputs this test once drew.
+  EXPECT_LT(MaxDiff(cont[0], full[0].slice(0, 66, 90)), 5e-5);
+  EXPECT_LT(MaxDiff(cont[1], full[1].slice(0, 60, 84)), 5e-5);
   PastKV past =
       m->forward(ids.slice(1, 0, 80), Positions(2, 80), Causal({80, 80}, 80), nullptr, true)
           .present;
