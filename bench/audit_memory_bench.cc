@@ -61,7 +61,7 @@ class AuditMemoryBench : public Benchmark {
     c.tie_embeddings = true;
     c.Validate();
     const double rss_start = PeakRssBytes();
-    const double t_build = Now();
+    const double t_build = MonotonicSeconds();
     policy::TransformerLM model(c);
     model->InitWeights(1);
     double weight_bytes = 0;
@@ -70,7 +70,7 @@ class AuditMemoryBench : public Benchmark {
       weight_bytes += static_cast<double>(p.numel() * p.element_size());
       params += p.numel();
     }
-    const double build_s = Now() - t_build, rss_model = PeakRssBytes();
+    const double build_s = MonotonicSeconds() - t_build, rss_model = PeakRssBytes();
 
     nlohmann::json out = {{"runtime", policy::TorchSummary()},
                           {"parameters", params},
@@ -97,9 +97,9 @@ class AuditMemoryBench : public Benchmark {
       o.mc_samples = mc_samples_;
       o.only = {id};
       o.progress = true;
-      const double t0 = Now();
+      const double t0 = MonotonicSeconds();
       auto checks = trainers::RunAudit(model, renderer, *env, o);
-      const double wall = Now() - t0, rss = PeakRssBytes();
+      const double wall = MonotonicSeconds() - t0, rss = PeakRssBytes();
       std::cout << trainers::FormatAudit(checks);
       const bool passed = trainers::CountFailed(checks) == 0;
       all_passed = all_passed && passed;

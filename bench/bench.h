@@ -5,20 +5,18 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/command.h"
+#include "core/clock.h"
 #include "core/registry.h"
 #include "envs/env.h"
 #include "policy/reading/prompt.h"
 #include "policy/reading/readout.h"
 #include "policy/tokenizer/tokenizer.h"
-
 
 namespace rlid::bench {
 
@@ -34,11 +32,6 @@ class Benchmark {
 };
 using BenchRegistry = Registry<Benchmark>;
 
-// Wall-clock seconds of a monotonic clock.
-inline double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Seconds of the fastest of `repeats` calls of `fn` after one warm-up call;
 // `after_each()` runs after every timed call (a progress bar, say).
 template <class Fn, class After = void (*)()>
@@ -46,9 +39,9 @@ double Fastest(int repeats, Fn&& fn, After&& after_each = [] {}) {
   fn();
   double best = 1e30;
   for (int r = 0; r < repeats; ++r) {
-    const double s = Now();
+    const double s = MonotonicSeconds();
     fn();
-    best = std::min(best, Now() - s);
+    best = std::min(best, MonotonicSeconds() - s);
     after_each();
   }
   return best;
@@ -60,11 +53,11 @@ template <class Fn>
 double TimePerCall(double seconds, Fn&& fn) {
   fn();
   int calls = 0;
-  double t0 = Now(), t1 = t0;
+  double t0 = MonotonicSeconds(), t1 = t0;
   while (calls < 2 || t1 - t0 < seconds) {
     fn();
     ++calls;
-    t1 = Now();
+    t1 = MonotonicSeconds();
   }
   return (t1 - t0) / calls;
 }

@@ -181,11 +181,11 @@ eval_every = 0
       double sample_s = 1e30, tokens = 0;
       for (int r = 0; r <= repeats_; ++r) {
         const int64_t before = sampler.tokens_generated();
-        const double s = Now();
+        const double s = MonotonicSeconds();
         sampler.Sample(prompts, static_cast<int>(samples_), nullptr, static_cast<uint64_t>(r));
         Finish(device);
-        if (r > 0 && Now() - s < sample_s) {
-          sample_s = Now() - s;
+        if (r > 0 && MonotonicSeconds() - s < sample_s) {
+          sample_s = MonotonicSeconds() - s;
           tokens = static_cast<double>(sampler.tokens_generated() - before);
         }
       }
@@ -194,10 +194,11 @@ eval_every = 0
       arm.Iteration(0);
       Finish(device);
       arm.Reset();
-      const double t0 = Now();
+      const double t0 = MonotonicSeconds();
       for (int64_t it = 1; it <= train_iterations_; ++it) arm.Iteration(it);
       Finish(device);
-      row["train_s_per_iteration"] = (Now() - t0) / static_cast<double>(train_iterations_);
+      row["train_s_per_iteration"] =
+          (MonotonicSeconds() - t0) / static_cast<double>(train_iterations_);
     }
     fs::remove_all(root);
     return row;

@@ -41,16 +41,16 @@ class EnvBench : public Benchmark {
         }
       }
       size_t menus = 0, items = 0;
-      double t0 = Now(), t1 = t0;
+      double t0 = MonotonicSeconds(), t1 = t0;
       while (t1 - t0 < seconds_) {
         for (const auto& s : pool) items += s->CompileMenu().size();
         menus += pool.size();
-        t1 = Now();
+        t1 = MonotonicSeconds();
       }
       double menus_per_s = menus / (t1 - t0);
       // Full episodes of random play (NewState + Apply), menus excluded.
       size_t steps = 0;
-      double s0 = Now(), s1 = s0;
+      double s0 = MonotonicSeconds(), s1 = s0;
       for (uint64_t seed = 0; s1 - s0 < seconds_; ++seed) {
         auto s = env->NewState(seed);
         while (!s->IsTerminal()) {
@@ -58,7 +58,7 @@ class EnvBench : public Benchmark {
           s->Apply(legal[rng.UniformInt(legal.size())]);
           ++steps;
         }
-        s1 = Now();
+        s1 = MonotonicSeconds();
       }
       double steps_per_s = steps / (s1 - s0);
       double avg = static_cast<double>(items) / std::max<size_t>(menus, 1);

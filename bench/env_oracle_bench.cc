@@ -60,14 +60,14 @@ class EnvOracleBench : public Benchmark {
         double checksum = 0;
         for (const auto& st : pool) {
           auto& oracle = dynamic_cast<envs::OracleState&>(*st);
-          double t0 = Now();
+          double t0 = MonotonicSeconds();
           checksum += static_cast<double>(oracle.OptimalActions().size()) + oracle.OptimalReturn();
-          oracle_t.push_back(Now() - t0);
+          oracle_t.push_back(MonotonicSeconds() - t0);
         }
         for (const auto& st : pool) {
-          double t0 = Now();
+          double t0 = MonotonicSeconds();
           checksum += static_cast<double>(st->CompileMenu().size());
-          menu_t.push_back(Now() - t0);
+          menu_t.push_back(MonotonicSeconds() - t0);
         }
         auto quantile = [](std::vector<double> v, double q) {
           std::sort(v.begin(), v.end());

@@ -44,7 +44,7 @@ std::string CommandParam(const std::vector<std::string>& argv) {
 // included) at every state, then a step.
 double RandomPlay(const envs::Env& env, int64_t steps) {
   Rng rng(7);
-  const double t0 = Now();
+  const double t0 = MonotonicSeconds();
   int64_t done = 0;
   for (uint64_t seed = 0; done < steps; ++seed) {
     auto s = env.NewState(seed);
@@ -54,7 +54,7 @@ double RandomPlay(const envs::Env& env, int64_t steps) {
       ++done;
     }
   }
-  return Now() - t0;
+  return MonotonicSeconds() - t0;
 }
 
 class ExternalBench : public Benchmark {
@@ -87,9 +87,9 @@ class ExternalBench : public Benchmark {
       const std::string name = spec.substr(0, colon);
       std::vector<std::string> params;
       if (colon != std::string::npos) params = Split(spec.substr(colon + 1), ',');
-      const double t0 = Now();
+      const double t0 = MonotonicSeconds();
       auto env = envs::MakeEnv(name, params);
-      const double start_s = Now() - t0;
+      const double start_s = MonotonicSeconds() - t0;
       const double play_s = RandomPlay(*env, adapter_steps_);
       const double per_s = adapter_steps_ / play_s;
       rows.push_back({{"adapter", spec},
@@ -181,9 +181,9 @@ class ExternalBench : public Benchmark {
       agents::StageTimes times;
       ctx.times = &times;
       agents::Budget budget;
-      const double t0 = Now();
+      const double t0 = MonotonicSeconds();
       auto eps = agents::RunDecisionEpisodes(ctx, specs, envs::Split::kTrain, false, budget);
-      const double wall = Now() - t0;
+      const double wall = MonotonicSeconds() - t0;
       return nlohmann::json{{"workers", workers},
                             {"episodes", eps.size()},
                             {"env_steps", budget.env_steps},

@@ -85,9 +85,9 @@ class ModelBench : public Benchmark {
     policy::LoadOptions lo;
     lo.dtype = dtype_ == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
     lo.require_tokenizer = false;
-    const double t0 = Now();
+    const double t0 = MonotonicSeconds();
     auto ck = policy::LoadCheckpoint(dir_, torch::kCPU, lo);
-    const double load_s = Now() - t0, rss_load = PeakRssBytes();
+    const double load_s = MonotonicSeconds() - t0, rss_load = PeakRssBytes();
     auto& model = ck.model;
     model->eval();
     double weight_bytes = 0;
@@ -265,9 +265,9 @@ epochs = 1
             int64_t trainable = 0;
             for (const auto& p : arm.session->model->parameters())
               if (p.requires_grad()) trainable += p.numel();
-            const double t0 = Now();
+            const double t0 = MonotonicSeconds();
             arm.Iteration(0);
-            const double warmup_s = Now() - t0;
+            const double warmup_s = MonotonicSeconds() - t0;
             arm.Reset();
             for (int64_t it = 1; it <= train_iterations_; ++it) arm.Iteration(it);
             out = {{"lora_rank", lora_rank_},

@@ -177,9 +177,9 @@ class StoreBench : public Benchmark {
         rows += memory::RowCount(e);
         jobs.push_back(std::move(e));
         if (static_cast<int>(jobs.size()) == batch || i == n) {
-          const double t0 = Now(), c0 = ThreadCpu();
+          const double t0 = MonotonicSeconds(), c0 = ThreadCpu();
           db.store->Write(jobs, batching);
-          busy += Now() - t0;
+          busy += MonotonicSeconds() - t0;
           cpu += ThreadCpu() - c0;
           written += static_cast<int64_t>(jobs.size());
           jobs.clear();
@@ -211,10 +211,10 @@ class StoreBench : public Benchmark {
       for (int i = 0; i < latency_episodes_; ++i) {
         EpisodeRecord e = MakeEpisode(db.store->NewEpisodeId(), db.run, shape_, rng, 1);
         db.store->item_ids().Next();
-        const double t0 = Now();
+        const double t0 = MonotonicSeconds();
         writer.Submit(std::move(e));
         writer.Flush();
-        ms.push_back(1e3 * (Now() - t0));
+        ms.push_back(1e3 * (MonotonicSeconds() - t0));
         progress.Update(++written, "commit latency");
       }
       out["commit_latency_ms"] = {{"p50", Percentile(ms, 0.5)},
@@ -236,19 +236,19 @@ class StoreBench : public Benchmark {
       }
       memory::Writer writer(*db.store);
       std::vector<double> submit_s(threads_, 0.0);
-      const double t0 = Now();
+      const double t0 = MonotonicSeconds();
       std::vector<std::thread> pool;
       for (int t = 0; t < threads_; ++t)
         pool.emplace_back([&, t] {
           for (auto& e : work[t]) {
-            const double s0 = Now();
+            const double s0 = MonotonicSeconds();
             writer.Submit(std::move(e));
-            submit_s[t] += Now() - s0;
+            submit_s[t] += MonotonicSeconds() - s0;
           }
         });
       for (auto& th : pool) th.join();
       writer.Flush();
-      const double wall = Now() - t0;
+      const double wall = MonotonicSeconds() - t0;
       written += episodes_;
       progress.Update(written, "writer queue");
       const auto stats = writer.stats();

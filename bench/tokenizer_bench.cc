@@ -52,9 +52,9 @@ class TokenizerBench : public Benchmark {
     progress.Update(++stage, "env text corpus");
     nlohmann::json out = {{"corpus_bytes", bytes}, {"corpus_documents", corpus.size()}};
 
-    double t0 = Now();
+    double t0 = MonotonicSeconds();
     const Tokenizer trained = Tokenizer::Train(corpus, train_opt_);
-    const double train_s = Now() - t0;
+    const double train_s = MonotonicSeconds() - t0;
     progress.Update(++stage, "trained a vocabulary");
     out["train"] = {
         {"seconds", train_s}, {"mb_per_s", mb / train_s}, {"vocab_size", trained.VocabSize()}};
@@ -79,9 +79,9 @@ class TokenizerBench : public Benchmark {
       progress.Update(++stage, "trained/f");
     }
     if (qwen) {
-      t0 = Now();
+      t0 = MonotonicSeconds();
       const Tokenizer qwen = Tokenizer::FromFile(qwen3_path_);
-      const double load_s = Now() - t0;
+      const double load_s = MonotonicSeconds() - t0;
       out["qwen3"] = Measure("qwen3", qwen, corpus, mb);
       out["qwen3"]["load_seconds"] = load_s;
       progress.Update(++stage, "qwen3");
@@ -101,16 +101,16 @@ class TokenizerBench : public Benchmark {
   nlohmann::json Measure(const std::string& name, const Tokenizer& tok,
                          const std::vector<std::string>& corpus, double mb) const {
     size_t tokens = 0;
-    double t0 = Now();
+    double t0 = MonotonicSeconds();
     for (const auto& d : corpus) tokens += tok.Encode(d).size();
-    const double cold_s = Now() - t0;
+    const double cold_s = MonotonicSeconds() - t0;
     size_t passes = 0;
-    t0 = Now();
+    t0 = MonotonicSeconds();
     double t1 = t0;
     while (passes == 0 || t1 - t0 < seconds_) {
       for (const auto& d : corpus) tok.Encode(d);
       ++passes;
-      t1 = Now();
+      t1 = MonotonicSeconds();
     }
     const double cold = mb / cold_s, warm = mb * passes / (t1 - t0);
     const double bytes_per_token = mb * 1e6 / static_cast<double>(tokens);

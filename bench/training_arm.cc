@@ -51,16 +51,16 @@ TrainingArm::~TrainingArm() {
 double TrainingArm::Iteration(int64_t it) {
   auto& s = *session;
   const agents::StageTimes before = s.times;
-  const double t0 = Now();
+  const double t0 = MonotonicSeconds();
   trainers::IterationContext ctx{it, s.cfg.trainer, s.cfg.run.seed, s.Agent(trainer->plane(), it),
                                  s.budget, s.recorder(), s.comm};
   trainers::Metrics m = trainer->Iterate(ctx);
-  const double iterate_s = Now() - t0;
+  const double iterate_s = MonotonicSeconds() - t0;
   // Booked before the metrics / the flush add to logging, as in Train.
   s.times.AddUnclaimedToUpdate(before, iterate_s);
   s.recorder().Metrics(it, m);
   if (s.recorder().records_episodes()) s.recorder().Flush();
-  seconds += Now() - t0;
+  seconds += MonotonicSeconds() - t0;
   times.readout += s.times.readout - before.readout;
   times.env += s.times.env - before.env;
   times.update += s.times.update - before.update;

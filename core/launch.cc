@@ -15,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
@@ -37,10 +38,6 @@ bool IsStopped(pid_t pid) {
   const size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
   return paren != std::string::npos && paren + 2 < stat.size() &&
          (stat[paren + 2] == 'T' || stat[paren + 2] == 't');
-}
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -181,7 +178,7 @@ LaunchResult LaunchLocalRanks(const LaunchOptions& options) {
         const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
         if (!ok && first_failed < 0) {
           first_failed = r;
-          failed_at = Now();
+          failed_at = MonotonicSeconds();
           if (running > 0 && forwarded == 0)
             spdlog::error("rank {} {}; the other ranks get {} s to stop", r, Describe(st), options.grace_s);
         }
@@ -192,9 +189,9 @@ LaunchResult LaunchLocalRanks(const LaunchOptions& options) {
       ranks.KillAll(sig);  // the ranks stop at a safe point, as one process would
       forwarded = sig;
     }
-    if (first_failed >= 0 && Now() - failed_at > options.grace_s) {
+    if (first_failed >= 0 && MonotonicSeconds() - failed_at > options.grace_s) {
       KillLateRanks(ranks, first_failed, options.grace_s);
-      failed_at = Now() + 1e9;
+      failed_at = MonotonicSeconds() + 1e9;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

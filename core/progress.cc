@@ -4,17 +4,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
+#include "core/clock.h"
+
 namespace rlid {
-namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 std::string FormatDuration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
@@ -28,12 +22,12 @@ Progress::Progress(std::string what, int64_t total, bool enabled, double every_s
       total_(std::max<int64_t>(total, 1)),
       enabled_(enabled),
       every_s_(every_s),
-      start_(Now()),
+      start_(MonotonicSeconds()),
       last_(start_) {}
 
 std::string Progress::Line(int64_t done, std::string_view detail) const {
   done = std::clamp<int64_t>(done, 0, total_);
-  const double elapsed = Now() - start_;
+  const double elapsed = MonotonicSeconds() - start_;
   const double frac = static_cast<double>(done) / static_cast<double>(total_);
   std::string line = fmt::format("{}: {}/{} ({:.0f}%)", what_, done, total_, 100 * frac);
   if (!detail.empty()) line += fmt::format(" {}", detail);
@@ -45,7 +39,7 @@ std::string Progress::Line(int64_t done, std::string_view detail) const {
 
 void Progress::Update(int64_t done, std::string_view detail) {
   if (!enabled_ || finished_) return;
-  const double now = Now();
+  const double now = MonotonicSeconds();
   const bool end = done >= total_;
   if (!end && now - last_ < every_s_) return;
   last_ = now;

@@ -12,11 +12,11 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
@@ -33,13 +33,9 @@ constexpr double kStderrGraceS = 1.0;
 constexpr int kLogBurst = 100;
 constexpr int kLogPerSecond = 10;
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Milliseconds left until `deadline` for poll(), at least 0.
 int MsLeft(double deadline) {
-  const double left = deadline - Now();
+  const double left = deadline - MonotonicSeconds();
   if (left <= 0) return 0;
   return static_cast<int>(std::min(left * 1e3 + 1, 1e9));
 }
@@ -310,15 +306,15 @@ ChildProcess::ChildProcess(ChildOptions options) : opt_(std::move(options)) {
 ChildProcess::~ChildProcess() {
   CloseFd(in_fd_);
   if (pid_ > 0 && !exited_) {
-    const double deadline = Now() + 1.0;
-    while (!exited_ && Now() < deadline) {
+    const double deadline = MonotonicSeconds() + 1.0;
+    while (!exited_ && MonotonicSeconds() < deadline) {
       Reap(WNOHANG);
       if (!exited_) ::usleep(5000);
     }
     if (!exited_) {
       ::kill(-pid_, SIGTERM);
-      const double term_deadline = Now() + 1.0;
-      while (!exited_ && Now() < term_deadline) {
+      const double term_deadline = MonotonicSeconds() + 1.0;
+      while (!exited_ && MonotonicSeconds() < term_deadline) {
         Reap(WNOHANG);
         if (!exited_) ::usleep(5000);
       }
@@ -347,7 +343,7 @@ void ChildProcess::Reap(int options) {
     r = ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOWAIT | (options & WNOHANG));
   } while (r < 0 && errno == EINTR);
   if (r < 0) {
-    exit_time_ = Now();
+    exit_time_ = MonotonicSeconds();
     exited_ = true;  // not our child any more (reaped elsewhere): treat as gone
     status_ = 0;
     return;
@@ -358,7 +354,7 @@ void ChildProcess::Reap(int options) {
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
   status_ = status;
-  exit_time_ = Now();
+  exit_time_ = MonotonicSeconds();
   exited_ = true;
 }
 
@@ -391,7 +387,7 @@ void ChildProcess::StderrLoop() {
   // second; the lines past that are counted and reported as suppressed (the
   // report costs a line of the budget). err_lines_ keeps the last lines all
   // the same, for error messages.
-  double tokens = kLogBurst, refilled = Now();
+  double tokens = kLogBurst, refilled = MonotonicSeconds();
   int64_t suppressed = 0;
   auto report_suppressed = [&] {
     spdlog::info(
@@ -402,7 +398,7 @@ void ChildProcess::StderrLoop() {
   };
   auto emit = [&](std::string line) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    const double now = Now();
+    const double now = MonotonicSeconds();
     tokens = std::min<double>(kLogBurst, tokens + (now - refilled) * kLogPerSecond);
     refilled = now;
     if (suppressed > 0 && tokens >= 2) {
@@ -424,7 +420,7 @@ void ChildProcess::StderrLoop() {
     // Once the child is gone, what it wrote is in the pipe already; a pipe
     // that stays open is held by a process it started outside its process
     // group (setsid). That is read for a short grace, not until it ends.
-    if (exited_ && Now() > exit_time_ + kStderrGraceS) {
+    if (exited_ && MonotonicSeconds() > exit_time_ + kStderrGraceS) {
       cut = true;
       break;
     }
@@ -464,8 +460,8 @@ void ChildProcess::StderrLoop() {
 }
 
 bool ChildProcess::WaitForExit(double timeout_s) {
-  const double deadline = Now() + timeout_s;
-  while (Now() < deadline && (Running() || !stderr_done_)) ::usleep(2000);
+  const double deadline = MonotonicSeconds() + timeout_s;
+  while (MonotonicSeconds() < deadline && (Running() || !stderr_done_)) ::usleep(2000);
   return !Running();
 }
 
@@ -484,7 +480,7 @@ bool ChildProcess::WriteLine(std::string_view line, double timeout_s, std::strin
   std::string data(line);
   data += '\n';
   size_t done = 0;
-  const double deadline = Now() + timeout_s;
+  const double deadline = MonotonicSeconds() + timeout_s;
   while (done < data.size()) {
     const ssize_t n = ::write(in_fd_, data.data() + done, data.size() - done);
     if (n > 0) {
@@ -519,7 +515,7 @@ bool ChildProcess::WriteLine(std::string_view line, double timeout_s, std::strin
 }
 
 ChildProcess::Read ChildProcess::ReadLine(std::string& line, double timeout_s) {
-  const double deadline = Now() + timeout_s;
+  const double deadline = MonotonicSeconds() + timeout_s;
   size_t scanned = 0;
   for (;;) {
     const size_t at = buffer_.find('\n', scanned);

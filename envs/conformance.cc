@@ -3,12 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <chrono>
 #include <cmath>
 #include <map>
 #include <regex>
 #include <set>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/strings.h"
@@ -522,10 +522,6 @@ const std::vector<CheckDef>& Defs() {
   return kDefs;
 }
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Whether two errors are one, up to the numbers that change between tries
 // (a restarted process's pid, a seed, a request id).
 bool SameError(const std::string& a, const std::string& b) {
@@ -577,7 +573,7 @@ ConformanceResult RunConformanceCheck(const Env& env, std::string_view check,
     r.check = d.name;
     r.description = d.description;
     Report rep(r, opt);
-    const double t0 = Now();
+    const double t0 = MonotonicSeconds();
     try {
       d.run(env, opt, rep, r);
     } catch (const Error& e) {
@@ -585,7 +581,7 @@ ConformanceResult RunConformanceCheck(const Env& env, std::string_view check,
       rep.Fail(fmt::format("stopped by an error: {}{}", r.error,
                            e.hint().empty() ? "" : "\n" + AuthorMessage(e.hint())));
     }
-    r.seconds = Now() - t0;
+    r.seconds = MonotonicSeconds() - t0;
     return r;
   }
   throw ConfigError(fmt::format("unknown conformance check '{}'{}", check,

@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/subprocess.h"
@@ -55,10 +56,6 @@ std::string ErrorOf(F&& f) {
     return std::string(e.what()) + "\n" + e.hint();
   }
   return "";
-}
-
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 struct Played {
@@ -139,14 +136,14 @@ TEST(External, WorkersGiveTheSameEpisodesAndOverlapSteps) {
   auto slow = External({kServer, "bandit", "--delay-ms", "100"}, {"workers=3"});
   std::vector<std::unique_ptr<State>> states;
   for (uint64_t seed = 0; seed < 6; ++seed) states.push_back(slow->NewState(seed));
-  const double t0 = Seconds();
+  const double t0 = MonotonicSeconds();
   for (auto& s : states) dynamic_cast<AsyncState&>(*s).StartApply(s->LegalActions()[0]);
   for (int i = 5; i >= 0; --i) {
     const StepOutcome o = dynamic_cast<AsyncState&>(*states[i]).FinishApply();
     EXPECT_TRUE(o.terminal);
     EXPECT_TRUE(states[i]->IsTerminal());
   }
-  const double took = Seconds() - t0;
+  const double took = MonotonicSeconds() - t0;
   EXPECT_LT(took, 0.45) << "steps on 3 workers did not overlap";
   EXPECT_GE(took, 0.19);
 }
@@ -272,9 +269,9 @@ TEST(External, AnEnvAtCapacityIsAskedAgain) {
   auto busy = External({kServer, "maze", "--capacity-resets", "3"});
   EXPECT_EQ(Play(*local, 2), Play(*busy, 2));
   auto full = External({kServer, "maze", "--capacity-resets", "1000"}, {"timeout_s=0.5"});
-  const double t0 = Seconds();
+  const double t0 = MonotonicSeconds();
   const std::string err = ErrorOf<EnvError>([&] { full->NewState(0); });
-  EXPECT_LT(Seconds() - t0, 3.0);
+  EXPECT_LT(MonotonicSeconds() - t0, 3.0);
   EXPECT_NE(err.find("[capacity]: all sessions busy"), std::string::npos) << err;
   EXPECT_NE(err.find("raise [env] timeout_s"), std::string::npos) << err;
 }
@@ -348,9 +345,9 @@ TEST(External, CrashHangAndGarbageAreEnvErrorsWithTheLastOutput) {
   {
     auto env = External({kServer, "maze", "--hang-after", "0"}, {"timeout_s=0.5"});
     auto s = env->NewState(0);
-    const double t0 = Seconds();
+    const double t0 = MonotonicSeconds();
     const std::string err = ErrorOf<EnvError>([&] { s->Apply(s->LegalActions()[0]); });
-    EXPECT_LT(Seconds() - t0, 3.0);
+    EXPECT_LT(MonotonicSeconds() - t0, 3.0);
     EXPECT_NE(err.find("no reply within 0.5 s"), std::string::npos) << err;
     EXPECT_NE(err.find("hanging as asked"), std::string::npos) << err;
   }

@@ -27,6 +27,7 @@
 #include "trainers/losses/decision_losses.h"
 #include "trainers/losses/losses.h"
 #include "trainers/losses/tensor_checks.h"
+#include "trainers/runtime/rank_metrics.h"
 #include "trainers/runtime/rollout_ahead.h"
 #include "trainers/runtime/trainer.h"
 
@@ -232,22 +233,18 @@ void ReadProx(IterationContext& c, Batch& b) {
 
 // staleness/* of the whole batch (every rank's decisions), as the loss applies them.
 Metrics StalenessMetrics(const StalenessConfig& cfg, const Batch& b, Comm& comm) {
+  static const CombineRules rules = {{"staleness/capped_frac", Combine::kWeightedMean},
+                                     {"staleness/kl", Combine::kWeightedMean},
+                                     {"staleness/ratio_mean", Combine::kWeightedMean},
+                                     {"staleness/weight_mean", Combine::kWeightedMean}};
   std::map<std::string, double> local;
   if (b.size() > 0)
     local = CorrectStaleness(cfg, b.old_logp.unsqueeze(1), b.behav_logp.unsqueeze(1),
                              torch::ones({b.size(), 1}, torch::kBool))
                 .metrics;
-  const std::vector<std::string> keys = {"staleness/capped_frac", "staleness/kl",
-                                         "staleness/ratio_mean", "staleness/weight_mean"};
-  std::vector<double> sums;
-  for (const auto& k : keys)
-    sums.push_back(local.count(k) ? local.at(k) * static_cast<double>(b.size()) : 0.0);
-  sums.push_back(static_cast<double>(b.size()));
-  sums = comm.Sum(sums, "staleness metrics");
-  Metrics m;
-  if (sums.back() > 0)
-    for (size_t k = 0; k < keys.size(); ++k) m.push_back({keys[k], sums[k] / sums.back()});
-  return m;
+  const auto job =
+      CombineRanks(local, static_cast<double>(b.size()), rules, comm, "staleness metrics");
+  return Metrics(job.begin(), job.end());
 }
 
 // Each term of one minibatch's loss: a sum over its decisions divided by the

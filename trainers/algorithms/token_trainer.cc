@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <map>
 #include <unordered_map>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
@@ -20,6 +20,7 @@
 #include "trainers/losses/kl.h"
 #include "trainers/losses/losses.h"
 #include "trainers/losses/tensor_checks.h"
+#include "trainers/runtime/rank_metrics.h"
 
 namespace rlid::trainers {
 
@@ -430,10 +431,6 @@ Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, in
   return out;
 }
 
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Engine-correction statistics of the whole batch, before the update:
 // engine/kl = mean over tokens of (rollout − old) and engine/logp_gap_abs =
 // mean |rollout − old|, plus the configured correction's engine/ratio_mean,
@@ -499,55 +496,32 @@ LossBatch BuildLossInputs(IterationContext& c, const std::vector<TokenSample>& s
 
 namespace {
 
-// How the job combines a per-rank metric of the token loss: "sum" for terms
-// already divided by the job's counts, "mean" for means over the rank's loss
-// tokens (weighted by them).
-const std::map<std::string, std::string>& MetricReduction() {
-  static const std::map<std::string, std::string> m = {{"pg_loss", "sum"},
-                                                       {"kl", "sum"},
-                                                       {"clip_frac", "mean"},
-                                                       {"clip_frac_lower", "mean"},
-                                                       {"approx_kl", "mean"},
-                                                       {"engine/kl", "mean"},
-                                                       {"engine/ratio_mean", "mean"},
-                                                       {"engine/capped_frac", "mean"},
-                                                       {"engine/weight_mean", "mean"},
-                                                       {"engine/masked_frac", "mean"},
-                                                       {"engine/logp_gap_abs", "mean"},
-                                                       {"staleness/kl", "mean"},
-                                                       {"staleness/ratio_mean", "mean"},
-                                                       {"staleness/weight_mean", "mean"},
-                                                       {"staleness/capped_frac", "mean"}};
+// How the job combines a per-rank metric of the token loss: sums for terms
+// already divided by the job's counts, means over the rank's loss tokens
+// (weighted by them) otherwise.
+const CombineRules& LossMetricRules() {
+  static const CombineRules m = {{"pg_loss", Combine::kSum},
+                                 {"kl", Combine::kSum},
+                                 {"clip_frac", Combine::kWeightedMean},
+                                 {"clip_frac_lower", Combine::kWeightedMean},
+                                 {"approx_kl", Combine::kWeightedMean},
+                                 {"engine/kl", Combine::kWeightedMean},
+                                 {"engine/ratio_mean", Combine::kWeightedMean},
+                                 {"engine/capped_frac", Combine::kWeightedMean},
+                                 {"engine/weight_mean", Combine::kWeightedMean},
+                                 {"engine/masked_frac", Combine::kWeightedMean},
+                                 {"engine/logp_gap_abs", Combine::kWeightedMean},
+                                 {"staleness/kl", Combine::kWeightedMean},
+                                 {"staleness/ratio_mean", Combine::kWeightedMean},
+                                 {"staleness/weight_mean", Combine::kWeightedMean},
+                                 {"staleness/capped_frac", Combine::kWeightedMean}};
   return m;
 }
 
-// The job's values of this rank's `local` metrics (keys of MetricReduction):
-// sums, or token-weighted means with this rank's `tokens` as the weight. A
-// key no rank reported stays absent.
+// The job's values of this rank's loss metrics, `tokens` its loss tokens.
 std::map<std::string, double> ReduceMetrics(const std::map<std::string, double>& local,
                                             double tokens, Comm& comm) {
-  for (const auto& [k, v] : local)
-    if (!MetricReduction().count(k))
-      throw InternalError(fmt::format("loss metric '{}' has no rule for combining ranks", k),
-                          "add it to MetricReduction in token_trainer.cc");
-  if (!comm.distributed()) return local;
-  std::vector<double> v;
-  for (const auto& [k, how] : MetricReduction()) {
-    auto it = local.find(k);
-    const bool has = it != local.end();
-    v.push_back(has ? (how == "sum" ? it->second : it->second * tokens) : 0.0);
-    v.push_back(has ? (how == "sum" ? 1.0 : tokens) : 0.0);
-  }
-  v = comm.Sum(v, "loss metrics");
-  std::map<std::string, double> out;
-  size_t i = 0;
-  for (const auto& [k, how] : MetricReduction()) {
-    const double value = v[i], weight = v[i + 1];
-    i += 2;
-    if (weight <= 0) continue;
-    out[k] = how == "sum" ? value : value / weight;
-  }
-  return out;
+  return CombineRanks(local, tokens, LossMetricRules(), comm, "token loss metrics");
 }
 
 // Where the job's responses are: the ranks' samples in one process's order
@@ -756,7 +730,7 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
   sopts.temperature =
       sampler.options().temperature > 0 ? sampler.options().temperature : 1.0;  // match the sampler
 
-  const double t_rollout = Seconds();
+  const double t_rollout = MonotonicSeconds();
   const int64_t tokens_before = c.budget.generated_tokens;
   PlayedBatch batch = ahead_->Take(c.agent, t.iterations, c.budget, FirstRound(c, sopts));
   JoinOnExit join_on_exit(*ahead_);  // the worker plays ahead while this iteration updates
@@ -783,7 +757,7 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
   if (t.grad_snr_every > 0 && c.iteration % t.grad_snr_every == 0 && c.comm.rank() == 0)
     for (const auto& kv : Snr(c, samples, settings.loss, sopts)) metrics.push_back(kv);
 
-  const double t_update = Seconds();
+  const double t_update = MonotonicSeconds();
   const UpdateTotals totals = UpdateEpochs(c, *opt_, samples, job, settings);
   sampler.SyncWeights(c.agent.model);
   c.budget.samples_used += static_cast<int64_t>(samples.size());

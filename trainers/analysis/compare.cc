@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -19,10 +19,10 @@
 #include "memory/store.h"
 #include "memory/writer_lock.h"
 #include "policy/model/checkpoint.h"
-#include "trainers/runtime/run.h"
 #include "trainers/algorithms/sft.h"
-#include "trainers/runtime/trainer.h"
 #include "trainers/analysis/report.h"
+#include "trainers/runtime/run.h"
+#include "trainers/runtime/trainer.h"
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;
@@ -299,10 +299,6 @@ std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const Compar
 
 namespace {
 
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // The compare directory: `out_dir`, else runs/<name>-compare-<time>, chosen by
 // rank 0 (which refuses one that holds a run) and created on every rank.
 std::string CompareDirectory(Comm& comm, const std::string& out_dir, const std::string& run_name) {
@@ -449,7 +445,7 @@ void WriteReport(CompareResult& result, const ExperimentConfig& base_exp,
   if (cc.plots)
     report.plots = RenderPlots(fs::path(result.run_dir) / "plots", result.runs, cc.arms,
                                cc.success_metric, result.chance);
-  report.total_seconds = NowSeconds() - t0;
+  report.total_seconds = MonotonicSeconds() - t0;
   std::string html = RenderReportHtml(result, report);
   result.report = (fs::path(result.run_dir) / "report.html").string();
   std::ofstream(result.report) << html;
@@ -485,7 +481,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
   if (lead) lock.emplace(db);
   comm.Barrier("compare lock");
   if (lead) std::ofstream(fs::path(result.run_dir) / "compare.toml") << base.DocumentToml();
-  double t0 = NowSeconds();
+  double t0 = MonotonicSeconds();
 
   result.warm_start = SharedWarmStart(comm, config_path, sets, cc, result.run_dir, quiet);
   if (lead) result.chance = ChanceLevel(*base_exp, cc.chance_episodes);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "policy/model/checkpoint.h"
 
@@ -19,10 +20,6 @@ namespace rlid::trainers {
 namespace fs = std::filesystem;
 
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string VersionFile(const std::string& dir, int64_t version) {
   return (fs::path(dir) / fmt::format("behaviour_v{}.pt", version)).string();
@@ -53,7 +50,6 @@ void RolloutAhead::Abandon() noexcept {
   } catch (...) {
   }
   ahead_.clear();
-  ahead_spent_.clear();
 }
 
 int64_t RolloutAhead::VersionOf(int64_t iteration) const {
@@ -88,14 +84,14 @@ agents::AgentContext RolloutAhead::BehaviourAgent(const agents::AgentContext& le
 }
 
 PlayedBatch RolloutAhead::PlayOne(const agents::AgentContext& learner, int64_t iteration,
-                                  const Play& play, agents::Budget& budget) {
+                                  const Play& play) {
   PlayedBatch out;
   out.iteration = iteration;
   out.version = VersionOf(iteration);
-  const double t0 = Now();
+  const double t0 = MonotonicSeconds();
   agents::AgentContext a = BehaviourAgent(learner, iteration);
-  out.episodes = play(a, budget);
-  out.seconds = Now() - t0;
+  out.episodes = play(a, out.spent);
+  out.seconds = MonotonicSeconds() - t0;
   return out;
 }
 
@@ -109,22 +105,19 @@ PlayedBatch RolloutAhead::Take(const agents::AgentContext& agent, int64_t iterat
   PlayedBatch out;
   if (auto it = ahead_.find(i); it != ahead_.end()) {
     out = std::move(it->second);
-    budget += ahead_spent_.at(i);
     ahead_.erase(it);
-    ahead_spent_.erase(i);
   } else if (VersionOf(i) == i) {
     // On-policy: the synchronous loop, on the learner's own model and engine.
     agents::AgentContext a = agent;
     a.policy_version = i;
     out.iteration = out.version = i;
-    const double t0 = Now();
-    out.episodes = play(a, budget);
-    out.seconds = Now() - t0;
+    const double t0 = MonotonicSeconds();
+    out.episodes = play(a, out.spent);
+    out.seconds = MonotonicSeconds() - t0;
   } else {
-    agents::Budget spent;  // a batch missing after --resume, played with its old weights
-    out = PlayOne(agent, i, play, spent);
-    budget += spent;
+    out = PlayOne(agent, i, play);  // a batch missing after --resume, played with its old weights
   }
+  budget += out.spent;
   // Versions no later batch is played with.
   while (!versions_.empty() && versions_.begin()->first < VersionOf(i + 1))
     versions_.erase(versions_.begin());
@@ -137,21 +130,16 @@ PlayedBatch RolloutAhead::Take(const agents::AgentContext& agent, int64_t iterat
   // engine to its version just before its batch); `agent` is copied.
   worker_ = std::async(std::launch::async, [this, agent, todo, play] {
     torch::NoGradGuard no_grad;
-    for (int64_t j : todo) {
-      agents::Budget spent;
-      PlayedBatch b = PlayOne(agent, j, play, spent);
-      ahead_.emplace(j, std::move(b));
-      ahead_spent_.emplace(j, spent);
-    }
+    for (int64_t j : todo) ahead_.emplace(j, PlayOne(agent, j, play));
   });
   return out;
 }
 
 double RolloutAhead::Join() {
   if (!worker_.valid()) return 0.0;
-  const double t0 = Now();
+  const double t0 = MonotonicSeconds();
   worker_.get();  // rethrows the worker's error
-  return Now() - t0;
+  return MonotonicSeconds() - t0;
 }
 
 void RolloutAhead::Save(const std::string& dir) const {
@@ -165,7 +153,6 @@ void RolloutAhead::Save(const std::string& dir) const {
 void RolloutAhead::Load(const std::string& dir) {
   versions_.clear();
   ahead_.clear();
-  ahead_spent_.clear();
   if (!fs::is_directory(dir)) return;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();

@@ -34,7 +34,8 @@ struct PlayedBatch {
   int64_t iteration = 0;  // the iteration that trains on it
   int64_t version = 0;    // the weights it was played with (policy after `version` updates)
   std::vector<agents::EpisodeData> episodes;
-  double seconds = 0;  // wall time of playing it
+  agents::Budget spent;  // the work of playing it
+  double seconds = 0;    // wall time of playing it
 };
 
 class RolloutAhead {
@@ -82,15 +83,13 @@ class RolloutAhead {
 
  private:
   agents::AgentContext BehaviourAgent(const agents::AgentContext& learner, int64_t iteration);
-  PlayedBatch PlayOne(const agents::AgentContext& learner, int64_t iteration, const Play& play,
-                      agents::Budget& budget);
+  PlayedBatch PlayOne(const agents::AgentContext& learner, int64_t iteration, const Play& play);
 
   int64_t s_;
   int64_t last_taken_ = -1;
   policy::TransformerLM model_;
   std::map<int64_t, policy::TransformerLM> versions_;  // version -> frozen copy of its weights
   std::map<int64_t, PlayedBatch> ahead_;               // iteration -> batch played ahead
-  std::map<int64_t, agents::Budget> ahead_spent_;      // iteration -> its work
   std::unique_ptr<policy::TextSampler> sampler_;       // the behaviour weights' rollout engine
   std::future<void> worker_;
 };

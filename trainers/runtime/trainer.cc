@@ -3,14 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
@@ -24,10 +24,6 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr uint64_t kEvalStreamBase = uint64_t{1} << 40;
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 nlohmann::json BudgetJson(const agents::Budget& b) {
   nlohmann::json j;
@@ -455,7 +451,7 @@ IterationOutcome RunIteration(Run& run, Trainer& trainer, int64_t it, TrainResul
   comm.MaybeInjectFault(it);
   const agents::StageTimes before = run.times;
   const agents::Budget budget_before = run.budget;
-  double t0 = Now();
+  double t0 = MonotonicSeconds();
   IterationContext ctx{it, t, run.cfg.run.seed, run.Agent(plane, it), run.budget,
                        run.recorder(), comm};
   // LibTorch's global generator (LoRA dropout) is re-seeded every iteration,
@@ -473,7 +469,7 @@ IterationOutcome RunIteration(Run& run, Trainer& trainer, int64_t it, TrainResul
     CheckWeightGrowth(norm_before, TrainableNorm(run.model), t.max_weight_growth, t.optim.lr, it);
   // The job's budget: what every rank spent; its wall-clock is the slowest rank's.
   run.budget = ReduceBudget(budget_before, run.budget, comm);
-  const double iteration_s = comm.Max(Now() - t0, "iteration time");
+  const double iteration_s = comm.Max(MonotonicSeconds() - t0, "iteration time");
   run.budget.wall_seconds += iteration_s;
   run.times.AddUnclaimedToUpdate(before, iteration_s);
   out.last = it + 1 == t.iterations || BudgetReached(t, run.budget);
@@ -539,7 +535,7 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
   const OracleReference oracle = lead ? MeasureOracle(run.Agent(plane, start), 16) : OracleReference{};
   run.recorder().TakeRolloutTally();  // only this loop's rollouts count
   std::set<std::string> warned;  // diagnostics already logged (each kind once per run)
-  double t_start = Now();
+  double t_start = MonotonicSeconds();
   agents::StageTimes logged = run.times;  // time/* metrics are the stage times since the last metrics
   for (int64_t it = start; it < t.iterations; ++it) {
     IterationOutcome step = RunIteration(run, trainer, it, result);
@@ -554,7 +550,8 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
       result.final_checkpoint = WriteCheckpoint(run, trainer, it);
       written = fs::path(result.final_checkpoint).filename().string();
     }
-    if (!opt.quiet && lead) LogProgress(run, opt, it, start, Now() - t_start, m, written);
+    if (!opt.quiet && lead)
+      LogProgress(run, opt, it, start, MonotonicSeconds() - t_start, m, written);
     if (BudgetReached(t, run.budget)) {
       result.budget_reached = true;
       break;
