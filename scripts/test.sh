@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite:
-#   1. the main build's tests (ctest: rlid_tests_base + rlid_tests + CLI checks)
+#   1. the main build's tests (ctest: rlid_tests_base + rlid_tests + CLI checks, the live
+#      references and the Python package's tests, after installing it into .venv)
 #   2. core, jinja, envs and memory tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #      (clang, in build-fuzz/; RLID_SKIP_SANITIZE=1 skips them)
 #   3. each libFuzzer target for 20 s on its seed corpus (scripts/fuzz.sh, same build;
@@ -17,6 +18,9 @@ scripts/setup.sh --test
 phase_done "setup"
 scripts/build.sh
 scripts/fetch_test_assets.sh
+# The Python package from this checkout, into the project's venv (offline: the
+# build requirements are pinned in requirements.txt); CTest's Python.* tests import it.
+.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
 phase_done "build"
 jobs=${RLID_TEST_JOBS:-2}
 # A fresh build directory has no record of test durations, so CTest would
