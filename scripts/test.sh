@@ -19,8 +19,10 @@ phase_done "setup"
 scripts/build.sh
 scripts/fetch_test_assets.sh
 # The Python package from this checkout, into the project's venv (offline: the
-# build requirements are pinned in requirements.txt); CTest's Python.* tests import it.
-.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
+# build requirements are pinned in requirements.txt), built in build/ so that it
+# links the objects just built; CTest's Python.* tests import it.
+.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+  -C build-dir=build -C cmake.define.RLID_BUILD_TESTS=ON .
 phase_done "build"
 jobs=${RLID_TEST_JOBS:-2}
 # A fresh build directory has no record of test durations, so CTest would

@@ -2,29 +2,9 @@
 menu of executable actions (label, command, wordings, afterstate); free text
 compiles into one of them or is invalid, exactly as the trainers see it."""
 
-import json
-
 from . import _rlid
+from .config import toml_value
 from .errors import ConfigError, InvalidAction
-
-
-def _toml_value(key, value):
-    """A Python value as the TOML text of an [env] parameter."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(key, v) for v in value) + "]"
-    if isinstance(value, dict):  # a sub-table, e.g. external's params={"rooms": 5}
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(f'{key}.{k}', v)}"
-                               for k, v in value.items()) + "}"
-    raise ConfigError(
-        f"env parameter {key!r} has a value of type {type(value).__name__}",
-        "pass a bool, number, string, or a list or dict of them",
-    )
 
 
 def envs():
@@ -43,7 +23,7 @@ class Env:
     def __init__(self, name, seed=0, **params):
         if not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"seed must be a non-negative int, got {seed!r}")
-        args = [f"{k}={_toml_value(k, v)}" for k, v in params.items()]
+        args = [f"{k}={toml_value(k, v)}" for k, v in params.items()]
         self._env = _rlid.Env(name, args, seed)
         self.name = name
         self.params = dict(params)

@@ -64,3 +64,19 @@ class InvalidAction(ConfigError):
         )
         self.text = text
         self.reason = reason
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT, SIGTERM or SIGHUP) stopped a training call at a safe point: what was
+    recorded is committed and the run is marked interrupted. A ``KeyboardInterrupt``, so
+    ``except Exception`` does not swallow it; ``hint`` says how to resume."""
+
+    kind = "interrupted"
+
+    def __init__(self, message, hint=""):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self):
+        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message

@@ -2,10 +2,9 @@
 // params) -> reset(seed) -> menu() / compile(text) / step(item or text),
 // mirroring what `rlid env show` and `rlid env play` do. Steps release the GIL
 // (an external env's step waits on its process).
+#include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <fmt/format.h>
 
 #include <memory>
 #include <optional>
@@ -94,8 +93,8 @@ class PyEnv {
     const MenuItem chosen = menu.items[static_cast<size_t>(item)];
     const StepOutcome o = state_->Apply(chosen.action);
     menu_.reset();
-    return Transition{state_->Observation(), o.reward, o.terminal, o.success, o.truncated,
-                      item, chosen.command};
+    return Transition{state_->Observation(), o.reward, o.terminal,    o.success,
+                      o.truncated,           item,     chosen.command};
   }
 
   // Menu indices of the optimal actions, or None for an env without an oracle.
@@ -183,7 +182,8 @@ void BindEnvs(py::module_& m) {
       .def_property_readonly("terminal", &PyEnv::Terminal)
       .def_property_readonly("steps", &PyEnv::Steps)
       .def_property_readonly("state_hash", &PyEnv::Hash)
-      .def("menu", [](PyEnv& e) { return e.CurrentMenu().items; }, Release())
+      .def(
+          "menu", [](PyEnv& e) { return e.CurrentMenu().items; }, Release())
       .def("compile", &PyEnv::Compile, py::arg("text"), Release())
       .def("step_item", &PyEnv::StepItem, py::arg("item"), Release())
       .def("oracle", &PyEnv::Oracle);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "python/src/bindings.h"
 
 namespace py = pybind11;
@@ -17,6 +18,7 @@ namespace {
 
 // The rlid.errors class for an rlid::Error, by its dynamic type.
 const char* ClassName(const Error& e) {
+  if (dynamic_cast<const Interrupted*>(&e)) return "Interrupted";
   if (dynamic_cast<const ConfigError*>(&e)) return "ConfigError";
   if (dynamic_cast<const IoError*>(&e)) return "IoError";
   if (dynamic_cast<const EnvError*>(&e)) return "EnvError";

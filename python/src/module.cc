@@ -1,4 +1,4 @@
-// PYBIND11_MODULE(_rlid): the version and the three binding groups.
+// PYBIND11_MODULE(_rlid): the version and the binding groups.
 #include <pybind11/pybind11.h>
 
 #include "core/log.h"
@@ -11,4 +11,11 @@ PYBIND11_MODULE(_rlid, m) {
   rlid::python::BindErrors(m);
   rlid::python::BindEnvs(m);
   rlid::python::BindStore(m);
+#ifdef RLID_PYTHON_WITH_TORCH
+  m.attr("with_torch") = true;
+  rlid::python::BindPolicy(m);
+  rlid::python::BindTraining(m);
+#else
+  m.attr("with_torch") = false;
+#endif
 }

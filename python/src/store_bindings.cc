@@ -2,10 +2,9 @@
 // `rlid sql` does), and query() returning (columns, rows) with Python values
 // (None, int, float, str, bytes). The same authorizer and limits as
 // `rlid sql`: only reads, stopped by time, rows or SQLite memory.
+#include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <fmt/format.h>
 
 #include <memory>
 #include <string>
@@ -37,9 +36,12 @@ py::object ToPython(const Value& v) {
   return std::visit(
       [](const auto& x) -> py::object {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::monostate>) return py::none();
-        else if constexpr (std::is_same_v<T, memory::Blob>) return py::bytes(x.bytes);
-        else return py::cast(x);
+        if constexpr (std::is_same_v<T, std::monostate>)
+          return py::none();
+        else if constexpr (std::is_same_v<T, memory::Blob>)
+          return py::bytes(x.bytes);
+        else
+          return py::cast(x);
       },
       v);
 }
@@ -72,9 +74,8 @@ class PyStore {
   py::tuple Query(const std::string& sql, double timeout_s, int64_t max_rows,
                   int64_t max_memory_mb) const {
     Collect sink;
-    const memory::QueryLimits limits{.timeout_s = timeout_s,
-                                     .max_rows = max_rows,
-                                     .max_memory_bytes = max_memory_mb << 20};
+    const memory::QueryLimits limits{
+        .timeout_s = timeout_s, .max_rows = max_rows, .max_memory_bytes = max_memory_mb << 20};
     memory::QueryOutcome outcome;
     {
       py::gil_scoped_release release;
