@@ -164,6 +164,26 @@ std::vector<FieldAdapter> MakeAdapters() {
         {"engines", Kind::kInt,
          "JVMs in each adapter process's pool (default 4, 1..64; ~0.2-0.5 GB each): episodes in "
          "flight beyond it share one by reloading and replaying"}}},
+      {"gymnasium",
+       "gymnasium_env.py",
+       "any Gymnasium env with text observations and a Discrete action space (its legal "
+       "actions by info[\"action_mask\"] when it reports one)",
+       "gymnasium 1.4.0",
+       {{"id", Kind::kString,
+         "a registered Gymnasium id, or \"package.module:Class\" (imported from the adapter's "
+         "Python path)"},
+        {"env_params", Kind::kTable, "keyword arguments of gymnasium.make (or the class)"},
+        {"actions", Kind::kTable,
+         "the command of each action, {\"0\" = \"go left\", ...} (default: the env's "
+         "action_names or get_action_meanings(), else \"action 0\", ...)"},
+        {"step_limit", Kind::kInt,
+         "decisions before truncation (default: the id's max_episode_steps, else 100)"},
+        {"copy", Kind::kString,
+         "deepcopy (default: copies step to show afterstates) or replay (rlid replays the "
+         "episode's actions; no afterstates)"},
+        {"success_return", Kind::kDouble,
+         "success = terminated with a return above this (default 0), unless info says "
+         "success or is_success"}}},
   };
 }
 
