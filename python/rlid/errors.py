@@ -1,13 +1,12 @@
 """The errors rlid raises. Every one is an ``rlid.Error`` carrying rlid's message
 and its ``hint`` (what to try), and also the builtin a Python caller expects:
 a bad config or argument is a ``ValueError``, an unreadable file an ``OSError``.
-The C++ core raises these classes by name (python/src/errors.cc)."""
+Ctrl-C during training is ``rlid.Interrupted``, a ``KeyboardInterrupt`` with the same
+message and hint. The C++ core raises these classes by name (python/src/errors.cc)."""
 
 
-class Error(Exception):
-    """Any error rlid reports; ``hint`` says what to try ("" when none)."""
-
-    kind = "error"
+class _MessageAndHint:
+    """rlid's message, and ``hint``: what to try ("" when none)."""
 
     def __init__(self, message, hint=""):
         super().__init__(message)
@@ -16,6 +15,12 @@ class Error(Exception):
 
     def __str__(self):
         return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+class Error(_MessageAndHint, Exception):
+    """Any error rlid reports; ``hint`` says what to try ("" when none)."""
+
+    kind = "error"
 
 
 class ConfigError(Error, ValueError):
@@ -66,17 +71,9 @@ class InvalidAction(ConfigError):
         self.reason = reason
 
 
-class Interrupted(KeyboardInterrupt):
+class Interrupted(_MessageAndHint, KeyboardInterrupt):
     """Ctrl-C (SIGINT, SIGTERM or SIGHUP) stopped a training call at a safe point: what was
     recorded is committed and the run is marked interrupted. A ``KeyboardInterrupt``, so
     ``except Exception`` does not swallow it; ``hint`` says how to resume."""
 
     kind = "interrupted"
-
-    def __init__(self, message, hint=""):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def __str__(self):
-        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
