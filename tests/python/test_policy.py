@@ -110,3 +110,34 @@ def test_errors(policy, tmp_path):
     with pytest.raises(ValueError, match="normalisation"):
         policy.readout(rlid.make("maze"), normalisation="softmax")
     assert math.isfinite(policy.info["parameters"])
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    """A tiny random Qwen3 saved by transformers, with the real Qwen3 tokenizer."""
+    import lzma
+    transformers = pytest.importorskip("transformers")
+    from conftest import SOURCE_DIR
+    out = tmp_path_factory.mktemp("hf") / "qwen3_tiny"
+    tok = (SOURCE_DIR / "tests" / "data" / "qwen3" / "tokenizer.json.xz").read_bytes()
+    config = transformers.Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=2,
+                                      num_key_value_heads=1, head_dim=16,
+                                      tie_word_embeddings=True)
+    torch.manual_seed(0)
+    transformers.Qwen3ForCausalLM(config).save_pretrained(out)
+    (out / "tokenizer.json").write_bytes(lzma.decompress(tok))
+    return out
+
+
+def test_a_hugging_face_directory_reads_out_as_in_the_cli(hf_dir):
+    policy = rlid.Policy.load(hf_dir)
+    assert policy.info["vocab_size"] == 151936
+    cli = cli_json("policy", "readout", "--checkpoint", hf_dir, "--env", "maze", "--seed", 1,
+                   "--json")
+    env = rlid.make("maze", seed=1)
+    ro = policy.readout(env)
+    by_command = {item["command"]: item["p"] for item in cli["menu"]}
+    got = {item.command: ro.p[0, k].item() for k, item in enumerate(env.menu())}
+    assert got == pytest.approx(by_command, abs=1e-6)
+    assert ro.prompts[0] == cli["prompt"]
