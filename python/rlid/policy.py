@@ -87,9 +87,8 @@ class Policy:
             raise ConfigError(f"normalisation={normalisation!r} is not 'menu' or 'other'")
         envs = [states] if isinstance(states, Env) else list(states)
         r = self._p.readout([_state(e) for e in envs], wordings == "all", normalisation)
-        mask = r["mask"]
-        log_p = r["log_p"].masked_fill(~mask, float("-inf"))
-        return Readout(p=log_p.exp(), log_p=log_p, mask=mask, wording_p=r["wording_log_p"].exp(),
+        log_p = r["log_p"]  # padding columns are -inf, so p is 0 there
+        return Readout(p=log_p.exp(), log_p=log_p, mask=r["mask"], wording_p=r["wording_log_p"].exp(),
                        wording_log_p=r["wording_log_p"], value=r["value"],
                        candidate_mass=r["candidate_mass"], p_other=torch.exp(r["log_p_other"]),
                        row_entropy=r["row_entropy"], menu_entropy=r["menu_entropy"],

@@ -8,6 +8,7 @@ import os
 import sys
 
 from .config import config_file, overrides
+from .errors import ConfigError
 from .policy import _core
 from .run import Run
 
@@ -19,8 +20,16 @@ def _writer(progress):
         return None
     if callable(progress):
         return progress
-    from .errors import ConfigError
     raise ConfigError(f"progress={progress!r} is not True, False or a callable taking a line")
+
+
+def _call(what, config, call):
+    """``call(core, config_path)`` with ``config`` as a file, its dict wrapped in a Result."""
+    core = _core()
+    if config is None:
+        raise ConfigError(f"{what} needs a config (a TOML path or a dict of its sections)")
+    with config_file(config) as path:
+        return Result(call(core, path))
 
 
 class Result(dict):
@@ -38,14 +47,9 @@ def train(config, out=None, *, set=None, resume=False, metrics_only=False, progr
     ``config``: a TOML path or a dict of its sections. Returns a Result: run_dir,
     algorithm, iterations, checkpoint, budget_reached, test_greedy and test_sampled
     (episodes, success, return, length, invalid_rate, p_optimal); ``.run`` opens the store."""
-    core = _core()
-    with config_file(config) as path:
-        if not path:
-            from .errors import ConfigError
-            raise ConfigError("train needs a config (a TOML path or a dict)")
-        r = core.train(path, overrides(set), os.fspath(out) if out else "", bool(resume),
-                       bool(metrics_only), _writer(progress), log_level)
-    return Result(r)
+    return _call("train", config, lambda core, path: core.train(
+        path, overrides(set), os.fspath(out) if out else "", bool(resume), bool(metrics_only),
+        _writer(progress), log_level))
 
 
 def compare(config, out=None, *, set=None, progress=True, log_level="info"):
@@ -54,11 +58,5 @@ def compare(config, out=None, *, set=None, progress=True, log_level="info"):
     Returns a Result: run_dir, warm_start, report (HTML), table and verdict (the text
     the CLI prints), chance, and arms (per arm: success and its se over seeds, return,
     env_steps, flops, invalid_rate, wall_s)."""
-    core = _core()
-    with config_file(config) as path:
-        if not path:
-            from .errors import ConfigError
-            raise ConfigError("compare needs a config with a [compare] section")
-        r = core.compare(path, overrides(set), os.fspath(out) if out else "", _writer(progress),
-                         log_level)
-    return Result(r)
+    return _call("compare", config, lambda core, path: core.compare(
+        path, overrides(set), os.fspath(out) if out else "", _writer(progress), log_level))
