@@ -9,9 +9,8 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
-#include <optional>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli/command.h"
 #include "cli/json_output.h"
@@ -22,9 +21,10 @@
 #include "core/rng.h"
 #include "envs/env.h"
 #include "policy/model/checkpoint.h"
+#include "policy/model/runtime.h"
+#include "policy/reading/answers.h"
 #include "policy/reading/prompt.h"
 #include "policy/reading/readout.h"
-#include "policy/model/runtime.h"
 #include "policy/reading/sampler.h"
 #include "trainers/runtime/experiment.h"
 
@@ -314,24 +314,11 @@ class PolicyCommand : public Command {
   void Sample() {
     auto l = Load(sa_, policy::Plane::kToken);
     sopts_.dtype = sa_.dtype;
-    // The loaded weights are the engine (no second copy), unless adapters must be merged.
-    std::optional<policy::TextSampler> engine;
-    if (l.ck.model->lora() || l.ck.model->dtype() != (sopts_.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32)) {
-      engine.emplace(l.ck.model->config(), sopts_, torch::kCPU);
-      engine->SyncWeights(l.ck.model);
-    } else {
-      engine.emplace(l.ck.model, sopts_);
-    }
-    policy::TextSampler& sampler = *engine;
     const auto& tok = l.ck.tokenizer;
-    auto res = sampler.Sample(
-        {l.prompt.tokens}, num_,
-        [&](const std::vector<policy::TokenId>& g) {
-          return tok.IsStop(g.back()) || tok.DecodeToken(g.back()).find('\n') != std::string::npos;
-        },
-        sample_seed_);
+    const auto res =
+        policy::SampleAnswers(l.ck, l.prompt.tokens, sopts_, num_, sample_seed_, torch::kCPU);
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& r : res[0]) {
+    for (const auto& r : res) {
       std::string text = tok.Decode(r.tokens, true);
       auto c = l.menu.Compile(text);
       double lp = 0;

@@ -10,7 +10,6 @@
 #include <torch/torch.h>
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +19,7 @@
 #include "envs/menu.h"
 #include "policy/model/checkpoint.h"
 #include "policy/model/device.h"
+#include "policy/reading/answers.h"
 #include "policy/reading/prompt.h"
 #include "policy/reading/readout.h"
 #include "policy/reading/sampler.h"
@@ -145,28 +145,14 @@ class PyPolicy {
     so.max_new_tokens = max_new_tokens;
     so.dtype = ck_.model->dtype() == torch::kBFloat16 ? "bfloat16" : "float32";
     const auto& tok = ck_.tokenizer;
-    std::vector<std::vector<policy::SampleResult>> res;
+    std::vector<policy::SampleResult> res;
     {
       py::gil_scoped_release nogil;
       torch::NoGradGuard ng;
-      // The loaded weights are the engine, unless LoRA adapters must be merged.
-      std::optional<policy::TextSampler> engine;
-      if (ck_.model->lora()) {
-        engine.emplace(ck_.model->config(), so, device_);
-        engine->SyncWeights(ck_.model);
-      } else {
-        engine.emplace(ck_.model, so);
-      }
-      res = engine->Sample(
-          {prompt.tokens}, n,
-          [&](const std::vector<policy::TokenId>& g) {
-            return tok.IsStop(g.back()) ||
-                   tok.DecodeToken(g.back()).find('\n') != std::string::npos;
-          },
-          seed);
+      res = policy::SampleAnswers(ck_, prompt.tokens, so, n, seed, device_);
     }
     py::list out;
-    for (const auto& r : res[0]) {
+    for (const auto& r : res) {
       const std::string text = tok.Decode(r.tokens, true);
       const auto c = m.menu.Compile(text);
       double lp = 0;
