@@ -79,4 +79,53 @@ std::string ReadRegularFile(const std::string& path, uint64_t max_bytes, std::st
   return out;
 }
 
+std::string WriteFailure(int err) {
+  const std::string why = std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) return "disk full (" + why + ")";
+  if (err == EFBIG) return "larger than the file size limit, ulimit -f (" + why + ")";
+  return why;
+}
+
+CheckedFile::CheckedFile(const std::string& path, std::string_view what)
+    : path_(path), what_(what) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) Fail("cannot create", errno);
+}
+
+CheckedFile::~CheckedFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void CheckedFile::Fail(std::string_view doing, int err) const {
+  const bool full = err == ENOSPC || err == EDQUOT || err == EFBIG;
+  throw IoError(fmt::format("{} {} '{}': {}", doing, what_, path_, WriteFailure(err)),
+                full ? "free space (or raise the limit) and run the command again; with "
+                       "`rlid train`, --resume continues the run from its last checkpoint"
+                     : "is the directory writable?");
+}
+
+void CheckedFile::Write(const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) Fail("cannot write", w < 0 ? errno : ENOSPC);
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void CheckedFile::Close() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) Fail("cannot write", errno);
+}
+
+void WriteWholeFile(const std::string& path, std::string_view bytes, std::string_view what) {
+  CheckedFile f(path, what);
+  f.Write(bytes);
+  f.Close();
+}
+
 }  // namespace rlid

@@ -34,6 +34,9 @@ void InstallInterruptHandlers() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // interrupted system calls (writes, reads) resume
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &sa, nullptr);
+  // A write past `ulimit -f` fails with EFBIG instead of killing the process
+  // silently: the write's IoError names the file and the limit.
+  signal(SIGXFSZ, SIG_IGN);
 }
 
 int PendingSignal() { return g_signal.load(); }

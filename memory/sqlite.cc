@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include "core/file_io.h"
+
 #include <cmath>
+#include <string>
 #include <limits>
 #include <utility>
 
@@ -168,9 +171,19 @@ Db::~Db() {
   if (db_) sqlite3_close_v2(db_);
 }
 
+namespace {
+// SQLite's message, and for a failed read or write the system's cause in
+// words ("disk full (No space left on device)").
+std::string WithSystemError(sqlite3* db, int rc, std::string msg) {
+  const int primary = rc & 0xff;
+  const int err = db && (primary == SQLITE_IOERR || primary == SQLITE_FULL) ? sqlite3_system_errno(db) : 0;
+  return err != 0 ? msg + "; " + WriteFailure(err) : msg;
+}
+}  // namespace
+
 void Db::Fail(int rc, std::string_view doing) const {
   std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
-  throw SqliteError(path_, rc, msg, doing);
+  throw SqliteError(path_, rc, WithSystemError(db_, rc, msg), doing);
 }
 
 void Db::Exec(std::string_view sql, std::string_view doing) {
@@ -180,7 +193,7 @@ void Db::Exec(std::string_view sql, std::string_view doing) {
   if (rc != SQLITE_OK) {
     std::string msg = err ? err : sqlite3_errstr(rc);
     sqlite3_free(err);
-    throw SqliteError(path_, rc, msg, doing);
+    throw SqliteError(path_, rc, WithSystemError(db_, rc, msg), doing);
   }
 }
 

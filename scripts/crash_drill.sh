@@ -15,49 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20}
 SEED=${2:-1}
-RLID=${RLID_BIN:-build/rlid}
-if [[ ! -x "$RLID" ]]; then RLID_BUILD_TARGETS=rlid scripts/build.sh; fi
-command -v sqlite3 >/dev/null || { echo "crash_drill: needs the sqlite3 shell (scripts/setup.sh)" >&2; exit 1; }
-WORK=${RLID_DRILL_DIR:-}
-if [[ -z "$WORK" ]]; then
-  WORK=$(mktemp -d /tmp/rlid_drill.XXXXXX)
-  cleanup=1  # a temp dir of our own goes away when the drill passes
-fi
-mkdir -p "$WORK"
+source scripts/drill_common.sh
+drill_setup crash_drill rlid_drill
 RANDOM=$SEED
-# A private copy of the binary, so a rebuild during the drill cannot change or
-# hide it halfway (every trial and the reference run use the same program).
-cp "$RLID" "$WORK/rlid-under-test"
-RLID=$WORK/rlid-under-test
-
-# A small run: 20 iterations, a checkpoint after each, one thread (so reruns are
-# bit-identical on this machine).
-CONFIG=configs/bandit_ppo.toml
-SETS=(--set trainer.iterations=20 --set trainer.episodes_per_iteration=16 --set trainer.num_envs=16
-      --set trainer.epochs=1 --set trainer.minibatch_size=16 --set trainer.eval_every=5
-      --set trainer.eval_episodes=16 --set trainer.checkpoint_every=1 --set run.threads=1)
-
-# Everything a finished run directory must agree on with the reference.
-dump() {
-  local dir=$1
-  for q in \
-    "SELECT id, iteration, split, seed, ret, success, length, truncated FROM episodes ORDER BY id" \
-    "SELECT episode_id, t, action, reward, logp_rollout, prompt_hash, realisation FROM steps ORDER BY episode_id, t" \
-    "SELECT iteration, key, value FROM metrics WHERE key NOT LIKE 'time/%' AND key != 'budget/wall_seconds' ORDER BY rowid" \
-    "SELECT iteration FROM checkpoints ORDER BY iteration" \
-    "SELECT count(*), group_concat(status) FROM runs"; do
-    "$RLID" sql "$dir" "$q" --csv --max-rows 0
-  done
-  sha256sum < "$dir/checkpoints/latest/model.safetensors"
-}
-
-integrity() {
-  local out
-  out=$(sqlite3 "$1/rlid.db" "PRAGMA integrity_check; PRAGMA foreign_key_check;" 2>&1)
-  [[ "$out" == "ok" ]] || { echo "integrity: $out" | head -3; return 1; }
-}
-
-now() { date +%s.%N; }
 
 echo "crash drill: $N trials in $WORK ($(nproc) cores)"
 t0=$(now)

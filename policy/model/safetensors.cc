@@ -18,6 +18,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "policy/model/safetensors_header.h"
 
 namespace rlid::policy {
@@ -71,18 +72,19 @@ void SaveSafetensors(const std::string& path, const TensorMap& tensors,
   std::string h = header.dump();
   while (h.size() % 8 != 0) h.push_back(' ');  // align data to 8 bytes
   std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw IoError(fmt::format("cannot write '{}'", tmp), "check the directory exists and is writable");
+  try {
+    CheckedFile out(tmp, "safetensors file");
     uint64_t len = h.size();
     unsigned char le[8];
     for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>((len >> (8 * i)) & 0xff);
-    out.write(reinterpret_cast<const char*>(le), 8);
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const auto& c : data)
-      out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
-    out.flush();
-    if (!out) throw IoError(fmt::format("write failed for '{}' (disk full?)", tmp));
+    out.Write(le, 8);
+    out.Write(h);
+    for (const auto& c : data) out.Write(c.data_ptr(), c.nbytes());
+    out.Close();
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);

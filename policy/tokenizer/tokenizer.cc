@@ -679,18 +679,11 @@ std::string Tokenizer::ToJsonString() const {
 void Tokenizer::Save(const std::string& path) const {
   const std::string text = ToJsonString();
   const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw IoError(fmt::format("cannot write tokenizer file '{}'", tmp),
-                    "check that the directory exists");
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw IoError(fmt::format("error while writing tokenizer file '{}'", tmp),
-                    "is the disk full?");
-    }
+  try {
+    WriteWholeFile(tmp, text, "tokenizer file");
+  } catch (const IoError&) {
+    std::remove(tmp.c_str());
+    throw;
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());

@@ -193,11 +193,12 @@ void Tokenizer::SaveDirectory(const std::string& dir) const {
     if (j.is_null()) return;
     const fs::path p = fs::path(dir) / name;
     const fs::path tmp = p.string() + fmt::format(".tmp.{}", static_cast<long>(::getpid()));
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out << j.dump(2) << "\n";
-      out.flush();
-      if (!out) throw IoError(fmt::format("cannot write '{}'", tmp.string()), "is the disk full?");
+    try {
+      WriteWholeFile(tmp.string(), j.dump(2) + "\n", "tokenizer file");
+    } catch (const IoError&) {
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+      throw;
     }
     std::error_code ec;
     fs::rename(tmp, p, ec);

@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace rlid::trainers {
 
@@ -100,7 +102,11 @@ void Optimizer::Save(const std::string& path) const {
   torch::serialize::OutputArchive archive;
   adam_->save(archive);
   archive.write("rlid_steps", torch::tensor(steps_));
-  archive.save_to(path);
+  // Serialised in memory, then written with checked writes: torch's own file
+  // writer aborts the process when the disk fills up.
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  WriteWholeFile(path, bytes.view(), "optimizer state");
 }
 
 void Optimizer::Load(const std::string& path) {

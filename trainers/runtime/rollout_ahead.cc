@@ -9,10 +9,12 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <utility>
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "policy/model/checkpoint.h"
 
 namespace rlid::trainers {
@@ -146,7 +148,9 @@ void RolloutAhead::Save(const std::string& dir) const {
   for (const auto& [version, model] : versions_) {
     if (version < VersionOf(last_taken_ + 1) || version > last_taken_) continue;
     policy::TransformerLM m = model;
-    torch::save(Tensors(m), VersionFile(dir, version));
+    std::ostringstream bytes;  // checked writes (torch's file writer aborts on a full disk)
+    torch::save(Tensors(m), bytes);
+    WriteWholeFile(VersionFile(dir, version), bytes.view(), "behaviour weights");
   }
 }
 
