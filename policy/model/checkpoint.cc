@@ -17,6 +17,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/json_file.h"
 #include "core/log.h"
 #include "policy/model/lora.h"
@@ -28,11 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 
 void WriteText(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  if (!out) throw IoError(fmt::format("cannot write '{}'", p.string()));
-  out << text;
-  out.flush();
-  if (!out) throw IoError(fmt::format("write failed for '{}' (disk full?)", p.string()));
+  WriteWholeFile(p.string(), text, "checkpoint file");
 }
 
 
@@ -45,6 +42,13 @@ std::string NowIso() {
 
 }  // namespace
 
+namespace {
+// The checkpoint's files in the unpublished directory `tmp`.
+void WriteCheckpointFiles(const fs::path& tmp, TransformerLM& model, const Tokenizer& tokenizer,
+                          const nlohmann::json& extra,
+                          const std::function<void(const std::string& tmp_dir)>& write_more);
+}  // namespace
+
 void SaveCheckpoint(const std::string& dir, TransformerLM& model, const Tokenizer& tokenizer,
                     const nlohmann::json& extra,
                     const std::function<void(const std::string& tmp_dir)>& write_more) {
@@ -55,6 +59,28 @@ void SaveCheckpoint(const std::string& dir, TransformerLM& model, const Tokenize
   fs::remove_all(tmp, ec);
   if (!fs::create_directories(tmp, ec) && ec)
     throw IoError(fmt::format("cannot create '{}': {}", tmp.string(), ec.message()));
+  try {
+    WriteCheckpointFiles(tmp, model, tokenizer, extra, write_more);
+  } catch (...) {
+    fs::remove_all(tmp, ec);  // a full disk leaves no half checkpoint behind
+    throw;
+  }
+  // Publish: move any old checkpoint aside, rename, then delete the old one.
+  fs::path old = target.string() + fmt::format(".old-{}", getpid());
+  if (fs::exists(target)) {
+    fs::rename(target, old, ec);
+    if (ec) throw IoError(fmt::format("cannot replace '{}': {}", dir, ec.message()));
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) throw IoError(fmt::format("cannot publish checkpoint '{}': {}", dir, ec.message()));
+  fs::remove_all(old, ec);
+}
+
+namespace {
+
+void WriteCheckpointFiles(const fs::path& tmp, TransformerLM& model, const Tokenizer& tokenizer,
+                          const nlohmann::json& extra,
+                          const std::function<void(const std::string& tmp_dir)>& write_more) {
   nlohmann::json meta = {{"format", "rlid-checkpoint"},
                          {"format_version", kCheckpointFormatVersion},
                          {"code_version", VersionString()},
@@ -79,18 +105,7 @@ void SaveCheckpoint(const std::string& dir, TransformerLM& model, const Tokenize
   tokenizer.SaveDirectory(tmp.string());
   if (write_more) write_more(tmp.string());
   WriteText(tmp / "rlid.json", meta.dump(2));
-  // Publish: move any old checkpoint aside, rename, then delete the old one.
-  fs::path old = target.string() + fmt::format(".old-{}", getpid());
-  if (fs::exists(target)) {
-    fs::rename(target, old, ec);
-    if (ec) throw IoError(fmt::format("cannot replace '{}': {}", dir, ec.message()));
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) throw IoError(fmt::format("cannot publish checkpoint '{}': {}", dir, ec.message()));
-  fs::remove_all(old, ec);
 }
-
-namespace {
 
 // The safetensors files of a model directory and which one holds each tensor.
 struct WeightFiles {
@@ -173,17 +188,85 @@ bool IgnorableTensor(const std::string& name, const ModelConfig& cfg) {
 }
 
 
+// tie_word_embeddings = true, yet the files store an lm_head.weight: as
+// transformers does, the head stays its own tensor when its values differ
+// from the embedding's (the model is untied), and is tied when they are equal.
+void UntieDifferingHead(const WeightFiles& w, ModelConfig& cfg, const std::string& dir) {
+  if (!cfg.tie_embeddings) return;
+  const auto head = w.owner.find("lm_head.weight"), embed = w.owner.find("model.embed_tokens.weight");
+  if (head == w.owner.end() || embed == w.owner.end()) return;
+  auto stored = [&](const auto& it) {
+    const auto s = w.stored.find(it->first);
+    return s == w.stored.end() ? it->first : s->second;
+  };
+  const torch::Tensor h = head->second->Read(stored(head)), e = embed->second->Read(stored(embed));
+  if (h.sizes() == e.sizes() && torch::equal(h.to(torch::kFloat32), e.to(torch::kFloat32))) return;
+  cfg.tie_embeddings = false;
+  spdlog::info("checkpoint '{}': tie_word_embeddings is true but lm_head.weight differs from the "
+               "embedding; the head is kept as its own tensor (as transformers loads it)",
+               dir);
+}
+
 // rlid.json of `root` (empty when absent), with its format version checked.
 nlohmann::json ReadMeta(const fs::path& root, const std::string& dir) {
   if (!fs::exists(root / "rlid.json")) return nullptr;
   nlohmann::json meta = ReadJsonFile(root / "rlid.json");
-  int version = meta.value("format_version", -1);
-  if (version > kCheckpointFormatVersion)
+  const std::string hint =
+      "rlid.json is written by `rlid train`/`rlid sft`; restore it from the run, or remove it to "
+      "load the directory as a plain Hugging Face model";
+  if (!meta.is_object())
+    throw IoError(fmt::format("checkpoint '{}': rlid.json is not a JSON object", dir), hint);
+  const auto format = meta.find("format");
+  if (format == meta.end() || !format->is_string() || *format != "rlid-checkpoint")
+    throw IoError(fmt::format("checkpoint '{}': rlid.json has format {}, not \"rlid-checkpoint\"", dir,
+                              format == meta.end() ? "(none)" : format->dump()),
+                  hint);
+  const auto v = meta.find("format_version");
+  if (v == meta.end() || !v->is_number_integer() || v->get<int64_t>() < 1)
+    throw IoError(fmt::format("checkpoint '{}': rlid.json has format_version {}, not an integer >= 1",
+                              dir, v == meta.end() ? "(none)" : v->dump()),
+                  hint);
+  if (v->get<int64_t>() > kCheckpointFormatVersion)
     throw ConfigError(fmt::format("checkpoint '{}' has format version {}, newer than this rlid ({})",
-                                  dir, version, kCheckpointFormatVersion),
+                                  dir, v->dump(), kCheckpointFormatVersion),
                       "upgrade rlid to load it");
-  if (version < 1) throw IoError(fmt::format("checkpoint '{}': rlid.json has no valid format_version", dir));
+  const auto extra = meta.find("extra");
+  if (extra != meta.end() && !extra->is_object())
+    throw IoError(fmt::format("checkpoint '{}': rlid.json's \"extra\" is not an object", dir), hint);
   return meta;
+}
+
+// The checkpoint's tokenizer must be the one it was saved with: rlid.json's
+// fingerprint (of the vocabulary, merges, added tokens, normalizer and
+// pre-tokenizer; not of formatting or the chat template) against tokenizer.json.
+void CheckTokenizerFingerprint(const nlohmann::json& meta, const Tokenizer& tokenizer,
+                               const std::string& dir) {
+  if (!meta.is_object() || !meta.contains("tokenizer_fingerprint")) return;
+  const auto& fp = meta["tokenizer_fingerprint"];
+  const std::string have = fmt::format("{:016x}", tokenizer.Fingerprint());
+  if (fp.is_string() && fp.get<std::string>() == have) return;
+  throw ConfigError(
+      fmt::format("checkpoint '{}': its tokenizer.json is not the tokenizer the weights were saved "
+                  "with (rlid.json says fingerprint {}, tokenizer.json has {})",
+                  dir, fp.dump(), have),
+      "put the checkpoint's own tokenizer.json back (the run directory keeps a copy); token ids "
+      "under another vocabulary are other text, so the weights would read garbage");
+}
+
+// Every parameter finite (NumericError naming the first tensor that is not):
+// NaN or inf weights would make every readout NaN, or an update blame the
+// learning rate for a file that was broken before training began.
+void RequireFiniteWeights(TransformerLM& model, const std::string& dir) {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : model->named_parameters()) {
+    if (torch::isfinite(p.value()).all().item<bool>()) continue;
+    const int64_t bad = (~torch::isfinite(p.value())).sum().item<int64_t>();
+    throw NumericError(fmt::format("checkpoint '{}': tensor '{}' holds {} non-finite value(s) (NaN "
+                                   "or inf)",
+                                   dir, p.key(), bad),
+                       "the file is damaged or was saved after training diverged; load an earlier "
+                       "checkpoint");
+  }
 }
 
 void ReadValueHead(const fs::path& file, TransformerLM& model) {
@@ -224,12 +307,14 @@ LoadedCheckpoint LoadAdapterCheckpoint(const fs::path& root, const std::string& 
     out.tokenizer = Tokenizer::FromDirectory(root.string());
     out.has_tokenizer = true;
   }
+  if (out.has_tokenizer) CheckTokenizerFingerprint(meta, out.tokenizer, dir);
   AttachLora(out.model, lc, 0);
   LoadAdapterWeights(dir, out.model);
   if (fs::exists(root / kValueHeadFile)) {
     ReadValueHead(root / kValueHeadFile, out.model);
     out.weight_files.push_back((root / kValueHeadFile).string());
   }
+  RequireFiniteWeights(out.model, dir);
   out.weight_files.push_back((root / "adapter_model.safetensors").string());
   out.base_dir = base;
   out.meta = std::move(meta);
@@ -267,6 +352,7 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
     if (out.tokenizer.VocabSize() > cfg.vocab_size)
       throw ConfigError(fmt::format("checkpoint '{}': tokenizer has {} ids but the model only {}",
                                     dir, out.tokenizer.VocabSize(), cfg.vocab_size));
+    CheckTokenizerFingerprint(out.meta, out.tokenizer, dir);
   } else if (opt.require_tokenizer) {
     throw IoError(fmt::format("checkpoint '{}' has no tokenizer.json", dir),
                   "copy the model's tokenizer.json into the directory (commands that take token "
@@ -274,6 +360,7 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
   }
   WeightFiles weights = OpenWeights(root);
   MapLanguageModelNames(weights);
+  UntieDifferingHead(weights, cfg, dir);
   for (const auto& r : weights.readers) out.weight_files.push_back(r->path());
   out.model = TransformerLM(cfg, opt.dtype, /*initialise=*/false);
   torch::NoGradGuard no_grad;
@@ -317,6 +404,7 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
                         "config.json describes a different architecture than the weights");
     skipped += name.rfind("model.visual.", 0) == 0 ? 1 : 0;
   }
+  RequireFiniteWeights(out.model, dir);
   if (skipped > 0)
     spdlog::info(
         "checkpoint '{}': read the language model; skipped the vision tower ({} tensors, rlid "
@@ -325,6 +413,11 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
   out.model->to(device);
   return out;
 }
+
+namespace {
+// The exported model's files in the unpublished directory `tmp`.
+void WriteExportFiles(LoadedCheckpoint& ck, const fs::path& tmp, const ExportOptions& opt);
+}  // namespace
 
 void ExportModel(LoadedCheckpoint& ck, const std::string& out_dir, const ExportOptions& opt) {
   const fs::path target(out_dir);
@@ -337,6 +430,20 @@ void ExportModel(LoadedCheckpoint& ck, const std::string& out_dir, const ExportO
   fs::remove_all(tmp, ec);
   if (!fs::create_directories(tmp, ec) && ec)
     throw IoError(fmt::format("cannot create '{}': {}", tmp.string(), ec.message()));
+  try {
+    WriteExportFiles(ck, tmp, opt);
+  } catch (...) {
+    fs::remove_all(tmp, ec);  // a full disk leaves no OUT.tmp-PID behind
+    throw;
+  }
+  if (fs::exists(target)) fs::remove(target, ec);  // the empty directory
+  fs::rename(tmp, target, ec);
+  if (ec) throw IoError(fmt::format("cannot publish '{}': {}", out_dir, ec.message()));
+}
+
+namespace {
+
+void WriteExportFiles(LoadedCheckpoint& ck, const fs::path& tmp, const ExportOptions& opt) {
   if (ck.model->lora() && !opt.merge) {
     SaveAdapter(tmp.string(), ck.model);
   } else {
@@ -353,10 +460,9 @@ void ExportModel(LoadedCheckpoint& ck, const std::string& out_dir, const ExportO
     WriteText(tmp / "config.json", cfg.dump(2));
   }
   if (ck.has_tokenizer) ck.tokenizer.SaveDirectory(tmp.string());
-  if (fs::exists(target)) fs::remove(target, ec);  // the empty directory
-  fs::rename(tmp, target, ec);
-  if (ec) throw IoError(fmt::format("cannot publish '{}': {}", out_dir, ec.message()));
 }
+
+}  // namespace
 
 bool IsUnpublishedCheckpointName(const std::string& name) {
   for (const char* mark : {".tmp-", ".old-"}) {

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/json_file.h"
 #include "policy/model/safetensors.h"
 
@@ -93,6 +94,19 @@ void LoraConfig::Validate() const {
   }
 }
 
+std::vector<std::string> PresentTargets(TransformerLM& model, const std::vector<std::string>& targets) {
+  const auto projections = Projections(model, targets);
+  std::vector<std::string> out;
+  for (const auto& t : targets)
+    for (const auto& [name, lin] : projections)
+      if (name.size() > t.size() &&
+          name.compare(name.size() - t.size() - 1, t.size() + 1, "." + t) == 0) {
+        out.push_back(t);
+        break;
+      }
+  return out;
+}
+
 void AttachLora(TransformerLM& model, const LoraConfig& cfg, uint64_t seed) {
   cfg.Validate();
   if (model->lora())
@@ -100,15 +114,7 @@ void AttachLora(TransformerLM& model, const LoraConfig& cfg, uint64_t seed) {
                       "leave [policy.lora] unset to keep training the adapters of policy.init");
   // The targets this model has (Qwen3.5's linear-attention projections exist there only).
   LoraConfig attached = cfg;
-  const auto projections = Projections(model, cfg.target_modules);
-  attached.target_modules.clear();
-  for (const auto& t : cfg.target_modules)
-    for (const auto& [name, lin] : projections)
-      if (name.size() > t.size() &&
-          name.compare(name.size() - t.size() - 1, t.size() + 1, "." + t) == 0) {
-        attached.target_modules.push_back(t);
-        break;
-      }
+  attached.target_modules = PresentTargets(model, cfg.target_modules);
   if (attached.target_modules.empty())
     throw ConfigError(
         fmt::format("policy.lora.target_modules = [{}] names no projection of this model",
@@ -118,7 +124,7 @@ void AttachLora(TransformerLM& model, const LoraConfig& cfg, uint64_t seed) {
   for (auto& p : model->parameters()) p.set_requires_grad(false);
   const auto dtype = ComputeType(model->dtype());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  for (auto& [name, lin] : projections) {
+  for (auto& [name, lin] : Projections(model, cfg.target_modules)) {
     lin->AddAdapter(cfg.rank, cfg.scale(), cfg.dropout, dtype);
     const double bound = 1.0 / std::sqrt(static_cast<double>(lin->weight.size(1)));
     auto a = torch::empty(lin->lora_A->weight.sizes(), torch::kFloat64).uniform_(-bound, bound, gen);
@@ -311,10 +317,7 @@ void SaveAdapter(const std::string& dir, TransformerLM& model) {
                       {"rank_pattern", nlohmann::json::object()},
                       {"alpha_pattern", nlohmann::json::object()},
                       {"revision", nullptr}};
-  std::ofstream out(fs::path(dir) / "adapter_config.json", std::ios::trunc);
-  out << j.dump(2) << "\n";
-  out.flush();
-  if (!out) throw IoError(fmt::format("cannot write '{}/adapter_config.json' (disk full?)", dir));
+  WriteWholeFile((fs::path(dir) / "adapter_config.json").string(), j.dump(2) + "\n", "adapter config");
 }
 
 void LoadAdapterWeights(const std::string& dir, TransformerLM& model) {

@@ -428,3 +428,32 @@ def test_export_loads_in_transformers_with_rlids_logits(rlid, report, tmp_path, 
     if dtype == "bfloat16":  # the reference is rlid on the source rounded to bfloat16
         source = save_model(load_hf(source), tmp_path / "source_bf16", "bfloat16")
     compare(rlid, report, f"export/{case.id}/{dtype}", source, load_hf(exported), batches, tmp_path)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_5_text"])
+@pytest.mark.parametrize("head", ["differs", "equal"])
+def test_tied_config_with_a_stored_head_reads_as_in_transformers(rlid, report, tmp_path, family, head):
+    """tie_word_embeddings = true while the files store an lm_head.weight: transformers keeps a
+    head that differs from the embedding as its own tensor (and ties an equal one); rlid must
+    give its logits in both cases."""
+    from safetensors.torch import load_file, save_file
+    torch.manual_seed(11)
+    config = random_config(family, "default", 11)
+    config.tie_word_embeddings = True
+    if hasattr(config, "text_config"):
+        config.text_config.tie_word_embeddings = True
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    randomize_(model, 11)
+    out = save_model(model, tmp_path / "model")
+    weights = load_file(out / "model.safetensors")
+    embed = next(k for k in weights if k.endswith("embed_tokens.weight"))
+    # A differing head of the embedding's scale (the logits' rounding stays the other cases').
+    weights["lm_head.weight"] = (weights[embed].clone() if head == "equal"
+                                 else torch.randn(weights[embed].shape, generator=torch.Generator().manual_seed(3))
+                                 * weights[embed].std())
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    reference = load_hf(out)
+    tied = reference.lm_head.weight.data_ptr() == reference.get_input_embeddings().weight.data_ptr()
+    assert tied == (head == "equal"), "transformers' tying rule is not the one this test expects"
+    batches = input_sets(reference.config.get_text_config().vocab_size, 11)
+    compare(rlid, report, f"transformers/tied-config-{head}-head/{family}", out, reference, batches, tmp_path)
