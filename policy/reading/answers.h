@@ -12,6 +12,11 @@
 
 namespace rlid::policy {
 
+// At most this many samples per call, of at most this many tokens each
+// (ConfigError beyond, before any allocation).
+inline constexpr int kMaxAnswerSamples = 4096;
+inline constexpr int kMaxAnswerTokens = 8192;
+
 // `n` samples of `prompt` under `options`, deterministic given `seed`. The
 // loaded weights are the engine (no second copy) unless LoRA adapters or
 // another engine dtype call for a merged copy on `device`. An answer ends at

@@ -629,6 +629,12 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
                       "use 'menu' (renormalise over the menu) or 'other' (keep the off-menu mass)");
   if (batch.empty()) throw ConfigError("readout batch is empty", "pass at least one state");
   const PackedBatch pb = PackBatch(batch, model->config().vocab_size, options.afterstate_values);
+  // Lengths before the [B, 1, L, L] mask: a prompt past policy.max_position is
+  // the model's error now, not after an allocation that grows with L^2.
+  int64_t max_position = 0;
+  for (const auto& row : pb.rows)
+    for (int64_t p : row.positions) max_position = std::max(max_position, p);
+  model->CheckPosition(max_position);
   const torch::Device device = model->device();
   ReadoutBatch out;
   out.normalisation = options.normalisation;

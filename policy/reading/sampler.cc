@@ -145,13 +145,19 @@ void TextSampler::SyncWeights(TransformerLM& train_model) {
 
 TextSampler::Drawn TextSampler::Draw(const torch::Tensor& logits, const torch::Tensor& u) const {
   torch::Tensor tok, lp;
+  // The ids the tokenizer has; padded embedding rows are never drawn.
+  const int64_t V = logits.size(-1);
+  const int64_t limit = options_.vocab_limit > 0 ? std::min(options_.vocab_limit, V) : V;
+  auto drawable = [&](const torch::Tensor& t) {
+    return limit == V ? t : t.slice(-1, 0, limit);
+  };
   if (options_.temperature == 0.0) {
-    tok = logits.argmax(-1);
+    tok = drawable(logits).argmax(-1);
     lp = torch::log_softmax(logits, -1).gather(1, tok.unsqueeze(1)).squeeze(1);
   } else {
     auto scaled = logits / options_.temperature;
     auto logp = torch::log_softmax(scaled, -1);
-    auto kept = TopPFilter(scaled, options_.top_p);
+    auto kept = TopPFilter(drawable(scaled), options_.top_p);
     auto cdf = torch::softmax(kept.to(torch::kFloat64), -1).cumsum(-1);  // [A, V]
     auto x = (u * cdf.select(1, cdf.size(1) - 1)).unsqueeze(1);
     tok = torch::searchsorted(cdf, x, /*out_int32=*/false, /*right=*/true).squeeze(1).clamp_max(cdf.size(1) - 1);

@@ -26,6 +26,12 @@ struct SamplerOptions {
   // On CUDA, a float32 engine's forward runs under bf16 autocast (matmuls and
   // attention in bf16, norms, softmax and log-probs in float32); ignored on the CPU.
   bool autocast = true;
+  // Ids >= this are never sampled (0: every id of the model). Set to the
+  // tokenizer's size: checkpoints pad their embedding rows (Qwen3: 151,936
+  // rows for 151,669 ids), and a padded id has no text. Like top-p, this
+  // truncates what is sampled, not the reported log-probs (still over the full
+  // vocabulary, as the trainer scores them).
+  int64_t vocab_limit = 0;
 };
 
 struct SampleResult {
