@@ -13,6 +13,7 @@
 #include "core/progress.h"
 #include "memory/writer_lock.h"
 #include "policy/model/checkpoint.h"
+#include "trainers/runtime/resume_config.h"
 #include "trainers/runtime/run.h"
 #include "trainers/algorithms/sft.h"
 #include "trainers/runtime/trainer.h"
@@ -39,7 +40,10 @@ class TrainCommand : public Command {
  public:
   void Setup(CLI::App& app) override {
     opts_.Add(app);
-    app.add_flag("--resume", resume_, "continue the run in --out from its last checkpoint");
+    app.add_flag("--resume", resume_,
+                 "continue the run in --out from its last checkpoint, under the run's own "
+                 "config.toml (--set may change only how long it runs and how often it "
+                 "evaluates and saves)");
     app.add_flag("--metrics-only", metrics_only_,
                  "record runs, metrics and checkpoints but not episodes/steps/menus/memory reads");
     job_.Add(app);
@@ -51,7 +55,9 @@ class TrainCommand : public Command {
   void Run() {
     if (resume_ && opts_.out.empty())
       throw ConfigError("--resume needs --out DIR (the run directory to continue)");
-    auto cfg = ExperimentConfig::Load(opts_.config, WithGlobalOverrides(opts_.sets));
+    // A resumed run continues under its own config.toml (trainers/runtime/resume_config.h).
+    auto cfg = resume_ ? trainers::LoadResumeConfig(opts_.out, opts_.config, WithGlobalOverrides(opts_.sets))
+                       : ExperimentConfig::Load(opts_.config, WithGlobalOverrides(opts_.sets));
     // Refused before any rank starts (rank 0 checks again, for hand-started jobs).
     if (!resume_ && !opts_.out.empty() && trainers::DistEnv::FromEnvironment().world_size == 1)
       trainers::RefuseExistingRun(opts_.out, "train");

@@ -519,6 +519,25 @@ std::string Config::ResolvedToml() const {
   return out;
 }
 
+std::map<std::string, std::string> Config::DocumentValues() const {
+  std::map<std::string, std::string> out;
+  std::function<void(const toml::table&, const std::string&)> walk = [&](const toml::table& t,
+                                                                         const std::string& at) {
+    for (const auto& [k, node] : t) {
+      const std::string path = JoinPath(at, k.str());
+      if (const toml::table* sub = node.as_table()) {
+        walk(*sub, path);
+        continue;
+      }
+      std::ostringstream os;
+      node.visit([&](const auto& v) { os << v; });
+      out[path] = os.str();
+    }
+  };
+  walk(impl_->doc, "");
+  return out;
+}
+
 std::string Config::DocumentToml() const {
   std::ostringstream os;
   os << impl_->doc;
@@ -905,5 +924,7 @@ bool ConfigNode::IsUsed(std::string_view path) const {
 }
 
 void ConfigNode::MarkAllUsed() const { impl_->wildcard.insert(path_); }
+
+void ConfigNode::Declare(std::string_view key) const { impl_->used.insert(KeyPath(key)); }
 
 }  // namespace rlid

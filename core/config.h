@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -122,6 +123,10 @@ class Config {
   std::vector<std::string> UsedKeys(std::string_view prefix = {}) const;
   // Every field read so far, with resolved values and their docs as comments.
   std::string ResolvedToml() const;
+  // Every value of the document (after overrides) as "a.b.key" -> its TOML
+  // text, tables flattened and arrays whole: two documents that say the same
+  // thing give equal values however they spelled it (1e-3 and 0.001).
+  std::map<std::string, std::string> DocumentValues() const;
   // The source document as TOML (after overrides).
   std::string DocumentToml() const;
   const std::string& source_name() const;
@@ -168,6 +173,9 @@ class ConfigNode {
   // Array of tables ([[key]]); each element is a section "key[i]".
   std::vector<ConfigNode> TableArray(std::string_view key) const;
   bool Has(std::string_view key) const;
+  // `key` is valid here though nothing read it (an unknown-key error lists it
+  // among the valid keys; no resolved value is recorded).
+  void Declare(std::string_view key) const;
   // A key that was renamed: when `old_key` is present, a ConfigError at its
   // location naming `new_key` (both relative to this section) and what it sets.
   void RejectRenamed(std::string_view old_key, std::string_view new_key,

@@ -5,11 +5,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/rng.h"
@@ -18,6 +20,7 @@
 #include "policy/model/device.h"
 #include "policy/model/runtime.h"
 #include "trainers/runtime/optim.h"
+#include "trainers/runtime/resume_point.h"
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;
@@ -39,11 +42,18 @@ nlohmann::json LoraJson(const policy::LoraConfig& c) {
           {"base_model", c.base_model}};
 }
 
-// policy.init already holds adapters and [policy.lora] is set: they must agree.
-void CheckSameAdapters(const policy::LoraConfig& loaded, const policy::LoraConfig& wanted,
+// policy.init already holds adapters and [policy.lora] is set: they must
+// agree on what is adapted -- the targets of [policy.lora] this model has (a
+// run's config keeps every default target; its adapters hold the model's own).
+void CheckSameAdapters(policy::TransformerLM& model, const policy::LoraConfig& wanted,
                        const std::string& init) {
+  const policy::LoraConfig& loaded = *model->lora();
+  auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
   if (loaded.rank == wanted.rank && loaded.alpha == wanted.alpha &&
-      loaded.target_modules == wanted.target_modules)
+      sorted(loaded.target_modules) == sorted(policy::PresentTargets(model, wanted.target_modules)))
     return;
   throw ConfigError(
       fmt::format("policy.init '{}' holds LoRA adapters (rank {}, alpha {}, {}) that differ from "
@@ -52,29 +62,6 @@ void CheckSameAdapters(const policy::LoraConfig& loaded, const policy::LoraConfi
                   wanted.alpha, fmt::join(wanted.target_modules, " ")),
       "leave [policy.lora] unset (or equal to the adapters) to keep training them, or start from "
       "their base model");
-}
-
-// What a checkpoint saw of rank `rank`'s database: checkpoints of a job of N
-// ranks list every shard under "shards"; older ones only rank 0's ids.
-struct ShardMark {
-  bool recorded = false;  // the checkpoint's job had this rank
-  int64_t last_episode_id = 0, last_item_id = 0;
-};
-ShardMark CheckpointShardMark(const nlohmann::json& extra, int rank) {
-  ShardMark m;
-  if (rank == 0) {
-    m.recorded = true;
-    m.last_episode_id = extra.at("last_episode_id").get<int64_t>();
-    m.last_item_id = extra.value("last_item_id", int64_t{0});
-    return m;
-  }
-  const std::string key = std::to_string(rank);
-  if (!extra.contains("shards") || !extra["shards"].contains(key)) return m;
-  const auto& s = extra["shards"][key];
-  m.recorded = true;
-  m.last_episode_id = s.at("last_episode_id").get<int64_t>();
-  m.last_item_id = s.at("last_item_id").get<int64_t>();
-  return m;
 }
 
 // Resuming with fewer ranks: the shards of ranks >= `size` are truncated to
@@ -119,11 +106,12 @@ void Recorder::Flush() {
   writer_.Flush();
 }
 
-void PointRunsLatestAt(const std::string& dir) {
+std::string PointRunsLatestAt(const std::string& dir) {
   std::error_code ec;
   const fs::path runs = fs::weakly_canonical("runs", ec);
   const fs::path target = fs::weakly_canonical(dir, ec);
-  if (ec || target.parent_path() != runs || target.filename() == "latest") return;
+  if (ec || target.parent_path() != runs || target.filename() == "latest") return "";
+  const std::string before = fs::read_symlink(runs / "latest", ec).string();
   // A fresh symlink renamed over the old one: readers never see no runs/latest.
   const fs::path tmp = runs / fmt::format(".latest.tmp-{}", ::getpid());
   fs::remove(tmp, ec);
@@ -132,7 +120,24 @@ void PointRunsLatestAt(const std::string& dir) {
   if (ec) {
     fs::remove(tmp, ec);
     spdlog::warn("could not point runs/latest at {}", target.filename().string());
+    return "";
   }
+  return before;
+}
+
+void RestoreRunsLatest(const std::string& dir, const std::string& before) {
+  std::error_code ec;
+  const fs::path latest = fs::weakly_canonical("runs", ec) / "latest";
+  if (ec || fs::read_symlink(latest, ec) != fs::weakly_canonical(dir, ec).filename()) return;
+  if (before.empty()) {
+    fs::remove(latest, ec);
+    return;
+  }
+  const fs::path tmp = latest.parent_path() / fmt::format(".latest.tmp-{}", ::getpid());
+  fs::remove(tmp, ec);
+  fs::create_symlink(before, tmp, ec);
+  if (!ec) fs::rename(tmp, latest, ec);
+  if (ec) fs::remove(tmp, ec);
 }
 
 std::string RunDirectoryOf(const std::string& checkpoint) {
@@ -193,6 +198,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
   checkpoints_dir = (fs::path(dir) / options.checkpoints).string();
   const nlohmann::json loaded = LoadEnvAndPolicy(resume);
   OpenRunDirectory();
+  if (resume) FindResumePoint();
   // Rank 0 alone writes the directory's files (config, tokenizer, model.json, checkpoints).
   const bool own_files = !options.shared_directory && rank == 0;
   if (!own_files) options.config_file.clear();
@@ -241,25 +247,24 @@ void Run::OpenRunDirectory() {
       (fs::path(dir) / (rank == 0 ? memory::kDatabaseFileName : memory::ShardFileName(rank))).string(),
       memory::Store::Mode::kReadWrite);
   ApplyShardIdFloor();
-  if (rank == 0) PointRunsLatestAt(dir);
+  if (rank == 0) {
+    latest_before_ = PointRunsLatestAt(dir);
+    pointed_latest_ = true;
+  }
 }
 
 std::string Run::WriteRunFiles(const RunOptions& options, bool own_files,
                                const nlohmann::json& loaded) {
   std::string resolved = cfg.raw.ResolvedToml();
-  if (!options.config_file.empty()) {
-    std::ofstream f(fs::path(dir) / options.config_file);
-    if (!f)
-      throw IoError(fmt::format("cannot write '{}/{}'", dir, options.config_file),
-                    "is the directory writable?");
-    f << "# resolved config of this run (rlid " << VersionString() << ")\n" << resolved;
-  }
+  const std::string header = fmt::format("# resolved config of this run (rlid {})\n", VersionString());
+  const std::string config_path = (fs::path(dir) / options.config_file).string();
+  if (!options.config_file.empty()) WriteWholeFile(config_path, header + resolved, "run config");
   if (own_files) policy::RemoveOrphanCheckpoints(checkpoints_dir);  // left by a killed run
   if (cfg.init_checkpoint.empty()) {
     BuildFreshModel();
     return resolved;
   }
-  if (own_files) std::ofstream(fs::path(dir) / "model.json") << loaded.dump(2) << "\n";
+  if (own_files) WriteWholeFile((fs::path(dir) / "model.json").string(), loaded.dump(2) + "\n", "model record");
   // The [policy] size keys describe a fresh model; record what was loaded instead.
   std::string note = fmt::format(
       "\n# policy.init loaded {} ({} parameters, {} of them trainable, model_type {}, {} layers, hidden {}); the\n"
@@ -267,7 +272,7 @@ std::string Run::WriteRunFiles(const RunOptions& options, bool own_files,
       loaded["path"].get<std::string>(), model->config().NumParameters(), TrainableCount(model),
       model->config().ModelType(), model->config().num_layers, model->config().hidden_size);
   resolved += note;
-  if (!options.config_file.empty()) std::ofstream(fs::path(dir) / options.config_file, std::ios::app) << note;
+  if (!options.config_file.empty()) WriteWholeFile(config_path, header + resolved, "run config");
   return resolved;
 }
 
@@ -326,7 +331,7 @@ nlohmann::json Run::LoadInitModel() {
   model = ck.model;
   if (cfg.lora.enabled()) {
     if (model->lora()) {
-      CheckSameAdapters(*model->lora(), cfg.lora, cfg.init_checkpoint);  // continue training them
+      CheckSameAdapters(model, cfg.lora, cfg.init_checkpoint);  // continue training them
     } else {
       policy::LoraConfig lc = cfg.lora;
       lc.base_model = fs::absolute(cfg.init_checkpoint).lexically_normal().string();
@@ -365,7 +370,7 @@ void Run::BuildFreshModel() {
   policy::AttachLora(model, lc, Rng::DeriveSeed(cfg.run.seed, "lora"));
 }
 
-void Run::ResumeStore(memory::RunRecord rec) {
+void Run::FindResumePoint() {
   fs::path latest = fs::path(checkpoints_dir) / "latest";
   std::error_code ec;
   fs::path name = fs::read_symlink(latest, ec);
@@ -374,14 +379,16 @@ void Run::ResumeStore(memory::RunRecord rec) {
                   "resume needs a run directory with checkpoints/latest (checkpoint_every > 0)");
   resume_checkpoint = (fs::path(checkpoints_dir) / name).string();
   const nlohmann::json meta = policy::ReadCheckpointMeta(resume_checkpoint);
-  const auto& extra = meta.at("extra");
-  if (!extra.contains("run_id") || !extra.contains("last_episode_id"))
-    throw IoError(fmt::format("--resume: checkpoint '{}' does not say which run it belongs to",
-                              resume_checkpoint),
-                  "it was written by an older rlid; start a new run");
-  run_id = extra.at("run_id").get<int64_t>();
-  const int64_t iteration = extra.at("iteration").get<int64_t>();
-  const ShardMark mine = CheckpointShardMark(extra, comm.rank());
+  resume_point_ = ReadResumePoint(resume_checkpoint, meta, *store, comm.rank(),
+                                  fmt::format("{:016x}", tokenizer.Fingerprint()));
+  resume_extra_ = meta.at("extra");
+}
+
+void Run::ResumeStore(memory::RunRecord rec) {
+  const auto& extra = resume_extra_;
+  run_id = resume_point_.run_id;
+  const int64_t iteration = resume_point_.iteration;
+  const ShardMark mine = resume_point_.mine;
   memory::TruncateResult removed;
   if (comm.rank() > 0 && !mine.recorded) {
     // The checkpoint's job had no rank of this number: a fresh shard of the run.
@@ -436,11 +443,13 @@ Run::~Run() {
 
 policy::TextSampler& Run::Sampler() {
   if (!sampler_) {
-    const auto engine_dtype = cfg.sampler.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    policy::SamplerOptions so = cfg.sampler;
+    so.vocab_limit = tokenizer.VocabSize();  // padded embedding rows are never sampled
+    const auto engine_dtype = so.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
     if (evaluation_ && !model->lora() && model->dtype() == engine_dtype) {
-      sampler_ = std::make_unique<policy::TextSampler>(model, cfg.sampler);  // nothing trains: no copy
+      sampler_ = std::make_unique<policy::TextSampler>(model, so);  // nothing trains: no copy
     } else {
-      sampler_ = std::make_unique<policy::TextSampler>(model->config(), cfg.sampler, device);
+      sampler_ = std::make_unique<policy::TextSampler>(model->config(), so, device);
       sampler_->SyncWeights(model);
     }
   }
@@ -476,6 +485,8 @@ agents::AgentContext Run::Agent(policy::Plane plane, int64_t iteration) {
 
 void Run::End(const std::string& status) {
   ended_ = true;
+  // A failed run gives runs/latest back to the run it pointed at before.
+  if (status == "failed" && pointed_latest_) RestoreRunsLatest(dir, latest_before_);
   writer->EndRun(run_id, status);
 }
 

@@ -26,6 +26,7 @@
 #include "trainers/runtime/diagnostics.h"
 #include "trainers/runtime/dist.h"
 #include "trainers/runtime/experiment.h"
+#include "trainers/runtime/resume_point.h"
 
 namespace rlid::trainers {
 
@@ -98,7 +99,10 @@ void RefuseExistingRun(const std::string& dir, const std::string& command);
 // Points runs/latest at `dir` when `dir` sits directly in ./runs (a symlink
 // replaced atomically); elsewhere it does nothing. Every run directory a
 // command makes goes through here.
-void PointRunsLatestAt(const std::string& dir);
+// Returns the link's previous target ("" when there was none or nothing changed).
+std::string PointRunsLatestAt(const std::string& dir);
+// runs/latest back at `before` (removed when empty), if it still points at `dir`.
+void RestoreRunsLatest(const std::string& dir, const std::string& before);
 // The run directory that holds `checkpoint` (its nearest ancestor, up to three
 // levels up, that contains rlid.db), or "" when it belongs to no run (an HF
 // model directory, a copied checkpoint).
@@ -160,10 +164,15 @@ class Run {
   // A model of the [policy] size keys for the run's tokenizer, initialised
   // from the run seed; with LoRA its base is saved once in dir/base.
   void BuildFreshModel();
-  // Finds checkpoints/latest, truncates the store to it, reopens its run row
-  // (a rank new to the run mirrors `rec` under the run's id) and restores the
-  // bank; sets run_id and resume_checkpoint.
+  // Finds checkpoints/latest and checks what it says against the store
+  // (trainers/runtime/resume_point.h) before any file of the run changes;
+  // sets resume_checkpoint and resume_point_.
+  void FindResumePoint();
+  // Truncates the store to the resume point, reopens its run row (a rank new
+  // to the run mirrors `rec` under the run's id); sets run_id.
   void ResumeStore(memory::RunRecord rec);
+  ResumePoint resume_point_;
+  nlohmann::json resume_extra_;  // the checkpoint's rlid.json extra
   // Rank r > 0: ids of its shard start at r * memory::kShardIdStride + 1.
   void ApplyShardIdFloor();
   // The constructor's steps, in order. LoadEnvAndPolicy builds what a bad
@@ -180,6 +189,8 @@ class Run {
   std::unique_ptr<policy::TextSampler> sampler_;
   std::unique_ptr<Recorder> recorder_;
   bool ended_ = false;
+  bool pointed_latest_ = false;  // rank 0 pointed runs/latest at dir
+  std::string latest_before_;    // where runs/latest pointed before
   bool evaluation_ = false;  // kind "eval": nothing trains, policy.dtype applies to every weight
 };
 

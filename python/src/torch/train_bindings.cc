@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "python/src/bindings.h"
+#include "trainers/runtime/resume_config.h"
 #include "trainers/analysis/compare.h"
 #include "trainers/runtime/experiment.h"
 #include "trainers/runtime/run.h"
@@ -114,7 +115,8 @@ py::dict Train(const std::string& config, const std::vector<std::string>& sets,
   if (resume && out.empty())
     throw ConfigError("resume=True needs out=DIR (the run directory to continue)");
   HostedCall hosted(log, level);
-  auto cfg = trainers::ExperimentConfig::Load(config, sets);
+  auto cfg = resume ? trainers::LoadResumeConfig(out, config, sets)
+                    : trainers::ExperimentConfig::Load(config, sets);
   if (!resume && !out.empty()) trainers::RefuseExistingRun(out, "train");
   trainers::TrainResult r;
   std::string dir;
