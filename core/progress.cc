@@ -17,13 +17,14 @@ std::string FormatDuration(double s) {
   return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::floor(std::fmod(s / 60, 60)));
 }
 
-Progress::Progress(std::string what, int64_t total, bool enabled, double every_s)
+Progress::Progress(std::string what, int64_t total, bool enabled, double every_s, bool end_line)
     : what_(std::move(what)),
       total_(std::max<int64_t>(total, 1)),
       enabled_(enabled),
       every_s_(every_s),
       start_(MonotonicSeconds()),
-      last_(start_) {}
+      last_(start_),
+      end_line_(end_line) {}
 
 std::string Progress::Line(int64_t done, std::string_view detail) const {
   done = std::clamp<int64_t>(done, 0, total_);
@@ -44,6 +45,8 @@ void Progress::Update(int64_t done, std::string_view detail) {
   if (!end && now - last_ < every_s_) return;
   last_ = now;
   finished_ = end;
+  if (end && !end_line_ && !logged_) return;
+  logged_ = true;
   spdlog::info("{}", Line(done, detail));
 }
 

@@ -17,7 +17,10 @@ class Progress {
  public:
   // `what` names the loop ("sft", "eval 64 episodes"); `total` > 0 units of
   // work (steps, episodes, states). Disabled progress logs nothing.
-  Progress(std::string what, int64_t total, bool enabled = true, double every_s = 10.0);
+  // With `end_line` false the end is logged only after an earlier line (a
+  // loop that finished within every_s stays silent).
+  Progress(std::string what, int64_t total, bool enabled = true, double every_s = 10.0,
+           bool end_line = true);
   // `done` units of `total` are finished (monotone); `detail` is appended
   // ("loss 0.41"). Logs when every_s passed since the last line or done == total.
   void Update(int64_t done, std::string_view detail = {});
@@ -31,6 +34,7 @@ class Progress {
   bool enabled_;
   double every_s_, start_, last_;
   bool finished_ = false;
+  bool end_line_ = true, logged_ = false;
 };
 
 }  // namespace rlid

@@ -9,6 +9,8 @@
 // --protocol V: serve protocol versions up to V (1: answer as a version-1 env).
 // --capacity-resets N: answer the first N reset requests with a "capacity"
 // error (the env is full; protocol 2), then serve normally.
+// --count-resets: the --*-after counts count reset requests instead of steps
+// (a crash every episode meets, however its agent answers).
 #include "envs/env_server.h"
 
 #include <unistd.h>
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
   rlid::envs::EnvServerOptions options;
   long crash_after = -1, hang_after = -1, garbage_after = -1, capacity_resets = 0;
   std::string once;
+  bool count_resets = false;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
@@ -46,6 +49,7 @@ int main(int argc, char** argv) {
     else if (a == "--hang-after") hang_after = std::atol(next().c_str());
     else if (a == "--garbage-after") garbage_after = std::atol(next().c_str());
     else if (a == "--once") once = next();
+    else if (a == "--count-resets") count_resets = true;
     else params.push_back(a);
   }
   try {
@@ -59,7 +63,8 @@ int main(int argc, char** argv) {
     long steps = 0;
     std::string line;
     while (std::getline(std::cin, line)) {
-      const bool step = line.find("\"op\":\"step\"") != std::string::npos;
+      const bool step = line.find(count_resets ? "\"op\":\"reset\"" : "\"op\":\"step\"") !=
+                        std::string::npos;
       if (line.find("\"op\":\"reset\"") != std::string::npos && capacity_resets > 0) {
         --capacity_resets;
         const size_t at = line.find("\"id\":");

@@ -743,6 +743,7 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
   played.policy_version = batch.version;
   c.recorder.Episodes(ro.kept, played);
   c.recorder.Episodes(ro.dropped, played);
+  if (NothingToLearn(ro.kept.size(), c.comm)) return SkippedUpdate(std::move(metrics), c.iteration);
 
   auto samples = TokenAdvantages(t, max_new_tokens, ro.kept, ro.kept_kl, &c.comm);
   const JobSamples job = GatherSamples(samples, ro.kept, c.comm);

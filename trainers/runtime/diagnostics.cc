@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <regex>
 #include <vector>
 
 #include "agents/budget.h"
+#include "core/error.h"
+#include "core/log.h"
 #include "core/strings.h"
 
 namespace rlid::trainers {
@@ -32,7 +35,9 @@ std::string InvalidReasonKind(const std::string& reason) {
 }
 
 std::optional<std::string> InvalidAnswersWarning(const EpisodeTally& rollouts) {
-  if (rollouts.steps < 32 || rollouts.InvalidRate() <= 0.5) return std::nullopt;
+  // Every answer invalid says enough at any count; a majority needs a few to mean anything.
+  if (rollouts.steps == 0 || rollouts.InvalidRate() <= 0.5) return std::nullopt;
+  if (rollouts.steps < kMinAnswersToWarn && rollouts.invalid_steps < rollouts.steps) return std::nullopt;
   std::vector<std::pair<int64_t, std::string>> kinds;
   for (const auto& [kind, n] : rollouts.invalid_reasons) kinds.push_back({n, kind});
   std::sort(kinds.begin(), kinds.end(), [](const auto& a, const auto& b) {
@@ -63,7 +68,14 @@ std::optional<std::string> DemonstrationsWarning(double demo_success, double ran
 OracleReference MeasureOracle(agents::AgentContext ctx, int64_t episodes) {
   OracleReference ref;
   if (episodes <= 0 || ctx.renderer->config().reasoning) return ref;
-  const auto probe = ctx.env->NewState(envs::SplitSeed(envs::Split::kTrain, 0));
+  std::unique_ptr<envs::State> probe;
+  try {
+    probe = ctx.env->NewState(envs::SplitSeed(envs::Split::kTrain, 0));
+  } catch (const EnvError& e) {
+    // Measured nothing; the rollouts meet the failure under the env's on_error rule.
+    spdlog::warn("could not measure how the env's oracle plays: {}", e.what());
+    return ref;
+  }
   if (!dynamic_cast<const envs::OracleState*>(probe.get())) return ref;
   // Side-effect free: no store ids, no memory, no progress callbacks.
   ctx.episode_ids = nullptr;

@@ -31,8 +31,9 @@ struct EpisodeTally {
 // capital (a label) -> X, digit runs -> N.
 std::string InvalidReasonKind(const std::string& reason);
 
-// More than half of at least 32 answers were invalid: the share and the three
-// commonest kinds of invalid answer, with what to try.
+// Every answer invalid, or more than half of at least kMinAnswersToWarn: the
+// share and the three commonest kinds of invalid answer, with what to try.
+inline constexpr int64_t kMinAnswersToWarn = 8;
 std::optional<std::string> InvalidAnswersWarning(const EpisodeTally& rollouts);
 
 // Demonstrations that succeed in under half of their episodes teach the

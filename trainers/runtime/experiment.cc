@@ -140,6 +140,10 @@ void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
         "stop (NumericError, nothing checkpointed) when one iteration multiplies the norm of the "
         "trainable weights by more than this: exploding updates that stay finite (0 = off)",
         Range::GreaterThan(1).Or(0));
+  n.Get("max_empty_iterations", max_empty_iterations,
+        "iterations in a row whose every rollout episode an env failure dropped (each skips its "
+        "update) before the run stops with an env error",
+        IntRange::Positive());
   n.GetEnum("budget", budget, {"iterations", "env_steps", "wall_seconds", "flops"},
             "what stops the run: env steps (every decision attempt), training wall-clock "
             "seconds, or rollout + update FLOPs");

@@ -107,6 +107,10 @@ struct TrainerConfig {
   int64_t checkpoint_every = 10;  // write a checkpoint every k iterations (0 = only at the end)
   double max_weight_growth =
       10.0;  // stop when an iteration multiplies the trainable weights' norm by more (0 = off)
+  // Iterations in a row whose every rollout episode was dropped after env
+  // failures ([env] on_error = "drop_episode") before the run stops with an
+  // EnvError; each such iteration skips its update.
+  int64_t max_empty_iterations = 3;
   // What stops the run: iterations | env_steps (decision attempts) | wall_seconds
   // (training wall-clock) | flops (rollout + update FLOPs).
   std::string budget = "iterations";

@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -101,9 +103,17 @@ std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
   // wherever a checkpoint directory is expected), replaced atomically.
   fs::path latest = fs::path(run.checkpoints_dir) / "latest";
   fs::path tmp = latest.string() + ".tmp";
-  fs::remove(tmp);
-  fs::create_directory_symlink(dir.filename(), tmp);
-  fs::rename(tmp, latest);
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  fs::create_directory_symlink(dir.filename(), tmp, ec);
+  if (!ec) fs::rename(tmp, latest, ec);
+  if (ec) {
+    const int err = ec.value();
+    fs::remove(tmp, ec);
+    throw IoError(fmt::format("cannot point '{}' at {}: {}", latest.string(),
+                              dir.filename().string(), WriteFailure(err)),
+                  "free space and resume the run (rlid train CONFIG --out RUN_DIR --resume)");
+  }
   run.recorder().Checkpoint(iteration, dir.string());
   if (run.cfg.run.optimizer_state == "latest") DropOlderOptimizerState(run.checkpoints_dir, dir);
   if (run.cfg.run.keep_checkpoints > 0) PruneCheckpoints(run.checkpoints_dir, run.cfg.run.keep_checkpoints);
@@ -111,6 +121,18 @@ std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
 }
 
 }  // namespace
+
+bool NothingToLearn(size_t local, Comm& comm) {
+  return comm.Sum(static_cast<double>(local), "episodes to learn from") == 0;
+}
+
+Metrics SkippedUpdate(Metrics metrics, int64_t iteration) {
+  spdlog::warn("iteration {}: no episode to learn from (env failures dropped every rollout "
+               "episode, or every group was filtered): the update is skipped",
+               iteration);
+  metrics.push_back({"charts/update_skipped", 1.0});
+  return metrics;
+}
 
 bool BudgetReached(const TrainerConfig& t, const agents::Budget& b) {
   if (t.budget == "env_steps") return static_cast<double>(b.env_steps) >= t.budget_value;
@@ -251,6 +273,15 @@ EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t epi
   agent.bootstrap_truncated = false;
   agent.oracle_probs = true;
   agent.times = nullptr;  // all of it is evaluation time
+  // A slow evaluation (a user's model) says how far it is, every 10 s.
+  std::shared_ptr<Progress> progress;
+  if (!agent.on_episode_end) {
+    progress = std::make_shared<Progress>(
+        fmt::format("evaluation ({}, {} test episodes)", greedy ? "greedy" : "sampled", specs.size()),
+        static_cast<int64_t>(std::max<size_t>(specs.size(), 1)), !dist || comm->rank() == 0, 10.0,
+        /*end_line=*/false);
+    agent.on_episode_end = [progress](int64_t done, int64_t) { progress->Update(done); };
+  }
   std::vector<agents::EpisodeData> eps =
       plane == policy::Plane::kDecision
           ? agents::RunDecisionEpisodes(agent, specs, envs::Split::kTest, greedy, scratch)
@@ -454,6 +485,15 @@ IterationOutcome RunIteration(Run& run, Trainer& trainer, int64_t it, TrainResul
   double t0 = MonotonicSeconds();
   IterationContext ctx{it, t, run.cfg.run.seed, run.Agent(plane, it), run.budget,
                        run.recorder(), comm};
+  // A slow rollout (iteration 0 on a user's model) says how far it is, every
+  // 10 s. Not with rollouts played ahead: their episodes end on the worker.
+  auto rollout_progress = std::make_shared<Progress>(
+      fmt::format("iteration {} rollout", it), t.episodes_per_iteration, comm.rank() == 0, 10.0,
+      /*end_line=*/false);
+  if (t.max_staleness == 0 && !ctx.agent.on_episode_end)
+    ctx.agent.on_episode_end = [rollout_progress](int64_t done, int64_t) {
+      rollout_progress->Update(done);
+    };
   // LibTorch's global generator (LoRA dropout) is re-seeded every iteration,
   // so a resumed run draws what an uninterrupted one does; every rank has a
   // stream of its own (rank 0's is a single process's).
@@ -478,6 +518,33 @@ IterationOutcome RunIteration(Run& run, Trainer& trainer, int64_t it, TrainResul
   for (const auto& kv : run.budget.Metrics()) m.push_back(kv);  // after evaluation: eval_* included
   m.push_back({"time/iteration_s", iteration_s});
   return out;
+}
+
+// Before training a Hugging Face model (policy.init without rlid.json): one
+// greedy test episode, timed and recorded nowhere, says what a decision costs
+// on this machine and what an iteration will take.
+void LogDecisionCost(Run& run, policy::Plane plane) {
+  const std::string& init = run.cfg.init_checkpoint;
+  std::error_code ec;
+  if (init.empty() || fs::exists(fs::path(init) / "rlid.json", ec)) return;
+  agents::AgentContext ctx = run.Agent(plane, 0);
+  ctx.episode_ids = nullptr;  // side-effect free: no store ids, memory or progress callbacks
+  ctx.bank = nullptr;
+  ctx.times = nullptr;
+  agents::Budget scratch;
+  spdlog::info("timing one greedy test episode of {} to estimate the run's cost ...", init);
+  const double t0 = MonotonicSeconds();
+  const EvalResult r = Evaluate(ctx, plane, 1, /*greedy=*/true, scratch, nullptr, nullptr);
+  const double seconds = MonotonicSeconds() - t0;
+  const double decisions = std::max(r.length, 1.0);
+  const auto& t = run.cfg.trainer;
+  spdlog::info("one decision takes about {} on this machine ({}, {} parameters, {} plane); the "
+               "rollout of an iteration ({} episodes of about {:.0f} decisions) at most about {} "
+               "played one by one (trainer.num_envs = {} in lockstep share forwards), plus the update",
+               FormatDuration(seconds / decisions), run.model->config().ModelType(),
+               run.model->config().NumParameters(), policy::PlaneName(plane),
+               t.episodes_per_iteration, decisions,
+               FormatDuration(seconds * static_cast<double>(t.episodes_per_iteration)), t.num_envs);
 }
 
 // The progress line after an iteration: by iterations, or by the budget when
@@ -522,6 +589,7 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
   TrainResult result;
   trainer.Setup(t, run.model);
   const int64_t start = opt.resume ? ResumeFromCheckpoint(run, trainer) : 0;
+  result.iterations = start;  // a resumed run counts the iterations before it too
   const bool lead = run.comm.rank() == 0;  // rank 0 records metrics and checkpoints, and reports
   BroadcastInitialWeights(run);
   if (!opt.resume && t.eval_at_start) {
@@ -533,13 +601,16 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
   }
   // How the env's oracle plays (the early-end check compares the policy with it).
   const OracleReference oracle = lead ? MeasureOracle(run.Agent(plane, start), 16) : OracleReference{};
+  if (lead && !opt.quiet && !opt.resume) LogDecisionCost(run, plane);
   run.recorder().TakeRolloutTally();  // only this loop's rollouts count
   std::set<std::string> warned;  // diagnostics already logged (each kind once per run)
   double t_start = MonotonicSeconds();
   agents::StageTimes logged = run.times;  // time/* metrics are the stage times since the last metrics
+  int64_t empty_in_a_row = 0;  // iterations whose update was skipped: nothing to learn from
   for (int64_t it = start; it < t.iterations; ++it) {
     IterationOutcome step = RunIteration(run, trainer, it, result);
     Metrics& m = step.metrics;
+    empty_in_a_row = Find(m, "charts/update_skipped") == 1.0 ? empty_in_a_row + 1 : 0;
     for (const auto& kv : run.times.Delta(logged)) m.push_back(kv);
     logged = run.times;
     if (lead) run.recorder().Metrics(it, m);
@@ -556,6 +627,15 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
       result.budget_reached = true;
       break;
     }
+    if (empty_in_a_row >= t.max_empty_iterations)
+      throw EnvError(
+          fmt::format("{} iterations in a row had no episode to learn from: the env failed on "
+                      "every rollout episode (or every group was filtered), and each failure was "
+                      "dropped ([env] on_error = \"drop_episode\")",
+                      empty_in_a_row),
+          "run `rlid env check` on the env and read its log lines above; every episode recorded "
+          "so far is kept, and --resume continues from the last checkpoint "
+          "(trainer.max_empty_iterations sets how many empty iterations are tolerated)");
   }
   run.recorder().Flush();
   run.comm.Barrier("end of training");  // no rank leaves before rank 0's last checkpoint is written

@@ -92,6 +92,13 @@ std::vector<agents::EpisodeSpec> RankSpecs(const std::vector<agents::EpisodeSpec
 // rollout/episodes = 0: a rate of nothing is not recorded as 0.
 Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* comm = nullptr);
 
+// An iteration with no episode to learn from in the whole job (every one
+// dropped after env failures, or DAPO filtered every group): the update is
+// skipped, and the metrics say so ("charts/update_skipped" = 1). `local` is
+// this rank's count; every rank gets the same answer.
+bool NothingToLearn(size_t local, Comm& comm);
+Metrics SkippedUpdate(Metrics metrics, int64_t iteration);
+
 // The job's budget after an iteration: `before` plus every rank's spending
 // (after - before), summed over ranks. wall_seconds is the caller's.
 agents::Budget ReduceBudget(const agents::Budget& before, const agents::Budget& after, Comm& comm);

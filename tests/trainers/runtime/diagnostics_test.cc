@@ -49,9 +49,15 @@ TEST(Diagnostics, MostlyInvalidAnswersWarnWithTheCommonestKinds) {
   EpisodeTally half;
   for (int i = 0; i < 16; ++i) half.Add(Episode(4, 2, false, "empty answer"));
   EXPECT_FALSE(InvalidAnswersWarning(half));
-  EpisodeTally few;
-  few.Add(Episode(4, 4, false, "empty answer"));
+  EpisodeTally few;  // a majority of fewer than 8 answers
+  few.Add(Episode(6, 4, false, "empty answer"));
   EXPECT_FALSE(InvalidAnswersWarning(few));
+  // Every answer invalid: said at any count (a 100%-invalid run of 4 answers).
+  EpisodeTally all;
+  all.Add(Episode(4, 4, false, "empty answer"));
+  auto every = InvalidAnswersWarning(all);
+  ASSERT_TRUE(every);
+  EXPECT_NE(every->find("100% of the token plane's 4 answers"), std::string::npos) << *every;
 }
 
 TEST(Diagnostics, FailingDemonstrationsWarn) {
