@@ -106,6 +106,19 @@ class EnvCommand : public Command {
                      "instances whose state graph is enumerated")
         ->capture_default_str()
         ->check(CLI::Range(0, 100000));
+    check
+        ->add_option("--graph-states", conformance_.max_graph_states,
+                     "enumerate at most this many states per instance")
+        ->capture_default_str()
+        ->check(CLI::Range(1.0, 1e9));
+    check
+        ->add_option("--graph-seconds", conformance_.max_graph_seconds,
+                     "enumerate for at most this many seconds per instance")
+        ->capture_default_str()
+        ->check(CLI::Range(0.1, 1e6));
+    check->add_flag("--quick", quick_,
+                    "a first look in about a minute: 3 instances per check, one state graph, 20 "
+                    "split pairs, no 1 MB garbage inputs");
     check->add_option(
         "--only", only_checks_,
         "run only these checks (repeatable): " + Join(envs::ConformanceChecks(), ", "));
@@ -273,13 +286,23 @@ class EnvCommand : public Command {
 
   void Check() {
     AddCheckOverrides();
+    if (quick_) {
+      conformance_.seeds = std::min(conformance_.seeds, 3);
+      conformance_.graph_seeds = std::min(conformance_.graph_seeds, 1);
+      conformance_.split_pairs = std::min(conformance_.split_pairs, 20);
+      conformance_.huge_inputs = false;
+    }
     auto env = check_.Make();
     const auto info = env->Info();
     const auto metadata =
         info.metadata.empty() ? nlohmann::json() : nlohmann::json::parse(info.metadata);
     if (!json_) {
-      std::cout << fmt::format("conformance of {} ({} instances per check)\n", info.name,
-                               conformance_.seeds);
+      std::cout << fmt::format(
+          "conformance of {}: {} instances per check, {} state graph(s) (at most {} states or "
+          "{:g} s each), {} train/test pairs{}\n",
+          info.name, conformance_.seeds, conformance_.graph_seeds, conformance_.max_graph_states,
+          conformance_.max_graph_seconds, conformance_.split_pairs,
+          quick_ ? " (--quick)" : "; --quick for a first look");
       if (!metadata.is_null()) std::cout << "  metadata " << metadata.dump() << "\n";
     }
     auto print = [&](const envs::ConformanceResult& r) {
@@ -330,7 +353,7 @@ class EnvCommand : public Command {
   std::string command_;
   std::vector<std::string> params_, only_checks_;
   double delay_ms_ = 0;
-  bool json_ = false, shuffle_ = false;
+  bool json_ = false, shuffle_ = false, quick_ = false;
   size_t max_states_ = 100000;
   std::string dot_;
 };

@@ -20,6 +20,7 @@ struct ConformanceOptions {
   int seeds = 12;                    // instances played by each check
   int graph_seeds = 4;               // instances whose state graph is enumerated
   size_t max_graph_states = 200000;  // a larger graph is not checked (counted as skipped)
+  double max_graph_seconds = 60;     // per instance; a slower enumeration is not checked either
   int split_pairs = 200;             // train/test instance pairs compared
   bool huge_inputs = true;           // also compile 1 MB of garbage (costs ms per state)
   bool require_afterstates = false;  // a menu item without an afterstate is a failure

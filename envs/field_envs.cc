@@ -4,12 +4,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/registry.h"
+#include "core/strings.h"
 #include "envs/external.h"
 
 #ifndef RLID_SOURCE_DIR
@@ -106,7 +108,8 @@ std::vector<FieldAdapter> MakeAdapters() {
          "success = a real end with a return >= this (default 1e-9)"},
         {"server_timeout_s", Kind::kDouble, "seconds one server reply may take (default 25)"},
         {"server_start_timeout_s", Kind::kDouble,
-         "seconds the server app may take to start (default 30)"}}},
+         "seconds the server app may take to start (default 30)"}},
+       {"url", "server"}},
       {"babyai_text",
        "babyai_text_env.py",
        "BabyAI levels (minigrid) told in GLAM's BabyAI-Text sentences: the six actions, the "
@@ -190,8 +193,20 @@ std::vector<FieldAdapter> MakeAdapters() {
 // The adapter's own keys -> hello params (a key left out keeps the adapter's default).
 nlohmann::json ReadAdapterKeys(ConfigNode c, const FieldAdapter& a) {
   nlohmann::json params = nlohmann::json::object();
+  if (!a.one_of_required.empty() &&
+      std::none_of(a.one_of_required.begin(), a.one_of_required.end(),
+                   [&](const std::string& k) { return c.Has(k); }))
+    throw ConfigError(fmt::format("{}: [env] name = \"{}\" needs {}", c.Where(a.one_of_required[0]),
+                                  a.name, a.one_of_required.size() == 1
+                                              ? "'" + a.one_of_required[0] + "'"
+                                              : "one of '" + Join(a.one_of_required, "', '") + "'"),
+                      fmt::format("e.g. --set env.{}=... (docs/field_envs.md, {})",
+                                  a.one_of_required[0], a.name));
   for (const AdapterKey& k : a.keys) {
-    if (!c.Has(k.name)) continue;
+    if (!c.Has(k.name)) {
+      c.Declare(k.name);  // listed among the valid keys of an unknown-key error
+      continue;
+    }
     switch (k.kind) {
       case Kind::kString: {
         std::string v;

@@ -28,6 +28,8 @@ struct FieldAdapter {
   std::string summary;  // for `rlid env list`
   std::string packages;  // what it wraps, as pinned ("open_spiel 2.0.2")
   std::vector<AdapterKey> keys;
+  // One of these keys must be given (a config error naming them otherwise).
+  std::vector<std::string> one_of_required = {};
 };
 
 // Every adapter rlid ships, by name.

@@ -84,6 +84,22 @@ void ValidateMenu(const Menu& menu) {
       RLID_CHECK(inserted || pos->second == it.action, "wording '{}' names two actions", r);
     }
   }
+  // A wording that is a bare letter reads as a label. Labels may be shuffled
+  // (readout.label_order), so any item can carry any of the menu's labels:
+  // "C" would name another item than the one whose command it is.
+  std::set<std::string> any_label = labels;
+  for (size_t i = 0; i < menu.items.size(); ++i) any_label.insert(LabelFor(static_cast<int>(i)));
+  for (const auto& it : menu.items)
+    for (const auto& r : it.realisations) {
+      const std::string_view w = Trim(r);
+      const bool letter = w.size() == 1 && ((w[0] >= 'A' && w[0] <= 'Z') || (w[0] >= 'a' && w[0] <= 'z'));
+      const std::string upper(1, static_cast<char>(letter && w[0] >= 'a' ? w[0] - 'a' + 'A' : w[0]));
+      RLID_CHECK(!letter || !any_label.count(upper),
+                 "item '{}': the wording '{}' is also a label of this menu (labels may be shuffled, "
+                 "so it can name another item); give the action a wording of a word or more, e.g. "
+                 "'press {}'",
+                 it.command, r, w);
+    }
 }
 
 // ---- free-text compiler ---------------------------------------------------------
@@ -283,9 +299,16 @@ CompileResult Menu::Compile(std::string_view text) const {
     return IndexOfLabel(std::string_view(&upper, 1));
   };
 
-  // 1. The bare label in the menu's own case: "B", "(B)", "**B**".
+  // 1. The bare label in the menu's own case: "B", "(B)", "**B**" -- unless
+  // it is also another item's wording (a menu that breaks ValidateMenu's
+  // contract): an item's own command never compiles to another item.
   const std::string_view raw = StripDecoration(seg);
-  if (int i = IndexOfLabel(raw); i >= 0) return Valid(*this, i, 0);
+  if (int i = IndexOfLabel(raw); i >= 0) {
+    if (auto [w, k] = wording(Fold(raw)); w >= 0 && w != i)
+      return Invalid(fmt::format("ambiguous: '{}' is the label of {} and a wording of {} ({})",
+                                 std::string(raw), items[i].label, items[w].label, items[w].command));
+    return Valid(*this, i, 0);
+  }
 
   // 2.-4. As it stands, then without lead-ins: a wording, a label in either
   // case, or a label followed by a separator and its own item's wording.

@@ -13,7 +13,8 @@
 
 namespace rlid::envs {
 
-StateGraph EnumerateStates(const State& root, size_t max_states, bool with_text) {
+StateGraph EnumerateStates(const State& root, size_t max_states, bool with_text,
+                           const std::function<bool(size_t states)>& keep_going) {
   StateGraph sg;
   auto& g = sg.graph;
   std::unordered_map<uint64_t, size_t> index;
@@ -51,6 +52,10 @@ StateGraph EnumerateStates(const State& root, size_t max_states, bool with_text)
         if (boost::num_vertices(g) >= max_states) {
           sg.complete = false;
           continue;
+        }
+        if (keep_going && boost::num_vertices(g) % 1024 == 0 && !keep_going(boost::num_vertices(g))) {
+          sg.complete = false;
+          return sg;
         }
         cid = add_vertex(*child, out.success);
         g[cid].terminal = terminal;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <functional>
 #include <vector>
 
 #include "envs/env.h"
@@ -40,7 +41,10 @@ struct StateGraph {
 
 // BFS over LegalActions()+Clone()+Apply(), merging states by Hash(). The step
 // limit is ignored (states are identified without their step counter).
-StateGraph EnumerateStates(const State& root, size_t max_states, bool with_text = false);
+// `keep_going(states)` is asked every 1024 new states; false stops the
+// enumeration (complete = false), e.g. at a deadline.
+StateGraph EnumerateStates(const State& root, size_t max_states, bool with_text = false,
+                           const std::function<bool(size_t states)>& keep_going = {});
 // V(v) = max_a [r(v,a) + gamma * V(child)], V(terminal) = 0, by value iteration.
 std::vector<double> OptimalValues(const StateGraph& g, double gamma = 1.0);
 // DOT text with observations (truncated) as vertex labels and commands as edge labels.

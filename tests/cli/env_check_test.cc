@@ -181,6 +181,29 @@ TEST(EnvCheck, BuiltInJsonAndBadFlags) {
 
 // The promise: a Python env trains in both planes with the same
 // commands as a built-in one, from the shipped configs (shrunk to seconds).
+// The suite says what it runs; --quick is a first look; a state graph stops at
+// its bounds and the note says how far it got and why a graph may not end.
+TEST(EnvCheck, BoundsAreStatedQuickModeAndTheGraphStopsAtItsBounds) {
+  const auto quick = RunRlid({"env", "check", "--env", "maze", "--quick"});
+  ASSERT_EQ(quick.code, 0) << quick.out << quick.err;
+  EXPECT_NE(quick.out.find("3 instances per check, 1 state graph(s)"), std::string::npos) << quick.out;
+  EXPECT_NE(quick.out.find("(--quick)"), std::string::npos) << quick.out;
+  const auto cut = RunRlid({"env", "check", "--env", "maze", "--only", "graph", "--graph-states", "3"});
+  EXPECT_EQ(cut.code, 0) << cut.out << cut.err;
+  EXPECT_NE(cut.out.find("stopped at 3 states"), std::string::npos) << cut.out;
+  EXPECT_NE(cut.out.find("Hash()"), std::string::npos) << cut.out;
+}
+
+// A stop signal ends `env check` at once, with a message for env check (not
+// the training hint to resume a run).
+TEST(EnvCheck, AStopSignalEndsTheCheckWithItsOwnMessage) {
+  const auto r = testing::RunRlidProcess("env check --env maze --seeds 100000", {},
+                                         "timeout --preserve-status -s TERM 3");
+  EXPECT_EQ(r.code, 143) << r.out;
+  EXPECT_NE(r.out.find("stopped by SIGTERM"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("rlid train"), std::string::npos) << r.out;
+}
+
 TEST(EnvCheck, PythonExampleTrainsInBothPlanesWithTheShippedConfigs) {
   const rlid::testing::TempDir dir("courier_cli");
   const auto cwd = std::filesystem::current_path();

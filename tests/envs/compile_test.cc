@@ -2,6 +2,7 @@
 // other texts are invalid.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "envs/menu.h"
 
 namespace rlid::envs {
@@ -251,6 +252,49 @@ TEST(Compile, SameAfterstatesOnlyAmongItemsThatShowOne) {
   EXPECT_EQ(m.items[0].same_afterstate_as, -1);
   EXPECT_EQ(m.items[2].same_afterstate_as, -1);
   EXPECT_EQ(m.items[3].same_afterstate_as, 1);
+}
+
+// Actions whose commands are single letters (a Gymnasium env with actions
+// "A", "B", "C"): once labels are shuffled, "C" may be the label of another
+// item. The menu contract refuses such a menu, whatever the labels, and the
+// compiler never turns an item's own command into another item.
+TEST(Compile, ALetterCommandNeverCompilesToAnotherItemsLabel) {
+  Menu m;
+  for (int i = 0; i < 3; ++i) {
+    MenuItem it;
+    it.action = i;
+    it.command = std::string(1, static_cast<char>('A' + i));
+    it.realisations = {it.command};
+    m.items.push_back(it);
+  }
+  PermuteMenu(m, {1, 2, 0});  // shown as A) B, B) C, C) A
+  ASSERT_EQ(m.items[1].label, "B");
+  ASSERT_EQ(m.items[1].command, "C");
+  try {
+    ValidateMenu(m);
+    ADD_FAILURE() << "a menu whose command 'C' is another item's label passed the contract";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is also a label of this menu"), std::string::npos) << e.what();
+  }
+  AssignDefaultLabels(m);  // unshuffled (A) A, B) B, C) C): still refused, a shuffle would break it
+  EXPECT_THROW(ValidateMenu(m), Error);
+  PermuteMenu(m, {1, 2, 0});
+  for (const char* text : {"C", "Action: C", "(C)", "**C**"}) {
+    const CompileResult r = m.Compile(text);
+    EXPECT_TRUE(!r.valid() || r.action == 2) << text << " compiled to action " << r.action;
+  }
+  // Letters that are no label of the menu stay fine (maze's "n", "e" with four items).
+  Menu compass;
+  const char* dirs[] = {"north", "east", "south", "west"};
+  for (int i = 0; i < 4; ++i) {
+    MenuItem it;
+    it.action = i;
+    it.command = std::string("go ") + dirs[i];
+    it.realisations = {it.command, std::string(1, dirs[i][0])};
+    compass.items.push_back(it);
+  }
+  AssignDefaultLabels(compass);
+  EXPECT_NO_THROW(ValidateMenu(compass));
 }
 
 }  // namespace
