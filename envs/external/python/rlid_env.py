@@ -43,6 +43,7 @@ import copy
 import hashlib
 import importlib.metadata
 import json
+import math
 import sys
 import traceback
 
@@ -296,9 +297,13 @@ class _Server:
             if self.done[h]:
                 raise _Refused("validation_error", f"step on handle {h}, whose episode is over")
             out = self._outcome(self.env.step(state, req["action"]))
+            reward = float(out.reward)
+            if not math.isfinite(reward):  # JSON has no NaN: say so here, naming the step
+                raise ValueError(f"step() returned the reward {reward!r} for action "
+                                 f"{req['action']} (handle {h}); rewards must be finite numbers")
             terminal = bool(out.terminal or out.truncated)
             self.done[h] = terminal
-            reply = {"reward": float(out.reward), "success": bool(out.success)}
+            reply = {"reward": reward, "success": bool(out.success)}
             self._ended(reply, out.terminal and not out.truncated, out.truncated)
             return self._put_state(reply, state, terminal, cut=bool(out.truncated))
         if op in ("clone", "restore") and not self.env.clonable:

@@ -6,7 +6,11 @@ level = "GoToLocal"          # a BabyAI level: any BabyAI-* id minigrid register
                              # the "BabyAI-" prefix and "-vN" suffix (GoToLocal, PutNextLocal,
                              # OpenDoor, PickupLoc, BossLevel, ...), or "PickupLocal" (GLAM's level)
 level_params = {}            # keyword arguments of the level's constructor (e.g. {room_size = 6,
-                             # num_dists = 4} for GoToLocal)
+                             # num_dists = 4} for GoToLocal; max_steps, 1..1000000, fixes the
+                             # step limit)
+
+Those are the only keys: any other (a step_limit, say: the limit is the
+level's max_steps) is refused, naming it, rather than ignored.
 
 The observation is the agent's 7x7 egocentric view said in the sentences of
 GLAM's BabyAI-Text (Carta et al. 2023, flowersteam/Grounding_LLMs_with_online_RL,
@@ -40,10 +44,12 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, ".."))  # rlid_env, uninstalled
 sys.path.append(HERE)
+from _params import RLID_MAX_STEP_LIMIT, integer  # noqa: E402
 from _pinned import require  # noqa: E402
 from rlid_env import Action, Env, Step, run  # noqa: E402
 
 REQUIRES = {"minigrid": "3.2.0", "gymnasium": "1.4.0"}
+KEYS = ("level", "level_params")  # the adapter's keys; any other is refused
 
 # minigrid's action ids 0..5 (Actions.left .. Actions.toggle); 6 (done) is not offered.
 COMMANDS = [
@@ -269,6 +275,11 @@ class BabyAIText(Env):
 
     def __init__(self, params):
         super().__init__(params)
+        unknown = sorted(set(params) - set(KEYS))
+        if unknown:
+            raise ValueError(f"babyai_text: unknown key(s) {', '.join(unknown)}; the keys are "
+                             f"{', '.join(KEYS)} (the step limit is the level's max_steps: "
+                             "level_params = {max_steps = N})")
         require("babyai_text", REQUIRES)
         import gymnasium as gym  # after the version check: a clear error beats an ImportError
         import minigrid  # noqa: F401  (registers the BabyAI-* ids)
@@ -281,6 +292,11 @@ class BabyAIText(Env):
         if not isinstance(level_params, dict):
             raise ValueError("babyai_text: level_params must be a table of the level's "
                              f"constructor arguments, got {level_params!r}")
+        if level_params.get("max_steps") is not None:  # the step limit: minigrid truncates there
+            level_params = dict(level_params)
+            level_params["max_steps"] = integer(
+                "babyai_text", level_params, "max_steps", None, 1, RLID_MAX_STEP_LIMIT,
+                name="level_params.max_steps")
         short = level[len("BabyAI-"):] if level.startswith("BabyAI-") else level
         short = re.sub(r"-v\d+$", "", short)
         registered = sorted(k for k in gym.registry if k.startswith("BabyAI-"))

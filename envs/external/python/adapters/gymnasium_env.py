@@ -9,11 +9,12 @@ env_params = {}              # keyword arguments of gymnasium.make / the class
 actions = {}                 # the command of each action, {"0" = "go left", "1" = ...}
                              # (default: the env's action_names / get_action_meanings(),
                              # else "action 0", "action 1", ...)
-step_limit = 0               # decisions before truncation (0: the env's max_episode_steps, else 100)
+step_limit = 0               # decisions before truncation, 1..1000000 (0: the env's
+                             # max_episode_steps, else 100)
 copy = "deepcopy"            # how an episode is copied: deepcopy (menu afterstates by stepping
                              # copies) or replay (rlid replays its actions; no afterstates)
-success_return = 0           # success = terminated with an episode return above this, unless
-                             # the env's info says "success" or "is_success"
+success_return = 0           # success = terminated with an episode return above this (a finite
+                             # number), unless the env's info says "success" or "is_success"
 
 The menu at each turn is every action of the Discrete space, or the ones whose entry of
 info["action_mask"] is nonzero when the env reports a mask (the convention of Gymnasium's
@@ -21,21 +22,57 @@ masked envs). The observation must be a string (a Text space); an env whose obse
 arrays but whose render_mode "ansi" returns text is read through render(). Episodes are seeded
 by reset(seed=...), so an episode is a function of its seed and the agent's actions when the
 env is deterministic given its seed.
+
+What the env reports is checked, never read by its truthiness: a mask must have one entry
+per action, each 0 or 1 (True or False), and allow one action at least; info["success"] /
+info["is_success"] must be a bool (or the number 0 or 1). Anything else is an error naming
+the key and the value, and so is a key above out of its range.
 """
 
 import copy
 import importlib
+import numbers
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, ".."))  # rlid_env, uninstalled
 sys.path.append(HERE)
+from _params import RLID_MAX_STEP_LIMIT, integer, number  # noqa: E402
 from _pinned import require  # noqa: E402
 from rlid_env import Action, Env, Step, run  # noqa: E402
 
 REQUIRES = {"gymnasium": "1.4.0"}
 MAX_MENU = 26
+
+
+def flag(value):
+    """True / False for a bool or a number equal to 1 / 0 (numpy's included), else None."""
+    kind = type(value)
+    numpy_bool = kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
+    if isinstance(value, bool) or numpy_bool:
+        return bool(value)
+    if isinstance(value, numbers.Real) and value in (0, 1):  # NaN is neither
+        return bool(value == 1)
+    return None
+
+
+def mask_entries(mask, n):
+    """The entries of an action mask as n bools, or None unless it is a list, tuple or 1-d
+    array of n entries, each 0/1 or True/False (text is not a mask)."""
+    if isinstance(mask, (str, bytes, dict, set, frozenset)) or getattr(mask, "ndim", 1) != 1:
+        return None
+    try:
+        entries = [flag(x) for x in mask]
+    except TypeError:  # not iterable
+        return None
+    return entries if len(entries) == n and None not in entries else None
+
+
+def _short(value):
+    """repr(value), cut to 200 characters for a message."""
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 class Episode:
@@ -80,13 +117,15 @@ class Gymnasium(Env):
                     "env_params)")
         spec = getattr(probe, "spec", None)
         default_limit = (spec.max_episode_steps if spec and spec.max_episode_steps else 100)
-        self.step_limit = int(params.get("step_limit", 0)) or default_limit
+        self.step_limit = integer("gymnasium", params, "step_limit", 0, 0, RLID_MAX_STEP_LIMIT,
+                                  f"0 (the env's max_episode_steps, else 100) or "
+                                  f"1..{RLID_MAX_STEP_LIMIT}") or default_limit
         how = str(params.get("copy", "deepcopy"))
         if how not in ("deepcopy", "replay"):
             raise ValueError(f"gymnasium: copy must be 'deepcopy' or 'replay', got '{how}'")
         self.clonable = how == "deepcopy"
         self.afterstates = self.clonable
-        self.success_return = float(params.get("success_return", 0.0))
+        self.success_return = number("gymnasium", params, "success_return", 0.0)
         self.deterministic = True
         self.instructions = str(getattr(probe.unwrapped, "instructions", "") or
                                 f"You act in the Gymnasium environment {self.id}. Each turn, "
@@ -149,9 +188,25 @@ class Gymnasium(Env):
             raise ValueError(f"gymnasium: {self.id} returned a {type(text).__name__} observation")
         return text
 
-    def menu(self, ep):
+    def _legal(self, ep):
+        """The actions info["action_mask"] allows (all without a mask); a malformed mask, or
+        one that allows nothing at a state that is not over, is a ValueError naming it."""
+        n = len(self.commands)
         mask = ep.info.get("action_mask") if isinstance(ep.info, dict) else None
-        legal = [i for i in range(len(self.commands)) if mask is None or mask[i]]
+        if mask is None:
+            return list(range(n))
+        entries = mask_entries(mask, n)
+        if entries is None:
+            raise ValueError(f"gymnasium: {self.id} reported info['action_mask'] = {_short(mask)}; "
+                             f"a mask must have one entry per action ({n}), each 0 or 1 (True or "
+                             "False)")
+        if not any(entries):
+            raise ValueError(f"gymnasium: {self.id} reported info['action_mask'] = {_short(mask)}, "
+                             "which allows no action at a state that is not over")
+        return [i for i in range(n) if entries[i]]
+
+    def menu(self, ep):
+        legal = self._legal(ep)
         if len(legal) > MAX_MENU:
             raise ValueError(f"gymnasium: {len(legal)} legal actions; rlid menus hold at most "
                              f"{MAX_MENU}")
@@ -162,7 +217,12 @@ class Gymnasium(Env):
         ep.ret += float(reward)
         info = ep.info if isinstance(ep.info, dict) else {}
         if "success" in info or "is_success" in info:
-            success = bool(info.get("success", info.get("is_success")))
+            key = "success" if "success" in info else "is_success"
+            success = flag(info[key])
+            if success is None:
+                raise ValueError(f"gymnasium: {self.id} reported info['{key}'] = "
+                                 f"{_short(info[key])}; it must be a bool (True or False) or the "
+                                 "number 0 or 1")
         else:
             success = bool(terminated) and ep.ret > self.success_return
         return Step(float(reward), terminal=bool(terminated or truncated), success=success,

@@ -18,12 +18,16 @@ truncated_field = ""         # a boolean observation field meaning "ended by a t
                              # (default: truncated or is_truncated when the schema has one; "none":
                              # every done is terminal)
 seeded = -1                  # 1: reset(seed) fixes the episode; 0: it does not; -1: probe at start
-sessions = 8                 # WebSocket sessions this process keeps open (the server may allow
-                             # fewer); with fewer than its live episodes it replays (seeded servers)
-step_limit = 100             # agent decisions before rlid truncates the episode
-success_return = 1e-9        # success: a real end (not truncated) with a return >= this
-server_timeout_s = 25        # seconds one server reply may take (rlid's own timeout_s is 30)
-server_start_timeout_s = 30  # seconds the `server` app may take to start
+sessions = 8                 # WebSocket sessions this process keeps open, 1..64 (the server may
+                             # allow fewer); with fewer than its live episodes it replays (seeded)
+step_limit = 100             # agent decisions before rlid truncates the episode, 1..1000
+success_return = 1e-9        # success: a real end (not truncated) with a return >= this (finite)
+server_timeout_s = 25        # seconds one server reply may take, > 0 (rlid's own timeout_s is 30)
+server_start_timeout_s = 30  # seconds the `server` app may take to start, > 0
+
+A key out of its range is refused with a message naming the key, the value and
+the range, before any server is reached: never clamped, never read as the
+default.
 
 The OpenEnv protocol (openenv-core 0.2.x / 0.3.x): GET /schema gives the JSON
 schemas of the action, the observation and the state (pydantic models); GET
@@ -48,8 +52,9 @@ legal-actions list, a tool with a free-text argument) is refused with a
 message that names the schema and the field. More than 26 items at a state
 is refused too (a menu's limit): no cap, the env's action set is not cut.
 
-Reward: the server's reward (None is 0). OpenEnv's `done` merges a real end
-and a time limit; a true `truncated_field` marks a truncation (rlid
+Reward: the server's reward (None is 0; NaN, an infinity or a value that is
+not a number is an error naming it, never read as 0). OpenEnv's `done` merges
+a real end and a time limit; a true `truncated_field` marks a truncation (rlid
 bootstraps it), otherwise done is terminal. A remote server cannot be
 copied (the protocol has no state save/restore): clonable = False, and the
 menu shows no afterstates. Seeds: the server's reset gets seed mod 2**31
@@ -68,6 +73,7 @@ import importlib.util
 import inspect
 import itertools
 import json
+import math
 import os
 import re
 import socket
@@ -82,6 +88,7 @@ import weakref
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, ".."))  # rlid_env, uninstalled
 sys.path.append(HERE)
+from _params import integer, number  # noqa: E402
 from _pinned import require  # noqa: E402
 from rlid_env import Action, Env, Step, run  # noqa: E402
 
@@ -92,6 +99,8 @@ except ImportError:  # pragma: no cover
 
 REQUIRES = {"openenv-core": "0.2.1"}
 MAX_MENU = 26
+MAX_STEP_LIMIT = 1000  # agent decisions an episode may take (step_limit's bound)
+MAX_SESSIONS = 64      # WebSocket sessions one adapter process may keep open
 DECORATION = re.compile(r"""[()\[\]{}<>*_`'".,:!?\s]+""")
 LEGAL_FIELDS = ("legal_actions", "legal_moves", "valid_actions", "valid_moves", "available_actions",
                 "admissible_actions", "admissible_commands")
@@ -358,6 +367,27 @@ def serve_app(spec, timeout):
     return f"http://127.0.0.1:{port}"
 
 
+def reward_of(value, where):
+    """A step reply's reward as a finite float: None (no reward) is 0; NaN, an infinity or
+    anything but a number is a RuntimeError that names the value and `where` (the step).
+
+    Raised here rather than passed through to rlid's own guard (envs/external.cc refuses a
+    non-finite reward): the helper writes JSON without NaN, so a NaN would reach rlid only as
+    the helper's "Out of range float values are not JSON compliant", which names neither the
+    server nor the reward. (openenv-core's own servers write a NaN or infinite reward as null
+    (pydantic), which arrives here as None: the protocol cannot tell it from no reward.)"""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RuntimeError(f"openenv: the server's reward for {where} is {value!r}, not a number; "
+                           "rlid needs a finite number (or null for none)")
+    reward = float(value)
+    if not math.isfinite(reward):
+        raise RuntimeError(f"openenv: the server's reward for {where} is {reward!r}, not a finite "
+                           "number; rlid needs finite rewards (fix the server's reward)")
+    return reward
+
+
 class Episode:
     """One episode: its seed, the actions taken, the last reply."""
 
@@ -381,9 +411,13 @@ class OpenEnv(Env):
         import websockets.sync.client  # noqa: F401 (openenv-core's dependency; after the check)
 
         p = params
-        self.timeout = float(p.get("server_timeout_s", 25))
-        if self.timeout <= 0:
-            raise ValueError("openenv: server_timeout_s must be > 0")
+        # The numeric keys first: a bad one is refused before a server is started or reached.
+        self.timeout = number("openenv", p, "server_timeout_s", 25.0, 0, lo_open=True)
+        start_timeout = number("openenv", p, "server_start_timeout_s", 30.0, 0, lo_open=True)
+        self.max_sessions = integer("openenv", p, "sessions", 8, 1, MAX_SESSIONS)
+        self.step_limit = integer("openenv", p, "step_limit", 100, 1, MAX_STEP_LIMIT)
+        self.success_return = number("openenv", p, "success_return", 1e-9)
+        seeded = integer("openenv", p, "seeded", -1, -1, 1, "-1 (probe at start), 0 or 1")
         url, spec = str(p.get("url", "") or ""), str(p.get("server", "") or "")
         if url and spec:
             raise ValueError("openenv: set either url (a running server) or server (an app to start), "
@@ -392,17 +426,12 @@ class OpenEnv(Env):
             raise ValueError("openenv: set url = \"http://host:port\" (a running OpenEnv server) or "
                              "server = \"module:app\" (an OpenEnv app this adapter serves itself)")
         if spec:
-            url = serve_app(spec, float(p.get("server_start_timeout_s", 30)))
+            url = serve_app(spec, start_timeout)
         self.http, self.ws_url = self._urls(url)
         self.local = _local(self.http)
-        self.max_sessions = int(p.get("sessions", 8))
-        if not 1 <= self.max_sessions <= 64:
-            raise ValueError(f"openenv: sessions must be 1..64, got {self.max_sessions}")
         self.sessions = []
         self.clock = itertools.count(1)
         atexit.register(self._close_all)
-        self.step_limit = max(1, min(int(p.get("step_limit", 100)), 1000))
-        self.success_return = float(p.get("success_return", 1e-9))
         self.reset_params = dict(p.get("reset_params") or {})
         self.split_param = str(p.get("split_param", "") or "")
         self.action_params = dict(p.get("action_params") or {})
@@ -413,9 +442,6 @@ class OpenEnv(Env):
         self.obs_schema = schema.get("observation") or {}
         self._plan_actions(p)
         self._plan_observation(p)
-        seeded = int(p.get("seeded", -1))
-        if seeded not in (-1, 0, 1):
-            raise ValueError(f"openenv: seeded must be -1 (probe), 0 or 1, got {seeded}")
         self.seeded = self._probe_seed() if seeded == -1 else bool(seeded)
         self.deterministic = self.seeded
         self.instructions = self._instructions(meta)
@@ -800,7 +826,8 @@ class OpenEnv(Env):
         ep.payloads.append(item[1])
         self._adopt(ep, data)
         self._bind(s, ep)
-        reward = float(data.get("reward") or 0.0)
+        reward = reward_of(data.get("reward"), f"action {action} (step {len(ep.ids)} of the "
+                                               f"episode of seed {ep.seed})")
         ep.ret += reward
         terminal = ep.done and not ep.truncated
         return Step(reward, terminal=terminal, truncated=ep.truncated,

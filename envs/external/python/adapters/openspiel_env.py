@@ -5,9 +5,10 @@ name = "openspiel"
 game = "tic_tac_toe"         # any pyspiel.registered_names() game with <= 26 legal actions per turn
 opponent = "random"          # the other seats: "random" (seeded by the episode) or "first" (first legal)
 player = 0                   # the agent's seat, or -1: seat (seed / 2) mod players
-opening = -1                 # random plies before the agent's first turn (-1: 0 if the game
-                             # starts with a chance event, else 2), so seeds vary instances
-step_limit = 0               # agent decisions before truncation (0: the game's max length)
+opening = -1                 # random plies (>= 0) before the agent's first turn, so seeds vary
+                             # instances (-1: 0 if the game starts with a chance event, else 2)
+step_limit = 0               # agent decisions before truncation, 1..1000 (0: the game's max
+                             # length, at most 1000)
 game_params = {}             # passed to pyspiel.load_game (e.g. {rows = 5} for catch)
 
 The menu is the agent's legal actions at its turns, each said by
@@ -24,6 +25,10 @@ game's observation string for the agent's seat. Reward: the change of the
 agent's return; success: the episode ended with a return >= success_return
 (default: the game's maximum utility for one-player games, > 0, a win,
 otherwise).
+
+A key out of its range (player, opening, step_limit above; a success_return that
+is not a finite number) is refused with a message naming the key, the value and
+the range: never clamped, never read as the default.
 """
 
 import hashlib
@@ -36,11 +41,13 @@ import re  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, ".."))  # rlid_env, uninstalled
 sys.path.append(HERE)
+from _params import integer, number  # noqa: E402
 from _pinned import require  # noqa: E402
 from rlid_env import Action, Env, Step, run  # noqa: E402
 
 REQUIRES = {"open_spiel": "2.0.2"}
 MAX_MENU = 26
+MAX_STEP_LIMIT = 1000  # agent decisions an episode may take (step_limit's bound)
 DECORATION = re.compile(r"""[()\[\]{}<>*_`'".,:!\s]+""")
 
 
@@ -90,16 +97,20 @@ class OpenSpiel(Env):
         self.opponent = str(params.get("opponent", "random"))
         if self.opponent not in ("random", "first"):
             raise ValueError(f"openspiel: opponent must be 'random' or 'first', got '{self.opponent}'")
-        self.seat = int(params.get("player", 0))
-        if not -1 <= self.seat < self.players:
-            raise ValueError(f"openspiel: player must be -1..{self.players - 1} for '{game}'")
+        self.seat = integer("openspiel", params, "player", 0, -1, self.players - 1,
+                            f"-1 (seat (seed / 2) mod players) or a seat 0..{self.players - 1} "
+                            f"of '{game}'")
         default_success = self.game.max_utility() if self.players == 1 else 1e-9
-        self.success_return = float(params.get("success_return", default_success))
-        opening = int(params.get("opening", -1))
+        self.success_return = number("openspiel", params, "success_return", default_success)
+        opening = integer("openspiel", params, "opening", -1, -1, None,
+                          "-1 (the default: 0 if the game starts with a chance event, else 2) "
+                          "or a count of plies >= 0")
         starts_by_chance = self.game.new_initial_state().is_chance_node()
         self.opening = opening if opening >= 0 else (0 if starts_by_chance else 2)
-        limit = int(params.get("step_limit", 0)) or self.game.max_game_length()
-        self.step_limit = max(1, min(limit, 1000))
+        limit = integer("openspiel", params, "step_limit", 0, 0, MAX_STEP_LIMIT,
+                        f"0 (the game's max length) or 1..{MAX_STEP_LIMIT}")
+        # 0: the game's own bound, capped (a default, not a configured value, is what is cut).
+        self.step_limit = limit or max(1, min(self.game.max_game_length(), MAX_STEP_LIMIT))
         self.name = "openspiel"
         self.deterministic = True  # given the seed: chance and the opponents draw from it
         long_name = t.long_name

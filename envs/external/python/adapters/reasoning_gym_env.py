@@ -31,6 +31,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, ".."))  # rlid_env, uninstalled
 sys.path.append(HERE)
+from _params import integer  # noqa: E402
 from _pinned import require  # noqa: E402
 from rlid_env import Action, Env, Step, run  # noqa: E402
 
@@ -84,9 +85,7 @@ class ReasoningGym(Env):
         if self.task_name not in names:
             raise ValueError(f"reasoning_gym: unknown task '{self.task_name}'; reasoning_gym has: "
                              f"{', '.join(names)}")
-        self.options = int(params.get("options", 4))
-        if not 2 <= self.options <= 26:
-            raise ValueError(f"reasoning_gym: options must be 2..26, got {self.options}")
+        self.options = integer("reasoning_gym", params, "options", 4, 2, 26)
         self.task_params = dict(params.get("task_params") or {})
         self.instructions = (f"Solve the reasoning-gym task '{self.task_name}': read the question and "
                              "choose the correct answer among the options.")

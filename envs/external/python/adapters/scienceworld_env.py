@@ -6,7 +6,7 @@ task = "lifespan-longest-lived"  # a ScienceWorld task name or id ("7-1", "boil"
 simplification = "auto"          # ScienceWorld's simplifications, comma-separated ("easy", "" for
                                  # none); auto: openDoors,openContainers,selfWateringFlowerPots,
                                  # noElectricalAction (less noElectricalAction on electrical tasks)
-step_limit = 50                  # agent decisions before truncation
+step_limit = 50                  # agent decisions before truncation (1..10000)
 test_split = "test"              # ScienceWorld's variations for rlid's test seeds: test, dev or
                                  # dev+test (test first)
 menu_size = 26                   # the menu's cap (2..26)
@@ -92,6 +92,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, ".."))  # rlid_env, uninstalled
 sys.path.append(HERE)
+from _params import integer  # noqa: E402
 from _pinned import require  # noqa: E402
 from rlid_env import Action, Env, Step, run  # noqa: E402
 
@@ -519,9 +520,10 @@ class ScienceWorld(Env):
         if unknown:
             raise ValueError(f"scienceworld: unknown key(s) {', '.join(unknown)}; the keys are "
                              f"{', '.join(sorted(known))}")
-        engines = int(params.get("engines", DEFAULT_ENGINES))
-        if not 1 <= engines <= 64:
-            raise ValueError(f"scienceworld: engines must be 1..64, got {engines}")
+        # The numeric keys first: a bad one is refused before a JVM starts.
+        engines = integer("scienceworld", params, "engines", DEFAULT_ENGINES, 1, 64)
+        self.step_limit = integer("scienceworld", params, "step_limit", 50, 1, 10000)
+        self.menu_size = integer("scienceworld", params, "menu_size", MAX_MENU, 2, MAX_MENU)
         self.pool = Pool(engines)
         import atexit
         atexit.register(self.pool.close)
@@ -562,13 +564,6 @@ class ScienceWorld(Env):
         self.test_variations = ((list(env.get_variations_test()) if "test" in split else [])
                                 + (list(env.get_variations_dev()) if "dev" in split else []))
         first.key, first.history = (task, 0, simp), None
-        limit = int(params.get("step_limit", 50))
-        if not 1 <= limit <= 10000:
-            raise ValueError(f"scienceworld: step_limit must be 1..10000, got {limit}")
-        self.step_limit = limit
-        self.menu_size = int(params.get("menu_size", MAX_MENU))
-        if not 2 <= self.menu_size <= MAX_MENU:
-            raise ValueError(f"scienceworld: menu_size must be 2..{MAX_MENU}, got {self.menu_size}")
         self.instructions = (
             f"You are an agent in ScienceWorld, a text-based simulation of a house and its "
             f"surroundings (task '{task}'). Each turn, choose one action from the menu; it lists at "

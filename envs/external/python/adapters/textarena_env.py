@@ -19,9 +19,9 @@ view = ""                    # observation: "turn" (what the game said since the
                              # decision, then the current board) or "log" (everything it said,
                              # then the board); "": "log" for GuessTheNumber and KuhnPoker, whose
                              # past hints and cards are not on a board, else "turn"
-step_limit = 0               # agent decisions before truncation (0: the game's own bound:
-                             # max_turns + 1 moves where it counts turns, 5 for TicTacToe, ...;
-                             # 1000 for 2048, which has none)
+step_limit = 0               # agent decisions before truncation, 1..1000000 (0: the game's own
+                             # bound: max_turns + 1 moves where it counts turns, 5 for TicTacToe,
+                             # ...; 1000 for 2048, which has none)
 
 Supported games (every registered variant of each): TowerOfHanoi, FrozenLake,
 LightsOut, GuessTheNumber and 2048 (one player); TicTacToe, ConnectFour, Nim
@@ -60,6 +60,10 @@ observation wrappers, not instances), so seed parity: even seeds train, odd
 test; reset(seed) seeds the game with the whole seed. Oracles, where the game's state makes optimal play exact:
 TowerOfHanoi (breadth-first distances), FrozenLake (shortest path around the
 holes) and LightsOut (the least presses, solved over GF(2)).
+
+A key out of its range (player -1..players-1, opening -1 or >= 0, step_limit
+0..1000000) is refused with a message naming the key, the value and the range:
+never clamped, never read as the default.
 """
 
 import copy
@@ -74,6 +78,7 @@ from collections import deque
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, ".."))  # rlid_env, uninstalled
 sys.path.append(HERE)
+from _params import RLID_MAX_STEP_LIMIT, integer  # noqa: E402
 from _pinned import require  # noqa: E402
 from rlid_env import Action, Env, Step, run  # noqa: E402
 
@@ -527,10 +532,12 @@ class TextArena(Env):
         self.opponent = str(params.get("opponent", "random"))
         if self.opponent not in ("random", "first"):
             raise ValueError(f"textarena: opponent must be 'random' or 'first', got '{self.opponent}'")
-        self.seat = int(params.get("player", 0))
-        if not -1 <= self.seat < self.game.players:
-            raise ValueError(f"textarena: player must be -1..{self.game.players - 1} for '{game}'")
-        opening = int(params.get("opening", -1))
+        self.seat = integer("textarena", params, "player", 0, -1, self.game.players - 1,
+                            f"-1 (drawn per episode) or a seat 0..{self.game.players - 1} of '{game}'")
+        opening = integer("textarena", params, "opening", -1, -1, None,
+                          "-1 (the game's default) or a count of moves >= 0")
+        asked_limit = integer("textarena", params, "step_limit", 0, 0, RLID_MAX_STEP_LIMIT,
+                              f"0 (the game's own bound) or 1..{RLID_MAX_STEP_LIMIT}")
         self.opening = opening if opening >= 0 else None  # None: the game's default, below
         self.view = str(params.get("view") or self.game.view)
         if self.view not in ("turn", "log"):
@@ -543,8 +550,8 @@ class TextArena(Env):
         if self.opening is None:
             self.opening = self.game.opening_for(probe)
         ep = self.reset(0, "train")
-        limit = int(params.get("step_limit", 0)) or self.game.bound(ep.env) or NO_LIMIT_STEPS
-        self.step_limit = max(1, limit)
+        # 0: the game's own bound (a derived default, kept >= 1; a configured value is in range)
+        self.step_limit = asked_limit or max(1, self.game.bound(ep.env) or NO_LIMIT_STEPS)
         if self.game.oracle is None:
             self.oracle = None  # the instance attribute hides the method: no "oracle" capability
         rival = ""

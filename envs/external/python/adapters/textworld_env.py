@@ -83,6 +83,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, ".."))  # rlid_env, uninstalled
 sys.path.append(HERE)
+from _params import integer  # noqa: E402
 from _pinned import require  # noqa: E402
 from rlid_env import Action, Env, Step, run  # noqa: E402
 
@@ -559,16 +560,7 @@ class TextWorld(Env):
 
         self.family = str(params.get("family", "simple"))
         self.settings = family_settings(self.family, params)
-        limit = params.get("step_limit", 50)
-        if isinstance(limit, bool) or not isinstance(limit, (int, float, str)):
-            raise ValueError(f"textworld: step_limit must be an integer, got {limit!r}")
-        try:
-            limit = int(limit)
-        except ValueError:
-            raise ValueError(f"textworld: step_limit must be an integer, got {limit!r}") from None
-        if not 1 <= limit <= MAX_STEP_LIMIT:
-            raise ValueError(f"textworld: step_limit must be 1..{MAX_STEP_LIMIT}, got {limit}")
-        self.step_limit = limit
+        self.step_limit = integer("textworld", params, "step_limit", 50, 1, MAX_STEP_LIMIT)
         games = params.get("games", 0)
         try:
             if isinstance(games, bool) or float(games) != int(float(games)):
