@@ -63,12 +63,34 @@ std::unique_ptr<envs::Env> EnvOptions::Make() const {
 
 namespace {
 
+// The stop as the interrupted command should tell it: only `rlid train` has a
+// run to resume; sft, eval and compare marked theirs interrupted; the others
+// made no run at all.
+Error InterruptedFor(CLI::App& app, const Interrupted& e) {
+  const auto subs = app.get_subcommands();
+  const std::string command = subs.empty() ? "" : subs.front()->get_name();
+  if (command == "train") return Error(e.what(), e.hint());
+  const std::string stopped = "stopped by " + SignalName(e.signal());
+  if (command == "sft" || command == "eval" || command == "compare")
+    return Error(stopped + ": what was recorded so far is committed and the run is marked interrupted",
+                 "run the command again (with a new --out) to redo it; only `rlid train` resumes");
+  return Error(stopped + ": rlid " + command + " did not finish");
+}
+
 int Run(CLI::App& app, std::vector<std::unique_ptr<Command>>& keep, int argc, char** argv) {
   try {
     app.parse(argc, argv);
     return 0;
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);  // prints help or the parse error; 0 for --help
+    // Prints help or the parse error. CLI11's own codes (100+) are not rlid's:
+    // --help and --version are 0, a file argument that does not exist is an
+    // I/O error (3), every other parse error a usage error (2).
+    if (app.exit(e) == 0) return 0;
+    const std::string what = e.what();
+    if (what.find("does not exist") != std::string::npos ||
+        what.find("not readable") != std::string::npos)
+      return 3;
+    return 2;
   }
 }
 
@@ -114,6 +136,9 @@ int RunCli(int argc, char** argv) {
   });
   try {
     return Run(app, commands, argc, argv);
+  } catch (const Interrupted& e) {
+    std::cerr << FormatError(InterruptedFor(app, e)) << std::endl;
+    return e.exit_code();
   } catch (const Error& e) {
     std::cerr << FormatError(e) << std::endl;
     return e.exit_code();

@@ -5,8 +5,10 @@
 #include "cli/eval_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
+#include <map>
 #include <iostream>
 #include <regex>
 #include <sstream>
@@ -99,6 +101,49 @@ TrainingConfig TrainingConfigOf(const std::string& checkpoint) {
   return {};
 }
 
+// What a recorded [env] would start as a program, as "key = value" lines: an
+// external env's command, an OpenEnv app to serve, a Gymnasium class to
+// import. rlid's own envs and adapter scripts are not listed.
+std::vector<std::string> ProgramsOf(const std::map<std::string, std::string>& env_values) {
+  auto value = [&](const std::string& k) {
+    const auto it = env_values.find("env." + k);
+    return it == env_values.end() ? std::string() : it->second;
+  };
+  std::vector<std::string> out;
+  std::string name = value("name");
+  if (name.size() >= 2 && (name.front() == '"' || name.front() == '\'')) name = name.substr(1, name.size() - 2);
+  auto add = [&](const std::string& k) {
+    if (!value(k).empty()) out.push_back(fmt::format("env.{} = {}", k, value(k)));
+  };
+  if (name == "external") {
+    add("command");
+    add("cwd");
+  }
+  if (name == "openenv") add("server");
+  if (name == "gymnasium" && value("id").find(':') != std::string::npos) add("id");
+  return out;
+}
+
+// A checkpoint is data: the programs its recorded config names run only when
+// the user gives them (--config, --set env.KEY) or trusts the checkpoint.
+void RefuseRecordedPrograms(const Config& recorded, const Config& resolved,
+                            const std::string& source) {
+  const auto was = recorded.DocumentValues(), now = resolved.DocumentValues();
+  std::vector<std::string> kept;
+  for (const std::string& line : ProgramsOf(now)) {
+    const std::string key = line.substr(0, line.find(" = "));
+    const auto it = was.find(key);
+    if (it != was.end() && it->second == now.at(key)) kept.push_back(line);
+  }
+  if (kept.empty()) return;
+  throw ConfigError(
+      fmt::format("eval: the training config recorded in {} would start a program: {}; a "
+                  "checkpoint is data, and rlid does not run what it names",
+                  source, fmt::join(kept, "; ")),
+      "pass the env yourself (--config FILE, or --set env.KEY=VALUE for each key above), or add "
+      "--trust-checkpoint if you trust where this checkpoint came from");
+}
+
 class EvalCommand : public Command {
  public:
   void Setup(CLI::App& app) override {
@@ -118,6 +163,9 @@ class EvalCommand : public Command {
         ->check(CLI::IsMember({"float32", "bfloat16"}));
     app.add_option("--set", sets_,
                    "config override (repeatable, logged), e.g. --set env.size=6");
+    app.add_flag("--trust-checkpoint", trust_,
+                 "run the programs the checkpoint's recorded env names (an external env's "
+                 "command, an OpenEnv server app, a Gymnasium class); refused without it");
     app.add_option("--out", out_,
                    "run directory for the evaluation records (default: the run that wrote the "
                    "checkpoint, as a new `runs` row of kind 'eval'; a new runs/<name>-<timestamp> "
@@ -162,6 +210,9 @@ class EvalCommand : public Command {
                : base.empty()   ? Config()
                                 : Config::FromString(base, trained.source);
     c.ApplyOverrides(sets);
+    const bool recorded_env = config_.empty() && !base.empty() && base != SplitEnvTables(base).second;
+    if (recorded_env && !trust_)
+      RefuseRecordedPrograms(Config::FromString(base, trained.source), c, trained.source);
     return ExperimentConfig::FromConfig(std::move(c));
   }
 
@@ -202,7 +253,7 @@ class EvalCommand : public Command {
   std::string checkpoint_, config_, env_, plane_ = "decision", out_, dtype_;
   std::vector<std::string> sets_;
   int64_t episodes_ = 64;
-  bool sampled_ = false;
+  bool sampled_ = false, trust_ = false;
 };
 
 const Registrar<CommandRegistry> kEval("eval", "evaluate a checkpoint on test seeds",

@@ -3,6 +3,7 @@
 // by the same table and plots as `rlid compare`'s report.html, from the
 // metrics in its store alone.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "memory/query.h"
 #include "memory/store.h"
 #include "trainers/analysis/compare.h"
@@ -29,6 +31,22 @@ std::string AlgorithmOf(const std::string& config_toml) {
   return std::regex_search(config_toml, m, kAlgorithm) ? m[1].str() : "";
 }
 
+// The report's path before anything is written: its directory must exist
+// (rlid makes none), and a file already there must be a regular file or a
+// symlink (replaced) — a FIFO, device or directory is refused.
+void CheckReportPath(const fs::path& out) {
+  std::error_code ec;
+  const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  if (!fs::is_directory(parent, ec))
+    throw IoError(fmt::format("--out '{}': the directory '{}' does not exist", out.string(),
+                              parent.string()),
+                  "create it first, or give a path in an existing directory");
+  const auto st = fs::symlink_status(out, ec);
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_symlink(st))
+    throw IoError(fmt::format("--out '{}' exists and is not a regular file", out.string()),
+                  "name a new .html file or an old report to replace");
+}
+
 class ReportCommand : public Command {
  public:
   void Setup(CLI::App& app) override {
@@ -36,12 +54,14 @@ class ReportCommand : public Command {
         ->required()
         ->check(CLI::ExistingDirectory);
     app.add_option("--out", out_, "HTML file to write (default: DIR/run_report.html)");
-    app.add_option("--metric", metric_, "test success shown: sampled | greedy")
-        ->check(CLI::IsMember({"sampled", "greedy"}))
-        ->capture_default_str();
-    app.add_option("--threshold", threshold_, "success level for 'env steps to reach'")
-        ->check(CLI::Range(0.0, 1.0))
-        ->capture_default_str();
+    metric_opt_ = app.add_option("--metric", metric_,
+                                 "test success shown: greedy | sampled (default: the comparison's "
+                                 "compare.success_metric, else greedy, as rlid compare)")
+                      ->check(CLI::IsMember({"sampled", "greedy"}));
+    threshold_opt_ = app.add_option("--threshold", threshold_,
+                                    "success level for 'env steps to reach' (default: the "
+                                    "comparison's compare.success_threshold, else 0.8)")
+                         ->check(CLI::Range(0.0, 1.0));
     app.footer(
         "The metrics behind it, as CSV: rlid sql DIR --csv \"SELECT run_id, iteration, key, value "
         "FROM metrics ORDER BY run_id, key, iteration\"");
@@ -49,7 +69,36 @@ class ReportCommand : public Command {
   }
 
  private:
+  // compare's defaults, then a comparison's own settings (its compare.toml),
+  // then the flags: the report shows what `rlid compare` showed.
+  void ReadDefaults() {
+    trainers::CompareConfig cc;
+    const fs::path saved = fs::path(dir_) / "compare.toml";
+    std::error_code ec;
+    if (fs::is_regular_file(saved, ec)) {
+      Config c = Config::FromFile(saved.string());
+      c.Root().Section("compare").MarkAllUsed();
+      cc.Load(c.Root().Section("compare"));
+    }
+    if (metric_opt_->count() == 0) metric_ = cc.success_metric;
+    if (threshold_opt_->count() == 0) threshold_ = cc.success_threshold;
+    if (fs::is_regular_file(saved, ec)) {  // the matched budget, for the table's overshoot
+      budget_ = cc.budget;
+      budget_value_ = cc.budget_value;
+    }
+  }
+
+  // The chance level `rlid compare` measured ("(chance 0.250)" in summary.txt), or -1.
+  double ChanceOf() const {
+    static const std::regex kChance(R"(\(chance ([0-9.]+)\))");
+    std::ifstream in(fs::path(dir_) / "summary.txt");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::smatch m;
+    return std::regex_search(text, m, kChance) ? std::stod(m[1].str()) : -1.0;
+  }
+
   void Run() {
+    ReadDefaults();
     const fs::path db = fs::path(dir_) / memory::kDatabaseFileName;
     if (!fs::is_regular_file(db))
       throw IoError(fmt::format("'{}' has no {}", dir_, memory::kDatabaseFileName),
@@ -69,7 +118,8 @@ class ReportCommand : public Command {
     auto& cc = result.config;
     cc.success_metric = metric_;
     cc.success_threshold = threshold_;
-    cc.budget = "";  // no matched budget to measure an overshoot against
+    cc.budget = budget_;  // a comparison's matched budget ("" for train runs: no overshoot)
+    cc.budget_value = budget_value_;
     std::vector<std::string> listed;
     std::string env;
     for (const auto& row : rows.rows) {
@@ -93,18 +143,28 @@ class ReportCommand : public Command {
     }
     result.arms = trainers::Summarise(result.runs, cc.arms);
     result.table = trainers::FormatSummaryTable(result.arms, cc);
-    result.verdict = trainers::Verdict(result.arms, env.empty() ? "?" : env, -1);
+    result.chance = ChanceOf();
+    result.verdict = trainers::Verdict(result.arms, env.empty() ? "?" : env, result.chance);
     const fs::path out = out_.empty() ? fs::path(dir_) / "run_report.html" : fs::path(out_);
+    CheckReportPath(out);
     const fs::path plots_dir = out.parent_path() / (out.stem().string() + "_plots");
-    const auto plots = trainers::RenderPlots(plots_dir, result.runs, cc.arms, metric_, -1);
-    std::ofstream f(out);
-    if (!f) throw IoError(fmt::format("cannot write '{}'", out.string()), "is the directory writable?");
-    f << trainers::RenderRunReportHtml(result, plots, listed);
+    const auto plots = trainers::RenderPlots(plots_dir, result.runs, cc.arms, metric_, result.chance);
+    // Written beside and renamed over: a symlink at `out` is replaced, never followed.
+    const std::string tmp = fmt::format("{}.tmp-{}", out.string(), ::getpid());
+    try {
+      WriteWholeFile(tmp, trainers::RenderRunReportHtml(result, plots, listed), "report");
+      fs::rename(tmp, out);
+    } catch (...) {
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+      throw;
+    }
     std::cout << result.table << "\n" << result.verdict << "\nreport " << out.string() << "\n";
   }
 
-  std::string dir_, out_, metric_ = "sampled";
-  double threshold_ = 0.8;
+  std::string dir_, out_, metric_, budget_;
+  double threshold_ = 0, budget_value_ = 0;
+  CLI::Option *metric_opt_ = nullptr, *threshold_opt_ = nullptr;
 };
 
 const Registrar<CommandRegistry> kRegister(

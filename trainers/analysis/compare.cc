@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/rng.h"
@@ -277,8 +278,11 @@ std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const Compar
     if (cfg.budget != kind || cfg.budget_value <= 0) return "";
     return fmt::format(" ({:+.1f}%)", 100.0 * (used / cfg.budget_value - 1));
   };
+  // The arm column fits the longest name (UTF-8 counted in bytes: names are ASCII in practice).
+  size_t w = 16;
+  for (const auto& a : arms) w = std::max(w, a.arm.size());
   std::string out = fmt::format(
-      "{:<16} {:<8} {:>15} {:>7} {:>12} {:>15} {:>15} {:>9} {:>9} {:>7}{} {:>8}\n", "arm", "plane",
+      "{:<{}} {:<8} {:>15} {:>7} {:>12} {:>15} {:>15} {:>9} {:>9} {:>7}{} {:>8}\n", "arm", w, "plane",
       cfg.success_metric == "sampled" ? "test (sampled)" : "test (greedy)", "return",
       fmt::format("steps→{:g}", cfg.success_threshold), "env steps", "FLOPs", "tokens", "gen tok",
       "invalid", with_wall ? fmt::format(" {:>7}", "wall s") : "", "grad SNR");
@@ -286,9 +290,9 @@ std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const Compar
     std::string steps =
         a.reached ? fmt::format("{:.0f} ({}/{})", a.steps_to_threshold, a.reached, a.seeds) : "—";
     out += fmt::format(
-        "{:<16} {:<8} {:>7.3f} ± {:<5.3f} {:>7.3f} {:>12} {:>15} {:>15} {:>9.3g} {:>9.0f} "
+        "{:<{}} {:<8} {:>7.3f} ± {:<5.3f} {:>7.3f} {:>12} {:>15} {:>15} {:>9.3g} {:>9.0f} "
         "{:>7.3f}{} {:>8}\n",
-        a.arm, a.plane, a.success.mean, a.success.se, a.return_mean, steps,
+        a.arm, w, a.plane, a.success.mean, a.success.se, a.return_mean, steps,
         fmt::format("{:.0f}{}", a.env_steps, overshoot(a.env_steps, "env_steps")),
         fmt::format("{:.3g}{}", a.flops, overshoot(a.flops, "flops")), a.tokens_processed,
         a.generated_tokens, a.invalid_rate, with_wall ? fmt::format(" {:>7.1f}", a.wall) : "",
@@ -382,7 +386,19 @@ std::unique_ptr<ExperimentConfig> ArmExperiment(const std::string& config_path,
   c.ApplyOverride("trainer.eval_at_start=true");  // the curves start at the warm start
   c.ApplyOverrides(arm.sets);
   try {
-    return ExperimentConfig::FromConfig(std::move(c));
+    auto e = ExperimentConfig::FromConfig(std::move(c));
+    // One iteration plays episodes_per_iteration episodes of at least one
+    // decision each: a smaller env-step budget is overshot by the first one.
+    const auto per_iteration = e->trainer.episodes_per_iteration;
+    if (cc.budget == "env_steps" && cc.budget_value < static_cast<double>(per_iteration))
+      throw ConfigError(
+          fmt::format("compare.budget_value = {:g} env steps is less than one iteration of this arm "
+                      "({} episodes of at least one step each): every arm would overshoot it",
+                      cc.budget_value, per_iteration),
+          fmt::format("raise compare.budget_value to at least {} (a few iterations' worth), or "
+                      "lower trainer.episodes_per_iteration",
+                      per_iteration));
+    return e;
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("compare arm '{}' ({}): {}", arm.name, arm.algorithm, e.what()),
                       e.hint());
@@ -448,9 +464,9 @@ void WriteReport(CompareResult& result, const ExperimentConfig& base_exp,
   report.total_seconds = MonotonicSeconds() - t0;
   std::string html = RenderReportHtml(result, report);
   result.report = (fs::path(result.run_dir) / "report.html").string();
-  std::ofstream(result.report) << html;
-  std::ofstream(fs::path(result.run_dir) / "summary.txt") << result.table << "\n"
-                                                          << result.verdict << "\n";
+  WriteWholeFile(result.report, html, "comparison report");
+  WriteWholeFile((fs::path(result.run_dir) / "summary.txt").string(),
+                 result.table + "\n" + result.verdict + "\n", "comparison summary");
 }
 
 }  // namespace
@@ -480,7 +496,9 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
   std::optional<memory::WriterLock> lock;
   if (lead) lock.emplace(db);
   comm.Barrier("compare lock");
-  if (lead) std::ofstream(fs::path(result.run_dir) / "compare.toml") << base.DocumentToml();
+  if (lead)
+    WriteWholeFile((fs::path(result.run_dir) / "compare.toml").string(), base.DocumentToml(),
+                   "comparison config");
   double t0 = MonotonicSeconds();
 
   result.warm_start = SharedWarmStart(comm, config_path, sets, cc, result.run_dir, quiet);

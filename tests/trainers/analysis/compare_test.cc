@@ -18,6 +18,8 @@
 #include "memory/store.h"
 #include "policy/model/runtime.h"
 #include "tests/build_id.h"
+#include "tests/agents/fixtures.h"
+#include "tests/cli/run_cli.h"
 #include "tests/trainers/algorithms/warm_start.h"
 
 namespace rlid::trainers {
@@ -238,6 +240,19 @@ TEST(Compare, RerunningTheSameConfigGivesAnIdenticalTable) {
   fs::remove_all(dir);
   auto r = RunCompare(cfg.string(), {}, dir.string(), /*quiet=*/true);
   EXPECT_EQ(FormatSummaryTable(r.arms, r.config, /*with_wall=*/false) + r.verdict, first);
+}
+
+// `rlid report` on a comparison's directory shows what `rlid compare` showed:
+// the same table (metric, threshold, budget) and verdict (chance level included).
+TEST(Compare, ReportOfTheDirectoryShowsCompareOwnTable) {
+  const fs::path dir = CompareDir();
+  std::ifstream in(dir / "summary.txt");
+  const std::string summary((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(summary.empty());
+  testing::TempDir out("report_of_compare");
+  const auto r = testing::RunRlid({"report", dir.string(), "--out", (out.path() / "r.html").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, summary.size()), summary) << r.out;
 }
 
 TEST(Compare, ReportRendersInHeadlessChromium) {
