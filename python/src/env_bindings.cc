@@ -1,13 +1,17 @@
 // _rlid.Env: one env and the state of its current episode. make(name,
 // params) -> reset(seed) -> menu() / compile(text) / step(item or text),
-// mirroring what `rlid env show` and `rlid env play` do. Steps release the GIL
-// (an external env's step waits on its process).
+// mirroring what `rlid env show` and `rlid env play` do. Calls that touch the
+// episode release the GIL (an external env's step waits on its process) and
+// take the object's own lock: one Env may be shared by threads, its calls run
+// one at a time.
 #include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -35,6 +39,12 @@ struct Transition {
 };
 
 class PyEnv {
+  template <class F>
+  std::invoke_result_t<F> Locked(F f) const {
+    std::lock_guard lock(mu_);
+    return f();
+  }
+
  public:
   PyEnv(const std::string& name, const std::vector<std::string>& params, uint64_t seed)
       : env_(envs::MakeEnv(name, params)) {
@@ -55,24 +65,26 @@ class PyEnv {
   std::string Instructions() const { return env_->Instructions(); }
 
   void Reset(uint64_t seed) {
+    std::lock_guard lock(mu_);
     seed_ = seed;
     state_ = env_->NewState(seed);
     menu_.reset();
   }
 
-  uint64_t seed() const { return seed_; }
-  std::string Observation() const { return state_->Observation(); }
-  bool Terminal() const { return state_->IsTerminal(); }
-  int Steps() const { return state_->StepCount(); }
-  uint64_t Hash() const { return state_->Hash(); }
+  uint64_t seed() const { return Locked([&] { return seed_; }); }
+  std::string Observation() const { return Locked([&] { return state_->Observation(); }); }
+  bool Terminal() const { return Locked([&] { return state_->IsTerminal(); }); }
+  int Steps() const { return Locked([&] { return state_->StepCount(); }); }
+  uint64_t Hash() const { return Locked([&] { return state_->Hash(); }); }
 
-  // The menu of the current state (empty when terminal), compiled once per state.
-  const Menu& CurrentMenu() {
-    if (!menu_) menu_ = state_->IsTerminal() ? Menu{} : state_->CompileMenu();
-    return *menu_;
+  // The items of the current state's menu (none when terminal).
+  std::vector<MenuItem> MenuItems() {
+    std::lock_guard lock(mu_);
+    return CurrentMenu().items;
   }
 
   CompileResult Compile(const std::string& text) {
+    std::lock_guard lock(mu_);
     RequireLive("compile");
     CompileResult r = CurrentMenu().Compile(text);
     if (r.valid()) return r;
@@ -84,6 +96,7 @@ class PyEnv {
   }
 
   Transition StepItem(int item) {
+    std::lock_guard lock(mu_);
     RequireLive("step");
     const Menu& menu = CurrentMenu();
     if (item < 0 || item >= static_cast<int>(menu.size()))
@@ -99,6 +112,7 @@ class PyEnv {
 
   // Menu indices of the optimal actions, or None for an env without an oracle.
   std::optional<std::vector<int>> Oracle() {
+    std::lock_guard lock(mu_);
     const auto* oracle = dynamic_cast<const envs::OracleState*>(state_.get());
     if (!oracle || state_->IsTerminal()) return std::nullopt;
     std::vector<int> out;
@@ -114,6 +128,14 @@ class PyEnv {
                         "call reset() to start the next one");
   }
 
+  // The menu of the current state (empty when terminal), compiled once per
+  // state; the caller holds mu_.
+  const Menu& CurrentMenu() {
+    if (!menu_) menu_ = state_->IsTerminal() ? Menu{} : state_->CompileMenu();
+    return *menu_;
+  }
+
+  mutable std::mutex mu_;  // guards state_, menu_ and seed_
   std::unique_ptr<envs::Env> env_;
   std::unique_ptr<envs::State> state_;
   std::optional<Menu> menu_;
@@ -177,16 +199,15 @@ void BindEnvs(py::module_& m) {
       .def("info", &PyEnv::Info)
       .def("instructions", &PyEnv::Instructions)
       .def("reset", &PyEnv::Reset, py::arg("seed"), Release())
-      .def_property_readonly("seed", &PyEnv::seed)
-      .def_property_readonly("observation", &PyEnv::Observation)
-      .def_property_readonly("terminal", &PyEnv::Terminal)
-      .def_property_readonly("steps", &PyEnv::Steps)
-      .def_property_readonly("state_hash", &PyEnv::Hash)
-      .def(
-          "menu", [](PyEnv& e) { return e.CurrentMenu().items; }, Release())
+      .def_property_readonly("seed", py::cpp_function(&PyEnv::seed, Release()))
+      .def_property_readonly("observation", py::cpp_function(&PyEnv::Observation, Release()))
+      .def_property_readonly("terminal", py::cpp_function(&PyEnv::Terminal, Release()))
+      .def_property_readonly("steps", py::cpp_function(&PyEnv::Steps, Release()))
+      .def_property_readonly("state_hash", py::cpp_function(&PyEnv::Hash, Release()))
+      .def("menu", &PyEnv::MenuItems, Release())
       .def("compile", &PyEnv::Compile, py::arg("text"), Release())
       .def("step_item", &PyEnv::StepItem, py::arg("item"), Release())
-      .def("oracle", &PyEnv::Oracle);
+      .def("oracle", &PyEnv::Oracle, Release());
 }
 
 }  // namespace rlid::python

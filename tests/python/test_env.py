@@ -140,3 +140,42 @@ def test_torch_and_rlid_share_a_process_in_either_order():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["2", "3"]
+
+
+
+def test_one_env_shared_by_threads_runs_its_calls_one_at_a_time():
+    """Two threads resetting, reading and stepping one Env and one gym.MenuEnv
+    at once: no call crashes the interpreter or sees half a state (the bindings
+    release the GIL, so each object's own lock serialises its calls). A call
+    may still find the episode ended by the other thread: that is an rlid.Error."""
+    import threading
+    import rlid.gym
+
+    env = rlid.make("maze", seed=0, size=4)
+    gym_env = rlid.gym.MenuEnv("maze", size=4)
+    gym_env.reset(seed=0)
+    crashes = []
+
+    def hammer(worker):
+        for i in range(300):
+            try:
+                if i % 7 == 0:
+                    env.reset(seed=2 * (i % 5) + worker)
+                menu = env.menu()
+                assert env.observation
+                if menu:
+                    env.step(i % len(menu))
+                _, _, terminated, truncated, _ = gym_env.step(0)
+                if terminated or truncated:
+                    gym_env.reset(seed=worker)
+            except rlid.Error:
+                pass
+            except Exception as e:  # noqa: BLE001 - anything else is a bug
+                crashes.append(repr(e))
+
+    threads = [threading.Thread(target=hammer, args=(w,)) for w in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not crashes, crashes[:3]

@@ -141,3 +141,13 @@ def test_a_hugging_face_directory_reads_out_as_in_the_cli(hf_dir):
     got = {item.command: ro.p[0, k].item() for k, item in enumerate(env.menu())}
     assert got == pytest.approx(by_command, abs=1e-6)
     assert ro.prompts[0] == cli["prompt"]
+
+
+def test_sample_counts_are_bounded_before_anything_runs(policy):
+    """Policy.sample(n=10**9) is a ConfigError at once, not a MemoryError after 30 s."""
+    import time
+    env = rlid.make("maze", seed=2)
+    t0 = time.monotonic()
+    with pytest.raises(rlid.ConfigError, match="samples asked for"):
+        policy.sample(env, n=10**9)
+    assert time.monotonic() - t0 < 5
