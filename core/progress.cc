@@ -12,6 +12,7 @@ namespace rlid {
 
 std::string FormatDuration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
+  if (s > 0 && s < 0.95) return fmt::format("{:.0f}ms", std::max(1.0, s * 1000));  // not "0s"
   if (s < 60) return fmt::format("{:.0f}s", s);
   if (s < 3600) return fmt::format("{:.0f}m{:02.0f}s", std::floor(s / 60), std::floor(std::fmod(s, 60)));
   return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::floor(std::fmod(s / 60, 60)));

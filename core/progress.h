@@ -10,7 +10,7 @@
 
 namespace rlid {
 
-// "42s", "3m07s", "1h05m".
+// "350ms" (under a second), "42s", "3m07s", "1h05m".
 std::string FormatDuration(double seconds);
 
 class Progress {

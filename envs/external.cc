@@ -392,6 +392,11 @@ class Worker {
                               : e.is_object() && e.contains("message") && e["message"].is_string()
                                   ? e["message"].get<std::string>()
                                   : e.dump();
+      if (ErrorCode(r) == "config_error")  // the env refuses its parameters: the user's config
+        throw ConfigError(fmt::format("{}: the env refuses its [env] parameters: {}", Where(),
+                                      Shorten(msg, 2000)),
+                          "fix the key it names ([env] in the config, or --set env.KEY=VALUE); "
+                          "docs/field_envs.md lists each adapter's keys and ranges");
       Fail(what,
            fmt::format("the env replied with an error [{}]: {}", ErrorCode(r), Shorten(msg, 2000)),
            false);

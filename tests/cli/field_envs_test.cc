@@ -98,6 +98,10 @@ TEST(FieldEnvs, AdapterKeyMistakesAreConfigErrors) {
   EXPECT_EQ(typo.code, 2) << typo.err;
   for (const char* key : {"game_params", "opponent", "opening", "player"})
     EXPECT_NE(typo.err.find(key), std::string::npos) << key << " not listed:\n" << typo.err;
+  // A value the adapter refuses (step_limit = -1 used to become 1): a config error too.
+  const auto range = RunRlid({"env", "show", "--env", "openspiel", "--set", "step_limit=-1"});
+  EXPECT_EQ(range.code, 2) << range.err;
+  EXPECT_NE(range.err.find("step_limit must be"), std::string::npos) << range.err;
 }
 
 // Arithmetic and a text task: the answer the task's verifier accepts among

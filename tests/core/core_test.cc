@@ -115,6 +115,8 @@ namespace {
 
 TEST(Progress, FormatsDurations) {
   EXPECT_EQ(FormatDuration(42.4), "42s");
+  EXPECT_EQ(FormatDuration(0.35), "350ms");  // a short duration is not "0s"
+  EXPECT_EQ(FormatDuration(0), "0s");
   EXPECT_EQ(FormatDuration(187.9), "3m07s");
   EXPECT_EQ(FormatDuration(239.9), "3m59s");  // never "3m60s"
   EXPECT_EQ(FormatDuration(3900), "1h05m");

@@ -8,7 +8,7 @@ info["action_mask"] a 0/1 entry per action (never read by truthiness).
 The adapters are imported here and built in-process (no rlid binary, no network: the
 OpenEnv server is a tiny app the adapter serves itself on 127.0.0.1). A ValueError
 from an env's constructor is how every adapter reports a bad key: the helper answers
-hello with an execution_error carrying the message, which rlid quotes
+hello with a config_error carrying the message, which rlid reports as a config error
 (test_a_bad_key_reaches_rlid_as_the_hello_error checks that path).
 """
 import io
@@ -106,14 +106,14 @@ def test_a_key_out_of_its_range_is_refused(make, params, key, value, words):
 
 def test_a_bad_key_reaches_rlid_as_the_hello_error():
     """Over the protocol: hello is answered with the env's error, which rlid reports
-    (envs/external.cc: "the env replied with an error [execution_error]: ...")."""
+    (a config_error: rlid reports it as a config error, exit 2)."""
     hello = {"op": "hello", "id": 0, "protocol": 2, "protocols": [1, 2],
              "params": {"game": "tic_tac_toe", "opening": -7, "step_limit": -1}}
     out = io.StringIO()
     rlid_env.run(openspiel_env.OpenSpiel, stdin=io.StringIO(json.dumps(hello) + "\n"), stdout=out)
     reply = json.loads(out.getvalue())
     assert reply["id"] == 0 and "error" in reply, reply
-    assert reply["error"]["code"] == "execution_error"
+    assert reply["error"]["code"] == "config_error"
     assert "openspiel: opening must be -1" in reply["error"]["message"]
     assert "got -7" in reply["error"]["message"]
 

@@ -108,7 +108,7 @@ AdvantageInputs PerStepInputs(const std::vector<agents::EpisodeData>& episodes,
 
 std::pair<torch::Tensor, torch::Tensor> DecisionAdvantages(
     const TrainerConfig& t, const std::vector<agents::EpisodeData>& episodes,
-    const DecisionBatch& b) {
+    const DecisionBatch& b, std::vector<std::pair<std::string, double>>* step_groups) {
   const int64_t N = b.size();
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   std::vector<int64_t> episode_of(N);
@@ -135,6 +135,9 @@ std::pair<torch::Tensor, torch::Tensor> DecisionAdvantages(
     in.episodes = episode_of;
     in.response_mask = torch::ones({N, 1}, torch::kBool);
     adv = ComputeAdvantages(t.advantage, in).advantages.select(1, 0);
+    if (step_groups && t.advantage.estimator == "gigpo")
+      *step_groups = GigpoStepGroupMetrics(
+          GigpoParts(in.scores, in.groups, in.episodes, in.anchors, t.advantage));
   } else {
     // Per episode: the episode's return is the score of a one-step response in
     // its env-seed group; its advantage goes to every decision of the episode.
@@ -348,7 +351,9 @@ class PpoDecisionTrainer final : public Trainer {
 
     // ---- 2. advantages (per episode or per group: no other rank needed) ----------
     Targets targets;
-    std::tie(targets.advantages, targets.returns) = DecisionAdvantages(t, episodes, batch);
+    Metrics step_groups;  // gigpo: whether step groups formed
+    std::tie(targets.advantages, targets.returns) = DecisionAdvantages(t, episodes, batch, &step_groups);
+    for (const auto& kv : step_groups) metrics.push_back(kv);
     CheckFinite(targets.advantages, "advantages", it);
     CheckFinite(targets.returns, "value targets", it);
     targets.whiten = t.decision.normalize_advantages &&

@@ -124,7 +124,8 @@ ShapedScores GatherScores(Comm& comm, const ShapedScores& sc, int64_t* first) {
 std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_tokens,
                                          const std::vector<agents::EpisodeData>& episodes,
                                          const std::vector<std::vector<double>>& kl_per_step,
-                                         Comm* comm) {
+                                         Comm* comm,
+                                         std::vector<std::pair<std::string, double>>* step_groups) {
   const auto& adv_cfg = cfg.advantage;
   if (!AdvantageRegistry::Global().Make(adv_cfg.estimator)->needs_groups()) {
     std::vector<std::string> group_estimators;
@@ -149,6 +150,9 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
   in.episodes = sc.episodes;
   in.anchors = sc.anchors;
   auto adv = ComputeAdvantages(adv_cfg, in).advantages.select(1, 0).contiguous();
+  if (step_groups && adv_cfg.estimator == "gigpo")
+    *step_groups = GigpoStepGroupMetrics(
+        GigpoParts(in.scores, in.groups, in.episodes, in.anchors, adv_cfg));
   auto a = adv.accessor<double, 1>();
   int64_t row = first;
   for (size_t e = 0; e < episodes.size(); ++e) {
@@ -743,9 +747,13 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
   played.policy_version = batch.version;
   c.recorder.Episodes(ro.kept, played);
   c.recorder.Episodes(ro.dropped, played);
-  if (NothingToLearn(ro.kept.size(), c.comm)) return SkippedUpdate(std::move(metrics), c.iteration);
+  // Env failures dropped every episode (DAPO's filtered groups still count as played).
+  if (NothingToLearn(ro.kept.size() + ro.dropped.size(), c.comm))
+    return SkippedUpdate(std::move(metrics), c.iteration);
 
-  auto samples = TokenAdvantages(t, max_new_tokens, ro.kept, ro.kept_kl, &c.comm);
+  Metrics step_groups;  // gigpo: whether step groups formed
+  auto samples = TokenAdvantages(t, max_new_tokens, ro.kept, ro.kept_kl, &c.comm, &step_groups);
+  for (const auto& kv : step_groups) metrics.push_back(kv);
   const JobSamples job = GatherSamples(samples, ro.kept, c.comm);
   AppendEngineMetrics(samples, t.loss.engine, c.comm, metrics);
   if (batch.version < c.iteration && t.loss.staleness.kind == "decoupled") {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/rng.h"
@@ -1205,6 +1206,27 @@ AuditCheck LabelBias(policy::TransformerLM& model, const policy::PromptRenderer&
 
 }  // namespace
 
+// Before the checks: what one readout with its gradient costs on this machine
+// (the checks' unit of work: each runs many per state) and what makes the
+// audit cheaper.
+void LogAuditCost(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
+                  const std::vector<AuditState>& states, const AuditOptions& options,
+                  int64_t checks) {
+  const double t0 = MonotonicSeconds();
+  auto rb = policy::Readout(model, {DistinctRequest(renderer, states.front())}, {"menu", false});
+  if (rb.log_p.requires_grad()) {
+    torch::where(torch::isfinite(rb.log_p), rb.log_p, torch::zeros_like(rb.log_p)).sum().backward();
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+  }
+  const double unit = MonotonicSeconds() - t0;
+  spdlog::info(
+      "audit: {} check(s) on {} state(s), {} Monte-Carlo draws each (rao_blackwell), "
+      "ppo_gradient in float64; one readout with its gradient takes {} here (the checks run "
+      "many per state). Cheaper: fewer states (--states), fewer draws (--mc-samples), or only "
+      "some checks (--only)",
+      checks, states.size(), options.mc_samples, FormatDuration(unit));
+}
+
 std::vector<AuditCheck> RunAudit(policy::TransformerLM model,
                                  const policy::PromptRenderer& renderer, const envs::Env& env,
                                  const AuditOptions& options) {
@@ -1238,6 +1260,7 @@ std::vector<AuditCheck> RunAudit(policy::TransformerLM model,
   if (renderer.config().reasoning) AppendGreedyThoughts(model, renderer, states);
   int64_t wanted = 0;
   for (size_t i = 1; i < kIds.size(); ++i) wanted += want(kIds[i]);
+  if (options.progress && !states.empty()) LogAuditCost(model, renderer, states, options, wanted);
   Progress progress("audit checks", wanted, options.progress, /*every_s=*/0);
   auto run = [&](const std::string& id, const std::function<AuditCheck()>& check) {
     if (!want(id)) return;

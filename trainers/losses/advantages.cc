@@ -190,9 +190,9 @@ torch::Tensor GroupNormalizedScores(const torch::Tensor& scores, const std::vect
   return out;
 }
 
-torch::Tensor GigpoAdvantages(const torch::Tensor& rewards, const std::vector<int64_t>& groups,
-                              const std::vector<int64_t>& episodes,
-                              const std::vector<uint64_t>& anchors, const AdvantageConfig& cfg) {
+GigpoTerms GigpoParts(const torch::Tensor& rewards, const std::vector<int64_t>& groups,
+                      const std::vector<int64_t>& episodes, const std::vector<uint64_t>& anchors,
+                      const AdvantageConfig& cfg) {
   const int64_t B = rewards.size(0);
   if (static_cast<int64_t>(episodes.size()) != B || static_cast<int64_t>(anchors.size()) != B)
     throw ConfigError(
@@ -233,9 +233,31 @@ torch::Tensor GigpoAdvantages(const torch::Tensor& rewards, const std::vector<in
   torch::Tensor step_adv =
       GroupNormalizedScores(torch::tensor(to_go, f64), step_groups, cfg.std_norm, cfg.std_eps);
   std::vector<int64_t> slots(slot_of_row.begin(), slot_of_row.end());
-  torch::Tensor a =
-      episode_adv.index_select(0, torch::tensor(slots, torch::kInt64)) + cfg.step_weight * step_adv;
-  return a.to(rewards.options());
+  GigpoTerms out;
+  out.episode_term = episode_adv.index_select(0, torch::tensor(slots, torch::kInt64));
+  out.step_term = step_adv;
+  std::vector<int64_t> size_of(step_group_id.size(), 0);
+  for (int64_t g : step_groups) ++size_of[g];
+  for (int64_t g : step_groups) out.step_group_size.push_back(size_of[g]);
+  return out;
+}
+
+torch::Tensor GigpoAdvantages(const torch::Tensor& rewards, const std::vector<int64_t>& groups,
+                              const std::vector<int64_t>& episodes,
+                              const std::vector<uint64_t>& anchors, const AdvantageConfig& cfg) {
+  const GigpoTerms t = GigpoParts(rewards, groups, episodes, anchors, cfg);
+  return (t.episode_term + cfg.step_weight * t.step_term).to(rewards.options());
+}
+
+std::vector<std::pair<std::string, double>> GigpoStepGroupMetrics(const GigpoTerms& t) {
+  const size_t n = t.step_group_size.size();
+  if (n == 0) return {};
+  double size = 0, largest = 0;
+  for (int64_t s : t.step_group_size) size += static_cast<double>(s), largest = std::max<double>(largest, s);
+  const double nonzero = (t.step_term != 0).sum().item<double>();
+  return {{"gigpo/step_group_size", size / static_cast<double>(n)},
+          {"gigpo/step_group_size_max", largest},
+          {"gigpo/step_term_nonzero", nonzero / static_cast<double>(n)}};
 }
 
 torch::Tensor LeaveOneOutScores(const torch::Tensor& scores, const std::vector<int64_t>& groups) {

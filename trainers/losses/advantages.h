@@ -8,6 +8,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/registry.h"
@@ -80,6 +82,20 @@ torch::Tensor GroupNormalizedScores(const torch::Tensor& scores, const std::vect
 torch::Tensor GigpoAdvantages(const torch::Tensor& rewards, const std::vector<int64_t>& groups,
                               const std::vector<int64_t>& episodes,
                               const std::vector<uint64_t>& anchors, const AdvantageConfig& cfg);
+// GiGPO's two terms per step row (float64): A^E of the row's episode, A^S of
+// its step, and how many rows share its step group (1: no other row of its
+// group reached its state, so A^S = 0).
+struct GigpoTerms {
+  torch::Tensor episode_term, step_term;
+  std::vector<int64_t> step_group_size;
+};
+GigpoTerms GigpoParts(const torch::Tensor& rewards, const std::vector<int64_t>& groups,
+                      const std::vector<int64_t>& episodes, const std::vector<uint64_t>& anchors,
+                      const AdvantageConfig& cfg);
+// Whether step groups formed, over the step rows: gigpo/step_group_size (the
+// mean size of a row's step group), gigpo/step_group_size_max and
+// gigpo/step_term_nonzero (the share of rows whose A^S is not 0).
+std::vector<std::pair<std::string, double>> GigpoStepGroupMetrics(const GigpoTerms& t);
 // A_i = s_i - mean_{j != i} s_j; groups of one (and all-equal groups) give 0.
 torch::Tensor LeaveOneOutScores(const torch::Tensor& scores, const std::vector<int64_t>& groups);
 // G_t = r_t + gamma G_{t+1}, the recursion running over valid tokens only

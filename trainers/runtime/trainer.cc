@@ -128,7 +128,7 @@ bool NothingToLearn(size_t local, Comm& comm) {
 
 Metrics SkippedUpdate(Metrics metrics, int64_t iteration) {
   spdlog::warn("iteration {}: no episode to learn from (env failures dropped every rollout "
-               "episode, or every group was filtered): the update is skipped",
+               "episode): the update is skipped",
                iteration);
   metrics.push_back({"charts/update_skipped", 1.0});
   return metrics;
@@ -630,8 +630,8 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
     if (empty_in_a_row >= t.max_empty_iterations)
       throw EnvError(
           fmt::format("{} iterations in a row had no episode to learn from: the env failed on "
-                      "every rollout episode (or every group was filtered), and each failure was "
-                      "dropped ([env] on_error = \"drop_episode\")",
+                      "every rollout episode, and each failure was dropped ([env] on_error = "
+                      "\"drop_episode\")",
                       empty_in_a_row),
           "run `rlid env check` on the env and read its log lines above; every episode recorded "
           "so far is kept, and --resume continues from the last checkpoint "

@@ -93,9 +93,9 @@ std::vector<agents::EpisodeSpec> RankSpecs(const std::vector<agents::EpisodeSpec
 Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* comm = nullptr);
 
 // An iteration with no episode to learn from in the whole job (every one
-// dropped after env failures, or DAPO filtered every group): the update is
-// skipped, and the metrics say so ("charts/update_skipped" = 1). `local` is
-// this rank's count; every rank gets the same answer.
+// dropped after env failures): the update is skipped, and the metrics say so
+// ("charts/update_skipped" = 1). `local` is this rank's count of played
+// episodes; every rank gets the same answer.
 bool NothingToLearn(size_t local, Comm& comm);
 Metrics SkippedUpdate(Metrics metrics, int64_t iteration);
 

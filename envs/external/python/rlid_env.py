@@ -198,7 +198,13 @@ class _Server:
             raise _Refused("validation_error", f"this helper speaks protocols {list(PROTOCOLS)}, "
                                                f"rlid offered {offered}")
         self.protocol = max(common)
-        self.env = self.env_class(req.get("params") or {})
+        try:
+            self.env = self.env_class(req.get("params") or {})
+        except ValueError as e:
+            # The env refuses its parameters (a key out of range, a required one missing):
+            # the user's config, which rlid reports as a config error naming the env.
+            traceback.print_exc(file=sys.stderr)
+            raise _Refused("config_error", str(e)) from e
         e = self.env
         e.wants_afterstates = req.get("afterstates", True) is not False
         return {"protocol": self.protocol, "name": e.name, "summary": e.summary,

@@ -490,7 +490,9 @@ TEST(HfWeights, MissingExtraAndMisplacedTensorsAreNamed) {
   }
 }
 
-TEST(HfWeights, TiedModelsIgnoreAStoredLmHeadAndNeedNoTokenizer) {
+// tie_word_embeddings = true with a stored lm_head.weight: as transformers
+// loads it, a head equal to the embedding is tied, one that differs is kept.
+TEST(HfWeights, TiedModelsTieAnEqualStoredHeadKeepADifferentOneAndNeedNoTokenizer) {
   testing::TempDir tmp("hf_tied");
   auto dir = CopyFixture("qwen3_tiny", tmp);
   auto ids = Ids({1, 2, 3, 200, 150});
@@ -499,9 +501,14 @@ TEST(HfWeights, TiedModelsIgnoreAStoredLmHeadAndNeedNoTokenizer) {
   auto before = ModelLogits(dir, ids, mask, pos);
   auto t = LoadSafetensors((dir / "model.safetensors").string());
   ASSERT_EQ(t.count("lm_head.weight"), 0u);
-  t["lm_head.weight"] = torch::randn({300, 64});  // transformers ignores it when tied
+  t["lm_head.weight"] = t["model.embed_tokens.weight"].clone();  // equal: tied, the same logits
   SaveSafetensors((dir / "model.safetensors").string(), t);
   EXPECT_TRUE(torch::equal(before, ModelLogits(dir, ids, mask, pos)));
+  t["lm_head.weight"] = torch::randn({300, 64});  // different: its own tensor, other logits
+  SaveSafetensors((dir / "model.safetensors").string(), t);
+  EXPECT_FALSE(torch::allclose(before, ModelLogits(dir, ids, mask, pos)));
+  t["lm_head.weight"] = t["model.embed_tokens.weight"].clone();
+  SaveSafetensors((dir / "model.safetensors").string(), t);
   // Without tokenizer.json: fine when not required, a clear IoError otherwise.
   try {
     LoadCheckpoint(dir.string());

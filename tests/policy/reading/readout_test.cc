@@ -154,7 +154,10 @@ void ExpectReadoutEqualsNaiveScoring(const std::string& family) {
   std::printf("%s, packed vs naive: %d wordings (%d multi-token, min log-prob %.1f), max |diff| = %.3g\n",
               family.c_str(), wordings, multi, min_logp, max_diff);
   EXPECT_GT(multi, 10);
-  EXPECT_LT(max_diff, 1e-5) << family;
+  // Recurrent layers sum their state in another order in the packed readout
+  // (chunks) than in per-wording scoring: float32 rounding of up to ~1.3e-5 on
+  // some CPUs, as the hybrid model's own continuation test allows 5e-5.
+  EXPECT_LT(max_diff, family == "qwen3_5_text" ? 5e-5 : 1e-5) << family;
 }
 
 TEST(Readout, EqualsNaivePerWordingScoring) { ExpectReadoutEqualsNaiveScoring("qwen3"); }

@@ -124,6 +124,13 @@ TEST(TokenBudget, GigpoTrainsWithStepGroups) {
   auto m = run.Iterate(0);
   EXPECT_EQ(MetricValue(m, "sampling/kept_groups"), 4);
   EXPECT_EQ(run.session().budget.update.backwards, MetricValue(m, "charts/epochs"));
+  // Whether step groups formed: a bandit episode is one step from its seed's
+  // state, so every step shares its anchor with the 3 other episodes of its group.
+  EXPECT_EQ(MetricValue(m, "gigpo/step_group_size"), 4);
+  EXPECT_EQ(MetricValue(m, "gigpo/step_group_size_max"), 4);
+  const double nonzero = MetricValue(m, "gigpo/step_term_nonzero");
+  EXPECT_GE(nonzero, 0);
+  EXPECT_LE(nonzero, 1);
 }
 
 // Asynchronous GRPO (trainer.max_staleness = 1) with LoRA adapters and a bf16
