@@ -72,8 +72,9 @@ Error InterruptedFor(CLI::App& app, const Interrupted& e) {
   if (command == "train") return Error(e.what(), e.hint());
   const std::string stopped = "stopped by " + SignalName(e.signal());
   if (command == "sft" || command == "eval" || command == "compare")
-    return Error(stopped + ": what was recorded so far is committed and the run is marked interrupted",
-                 "run the command again (with a new --out) to redo it; only `rlid train` resumes");
+    return Error(
+        stopped + ": what was recorded so far is committed and the run is marked interrupted",
+        "run the command again (with a new --out) to redo it; only `rlid train` resumes");
   return Error(stopped + ": rlid " + command + " did not finish");
 }
 

@@ -8,8 +8,8 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
-#include <map>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -111,7 +111,8 @@ std::vector<std::string> ProgramsOf(const std::map<std::string, std::string>& en
   };
   std::vector<std::string> out;
   std::string name = value("name");
-  if (name.size() >= 2 && (name.front() == '"' || name.front() == '\'')) name = name.substr(1, name.size() - 2);
+  if (name.size() >= 2 && (name.front() == '"' || name.front() == '\''))
+    name = name.substr(1, name.size() - 2);
   auto add = [&](const std::string& k) {
     if (!value(k).empty()) out.push_back(fmt::format("env.{} = {}", k, value(k)));
   };
@@ -210,7 +211,8 @@ class EvalCommand : public Command {
                : base.empty()   ? Config()
                                 : Config::FromString(base, trained.source);
     c.ApplyOverrides(sets);
-    const bool recorded_env = config_.empty() && !base.empty() && base != SplitEnvTables(base).second;
+    const bool recorded_env =
+        config_.empty() && !base.empty() && base != SplitEnvTables(base).second;
     if (recorded_env && !trust_)
       RefuseRecordedPrograms(Config::FromString(base, trained.source), c, trained.source);
     return ExperimentConfig::FromConfig(std::move(c));

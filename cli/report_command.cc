@@ -38,9 +38,9 @@ void CheckReportPath(const fs::path& out) {
   std::error_code ec;
   const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
   if (!fs::is_directory(parent, ec))
-    throw IoError(fmt::format("--out '{}': the directory '{}' does not exist", out.string(),
-                              parent.string()),
-                  "create it first, or give a path in an existing directory");
+    throw IoError(
+        fmt::format("--out '{}': the directory '{}' does not exist", out.string(), parent.string()),
+        "create it first, or give a path in an existing directory");
   const auto st = fs::symlink_status(out, ec);
   if (!ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_symlink(st))
     throw IoError(fmt::format("--out '{}' exists and is not a regular file", out.string()),
@@ -148,7 +148,8 @@ class ReportCommand : public Command {
     const fs::path out = out_.empty() ? fs::path(dir_) / "run_report.html" : fs::path(out_);
     CheckReportPath(out);
     const fs::path plots_dir = out.parent_path() / (out.stem().string() + "_plots");
-    const auto plots = trainers::RenderPlots(plots_dir, result.runs, cc.arms, metric_, result.chance);
+    const auto plots =
+        trainers::RenderPlots(plots_dir, result.runs, cc.arms, metric_, result.chance);
     // Written beside and renamed over: a symlink at `out` is replaced, never followed.
     const std::string tmp = fmt::format("{}.tmp-{}", out.string(), ::getpid());
     try {

@@ -13,9 +13,9 @@
 #include "core/progress.h"
 #include "memory/writer_lock.h"
 #include "policy/model/checkpoint.h"
+#include "trainers/algorithms/sft.h"
 #include "trainers/runtime/resume_config.h"
 #include "trainers/runtime/run.h"
-#include "trainers/algorithms/sft.h"
 #include "trainers/runtime/trainer.h"
 
 namespace rlid::cli {
@@ -56,7 +56,8 @@ class TrainCommand : public Command {
     if (resume_ && opts_.out.empty())
       throw ConfigError("--resume needs --out DIR (the run directory to continue)");
     // A resumed run continues under its own config.toml (trainers/runtime/resume_config.h).
-    auto cfg = resume_ ? trainers::LoadResumeConfig(opts_.out, opts_.config, WithGlobalOverrides(opts_.sets))
+    auto cfg = resume_ ? trainers::LoadResumeConfig(opts_.out, opts_.config,
+                                                    WithGlobalOverrides(opts_.sets))
                        : ExperimentConfig::Load(opts_.config, WithGlobalOverrides(opts_.sets));
     // Refused before any rank starts (rank 0 checks again, for hand-started jobs).
     if (!resume_ && !opts_.out.empty() && trainers::DistEnv::FromEnvironment().world_size == 1)

@@ -208,14 +208,16 @@ void CheckDeterminism(const Env& env, const ConformanceOptions& o, Report& rep,
   // An env that ignores the seed fails; one with a small pool of instances
   // (OpenSpiel's catch has five) passes with a note: its seeds repeat.
   rep.Expect(o.seeds < 4 || initial.size() > 1, kFixVariety, [&] {
-    return fmt::format("seeds 0..{} all give the same initial state (Hash()): the seed does not "
-                       "change the instance",
-                       o.seeds - 1);
+    return fmt::format(
+        "seeds 0..{} all give the same initial state (Hash()): the seed does not "
+        "change the instance",
+        o.seeds - 1);
   });
   if (initial.size() > 1 && static_cast<int>(initial.size()) <= o.seeds / 2)
-    r.note = fmt::format("seeds 0..{} give {} distinct initial states: a small pool of "
-                         "instances, so train and test seeds share them",
-                         o.seeds - 1, initial.size());
+    r.note = fmt::format(
+        "seeds 0..{} give {} distinct initial states: a small pool of "
+        "instances, so train and test seeds share them",
+        o.seeds - 1, initial.size());
 }
 
 void CheckClone(const Env& env, const ConformanceOptions& o, Report& rep, ConformanceResult& r) {
@@ -464,9 +466,10 @@ void CheckGraph(const Env& env, const ConformanceOptions& o, Report& rep, Confor
       const double now = MonotonicSeconds();
       if (now - said >= 10) {  // progress on a slow graph, every 10 s
         said = now;
-        spdlog::info("env check: graph of seed {}: {} states after {:.0f} s (stops at {} states "
-                     "or {:g} s)",
-                     seed, states, now - t0, o.max_graph_states, o.max_graph_seconds);
+        spdlog::info(
+            "env check: graph of seed {}: {} states after {:.0f} s (stops at {} states "
+            "or {:g} s)",
+            seed, states, now - t0, o.max_graph_states, o.max_graph_seconds);
       }
       return now - t0 < o.max_graph_seconds;
     });

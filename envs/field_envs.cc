@@ -193,15 +193,15 @@ std::vector<FieldAdapter> MakeAdapters() {
 // The adapter's own keys -> hello params (a key left out keeps the adapter's default).
 nlohmann::json ReadAdapterKeys(ConfigNode c, const FieldAdapter& a) {
   nlohmann::json params = nlohmann::json::object();
-  if (!a.one_of_required.empty() &&
-      std::none_of(a.one_of_required.begin(), a.one_of_required.end(),
-                   [&](const std::string& k) { return c.Has(k); }))
-    throw ConfigError(fmt::format("{}: [env] name = \"{}\" needs {}", c.Where(a.one_of_required[0]),
-                                  a.name, a.one_of_required.size() == 1
-                                              ? "'" + a.one_of_required[0] + "'"
-                                              : "one of '" + Join(a.one_of_required, "', '") + "'"),
-                      fmt::format("e.g. --set env.{}=... (docs/field_envs.md, {})",
-                                  a.one_of_required[0], a.name));
+  if (!a.one_of_required.empty() && std::none_of(a.one_of_required.begin(), a.one_of_required.end(),
+                                                 [&](const std::string& k) { return c.Has(k); }))
+    throw ConfigError(
+        fmt::format("{}: [env] name = \"{}\" needs {}", c.Where(a.one_of_required[0]), a.name,
+                    a.one_of_required.size() == 1
+                        ? "'" + a.one_of_required[0] + "'"
+                        : "one of '" + Join(a.one_of_required, "', '") + "'"),
+        fmt::format("e.g. --set env.{}=... (docs/field_envs.md, {})", a.one_of_required[0],
+                    a.name));
   for (const AdapterKey& k : a.keys) {
     if (!c.Has(k.name)) {
       c.Declare(k.name);  // listed among the valid keys of an unknown-key error

@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/strings.h"
+#include "core/utf8.h"
 
 namespace rlid::envs {
 
@@ -92,13 +93,16 @@ void ValidateMenu(const Menu& menu) {
   for (const auto& it : menu.items)
     for (const auto& r : it.realisations) {
       const std::string_view w = Trim(r);
-      const bool letter = w.size() == 1 && ((w[0] >= 'A' && w[0] <= 'Z') || (w[0] >= 'a' && w[0] <= 'z'));
-      const std::string upper(1, static_cast<char>(letter && w[0] >= 'a' ? w[0] - 'a' + 'A' : w[0]));
-      RLID_CHECK(!letter || !any_label.count(upper),
-                 "item '{}': the wording '{}' is also a label of this menu (labels may be shuffled, "
-                 "so it can name another item); give the action a wording of a word or more, e.g. "
-                 "'press {}'",
-                 it.command, r, w);
+      const bool letter =
+          w.size() == 1 && ((w[0] >= 'A' && w[0] <= 'Z') || (w[0] >= 'a' && w[0] <= 'z'));
+      const std::string upper(1,
+                              static_cast<char>(letter && w[0] >= 'a' ? w[0] - 'a' + 'A' : w[0]));
+      RLID_CHECK(
+          !letter || !any_label.count(upper),
+          "item '{}': the wording '{}' is also a label of this menu (labels may be shuffled, "
+          "so it can name another item); give the action a wording of a word or more, e.g. "
+          "'press {}'",
+          it.command, r, w);
     }
 }
 
@@ -204,11 +208,20 @@ std::string_view AnswerSegment(std::string_view text) {
   return seg;
 }
 
+// The first 60 characters of `s` for a reason: well-formed UTF-8 as it is
+// ("clé", "左"), a control character or an ill-formed byte as '?'; never cut
+// inside a character.
 std::string Preview(std::string_view s) {
+  const std::string_view head = Utf8Prefix(s, 60);
   std::string out;
-  for (unsigned char c : s.substr(0, 60))
-    out.push_back(c >= 32 && c < 127 ? static_cast<char>(c) : '?');
-  if (s.size() > 60) out += "...";
+  for (size_t i = 0; i < head.size();) {
+    const Utf8Scalar u = DecodeUtf8At(head, i);
+    const bool shown = u.well_formed && u.code_point >= 32 && u.code_point != 127;
+    if (shown) out.append(head.substr(i, static_cast<size_t>(u.length)));
+    else out.push_back('?');
+    i += static_cast<size_t>(u.length);
+  }
+  if (head.size() < s.size()) out += "...";
   return out;
 }
 
@@ -306,7 +319,8 @@ CompileResult Menu::Compile(std::string_view text) const {
   if (int i = IndexOfLabel(raw); i >= 0) {
     if (auto [w, k] = wording(Fold(raw)); w >= 0 && w != i)
       return Invalid(fmt::format("ambiguous: '{}' is the label of {} and a wording of {} ({})",
-                                 std::string(raw), items[i].label, items[w].label, items[w].command));
+                                 std::string(raw), items[i].label, items[w].label,
+                                 items[w].command));
     return Valid(*this, i, 0);
   }
 

@@ -53,7 +53,8 @@ StateGraph EnumerateStates(const State& root, size_t max_states, bool with_text,
           sg.complete = false;
           continue;
         }
-        if (keep_going && boost::num_vertices(g) % 1024 == 0 && !keep_going(boost::num_vertices(g))) {
+        if (keep_going && boost::num_vertices(g) % 1024 == 0 &&
+            !keep_going(boost::num_vertices(g))) {
           sg.complete = false;
           return sg;
         }

@@ -6,11 +6,10 @@
 #pragma once
 
 #include <boost/graph/adjacency_list.hpp>
-
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <string>
-#include <functional>
 #include <vector>
 
 #include "envs/env.h"

@@ -5,12 +5,12 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
-#include "core/file_io.h"
-
 #include <cmath>
-#include <string>
 #include <limits>
+#include <string>
 #include <utility>
+
+#include "core/file_io.h"
 
 namespace rlid::memory {
 
@@ -176,7 +176,8 @@ namespace {
 // words ("disk full (No space left on device)").
 std::string WithSystemError(sqlite3* db, int rc, std::string msg) {
   const int primary = rc & 0xff;
-  const int err = db && (primary == SQLITE_IOERR || primary == SQLITE_FULL) ? sqlite3_system_errno(db) : 0;
+  const int err =
+      db && (primary == SQLITE_IOERR || primary == SQLITE_FULL) ? sqlite3_system_errno(db) : 0;
   return err != 0 ? msg + "; " + WriteFailure(err) : msg;
 }
 }  // namespace

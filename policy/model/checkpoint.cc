@@ -7,9 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <climits>
-
 #include <chrono>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -187,13 +186,13 @@ bool IgnorableTensor(const std::string& name, const ModelConfig& cfg) {
   return name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0;
 }
 
-
 // tie_word_embeddings = true, yet the files store an lm_head.weight: as
 // transformers does, the head stays its own tensor when its values differ
 // from the embedding's (the model is untied), and is tied when they are equal.
 void UntieDifferingHead(const WeightFiles& w, ModelConfig& cfg, const std::string& dir) {
   if (!cfg.tie_embeddings) return;
-  const auto head = w.owner.find("lm_head.weight"), embed = w.owner.find("model.embed_tokens.weight");
+  const auto head = w.owner.find("lm_head.weight"),
+             embed = w.owner.find("model.embed_tokens.weight");
   if (head == w.owner.end() || embed == w.owner.end()) return;
   auto stored = [&](const auto& it) {
     const auto s = w.stored.find(it->first);
@@ -202,9 +201,10 @@ void UntieDifferingHead(const WeightFiles& w, ModelConfig& cfg, const std::strin
   const torch::Tensor h = head->second->Read(stored(head)), e = embed->second->Read(stored(embed));
   if (h.sizes() == e.sizes() && torch::equal(h.to(torch::kFloat32), e.to(torch::kFloat32))) return;
   cfg.tie_embeddings = false;
-  spdlog::info("checkpoint '{}': tie_word_embeddings is true but lm_head.weight differs from the "
-               "embedding; the head is kept as its own tensor (as transformers loads it)",
-               dir);
+  spdlog::info(
+      "checkpoint '{}': tie_word_embeddings is true but lm_head.weight differs from the "
+      "embedding; the head is kept as its own tensor (as transformers loads it)",
+      dir);
 }
 
 // rlid.json of `root` (empty when absent), with its format version checked.
@@ -218,21 +218,24 @@ nlohmann::json ReadMeta(const fs::path& root, const std::string& dir) {
     throw IoError(fmt::format("checkpoint '{}': rlid.json is not a JSON object", dir), hint);
   const auto format = meta.find("format");
   if (format == meta.end() || !format->is_string() || *format != "rlid-checkpoint")
-    throw IoError(fmt::format("checkpoint '{}': rlid.json has format {}, not \"rlid-checkpoint\"", dir,
-                              format == meta.end() ? "(none)" : format->dump()),
+    throw IoError(fmt::format("checkpoint '{}': rlid.json has format {}, not \"rlid-checkpoint\"",
+                              dir, format == meta.end() ? "(none)" : format->dump()),
                   hint);
   const auto v = meta.find("format_version");
   if (v == meta.end() || !v->is_number_integer() || v->get<int64_t>() < 1)
-    throw IoError(fmt::format("checkpoint '{}': rlid.json has format_version {}, not an integer >= 1",
-                              dir, v == meta.end() ? "(none)" : v->dump()),
-                  hint);
+    throw IoError(
+        fmt::format("checkpoint '{}': rlid.json has format_version {}, not an integer >= 1", dir,
+                    v == meta.end() ? "(none)" : v->dump()),
+        hint);
   if (v->get<int64_t>() > kCheckpointFormatVersion)
-    throw ConfigError(fmt::format("checkpoint '{}' has format version {}, newer than this rlid ({})",
-                                  dir, v->dump(), kCheckpointFormatVersion),
-                      "upgrade rlid to load it");
+    throw ConfigError(
+        fmt::format("checkpoint '{}' has format version {}, newer than this rlid ({})", dir,
+                    v->dump(), kCheckpointFormatVersion),
+        "upgrade rlid to load it");
   const auto extra = meta.find("extra");
   if (extra != meta.end() && !extra->is_object())
-    throw IoError(fmt::format("checkpoint '{}': rlid.json's \"extra\" is not an object", dir), hint);
+    throw IoError(fmt::format("checkpoint '{}': rlid.json's \"extra\" is not an object", dir),
+                  hint);
   return meta;
 }
 

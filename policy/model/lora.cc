@@ -94,7 +94,8 @@ void LoraConfig::Validate() const {
   }
 }
 
-std::vector<std::string> PresentTargets(TransformerLM& model, const std::vector<std::string>& targets) {
+std::vector<std::string> PresentTargets(TransformerLM& model,
+                                        const std::vector<std::string>& targets) {
   const auto projections = Projections(model, targets);
   std::vector<std::string> out;
   for (const auto& t : targets)
@@ -317,7 +318,8 @@ void SaveAdapter(const std::string& dir, TransformerLM& model) {
                       {"rank_pattern", nlohmann::json::object()},
                       {"alpha_pattern", nlohmann::json::object()},
                       {"revision", nullptr}};
-  WriteWholeFile((fs::path(dir) / "adapter_config.json").string(), j.dump(2) + "\n", "adapter config");
+  WriteWholeFile((fs::path(dir) / "adapter_config.json").string(), j.dump(2) + "\n",
+                 "adapter config");
 }
 
 void LoadAdapterWeights(const std::string& dir, TransformerLM& model) {

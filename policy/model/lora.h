@@ -32,7 +32,8 @@ void AttachLora(TransformerLM& model, const LoraConfig& cfg, uint64_t seed);
 // The entries of `targets` this model has a projection for, in their order:
 // what AttachLora adapts ([policy.lora]'s defaults name projections only some
 // families have, e.g. Qwen3.5's linear attention).
-std::vector<std::string> PresentTargets(TransformerLM& model, const std::vector<std::string>& targets);
+std::vector<std::string> PresentTargets(TransformerLM& model,
+                                        const std::vector<std::string>& targets);
 
 // Calls fn(name, tensor) for every parameter of the Hugging Face model (no
 // lora_* tensors; the value head only when include_value_head), with each

@@ -1,11 +1,11 @@
 #include "policy/reading/answers.h"
 
-#include "core/error.h"
-
 #include <fmt/format.h>
 
 #include <optional>
 #include <string>
+
+#include "core/error.h"
 
 namespace rlid::policy {
 

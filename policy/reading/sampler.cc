@@ -148,9 +148,7 @@ TextSampler::Drawn TextSampler::Draw(const torch::Tensor& logits, const torch::T
   // The ids the tokenizer has; padded embedding rows are never drawn.
   const int64_t V = logits.size(-1);
   const int64_t limit = options_.vocab_limit > 0 ? std::min(options_.vocab_limit, V) : V;
-  auto drawable = [&](const torch::Tensor& t) {
-    return limit == V ? t : t.slice(-1, 0, limit);
-  };
+  auto drawable = [&](const torch::Tensor& t) { return limit == V ? t : t.slice(-1, 0, limit); };
   if (options_.temperature == 0.0) {
     tok = drawable(logits).argmax(-1);
     lp = torch::log_softmax(logits, -1).gather(1, tok.unsqueeze(1)).squeeze(1);

@@ -11,8 +11,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -71,11 +71,21 @@ class PyEnv {
     menu_.reset();
   }
 
-  uint64_t seed() const { return Locked([&] { return seed_; }); }
-  std::string Observation() const { return Locked([&] { return state_->Observation(); }); }
-  bool Terminal() const { return Locked([&] { return state_->IsTerminal(); }); }
-  int Steps() const { return Locked([&] { return state_->StepCount(); }); }
-  uint64_t Hash() const { return Locked([&] { return state_->Hash(); }); }
+  uint64_t seed() const {
+    return Locked([&] { return seed_; });
+  }
+  std::string Observation() const {
+    return Locked([&] { return state_->Observation(); });
+  }
+  bool Terminal() const {
+    return Locked([&] { return state_->IsTerminal(); });
+  }
+  int Steps() const {
+    return Locked([&] { return state_->StepCount(); });
+  }
+  uint64_t Hash() const {
+    return Locked([&] { return state_->Hash(); });
+  }
 
   // The items of the current state's menu (none when terminal).
   std::vector<MenuItem> MenuItems() {

@@ -186,9 +186,11 @@ TEST(EnvCheck, BuiltInJsonAndBadFlags) {
 TEST(EnvCheck, BoundsAreStatedQuickModeAndTheGraphStopsAtItsBounds) {
   const auto quick = RunRlid({"env", "check", "--env", "maze", "--quick"});
   ASSERT_EQ(quick.code, 0) << quick.out << quick.err;
-  EXPECT_NE(quick.out.find("3 instances per check, 1 state graph(s)"), std::string::npos) << quick.out;
+  EXPECT_NE(quick.out.find("3 instances per check, 1 state graph(s)"), std::string::npos)
+      << quick.out;
   EXPECT_NE(quick.out.find("(--quick)"), std::string::npos) << quick.out;
-  const auto cut = RunRlid({"env", "check", "--env", "maze", "--only", "graph", "--graph-states", "3"});
+  const auto cut =
+      RunRlid({"env", "check", "--env", "maze", "--only", "graph", "--graph-states", "3"});
   EXPECT_EQ(cut.code, 0) << cut.out << cut.err;
   EXPECT_NE(cut.out.find("stopped at 3 states"), std::string::npos) << cut.out;
   EXPECT_NE(cut.out.find("Hash()"), std::string::npos) << cut.out;

@@ -30,11 +30,11 @@ fs::path PaddedQwen3(const fs::path& dir) {
   const fs::path tok_json = fs::path(RLID_SOURCE_DIR) / "build/assets/qwen3/tokenizer.json";
   const auto tok = policy::Tokenizer::FromFile(tok_json.string());
   EXPECT_EQ(tok.VocabSize(), 151669);
-  const nlohmann::json j = {{"model_type", "qwen3"},       {"vocab_size", kRows},
-                            {"hidden_size", 32},           {"intermediate_size", 64},
-                            {"num_hidden_layers", 1},      {"num_attention_heads", 2},
-                            {"num_key_value_heads", 1},    {"head_dim", 16},
-                            {"max_position_embeddings", 4096}, {"tie_word_embeddings", false}};
+  const nlohmann::json j = {
+      {"model_type", "qwen3"},       {"vocab_size", kRows},    {"hidden_size", 32},
+      {"intermediate_size", 64},     {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+      {"num_key_value_heads", 1},    {"head_dim", 16},         {"max_position_embeddings", 4096},
+      {"tie_word_embeddings", false}};
   policy::TransformerLM model(policy::ModelConfig::FromJson(j));
   model->InitWeights(7);
   {
@@ -50,8 +50,8 @@ fs::path PaddedQwen3(const fs::path& dir) {
 TEST(PaddedVocabulary, NoEngineSamplesAnIdTheTokenizerLacks) {
   TempDir dir("padded_vocab");
   const fs::path model = PaddedQwen3(dir.path());
-  const auto sample = RunRlid({"policy", "sample", "--checkpoint", model.string(), "--env", "bandit",
-                               "-n", "8", "--json"});
+  const auto sample = RunRlid(
+      {"policy", "sample", "--checkpoint", model.string(), "--env", "bandit", "-n", "8", "--json"});
   ASSERT_EQ(sample.code, 0) << sample.err;
   const auto answers = nlohmann::json::parse(sample.out);
   ASSERT_EQ(answers.size(), 8u);
@@ -59,14 +59,20 @@ TEST(PaddedVocabulary, NoEngineSamplesAnIdTheTokenizerLacks) {
     for (const auto& t : a["tokens"]) EXPECT_LT(t.get<int64_t>(), 151669) << a.dump();
 
   // GRPO with LoRA on that layout: one iteration samples, scores and updates.
-  const auto train = RunRlid(
-      {"train", (fs::path(RLID_SOURCE_DIR) / "configs/bandit_grpo.toml").string(), "--out",
-       (dir.path() / "run").string(), "--set", "policy.init=" + model.string(), "--set",
-       "policy.lora.rank=2", "--set", "trainer.iterations=1", "--set",
-       "trainer.episodes_per_iteration=4", "--set", "trainer.num_envs=4", "--set",
-       "trainer.group_size=4", "--set", "trainer.eval_episodes=2", "--set", "trainer.epochs=1",
-       "--set", "trainer.minibatch_size=4", "--set", "trainer.eval_sampled=false", "--set",
-       "run.threads=1"});
+  const auto train =
+      RunRlid({"train", (fs::path(RLID_SOURCE_DIR) / "configs/bandit_grpo.toml").string(),
+               "--out", (dir.path() / "run").string(),
+               "--set", "policy.init=" + model.string(),
+               "--set", "policy.lora.rank=2",
+               "--set", "trainer.iterations=1",
+               "--set", "trainer.episodes_per_iteration=4",
+               "--set", "trainer.num_envs=4",
+               "--set", "trainer.group_size=4",
+               "--set", "trainer.eval_episodes=2",
+               "--set", "trainer.epochs=1",
+               "--set", "trainer.minibatch_size=4",
+               "--set", "trainer.eval_sampled=false",
+               "--set", "run.threads=1"});
   EXPECT_EQ(train.code, 0) << train.err;
 }
 

@@ -32,7 +32,9 @@ std::string Read(const fs::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-void Write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::trunc) << text; }
+void Write(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::trunc) << text;
+}
 
 // A small bandit run: `iterations` of 8 episodes, a checkpoint after each.
 std::string BanditToml(int iterations = 3, const std::string& env = "name = \"bandit\"\narms = 4") {
@@ -46,8 +48,10 @@ std::string BanditToml(int iterations = 3, const std::string& env = "name = \"ba
 
 // (episodes, steps, metrics) rows of a run directory.
 std::tuple<int64_t, int64_t, int64_t> Rows(const fs::path& run) {
-  auto s = memory::Store::Open((run / memory::kDatabaseFileName).string(), memory::Store::Mode::kReadOnly);
-  return {s->db().QueryInt("SELECT COUNT(*) FROM episodes"), s->db().QueryInt("SELECT COUNT(*) FROM steps"),
+  auto s = memory::Store::Open((run / memory::kDatabaseFileName).string(),
+                               memory::Store::Mode::kReadOnly);
+  return {s->db().QueryInt("SELECT COUNT(*) FROM episodes"),
+          s->db().QueryInt("SELECT COUNT(*) FROM steps"),
           s->db().QueryInt("SELECT COUNT(*) FROM metrics")};
 }
 
@@ -67,9 +71,11 @@ TEST(Resume, ACheckpointThatDoesNotMatchTheStoreChangesNothing) {
   const fs::path meta_path = fs::canonical(run / "checkpoints" / "latest") / "rlid.json";
   const std::string original = Read(meta_path);
   const std::vector<std::pair<std::string, nlohmann::json>> edits = {
-      {"iteration", -5},           {"iteration", int64_t{1} << 62}, {"iteration", "2"},
-      {"last_episode_id", -100},   {"last_episode_id", 0},          {"last_episode_id", 3},
-      {"run_id", 99},              {"last_item_id", -1},            {"budget", 7}};
+      {"iteration", -5},      {"iteration", int64_t{1} << 62},
+      {"iteration", "2"},     {"last_episode_id", -100},
+      {"last_episode_id", 0}, {"last_episode_id", 3},
+      {"run_id", 99},         {"last_item_id", -1},
+      {"budget", 7}};
   for (const auto& [key, value] : edits) {
     SCOPED_TRACE(key + " = " + value.dump());
     nlohmann::json meta = nlohmann::json::parse(original);
@@ -85,7 +91,8 @@ TEST(Resume, ACheckpointThatDoesNotMatchTheStoreChangesNothing) {
   nlohmann::json meta = nlohmann::json::parse(original);
   meta["tokenizer_fingerprint"] = "0123456789abcdef";
   Write(meta_path, meta.dump(2));
-  const CliOutput swapped = Rlid("train " + config.string() + " --out " + run.string() + " --resume");
+  const CliOutput swapped =
+      Rlid("train " + config.string() + " --out " + run.string() + " --resume");
   EXPECT_EQ(swapped.code, 3) << swapped.err;
   EXPECT_NE(swapped.err.find("another tokenizer"), std::string::npos) << swapped.err;
   Write(meta_path, original);
@@ -118,7 +125,8 @@ TEST(Resume, ContinuesUnderTheRunsOwnConfig) {
   const auto rows = Rows(run);
   CliOutput changed = Rlid(train + " --resume --set trainer.lr=0.5");
   EXPECT_EQ(changed.code, 2) << changed.err;
-  EXPECT_NE(changed.err.find("continues exactly as it was configured"), std::string::npos) << changed.err;
+  EXPECT_NE(changed.err.find("continues exactly as it was configured"), std::string::npos)
+      << changed.err;
   EXPECT_EQ(Rows(run), rows);
 }
 
@@ -140,8 +148,8 @@ TEST(EvalCheckpoint, TheRecordedEnvsProgramRunsOnlyWhenTrusted) {
          marker.string() + "']\n" + (next == std::string::npos ? "" : toml.substr(next));
   meta["extra"]["config_toml"] = toml;
   Write(ckpt / "rlid.json", meta.dump(2));
-  const std::string eval = "eval --checkpoint " + ckpt.string() + " --episodes 2 --out " +
-                           (dir.path() / "ev").string();
+  const std::string eval =
+      "eval --checkpoint " + ckpt.string() + " --episodes 2 --out " + (dir.path() / "ev").string();
   const CliOutput refused = Rlid(eval);
   EXPECT_EQ(refused.code, 2) << refused.err;
   EXPECT_NE(refused.err.find("env.command"), std::string::npos) << refused.err;
@@ -181,7 +189,8 @@ TEST(LoadCheckpoint, ASwappedTokenizerMalformedMetaOrNonFiniteWeightsAreRefused)
   Write(config, BanditToml(1));
   ASSERT_EQ(Rlid("train " + config.string() + " --out " + run.string()).code, 0);
   Write(dir.path() / "maze.toml", BanditToml(1, "name = \"maze\"\nsize = 3"));
-  ASSERT_EQ(Rlid("train " + (dir.path() / "maze.toml").string() + " --out " + other.string()).code, 0);
+  ASSERT_EQ(Rlid("train " + (dir.path() / "maze.toml").string() + " --out " + other.string()).code,
+            0);
   const fs::path ckpt = fs::canonical(run / "checkpoints" / "latest");
   const std::string eval = "eval --checkpoint " + ckpt.string() + " --episodes 2 --out ";
   int k = 0;
@@ -191,7 +200,8 @@ TEST(LoadCheckpoint, ASwappedTokenizerMalformedMetaOrNonFiniteWeightsAreRefused)
     EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
   };
   const std::string tokenizer = Read(ckpt / "tokenizer.json"), meta = Read(ckpt / "rlid.json");
-  Write(ckpt / "tokenizer.json", Read(fs::canonical(other / "checkpoints" / "latest") / "tokenizer.json"));
+  Write(ckpt / "tokenizer.json",
+        Read(fs::canonical(other / "checkpoints" / "latest") / "tokenizer.json"));
   expect_refused(2, "not the tokenizer the weights were saved with");
   Write(ckpt / "tokenizer.json", tokenizer);
   for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
@@ -225,8 +235,8 @@ TEST(Report, OutputPathsAreCheckedBeforeAnythingIsWritten) {
   // A FIFO: refused at once (a child process, so a hang cannot stall the suite).
   const fs::path fifo = dir.path() / "fifo.html";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
-  const CliOutput f = RunRlidProcess("report " + run.string() + " --out " + fifo.string(), {},
-                                     "timeout 60");
+  const CliOutput f =
+      RunRlidProcess("report " + run.string() + " --out " + fifo.string(), {}, "timeout 60");
   EXPECT_EQ(f.code, 3) << f.out;
   EXPECT_NE(f.out.find("not a regular file"), std::string::npos) << f.out;
   // A device: refused, and no <name>_plots directory appears beside it.
@@ -252,9 +262,10 @@ TEST(Report, OutputPathsAreCheckedBeforeAnythingIsWritten) {
 TEST(DroppedEpisodes, IterationsWithNothingToLearnSkipTheirUpdate) {
   TempDir dir("all_dropped");
   const std::string server = std::string(RLID_BINARY_DIR) + "/env_server";
-  const std::string env = "name = \"external\"\ncommand = [\"" + server +
-                          "\", \"bandit\", \"arms=4\", \"--crash-after\", \"0\", \"--count-resets\"]\n"
-                          "on_error = \"drop_episode\"";
+  const std::string env =
+      "name = \"external\"\ncommand = [\"" + server +
+      "\", \"bandit\", \"arms=4\", \"--crash-after\", \"0\", \"--count-resets\"]\n"
+      "on_error = \"drop_episode\"";
   // The tokenizer of a healthy bandit run: the broken env cannot play the corpus.
   const fs::path healthy = dir.path() / "healthy.toml", tok_run = dir.path() / "tok";
   Write(healthy, BanditToml(1));
@@ -263,16 +274,21 @@ TEST(DroppedEpisodes, IterationsWithNothingToLearnSkipTheirUpdate) {
   Write(config, BanditToml(6, env));
   const std::string tokenizer = " --set tokenizer.path=" + (tok_run / "tokenizer.json").string();
   int k = 0;
-  for (const std::string sets : {"", " --set trainer.advantage.estimator=gigpo --set trainer.group_size=4",
-                                 " --set trainer.max_staleness=1",
-                                 " --set trainer.algorithm=grpo --set trainer.group_size=4"}) {
+  for (const std::string sets :
+       {"", " --set trainer.advantage.estimator=gigpo --set trainer.group_size=4",
+        " --set trainer.max_staleness=1",
+        " --set trainer.algorithm=grpo --set trainer.group_size=4"}) {
     SCOPED_TRACE(sets);
     const fs::path run = dir.path() / ("run" + std::to_string(k++));
-    const CliOutput r = Rlid("train " + config.string() + " --out " + run.string() + tokenizer + sets);
+    const CliOutput r =
+        Rlid("train " + config.string() + " --out " + run.string() + tokenizer + sets);
     EXPECT_EQ(r.code, 6) << r.err;
-    EXPECT_NE(r.err.find("3 iterations in a row had no episode to learn from"), std::string::npos) << r.err;
-    auto s = memory::Store::Open((run / memory::kDatabaseFileName).string(), memory::Store::Mode::kReadOnly);
-    EXPECT_EQ(s->db().QueryInt("SELECT COUNT(*) FROM metrics WHERE key = 'charts/update_skipped'"), 3);
+    EXPECT_NE(r.err.find("3 iterations in a row had no episode to learn from"), std::string::npos)
+        << r.err;
+    auto s = memory::Store::Open((run / memory::kDatabaseFileName).string(),
+                                 memory::Store::Mode::kReadOnly);
+    EXPECT_EQ(s->db().QueryInt("SELECT COUNT(*) FROM metrics WHERE key = 'charts/update_skipped'"),
+              3);
     EXPECT_EQ(s->db().QueryText("SELECT status FROM runs"), "failed");
   }
 }

@@ -274,7 +274,8 @@ TEST(Compile, ALetterCommandNeverCompilesToAnotherItemsLabel) {
     ValidateMenu(m);
     ADD_FAILURE() << "a menu whose command 'C' is another item's label passed the contract";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("is also a label of this menu"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is also a label of this menu"), std::string::npos)
+        << e.what();
   }
   AssignDefaultLabels(m);  // unshuffled (A) A, B) B, C) C): still refused, a shuffle would break it
   EXPECT_THROW(ValidateMenu(m), Error);
@@ -295,6 +296,29 @@ TEST(Compile, ALetterCommandNeverCompilesToAnotherItemsLabel) {
   }
   AssignDefaultLabels(compass);
   EXPECT_NO_THROW(ValidateMenu(compass));
+}
+
+// A reason quotes the answer as written: accents and other scripts stay
+// (they printed as '?'), control bytes do not, and no character is cut.
+TEST(Compile, ReasonsQuoteNonAsciiAnswersAsWritten) {
+  Menu m;
+  MenuItem it;
+  it.action = 0;
+  it.command = "take the key";
+  it.realisations = {it.command};
+  m.items.push_back(it);
+  it.action = 1;
+  it.command = "open the door";
+  it.realisations = {it.command};
+  m.items.push_back(it);
+  AssignDefaultLabels(m);
+  const CompileResult r = m.Compile("prends la clé\x01 de la porte");
+  ASSERT_FALSE(r.valid());
+  EXPECT_NE(r.reason.find("prends la clé? de la porte"), std::string::npos) << r.reason;
+  std::string long_answer(59, 'x');
+  long_answer += "\u00e9\u00e9";  // the 60th character is two bytes
+  const CompileResult cut = m.Compile(long_answer);
+  EXPECT_NE(cut.reason.find(std::string(59, 'x') + "\u00e9..."), std::string::npos) << cut.reason;
 }
 
 }  // namespace

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
     else if (a == "--hang-after") hang_after = std::atol(next().c_str());
     else if (a == "--garbage-after") garbage_after = std::atol(next().c_str());
     else if (a == "--once") once = next();
-    else if (a == "--count-resets") count_resets = true;
+    else if (a == "--count-resets")
+      count_resets = true;
     else params.push_back(a);
   }
   try {
@@ -63,8 +64,8 @@ int main(int argc, char** argv) {
     long steps = 0;
     std::string line;
     while (std::getline(std::cin, line)) {
-      const bool step = line.find(count_resets ? "\"op\":\"reset\"" : "\"op\":\"step\"") !=
-                        std::string::npos;
+      const bool step =
+          line.find(count_resets ? "\"op\":\"reset\"" : "\"op\":\"step\"") != std::string::npos;
       if (line.find("\"op\":\"reset\"") != std::string::npos && capacity_resets > 0) {
         --capacity_resets;
         const size_t at = line.find("\"id\":");

@@ -352,7 +352,8 @@ class PpoDecisionTrainer final : public Trainer {
     // ---- 2. advantages (per episode or per group: no other rank needed) ----------
     Targets targets;
     Metrics step_groups;  // gigpo: whether step groups formed
-    std::tie(targets.advantages, targets.returns) = DecisionAdvantages(t, episodes, batch, &step_groups);
+    std::tie(targets.advantages, targets.returns) =
+        DecisionAdvantages(t, episodes, batch, &step_groups);
     for (const auto& kv : step_groups) metrics.push_back(kv);
     CheckFinite(targets.advantages, "advantages", it);
     CheckFinite(targets.returns, "value targets", it);

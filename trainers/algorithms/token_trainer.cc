@@ -151,8 +151,8 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
   in.anchors = sc.anchors;
   auto adv = ComputeAdvantages(adv_cfg, in).advantages.select(1, 0).contiguous();
   if (step_groups && adv_cfg.estimator == "gigpo")
-    *step_groups = GigpoStepGroupMetrics(
-        GigpoParts(in.scores, in.groups, in.episodes, in.anchors, adv_cfg));
+    *step_groups =
+        GigpoStepGroupMetrics(GigpoParts(in.scores, in.groups, in.episodes, in.anchors, adv_cfg));
   auto a = adv.accessor<double, 1>();
   int64_t row = first;
   for (size_t e = 0; e < episodes.size(); ++e) {

@@ -75,11 +75,10 @@ ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
 // rank's scores (groups are numbered job-wide), so batch-level statistics are
 // the job's. Exposed for tests.
 // With gigpo, `step_groups` (when given) receives GigpoStepGroupMetrics of the job.
-std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_tokens,
-                                         const std::vector<agents::EpisodeData>& episodes,
-                                         const std::vector<std::vector<double>>& kl_per_step = {},
-                                         Comm* comm = nullptr,
-                                         std::vector<std::pair<std::string, double>>* step_groups = nullptr);
+std::vector<TokenSample> TokenAdvantages(
+    const TrainerConfig& cfg, int max_new_tokens, const std::vector<agents::EpisodeData>& episodes,
+    const std::vector<std::vector<double>>& kl_per_step = {}, Comm* comm = nullptr,
+    std::vector<std::pair<std::string, double>>* step_groups = nullptr);
 
 // Groups (by spec.group) whose shaped scores are all equal — std exactly 0, no
 // gradient: DAPO's filter drops them. It uses the scores the advantages use.

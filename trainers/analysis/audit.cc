@@ -12,18 +12,18 @@
 #include <tuple>
 #include <utility>
 
-#include "core/error.h"
+#include "agents/rollout.h"
 #include "core/clock.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/rng.h"
-#include "agents/rollout.h"
 #include "policy/reading/readout.h"
 #include "policy/reading/sampler.h"
-#include "trainers/runtime/optim.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/decision_losses.h"
 #include "trainers/losses/losses.h"
+#include "trainers/runtime/optim.h"
 
 namespace rlid::trainers {
 namespace {

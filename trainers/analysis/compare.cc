@@ -282,8 +282,8 @@ std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const Compar
   size_t w = 16;
   for (const auto& a : arms) w = std::max(w, a.arm.size());
   std::string out = fmt::format(
-      "{:<{}} {:<8} {:>15} {:>7} {:>12} {:>15} {:>15} {:>9} {:>9} {:>7}{} {:>8}\n", "arm", w, "plane",
-      cfg.success_metric == "sampled" ? "test (sampled)" : "test (greedy)", "return",
+      "{:<{}} {:<8} {:>15} {:>7} {:>12} {:>15} {:>15} {:>9} {:>9} {:>7}{} {:>8}\n", "arm", w,
+      "plane", cfg.success_metric == "sampled" ? "test (sampled)" : "test (greedy)", "return",
       fmt::format("steps→{:g}", cfg.success_threshold), "env steps", "FLOPs", "tokens", "gen tok",
       "invalid", with_wall ? fmt::format(" {:>7}", "wall s") : "", "grad SNR");
   for (const auto& a : arms) {
@@ -392,9 +392,10 @@ std::unique_ptr<ExperimentConfig> ArmExperiment(const std::string& config_path,
     const auto per_iteration = e->trainer.episodes_per_iteration;
     if (cc.budget == "env_steps" && cc.budget_value < static_cast<double>(per_iteration))
       throw ConfigError(
-          fmt::format("compare.budget_value = {:g} env steps is less than one iteration of this arm "
-                      "({} episodes of at least one step each): every arm would overshoot it",
-                      cc.budget_value, per_iteration),
+          fmt::format(
+              "compare.budget_value = {:g} env steps is less than one iteration of this arm "
+              "({} episodes of at least one step each): every arm would overshoot it",
+              cc.budget_value, per_iteration),
           fmt::format("raise compare.budget_value to at least {} (a few iterations' worth), or "
                       "lower trainer.episodes_per_iteration",
                       per_iteration));

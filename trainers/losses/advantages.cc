@@ -253,7 +253,8 @@ std::vector<std::pair<std::string, double>> GigpoStepGroupMetrics(const GigpoTer
   const size_t n = t.step_group_size.size();
   if (n == 0) return {};
   double size = 0, largest = 0;
-  for (int64_t s : t.step_group_size) size += static_cast<double>(s), largest = std::max<double>(largest, s);
+  for (int64_t s : t.step_group_size)
+    size += static_cast<double>(s), largest = std::max<double>(largest, s);
   const double nonzero = (t.step_term != 0).sum().item<double>();
   return {{"gigpo/step_group_size", size / static_cast<double>(n)},
           {"gigpo/step_group_size_max", largest},

@@ -37,7 +37,8 @@ std::string InvalidReasonKind(const std::string& reason) {
 std::optional<std::string> InvalidAnswersWarning(const EpisodeTally& rollouts) {
   // Every answer invalid says enough at any count; a majority needs a few to mean anything.
   if (rollouts.steps == 0 || rollouts.InvalidRate() <= 0.5) return std::nullopt;
-  if (rollouts.steps < kMinAnswersToWarn && rollouts.invalid_steps < rollouts.steps) return std::nullopt;
+  if (rollouts.steps < kMinAnswersToWarn && rollouts.invalid_steps < rollouts.steps)
+    return std::nullopt;
   std::vector<std::pair<int64_t, std::string>> kinds;
   for (const auto& [kind, n] : rollouts.invalid_reasons) kinds.push_back({n, kind});
   std::sort(kinds.begin(), kinds.end(), [](const auto& a, const auto& b) {

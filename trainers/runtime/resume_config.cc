@@ -18,9 +18,9 @@ const std::set<std::string>& ResumeChangeableKeys() {
   // threads it uses. Evaluation episodes have seeds of their own, so these
   // never change the training episodes or updates.
   static const std::set<std::string> keys = {
-      "trainer.iterations",     "trainer.budget_value", "trainer.checkpoint_every",
-      "trainer.eval_every",     "trainer.eval_episodes", "trainer.eval_sampled",
-      "run.threads",            "run.keep_checkpoints", "run.optimizer_state",
+      "trainer.iterations", "trainer.budget_value",  "trainer.checkpoint_every",
+      "trainer.eval_every", "trainer.eval_episodes", "trainer.eval_sampled",
+      "run.threads",        "run.keep_checkpoints",  "run.optimizer_state",
       "run.dist_timeout_s"};
   return keys;
 }

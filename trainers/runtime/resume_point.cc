@@ -18,23 +18,26 @@ constexpr const char* kHint =
 int64_t Counter(const nlohmann::json& obj, const std::string& key, const std::string& where,
                 int64_t min = 0) {
   const auto it = obj.find(key);
-  if (it == obj.end())
-    throw IoError(fmt::format("--resume: {} has no '{}'", where, key), kHint);
-  const bool fits = it->is_number_integer() &&
-                    !(it->is_number_unsigned() &&
-                      it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+  if (it == obj.end()) throw IoError(fmt::format("--resume: {} has no '{}'", where, key), kHint);
+  const bool fits =
+      it->is_number_integer() &&
+      !(it->is_number_unsigned() &&
+        it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
   if (!fits || it->get<int64_t>() < min)
-    throw IoError(fmt::format("--resume: {}: '{}' = {} is not an integer >= {}", where, key,
-                              it->dump(), min),
-                  kHint);
+    throw IoError(
+        fmt::format("--resume: {}: '{}' = {} is not an integer >= {}", where, key, it->dump(), min),
+        kHint);
   return it->get<int64_t>();
 }
 
-int64_t Count(const memory::Store& store, const std::string& sql) { return store.db().QueryInt(sql); }
+int64_t Count(const memory::Store& store, const std::string& sql) {
+  return store.db().QueryInt(sql);
+}
 
 }  // namespace
 
-ShardMark CheckpointShardMark(const nlohmann::json& extra, int rank, const std::string& checkpoint) {
+ShardMark CheckpointShardMark(const nlohmann::json& extra, int rank,
+                              const std::string& checkpoint) {
   ShardMark m;
   const std::string where = fmt::format("{} (rlid.json extra)", checkpoint);
   if (rank == 0) {
@@ -86,7 +89,8 @@ ResumePoint ReadResumePoint(const std::string& checkpoint, const nlohmann::json&
   if (rank > 0 && !p.mine.recorded) return p;  // a shard the checkpoint's job did not have
   const int64_t run = p.run_id, it = p.iteration;
   if (!store.HasRun(run) ||
-      Count(store, fmt::format("SELECT COUNT(*) FROM runs WHERE id = {} AND kind = 'train'", run)) == 0)
+      Count(store,
+            fmt::format("SELECT COUNT(*) FROM runs WHERE id = {} AND kind = 'train'", run)) == 0)
     throw IoError(fmt::format("--resume: checkpoint '{}' belongs to run {}, which {} holds no "
                               "training run of",
                               checkpoint, run, store.path()),
@@ -103,8 +107,9 @@ ResumePoint ReadResumePoint(const std::string& checkpoint, const nlohmann::json&
                                              run))),
         kHint);
   const int64_t later_ids = Count(
-      store, fmt::format("SELECT COUNT(*) FROM episodes WHERE run_id = {} AND iteration <= {} AND id > {}",
-                         run, it, p.mine.last_episode_id));
+      store,
+      fmt::format("SELECT COUNT(*) FROM episodes WHERE run_id = {} AND iteration <= {} AND id > {}",
+                  run, it, p.mine.last_episode_id));
   if (later_ids > 0)
     throw IoError(fmt::format("--resume: checkpoint '{}' keeps episodes up to id {}, but {} "
                               "episode(s) of iterations up to {} have larger ids; resuming would "

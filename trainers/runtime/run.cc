@@ -2,7 +2,6 @@
 #include "trainers/runtime/run.h"
 
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,8 +15,8 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "policy/model/checkpoint.h"
-#include "policy/model/lora.h"
 #include "policy/model/device.h"
+#include "policy/model/lora.h"
 #include "policy/model/runtime.h"
 #include "trainers/runtime/optim.h"
 #include "trainers/runtime/resume_point.h"
@@ -256,7 +255,8 @@ void Run::OpenRunDirectory() {
 std::string Run::WriteRunFiles(const RunOptions& options, bool own_files,
                                const nlohmann::json& loaded) {
   std::string resolved = cfg.raw.ResolvedToml();
-  const std::string header = fmt::format("# resolved config of this run (rlid {})\n", VersionString());
+  const std::string header =
+      fmt::format("# resolved config of this run (rlid {})\n", VersionString());
   const std::string config_path = (fs::path(dir) / options.config_file).string();
   if (!options.config_file.empty()) WriteWholeFile(config_path, header + resolved, "run config");
   if (own_files) policy::RemoveOrphanCheckpoints(checkpoints_dir);  // left by a killed run
@@ -264,7 +264,8 @@ std::string Run::WriteRunFiles(const RunOptions& options, bool own_files,
     BuildFreshModel();
     return resolved;
   }
-  if (own_files) WriteWholeFile((fs::path(dir) / "model.json").string(), loaded.dump(2) + "\n", "model record");
+  if (own_files)
+    WriteWholeFile((fs::path(dir) / "model.json").string(), loaded.dump(2) + "\n", "model record");
   // The [policy] size keys describe a fresh model; record what was loaded instead.
   std::string note = fmt::format(
       "\n# policy.init loaded {} ({} parameters, {} of them trainable, model_type {}, {} layers, hidden {}); the\n"

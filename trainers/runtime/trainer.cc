@@ -127,9 +127,10 @@ bool NothingToLearn(size_t local, Comm& comm) {
 }
 
 Metrics SkippedUpdate(Metrics metrics, int64_t iteration) {
-  spdlog::warn("iteration {}: no episode to learn from (env failures dropped every rollout "
-               "episode): the update is skipped",
-               iteration);
+  spdlog::warn(
+      "iteration {}: no episode to learn from (env failures dropped every rollout "
+      "episode): the update is skipped",
+      iteration);
   metrics.push_back({"charts/update_skipped", 1.0});
   return metrics;
 }
@@ -276,10 +277,11 @@ EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t epi
   // A slow evaluation (a user's model) says how far it is, every 10 s.
   std::shared_ptr<Progress> progress;
   if (!agent.on_episode_end) {
-    progress = std::make_shared<Progress>(
-        fmt::format("evaluation ({}, {} test episodes)", greedy ? "greedy" : "sampled", specs.size()),
-        static_cast<int64_t>(std::max<size_t>(specs.size(), 1)), !dist || comm->rank() == 0, 10.0,
-        /*end_line=*/false);
+    progress = std::make_shared<Progress>(fmt::format("evaluation ({}, {} test episodes)",
+                                                      greedy ? "greedy" : "sampled", specs.size()),
+                                          static_cast<int64_t>(std::max<size_t>(specs.size(), 1)),
+                                          !dist || comm->rank() == 0, 10.0,
+                                          /*end_line=*/false);
     agent.on_episode_end = [progress](int64_t done, int64_t) { progress->Update(done); };
   }
   std::vector<agents::EpisodeData> eps =
@@ -538,13 +540,14 @@ void LogDecisionCost(Run& run, policy::Plane plane) {
   const double seconds = MonotonicSeconds() - t0;
   const double decisions = std::max(r.length, 1.0);
   const auto& t = run.cfg.trainer;
-  spdlog::info("one decision takes about {} on this machine ({}, {} parameters, {} plane); the "
-               "rollout of an iteration ({} episodes of about {:.0f} decisions) at most about {} "
-               "played one by one (trainer.num_envs = {} in lockstep share forwards), plus the update",
-               FormatDuration(seconds / decisions), run.model->config().ModelType(),
-               run.model->config().NumParameters(), policy::PlaneName(plane),
-               t.episodes_per_iteration, decisions,
-               FormatDuration(seconds * static_cast<double>(t.episodes_per_iteration)), t.num_envs);
+  spdlog::info(
+      "one decision takes about {} on this machine ({}, {} parameters, {} plane); the "
+      "rollout of an iteration ({} episodes of about {:.0f} decisions) at most about {} "
+      "played one by one (trainer.num_envs = {} in lockstep share forwards), plus the update",
+      FormatDuration(seconds / decisions), run.model->config().ModelType(),
+      run.model->config().NumParameters(), policy::PlaneName(plane), t.episodes_per_iteration,
+      decisions, FormatDuration(seconds * static_cast<double>(t.episodes_per_iteration)),
+      t.num_envs);
 }
 
 // The progress line after an iteration: by iterations, or by the budget when
@@ -589,7 +592,7 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
   TrainResult result;
   trainer.Setup(t, run.model);
   const int64_t start = opt.resume ? ResumeFromCheckpoint(run, trainer) : 0;
-  result.iterations = start;  // a resumed run counts the iterations before it too
+  result.iterations = start;               // a resumed run counts the iterations before it too
   const bool lead = run.comm.rank() == 0;  // rank 0 records metrics and checkpoints, and reports
   BroadcastInitialWeights(run);
   if (!opt.resume && t.eval_at_start) {

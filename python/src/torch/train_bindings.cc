@@ -23,9 +23,9 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "python/src/bindings.h"
-#include "trainers/runtime/resume_config.h"
 #include "trainers/analysis/compare.h"
 #include "trainers/runtime/experiment.h"
+#include "trainers/runtime/resume_config.h"
 #include "trainers/runtime/run.h"
 #include "trainers/runtime/trainer.h"
 

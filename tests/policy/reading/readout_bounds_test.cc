@@ -25,7 +25,8 @@ TEST(ReadoutBounds, APromptPastMaxPositionIsRefusedBeforeTheMask) {
     Readout(model, {r}, ReadoutOptions{});
     ADD_FAILURE() << "a 300000-token prompt was read out with max_position " << c.max_position;
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("exceeds policy.max_position"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("exceeds policy.max_position"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -17,8 +17,8 @@
 
 #include "memory/store.h"
 #include "policy/model/runtime.h"
-#include "tests/build_id.h"
 #include "tests/agents/fixtures.h"
+#include "tests/build_id.h"
 #include "tests/cli/run_cli.h"
 #include "tests/trainers/algorithms/warm_start.h"
 
@@ -250,7 +250,8 @@ TEST(Compare, ReportOfTheDirectoryShowsCompareOwnTable) {
   const std::string summary((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_FALSE(summary.empty());
   testing::TempDir out("report_of_compare");
-  const auto r = testing::RunRlid({"report", dir.string(), "--out", (out.path() / "r.html").string()});
+  const auto r =
+      testing::RunRlid({"report", dir.string(), "--out", (out.path() / "r.html").string()});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.substr(0, summary.size()), summary) << r.out;
 }
