@@ -393,8 +393,8 @@ class Worker {
                                   ? e["message"].get<std::string>()
                                   : e.dump();
       if (ErrorCode(r) == "config_error")  // the env refuses its parameters: the user's config
-        throw ConfigError(fmt::format("{}: the env refuses its [env] parameters: {}", Where(),
-                                      Shorten(msg, 2000)),
+        throw ConfigError(fmt::format("{}: the env refuses the [env] settings it was given: {}",
+                                      Where(), Shorten(msg, 2000)),
                           "fix the key it names ([env] in the config, or --set env.KEY=VALUE); "
                           "docs/field_envs.md lists each adapter's keys and ranges");
       Fail(what,
