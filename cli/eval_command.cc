@@ -101,28 +101,23 @@ TrainingConfig TrainingConfigOf(const std::string& checkpoint) {
   return {};
 }
 
-// What a recorded [env] would start as a program, as "key = value" lines: an
-// external env's command, an OpenEnv app to serve, a Gymnasium class to
-// import. rlid's own envs and adapter scripts are not listed.
-std::vector<std::string> ProgramsOf(const std::map<std::string, std::string>& env_values) {
-  auto value = [&](const std::string& k) {
-    const auto it = env_values.find("env." + k);
-    return it == env_values.end() ? std::string() : it->second;
+// The keys of a config's [env] (DocumentValues: "env.KEY" -> TOML text) that
+// would start a program: an external env's command and cwd, an OpenEnv app to
+// serve, a Gymnasium class to import. rlid's own envs and adapters name none.
+std::vector<std::string> ProgramKeys(const std::map<std::string, std::string>& values) {
+  auto value = [&](const std::string& key) {
+    const auto it = values.find(key);
+    return it == values.end() ? std::string() : it->second;
   };
-  std::vector<std::string> out;
-  std::string name = value("name");
+  std::string name = value("env.name");  // TOML text: a quoted string
   if (name.size() >= 2 && (name.front() == '"' || name.front() == '\''))
     name = name.substr(1, name.size() - 2);
-  auto add = [&](const std::string& k) {
-    if (!value(k).empty()) out.push_back(fmt::format("env.{} = {}", k, value(k)));
-  };
-  if (name == "external") {
-    add("command");
-    add("cwd");
-  }
-  if (name == "openenv") add("server");
-  if (name == "gymnasium" && value("id").find(':') != std::string::npos) add("id");
-  return out;
+  std::vector<std::string> keys;
+  if (name == "external") keys = {"env.command", "env.cwd"};
+  if (name == "openenv") keys = {"env.server"};
+  if (name == "gymnasium" && value("env.id").find(':') != std::string::npos) keys = {"env.id"};
+  std::erase_if(keys, [&](const std::string& k) { return value(k).empty(); });
+  return keys;
 }
 
 // A checkpoint is data: the programs its recorded config names run only when
@@ -131,11 +126,9 @@ void RefuseRecordedPrograms(const Config& recorded, const Config& resolved,
                             const std::string& source) {
   const auto was = recorded.DocumentValues(), now = resolved.DocumentValues();
   std::vector<std::string> kept;
-  for (const std::string& line : ProgramsOf(now)) {
-    const std::string key = line.substr(0, line.find(" = "));
-    const auto it = was.find(key);
-    if (it != was.end() && it->second == now.at(key)) kept.push_back(line);
-  }
+  for (const std::string& key : ProgramKeys(now))
+    if (const auto it = was.find(key); it != was.end() && it->second == now.at(key))
+      kept.push_back(fmt::format("{} = {}", key, it->second));
   if (kept.empty()) return;
   throw ConfigError(
       fmt::format("eval: the training config recorded in {} would start a program: {}; a "

@@ -3,7 +3,6 @@
 // by the same table and plots as `rlid compare`'s report.html, from the
 // metrics in its store alone.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -150,16 +149,8 @@ class ReportCommand : public Command {
     const fs::path plots_dir = out.parent_path() / (out.stem().string() + "_plots");
     const auto plots =
         trainers::RenderPlots(plots_dir, result.runs, cc.arms, metric_, result.chance);
-    // Written beside and renamed over: a symlink at `out` is replaced, never followed.
-    const std::string tmp = fmt::format("{}.tmp-{}", out.string(), ::getpid());
-    try {
-      WriteWholeFile(tmp, trainers::RenderRunReportHtml(result, plots, listed), "report");
-      fs::rename(tmp, out);
-    } catch (...) {
-      std::error_code ignored;
-      fs::remove(tmp, ignored);
-      throw;
-    }
+    // A symlink at `out` is replaced, never followed.
+    ReplaceFile(out.string(), trainers::RenderRunReportHtml(result, plots, listed), "report");
     std::cout << result.table << "\n" << result.verdict << "\nreport " << out.string() << "\n";
   }
 

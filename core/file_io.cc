@@ -128,4 +128,29 @@ void WriteWholeFile(const std::string& path, std::string_view bytes, std::string
   f.Close();
 }
 
+void ReplaceFile(const std::string& path, std::string_view bytes, std::string_view what) {
+  const std::string tmp = fmt::format("{}.tmp-{}", path, static_cast<long>(::getpid()));
+  try {
+    WriteWholeFile(tmp, bytes, what);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw IoError(fmt::format("cannot replace {} '{}': {}", what, path, WriteFailure(err)));
+  }
+}
+
+void ReplaceSymlink(const std::string& link, const std::string& target, std::error_code& ec) {
+  const std::string tmp = fmt::format("{}.tmp-{}", link, static_cast<long>(::getpid()));
+  ::unlink(tmp.c_str());
+  ec.clear();
+  if (::symlink(target.c_str(), tmp.c_str()) != 0 || ::rename(tmp.c_str(), link.c_str()) != 0) {
+    ec.assign(errno, std::generic_category());
+    ::unlink(tmp.c_str());
+  }
+}
+
 }  // namespace rlid

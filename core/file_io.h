@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace rlid {
 
@@ -46,6 +47,15 @@ class CheckedFile {
 
 // `bytes` as the whole of the file at `path` (CheckedFile's errors).
 void WriteWholeFile(const std::string& path, std::string_view bytes, std::string_view what);
+
+// The same, written beside `path` (PATH.tmp-PID) and renamed over it: readers
+// see the old file or the new one, never half of one; a symlink at `path` is
+// replaced, not followed; a failed write leaves no temporary file.
+void ReplaceFile(const std::string& path, std::string_view bytes, std::string_view what);
+
+// Points the symlink `link` at `target` by renaming a fresh link over it
+// (readers never find no link); the error in `ec`, nothing left behind.
+void ReplaceSymlink(const std::string& link, const std::string& target, std::error_code& ec);
 
 // The cause of a failed write in words ("disk full (No space left on device)").
 std::string WriteFailure(int err);

@@ -88,21 +88,19 @@ void ValidateMenu(const Menu& menu) {
   // A wording that is a bare letter reads as a label. Labels may be shuffled
   // (readout.label_order), so any item can carry any of the menu's labels:
   // "C" would name another item than the one whose command it is.
-  std::set<std::string> any_label = labels;
-  for (size_t i = 0; i < menu.items.size(); ++i) any_label.insert(LabelFor(static_cast<int>(i)));
+  std::set<std::string> any_label;  // lower-cased: the compiler reads a lone letter in either case
+  for (const auto& l : labels) any_label.insert(ToLower(l));
+  for (size_t i = 0; i < menu.items.size(); ++i)
+    any_label.insert(ToLower(LabelFor(static_cast<int>(i))));
   for (const auto& it : menu.items)
     for (const auto& r : it.realisations) {
-      const std::string_view w = Trim(r);
-      const bool letter =
-          w.size() == 1 && ((w[0] >= 'A' && w[0] <= 'Z') || (w[0] >= 'a' && w[0] <= 'z'));
-      const std::string upper(1,
-                              static_cast<char>(letter && w[0] >= 'a' ? w[0] - 'a' + 'A' : w[0]));
+      const std::string w = ToLower(std::string(Trim(r)));
       RLID_CHECK(
-          !letter || !any_label.count(upper),
+          !any_label.count(w),
           "item '{}': the wording '{}' is also a label of this menu (labels may be shuffled, "
           "so it can name another item); give the action a wording of a word or more, e.g. "
           "'press {}'",
-          it.command, r, w);
+          it.command, r, Trim(r));
     }
 }
 

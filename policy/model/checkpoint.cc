@@ -39,13 +39,37 @@ std::string NowIso() {
   return buf;
 }
 
-}  // namespace
-
-namespace {
 // The checkpoint's files in the unpublished directory `tmp`.
 void WriteCheckpointFiles(const fs::path& tmp, TransformerLM& model, const Tokenizer& tokenizer,
                           const nlohmann::json& extra,
-                          const std::function<void(const std::string& tmp_dir)>& write_more);
+                          const std::function<void(const std::string& tmp_dir)>& write_more) {
+  nlohmann::json meta = {{"format", "rlid-checkpoint"},
+                         {"format_version", kCheckpointFormatVersion},
+                         {"code_version", VersionString()},
+                         {"created", NowIso()},
+                         {"tokenizer_fingerprint", fmt::format("{:016x}", tokenizer.Fingerprint())},
+                         {"extra", extra}};
+  if (model->lora()) {
+    // Adapters only (PEFT layout) + the value head; the frozen base stays where it is.
+    SaveAdapter(tmp.string(), model);
+    TensorMap head;
+    for (const auto& p : model->value_head->named_parameters())
+      head["value_head." + p.key()] = p.value().detach().to(torch::kFloat32);
+    SaveSafetensors((tmp / kValueHeadFile).string(), head, {{"format", "pt"}});
+    meta["base_model"] = model->lora()->base_model;
+    meta["base_dtype"] = c10::toString(model->dtype());
+  } else {
+    TensorMap tensors;
+    for (const auto& p : model->named_parameters())
+      tensors[p.key()] = p.value().to(torch::kFloat32);
+    SaveSafetensors((tmp / "model.safetensors").string(), tensors, {{"format", "pt"}});
+    WriteText(tmp / "config.json", model->config().ToJson().dump(2));
+  }
+  tokenizer.SaveDirectory(tmp.string());
+  if (write_more) write_more(tmp.string());
+  WriteText(tmp / "rlid.json", meta.dump(2));
+}
+
 }  // namespace
 
 void SaveCheckpoint(const std::string& dir, TransformerLM& model, const Tokenizer& tokenizer,
@@ -76,35 +100,6 @@ void SaveCheckpoint(const std::string& dir, TransformerLM& model, const Tokenize
 }
 
 namespace {
-
-void WriteCheckpointFiles(const fs::path& tmp, TransformerLM& model, const Tokenizer& tokenizer,
-                          const nlohmann::json& extra,
-                          const std::function<void(const std::string& tmp_dir)>& write_more) {
-  nlohmann::json meta = {{"format", "rlid-checkpoint"},
-                         {"format_version", kCheckpointFormatVersion},
-                         {"code_version", VersionString()},
-                         {"created", NowIso()},
-                         {"tokenizer_fingerprint", fmt::format("{:016x}", tokenizer.Fingerprint())},
-                         {"extra", extra}};
-  if (model->lora()) {
-    // Adapters only (PEFT layout) + the value head; the frozen base stays where it is.
-    SaveAdapter(tmp.string(), model);
-    TensorMap head;
-    for (const auto& p : model->value_head->named_parameters())
-      head["value_head." + p.key()] = p.value().detach().to(torch::kFloat32);
-    SaveSafetensors((tmp / kValueHeadFile).string(), head, {{"format", "pt"}});
-    meta["base_model"] = model->lora()->base_model;
-    meta["base_dtype"] = c10::toString(model->dtype());
-  } else {
-    TensorMap tensors;
-    for (const auto& p : model->named_parameters()) tensors[p.key()] = p.value().to(torch::kFloat32);
-    SaveSafetensors((tmp / "model.safetensors").string(), tensors, {{"format", "pt"}});
-    WriteText(tmp / "config.json", model->config().ToJson().dump(2));
-  }
-  tokenizer.SaveDirectory(tmp.string());
-  if (write_more) write_more(tmp.string());
-  WriteText(tmp / "rlid.json", meta.dump(2));
-}
 
 // The safetensors files of a model directory and which one holds each tensor.
 struct WeightFiles {
@@ -418,8 +413,27 @@ LoadedCheckpoint LoadCheckpoint(const std::string& dir, torch::Device device, co
 }
 
 namespace {
+
 // The exported model's files in the unpublished directory `tmp`.
-void WriteExportFiles(LoadedCheckpoint& ck, const fs::path& tmp, const ExportOptions& opt);
+void WriteExportFiles(LoadedCheckpoint& ck, const fs::path& tmp, const ExportOptions& opt) {
+  if (ck.model->lora() && !opt.merge) {
+    SaveAdapter(tmp.string(), ck.model);
+  } else {
+    TensorMap tensors;
+    ForEachMergedParameter(ck.model, [&](const std::string& name, const torch::Tensor& t) {
+      tensors[name] = t.to(opt.dtype).contiguous();
+    });
+    SaveSafetensors((tmp / "model.safetensors").string(), tensors, {{"format", "pt"}});
+    tensors.clear();
+    nlohmann::json cfg = ck.hf_config.is_object() ? ck.hf_config : ck.model->config().ToJson();
+    const std::string dtype_name = opt.dtype == torch::kBFloat16 ? "bfloat16" : "float32";
+    cfg["torch_dtype"] = dtype_name;
+    if (cfg.contains("dtype")) cfg["dtype"] = dtype_name;
+    WriteText(tmp / "config.json", cfg.dump(2));
+  }
+  if (ck.has_tokenizer) ck.tokenizer.SaveDirectory(tmp.string());
+}
+
 }  // namespace
 
 void ExportModel(LoadedCheckpoint& ck, const std::string& out_dir, const ExportOptions& opt) {
@@ -443,29 +457,6 @@ void ExportModel(LoadedCheckpoint& ck, const std::string& out_dir, const ExportO
   fs::rename(tmp, target, ec);
   if (ec) throw IoError(fmt::format("cannot publish '{}': {}", out_dir, ec.message()));
 }
-
-namespace {
-
-void WriteExportFiles(LoadedCheckpoint& ck, const fs::path& tmp, const ExportOptions& opt) {
-  if (ck.model->lora() && !opt.merge) {
-    SaveAdapter(tmp.string(), ck.model);
-  } else {
-    TensorMap tensors;
-    ForEachMergedParameter(ck.model, [&](const std::string& name, const torch::Tensor& t) {
-      tensors[name] = t.to(opt.dtype).contiguous();
-    });
-    SaveSafetensors((tmp / "model.safetensors").string(), tensors, {{"format", "pt"}});
-    tensors.clear();
-    nlohmann::json cfg = ck.hf_config.is_object() ? ck.hf_config : ck.model->config().ToJson();
-    const std::string dtype_name = opt.dtype == torch::kBFloat16 ? "bfloat16" : "float32";
-    cfg["torch_dtype"] = dtype_name;
-    if (cfg.contains("dtype")) cfg["dtype"] = dtype_name;
-    WriteText(tmp / "config.json", cfg.dump(2));
-  }
-  if (ck.has_tokenizer) ck.tokenizer.SaveDirectory(tmp.string());
-}
-
-}  // namespace
 
 bool IsUnpublishedCheckpointName(const std::string& name) {
   for (const char* mark : {".tmp-", ".old-"}) {

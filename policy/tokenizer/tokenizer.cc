@@ -677,18 +677,7 @@ std::string Tokenizer::ToJsonString() const {
 }
 
 void Tokenizer::Save(const std::string& path) const {
-  const std::string text = ToJsonString();
-  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
-  try {
-    WriteWholeFile(tmp, text, "tokenizer file");
-  } catch (const IoError&) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw IoError(fmt::format("cannot rename '{}' to '{}'", tmp, path));
-  }
+  ReplaceFile(path, ToJsonString(), "tokenizer file");
 }
 
 std::vector<TokenId> Tokenizer::Encode(std::string_view text, bool allow_special) const {

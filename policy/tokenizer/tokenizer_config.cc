@@ -191,18 +191,7 @@ void Tokenizer::SaveDirectory(const std::string& dir) const {
   Save((fs::path(dir) / "tokenizer.json").string());
   auto write = [&](const char* name, const Json& j) {
     if (j.is_null()) return;
-    const fs::path p = fs::path(dir) / name;
-    const fs::path tmp = p.string() + fmt::format(".tmp.{}", static_cast<long>(::getpid()));
-    try {
-      WriteWholeFile(tmp.string(), j.dump(2) + "\n", "tokenizer file");
-    } catch (const IoError&) {
-      std::error_code ignored;
-      fs::remove(tmp, ignored);
-      throw;
-    }
-    std::error_code ec;
-    fs::rename(tmp, p, ec);
-    if (ec) throw IoError(fmt::format("cannot rename '{}': {}", tmp.string(), ec.message()));
+    ReplaceFile((fs::path(dir) / name).string(), j.dump(2) + "\n", "tokenizer file");
   };
   Json tc = config().tokenizer_config_json;
   // A template read from chat_template.jinja travels inside tokenizer_config.json.

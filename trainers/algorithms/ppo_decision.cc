@@ -340,7 +340,7 @@ class PpoDecisionTrainer final : public Trainer {
     player.policy_version = played.version;
     c.recorder.Episodes(episodes, player);
     Metrics metrics = RolloutMetrics(episodes, &c.comm);
-    if (NothingToLearn(episodes.size(), c.comm)) return SkippedUpdate(std::move(metrics), it);
+    if (NothingToLearn(metrics)) return SkippedUpdate(std::move(metrics), it);
     Batch batch = FlattenDecisions(episodes, c.agent.readout, t, use_ref, it);
     const JobSlice slice = SliceOfJob(c.comm, batch.size());
     if (played.version < it && t.loss.staleness.kind == "decoupled" && !all_action) {

@@ -748,8 +748,7 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
   c.recorder.Episodes(ro.kept, played);
   c.recorder.Episodes(ro.dropped, played);
   // Env failures dropped every episode (DAPO's filtered groups still count as played).
-  if (NothingToLearn(ro.kept.size() + ro.dropped.size(), c.comm))
-    return SkippedUpdate(std::move(metrics), c.iteration);
+  if (NothingToLearn(metrics)) return SkippedUpdate(std::move(metrics), c.iteration);
 
   Metrics step_groups;  // gigpo: whether step groups formed
   auto samples = TokenAdvantages(t, max_new_tokens, ro.kept, ro.kept_kl, &c.comm, &step_groups);

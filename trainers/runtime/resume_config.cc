@@ -9,6 +9,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/strings.h"
 
 namespace rlid::trainers {
 namespace fs = std::filesystem;
@@ -27,10 +28,9 @@ const std::set<std::string>& ResumeChangeableKeys() {
 
 namespace {
 
+// The key of a --set assignment ("trainer.iterations=30" -> "trainer.iterations").
 std::string KeyOf(const std::string& assignment) {
-  std::string key = assignment.substr(0, assignment.find('='));
-  while (!key.empty() && key.back() == ' ') key.pop_back();
-  return key;
+  return std::string(Trim(std::string_view(assignment).substr(0, assignment.find('='))));
 }
 
 // Keys `given` sets to another value than the run's own document holds.

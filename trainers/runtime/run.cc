@@ -111,13 +111,8 @@ std::string PointRunsLatestAt(const std::string& dir) {
   const fs::path target = fs::weakly_canonical(dir, ec);
   if (ec || target.parent_path() != runs || target.filename() == "latest") return "";
   const std::string before = fs::read_symlink(runs / "latest", ec).string();
-  // A fresh symlink renamed over the old one: readers never see no runs/latest.
-  const fs::path tmp = runs / fmt::format(".latest.tmp-{}", ::getpid());
-  fs::remove(tmp, ec);
-  fs::create_symlink(target.filename(), tmp, ec);
-  if (!ec) fs::rename(tmp, runs / "latest", ec);
+  ReplaceSymlink((runs / "latest").string(), target.filename().string(), ec);
   if (ec) {
-    fs::remove(tmp, ec);
     spdlog::warn("could not point runs/latest at {}", target.filename().string());
     return "";
   }
@@ -128,15 +123,10 @@ void RestoreRunsLatest(const std::string& dir, const std::string& before) {
   std::error_code ec;
   const fs::path latest = fs::weakly_canonical("runs", ec) / "latest";
   if (ec || fs::read_symlink(latest, ec) != fs::weakly_canonical(dir, ec).filename()) return;
-  if (before.empty()) {
+  if (before.empty())
     fs::remove(latest, ec);
-    return;
-  }
-  const fs::path tmp = latest.parent_path() / fmt::format(".latest.tmp-{}", ::getpid());
-  fs::remove(tmp, ec);
-  fs::create_symlink(before, tmp, ec);
-  if (!ec) fs::rename(tmp, latest, ec);
-  if (ec) fs::remove(tmp, ec);
+  else
+    ReplaceSymlink(latest.string(), before, ec);
 }
 
 std::string RunDirectoryOf(const std::string& checkpoint) {
@@ -246,19 +236,24 @@ void Run::OpenRunDirectory() {
       (fs::path(dir) / (rank == 0 ? memory::kDatabaseFileName : memory::ShardFileName(rank))).string(),
       memory::Store::Mode::kReadWrite);
   ApplyShardIdFloor();
-  if (rank == 0) {
-    latest_before_ = PointRunsLatestAt(dir);
-    pointed_latest_ = true;
-  }
+  if (rank == 0) latest_before_ = PointRunsLatestAt(dir);
 }
 
 std::string Run::WriteRunFiles(const RunOptions& options, bool own_files,
                                const nlohmann::json& loaded) {
   std::string resolved = cfg.raw.ResolvedToml();
-  const std::string header =
-      fmt::format("# resolved config of this run (rlid {})\n", VersionString());
-  const std::string config_path = (fs::path(dir) / options.config_file).string();
-  if (!options.config_file.empty()) WriteWholeFile(config_path, header + resolved, "run config");
+  if (!cfg.init_checkpoint.empty())  // the [policy] size keys describe a fresh model
+    resolved += fmt::format(
+        "\n# policy.init loaded {} ({} parameters, {} of them trainable, model_type {}, {} layers, "
+        "hidden {}); the\n"
+        "# [policy] size keys above do not apply to it. Its config.json is in model.json.\n",
+        loaded["path"].get<std::string>(), model->config().NumParameters(), TrainableCount(model),
+        model->config().ModelType(), model->config().num_layers, model->config().hidden_size);
+  if (!options.config_file.empty())
+    WriteWholeFile(
+        (fs::path(dir) / options.config_file).string(),
+        fmt::format("# resolved config of this run (rlid {})\n{}", VersionString(), resolved),
+        "run config");
   if (own_files) policy::RemoveOrphanCheckpoints(checkpoints_dir);  // left by a killed run
   if (cfg.init_checkpoint.empty()) {
     BuildFreshModel();
@@ -266,14 +261,6 @@ std::string Run::WriteRunFiles(const RunOptions& options, bool own_files,
   }
   if (own_files)
     WriteWholeFile((fs::path(dir) / "model.json").string(), loaded.dump(2) + "\n", "model record");
-  // The [policy] size keys describe a fresh model; record what was loaded instead.
-  std::string note = fmt::format(
-      "\n# policy.init loaded {} ({} parameters, {} of them trainable, model_type {}, {} layers, hidden {}); the\n"
-      "# [policy] size keys above do not apply to it. Its config.json is in model.json.\n",
-      loaded["path"].get<std::string>(), model->config().NumParameters(), TrainableCount(model),
-      model->config().ModelType(), model->config().num_layers, model->config().hidden_size);
-  resolved += note;
-  if (!options.config_file.empty()) WriteWholeFile(config_path, header + resolved, "run config");
   return resolved;
 }
 
@@ -487,7 +474,7 @@ agents::AgentContext Run::Agent(policy::Plane plane, int64_t iteration) {
 void Run::End(const std::string& status) {
   ended_ = true;
   // A failed run gives runs/latest back to the run it pointed at before.
-  if (status == "failed" && pointed_latest_) RestoreRunsLatest(dir, latest_before_);
+  if (status == "failed" && comm.rank() == 0) RestoreRunsLatest(dir, latest_before_);
   writer->EndRun(run_id, status);
 }
 

@@ -189,8 +189,7 @@ class Run {
   std::unique_ptr<policy::TextSampler> sampler_;
   std::unique_ptr<Recorder> recorder_;
   bool ended_ = false;
-  bool pointed_latest_ = false;  // rank 0 pointed runs/latest at dir
-  std::string latest_before_;    // where runs/latest pointed before
+  std::string latest_before_;  // where runs/latest pointed before rank 0 pointed it at dir
   bool evaluation_ = false;  // kind "eval": nothing trains, policy.dtype applies to every weight
 };
 

@@ -101,17 +101,12 @@ std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
                          [&](const std::string& tmp) { trainer.SaveState(tmp); });
   // "latest" is a relative symlink to the newest complete checkpoint (usable
   // wherever a checkpoint directory is expected), replaced atomically.
-  fs::path latest = fs::path(run.checkpoints_dir) / "latest";
-  fs::path tmp = latest.string() + ".tmp";
+  const fs::path latest = fs::path(run.checkpoints_dir) / "latest";
   std::error_code ec;
-  fs::remove(tmp, ec);
-  fs::create_directory_symlink(dir.filename(), tmp, ec);
-  if (!ec) fs::rename(tmp, latest, ec);
+  ReplaceSymlink(latest.string(), dir.filename().string(), ec);
   if (ec) {
-    const int err = ec.value();
-    fs::remove(tmp, ec);
     throw IoError(fmt::format("cannot point '{}' at {}: {}", latest.string(),
-                              dir.filename().string(), WriteFailure(err)),
+                              dir.filename().string(), WriteFailure(ec.value())),
                   "free space and resume the run (rlid train CONFIG --out RUN_DIR --resume)");
   }
   run.recorder().Checkpoint(iteration, dir.string());
@@ -122,8 +117,10 @@ std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
 
 }  // namespace
 
-bool NothingToLearn(size_t local, Comm& comm) {
-  return comm.Sum(static_cast<double>(local), "episodes to learn from") == 0;
+bool NothingToLearn(const Metrics& rollout) {
+  for (const auto& [k, v] : rollout)
+    if (k == "rollout/episodes") return v == 0;
+  return false;
 }
 
 Metrics SkippedUpdate(Metrics metrics, int64_t iteration) {
@@ -253,6 +250,20 @@ void CheckWeightGrowth(double before, double after, double limit, double lr, int
                   lr));
 }
 
+namespace {
+
+// Episodes that take longer than 10 s to play log a progress line with an ETA
+// every 10 s (quick ones stay silent), unless the caller counts them itself.
+void ReportSlowEpisodes(agents::AgentContext& agent, const std::string& what, int64_t total,
+                        bool enabled) {
+  if (agent.on_episode_end) return;
+  auto progress = std::make_shared<Progress>(what, std::max<int64_t>(total, 1), enabled, 10.0,
+                                             /*end_line=*/false);
+  agent.on_episode_end = [progress](int64_t done, int64_t) { progress->Update(done); };
+}
+
+}  // namespace
+
 EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t episodes,
                     bool greedy, agents::Budget& budget, Recorder* recorder, Comm* comm) {
   agents::StageTimer timer(agent.times ? &agent.times->eval : nullptr);
@@ -274,16 +285,11 @@ EvalResult Evaluate(agents::AgentContext agent, policy::Plane plane, int64_t epi
   agent.bootstrap_truncated = false;
   agent.oracle_probs = true;
   agent.times = nullptr;  // all of it is evaluation time
-  // A slow evaluation (a user's model) says how far it is, every 10 s.
-  std::shared_ptr<Progress> progress;
-  if (!agent.on_episode_end) {
-    progress = std::make_shared<Progress>(fmt::format("evaluation ({}, {} test episodes)",
-                                                      greedy ? "greedy" : "sampled", specs.size()),
-                                          static_cast<int64_t>(std::max<size_t>(specs.size(), 1)),
-                                          !dist || comm->rank() == 0, 10.0,
-                                          /*end_line=*/false);
-    agent.on_episode_end = [progress](int64_t done, int64_t) { progress->Update(done); };
-  }
+  // A slow evaluation (a user's model) says how far it is.
+  ReportSlowEpisodes(
+      agent,
+      fmt::format("evaluation ({}, {} test episodes)", greedy ? "greedy" : "sampled", specs.size()),
+      static_cast<int64_t>(specs.size()), !dist || comm->rank() == 0);
   std::vector<agents::EpisodeData> eps =
       plane == policy::Plane::kDecision
           ? agents::RunDecisionEpisodes(agent, specs, envs::Split::kTest, greedy, scratch)
@@ -487,15 +493,11 @@ IterationOutcome RunIteration(Run& run, Trainer& trainer, int64_t it, TrainResul
   double t0 = MonotonicSeconds();
   IterationContext ctx{it, t, run.cfg.run.seed, run.Agent(plane, it), run.budget,
                        run.recorder(), comm};
-  // A slow rollout (iteration 0 on a user's model) says how far it is, every
-  // 10 s. Not with rollouts played ahead: their episodes end on the worker.
-  auto rollout_progress = std::make_shared<Progress>(
-      fmt::format("iteration {} rollout", it), t.episodes_per_iteration, comm.rank() == 0, 10.0,
-      /*end_line=*/false);
-  if (t.max_staleness == 0 && !ctx.agent.on_episode_end)
-    ctx.agent.on_episode_end = [rollout_progress](int64_t done, int64_t) {
-      rollout_progress->Update(done);
-    };
+  // A slow rollout (iteration 0 on a user's model) says how far it is. Not
+  // with rollouts played ahead: their episodes end on the worker.
+  if (t.max_staleness == 0)
+    ReportSlowEpisodes(ctx.agent, fmt::format("iteration {} rollout", it), t.episodes_per_iteration,
+                       comm.rank() == 0);
   // LibTorch's global generator (LoRA dropout) is re-seeded every iteration,
   // so a resumed run draws what an uninterrupted one does; every rank has a
   // stream of its own (rank 0's is a single process's).

@@ -94,9 +94,10 @@ Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* c
 
 // An iteration with no episode to learn from in the whole job (every one
 // dropped after env failures): the update is skipped, and the metrics say so
-// ("charts/update_skipped" = 1). `local` is this rank's count of played
-// episodes; every rank gets the same answer.
-bool NothingToLearn(size_t local, Comm& comm);
+// ("charts/update_skipped" = 1). `rollout` is RolloutMetrics of the played
+// episodes, whose rollout/episodes is already the job's count (every rank
+// gets the same answer without another collective).
+bool NothingToLearn(const Metrics& rollout);
 Metrics SkippedUpdate(Metrics metrics, int64_t iteration);
 
 // The job's budget after an iteration: `before` plus every rank's spending
