@@ -37,9 +37,9 @@ minibatch_size = 64
 TrainingArm::TrainingArm(const trainers::ExperimentConfig& cfg, const std::string& dir, bool record)
     : trainer(trainers::TrainerRegistry::Global().Make(cfg.trainer.algorithm)),
       session(std::make_unique<trainers::Run>(
-          cfg, trainers::RunOptions{.out_dir = dir, .kind = "bench", .quiet = true, .record = record})) {
-  trainer->Setup(cfg.trainer, session->model);
-}
+          cfg,
+          trainers::RunOptions{.out_dir = dir, .kind = "bench", .quiet = true, .record = record})),
+      runner(std::make_unique<trainers::IterationRunner>(*trainer, cfg.trainer, session->model)) {}
 
 TrainingArm::~TrainingArm() {
   try {
@@ -54,7 +54,7 @@ double TrainingArm::Iteration(int64_t it) {
   const double t0 = MonotonicSeconds();
   trainers::IterationContext ctx{it, s.cfg.trainer, s.cfg.run.seed, s.Agent(trainer->plane(), it),
                                  s.budget, s.recorder(), s.comm};
-  trainers::Metrics m = trainer->Iterate(ctx);
+  trainers::Metrics m = runner->Run(ctx);
   const double iterate_s = MonotonicSeconds() - t0;
   // Booked before the metrics / the flush add to logging, as in Train.
   s.times.AddUnclaimedToUpdate(before, iterate_s);

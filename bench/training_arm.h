@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "agents/budget.h"
+#include "trainers/runtime/iteration.h"
 #include "trainers/runtime/trainer.h"
 
 namespace rlid::bench {
@@ -35,6 +36,7 @@ class TrainingArm {
 
   std::unique_ptr<trainers::Trainer> trainer;
   std::unique_ptr<trainers::Run> session;
+  std::unique_ptr<trainers::IterationRunner> runner;  // plays and learns with `trainer`
   agents::StageTimes times;  // of the iterations since Reset()
   double seconds = 0;        // their wall-clock
   double decisions = 0;      // their charts/decisions

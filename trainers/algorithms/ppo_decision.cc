@@ -28,7 +28,6 @@
 #include "trainers/losses/losses.h"
 #include "trainers/losses/tensor_checks.h"
 #include "trainers/runtime/rank_metrics.h"
-#include "trainers/runtime/rollout_ahead.h"
 #include "trainers/runtime/trainer.h"
 
 namespace rlid::trainers {
@@ -306,72 +305,80 @@ struct UpdateTotals {
   int64_t updates = 0, epochs = 0;
 };
 
+// What Learn needs from Prepare: the job's flattened decisions and their targets.
+struct Prepared {
+  Batch batch;
+  JobSlice slice;
+  Targets targets;
+};
+
 class PpoDecisionTrainer final : public Trainer {
  public:
   policy::Plane plane() const override { return policy::Plane::kDecision; }
 
   void Setup(const TrainerConfig& cfg, policy::TransformerLM model) override {
     auto trainable = TrainableParameters(model);
-    opt_ = std::make_unique<Optimizer>(trainable.tensors, cfg.optim, cfg.iterations, trainable.names);
-    ahead_ = std::make_unique<RolloutAhead>(cfg.max_staleness, model);
+    opt_ =
+        std::make_unique<Optimizer>(trainable.tensors, cfg.optim, cfg.iterations, trainable.names);
   }
-  void SaveState(const std::string& dir) const override {
-    opt_->Save(dir + "/optimizer.pt");
-    ahead_->Save(dir);
-  }
-  void LoadState(const std::string& dir) override {
-    opt_->Load(dir + "/optimizer.pt");
-    ahead_->Load(dir);
+  void SaveState(const std::string& dir) const override { opt_->Save(dir + "/optimizer.pt"); }
+  void LoadState(const std::string& dir) override { opt_->Load(dir + "/optimizer.pt"); }
+
+  // Every rank plays its share of the train seeds with the label readout.
+  RolloutAhead::Play Play(const IterationContext& c) override {
+    const TrainerConfig* t = &c.cfg;
+    const Comm* comm = &c.comm;
+    const uint64_t seed = c.seed;
+    return [t, comm, seed](agents::AgentContext& agent, agents::Budget& budget) {
+      agent.bootstrap_truncated = t->decision.bootstrap_truncated;
+      return agents::RunDecisionEpisodes(agent,
+                                         RankSpecs(TrainSpecs(*t, seed, agent.iteration), *comm),
+                                         envs::Split::kTrain, /*greedy=*/false, budget);
+    };
   }
 
-  // rollout -> advantages -> (gradient SNR) -> epochs x minibatches -> metrics.
-  Metrics Iterate(IterationContext& c) override {
+  // The decisions as flat tensors (pi_prox read by the learner when the batch
+  // is stale and the correction decoupled), then advantages and value targets.
+  Metrics Prepare(IterationContext& c, const PlayedBatch& played) override {
     const TrainerConfig& t = c.cfg;
-    const int64_t it = c.iteration;
-    const bool all_action = t.decision.all_action();
     const bool use_ref = t.kl.coef > 0 && c.agent.ref_model;
-
-    // ---- 1. rollout: this rank's share of the train seeds (played ahead when async) ---
-    c.agent.bootstrap_truncated = t.decision.bootstrap_truncated;
-    PlayedBatch played = ahead_->Take(c.agent, t.iterations, c.budget, Play(c));
-    JoinOnExit join_on_exit(*ahead_);  // the worker plays ahead while this iteration updates
-    const std::vector<agents::EpisodeData> episodes = std::move(played.episodes);
-    agents::AgentContext player = c.agent;  // the store records the weights that played them
-    player.policy_version = played.version;
-    c.recorder.Episodes(episodes, player);
-    Metrics metrics = RolloutMetrics(episodes, &c.comm);
-    if (NothingToLearn(metrics)) return SkippedUpdate(std::move(metrics), it);
-    Batch batch = FlattenDecisions(episodes, c.agent.readout, t, use_ref, it);
-    const JobSlice slice = SliceOfJob(c.comm, batch.size());
-    if (played.version < it && t.loss.staleness.kind == "decoupled" && !all_action) {
+    Metrics metrics;
+    prepared_ = std::make_unique<Prepared>();
+    Batch& batch = prepared_->batch;
+    batch = FlattenDecisions(played.episodes, c.agent.readout, t, use_ref, c.iteration);
+    prepared_->slice = SliceOfJob(c.comm, batch.size());
+    if (played.version < c.iteration && t.loss.staleness.kind == "decoupled" &&
+        !t.decision.all_action()) {
       ReadProx(c, batch);
       for (const auto& kv : StalenessMetrics(t.loss.staleness, batch, c.comm))
         metrics.push_back(kv);
     }
-
-    // ---- 2. advantages (per episode or per group: no other rank needed) ----------
-    Targets targets;
+    // Per episode or per group: no other rank needed.
+    Targets& targets = prepared_->targets;
     Metrics step_groups;  // gigpo: whether step groups formed
     std::tie(targets.advantages, targets.returns) =
-        DecisionAdvantages(t, episodes, batch, &step_groups);
+        DecisionAdvantages(t, played.episodes, batch, &step_groups);
     for (const auto& kv : step_groups) metrics.push_back(kv);
-    CheckFinite(targets.advantages, "advantages", it);
-    CheckFinite(targets.returns, "value targets", it);
+    CheckFinite(targets.advantages, "advantages", c.iteration);
+    CheckFinite(targets.returns, "value targets", c.iteration);
     targets.whiten = t.decision.normalize_advantages &&
                      AdvantageRegistry::Global().Make(t.advantage.estimator)->uses_values();
+    return metrics;
+  }
 
-    // ---- 3. gradient signal-to-noise at the rollout weights (rank 0's episodes) ----
-    if (t.grad_snr_every > 0 && it % t.grad_snr_every == 0 && c.comm.rank() == 0)
-      for (const auto& kv : Snr(c, episodes, batch, targets.advantages, all_action))
+  // Gradient SNR at the rollout weights (rank 0's episodes), then epochs x
+  // minibatches of the job's decisions, then the update's metrics.
+  Metrics Learn(IterationContext& c, const PlayedBatch& played) override {
+    const TrainerConfig& t = c.cfg;
+    const std::unique_ptr<Prepared> p = std::move(prepared_);
+    const bool all_action = t.decision.all_action();
+    Metrics metrics;
+    if (t.grad_snr_every > 0 && c.iteration % t.grad_snr_every == 0 && c.comm.rank() == 0)
+      for (const auto& kv : Snr(c, played.episodes, p->batch, p->targets.advantages, all_action))
         metrics.push_back(kv);
+    const UpdateTotals totals = Update(c, p->batch, p->targets, p->slice);
+    c.budget.samples_used += p->batch.size();
 
-    // ---- 4. epochs x minibatches of the job's decisions ------------------------------
-    const UpdateTotals totals = Update(c, batch, targets, slice);
-    c.budget.samples_used += batch.size();
-    if (c.agent.sampler) c.agent.sampler->SyncWeights(c.agent.model);  // the scratchpads' next rollout
-    const double wait_s = ahead_->Join();
-
-    // ---- 5. metrics --------------------------------------------------------------
     const double u = std::max<int64_t>(totals.updates, 1);
     const LossTerms& sum = totals.terms;
     metrics.push_back({"losses/policy", sum.policy / u});
@@ -380,18 +387,17 @@ class PpoDecisionTrainer final : public Trainer {
     if (!all_action) metrics.push_back({"losses/clipfrac", sum.clip_frac / u});
     if (!all_action) metrics.push_back({"losses/approx_kl", sum.approx_kl / u});
     metrics.push_back({"losses/menu_kl_old", sum.menu_kl / u});
-    if (use_ref) metrics.push_back({"losses/kl_ref", sum.kl_ref / u});
+    if (t.kl.coef > 0 && c.agent.ref_model) metrics.push_back({"losses/kl_ref", sum.kl_ref / u});
     if (all_action) metrics.push_back({"losses/afterstate_value", sum.afterstate / u});
     metrics.push_back({"losses/grad_norm", totals.grad_norm / u});
     metrics.push_back({"charts/lr", opt_->current_lr()});
-    metrics.push_back({"charts/decisions", static_cast<double>(slice.total)});
+    metrics.push_back({"charts/decisions", static_cast<double>(p->slice.total)});
     metrics.push_back({"charts/epochs", static_cast<double>(totals.epochs)});
     double cut = 0;
-    for (const auto& e : episodes) cut += e.truncated;
-    const auto cut_of = c.comm.Sum({cut, static_cast<double>(episodes.size())}, "truncations");
+    for (const auto& e : played.episodes) cut += e.truncated;
+    const auto cut_of =
+        c.comm.Sum({cut, static_cast<double>(played.episodes.size())}, "truncations");
     metrics.push_back({"charts/truncated_frac", cut_of[0] / std::max(cut_of[1], 1.0)});
-    for (const auto& kv : AsyncMetrics(t.max_staleness, it, played, wait_s, c.comm))
-      metrics.push_back(kv);
     return metrics;
   }
 
@@ -546,21 +552,8 @@ class PpoDecisionTrainer final : public Trainer {
     return SnrMetrics(g);
   }
 
-  // This iteration's train episodes, played by RolloutAhead (on its worker
-  // when ahead): every rank plays its share of the train seeds.
-  static RolloutAhead::Play Play(const IterationContext& c) {
-    const TrainerConfig* t = &c.cfg;
-    const Comm* comm = &c.comm;
-    const uint64_t seed = c.seed;
-    return [t, comm, seed](agents::AgentContext& agent, agents::Budget& budget) {
-      return agents::RunDecisionEpisodes(agent,
-                                         RankSpecs(TrainSpecs(*t, seed, agent.iteration), *comm),
-                                         envs::Split::kTrain, /*greedy=*/false, budget);
-    };
-  }
-
   std::unique_ptr<Optimizer> opt_;
-  std::unique_ptr<RolloutAhead> ahead_;  // trainer.max_staleness (0: synchronous)
+  std::unique_ptr<Prepared> prepared_;  // from Prepare to Learn
 };
 
 const Registrar<TrainerPresetRegistry> kPreset("ppo_decision", "decision PPO defaults", [] {

@@ -1,6 +1,8 @@
-// The token-plane trainer (see token_trainer.h). One iteration reads top to
-// bottom: rollout (with DAPO dynamic sampling) -> old / reference log-probs by
-// the training forward -> advantages -> epochs x minibatches -> metrics.
+// The token-plane trainer (see token_trainer.h), in the loop's stages
+// (trainers/runtime/iteration.h): play (rounds of groups, each scored by the
+// training forward for old / reference log-probs; DAPO's dynamic sampling)
+// -> prepare (advantages, engine and staleness statistics) -> learn (epochs x
+// minibatches, metrics).
 #include "trainers/algorithms/token_trainer.h"
 
 #include <fmt/format.h>
@@ -196,17 +198,13 @@ std::vector<std::vector<size_t>> PromptMinibatches(const std::vector<uint64_t>& 
 void TokenTrainer::Setup(const TrainerConfig& cfg, policy::TransformerLM model) {
   auto trainable = TrainableParameters(model);
   opt_ = std::make_unique<Optimizer>(trainable.tensors, cfg.optim, cfg.iterations, trainable.names);
-  ahead_ = std::make_unique<RolloutAhead>(cfg.max_staleness, model);
 }
 
-void TokenTrainer::SaveState(const std::string& dir) const {
-  opt_->Save(dir + "/optimizer.pt");
-  ahead_->Save(dir);
-}
-void TokenTrainer::LoadState(const std::string& dir) {
-  opt_->Load(dir + "/optimizer.pt");
-  ahead_->Load(dir);
-}
+TokenTrainer::TokenTrainer() = default;
+TokenTrainer::~TokenTrainer() = default;
+
+void TokenTrainer::SaveState(const std::string& dir) const { opt_->Save(dir + "/optimizer.pt"); }
+void TokenTrainer::LoadState(const std::string& dir) { opt_->Load(dir + "/optimizer.pt"); }
 
 namespace {
 
@@ -223,7 +221,6 @@ struct Work {
 // zero-variance groups and any surplus) are only recorded and counted.
 struct Rollout {
   std::vector<agents::EpisodeData> kept, dropped;
-  std::vector<std::vector<double>> kept_kl;  // per kept episode, per step: Σ_t kl_t (reward placement)
   int64_t rounds = 0;
   Work generated, kept_work, dropped_work;  // generated = kept + dropped
 };
@@ -410,7 +407,6 @@ Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, in
         if (keep) {
           eps[i].spec.group = static_cast<int>(next);  // distinct across rounds and ranks
           out.kept.push_back(std::move(eps[i]));
-          if (!kl.empty()) out.kept_kl.push_back(kl[i]);
         } else {
           out.dropped.push_back(std::move(eps[i]));
         }
@@ -582,13 +578,6 @@ LossSettings ResolveLossSettings(const IterationContext& c, const policy::ScoreO
   return s;
 }
 
-// The rollout's metrics over every generated episode, kept and dropped.
-Metrics GeneratedMetrics(const Rollout& ro, Comm& comm) {
-  std::vector<agents::EpisodeData> generated = ro.kept;
-  generated.insert(generated.end(), ro.dropped.begin(), ro.dropped.end());
-  return RolloutMetrics(generated, &comm);
-}
-
 // Train-vs-rollout engine metrics of the kept responses, token-weighted over the job.
 void AppendEngineMetrics(const std::vector<TokenSample>& samples, const EngineConfig& engine,
                          Comm& comm, Metrics& metrics) {
@@ -722,55 +711,80 @@ void AppendSamplingMetrics(const Rollout& ro, Comm& comm, Metrics& metrics) {
 
 }  // namespace
 
-// One iteration, top to bottom: rollout (this rank's groups on train seeds,
-// scored by the training forward; DAPO resamples zero-variance groups
-// job-wide), advantages over the job's groups, gradient SNR at the rollout
-// weights, the update, metrics.
-Metrics TokenTrainer::Iterate(IterationContext& c) {
-  const TrainerConfig& t = c.cfg;
-  auto& sampler = *c.agent.sampler;
-  const int max_new_tokens = sampler.options().max_new_tokens;
-  policy::ScoreOptions sopts;
-  sopts.temperature =
-      sampler.options().temperature > 0 ? sampler.options().temperature : 1.0;  // match the sampler
+// What Learn needs from Prepare: the kept responses with their advantages,
+// where the job's responses are, and the loss settings.
+struct TokenTrainer::Prepared {
+  std::vector<TokenSample> samples;
+  JobSamples job;
+  LossSettings settings;
+};
 
-  const double t_rollout = MonotonicSeconds();
-  const int64_t tokens_before = c.budget.generated_tokens;
-  PlayedBatch batch = ahead_->Take(c.agent, t.iterations, c.budget, FirstRound(c, sopts));
-  JoinOnExit join_on_exit(*ahead_);  // the worker plays ahead while this iteration updates
-  Rollout ro = CollectGroups(c, sopts, max_new_tokens, std::move(batch.episodes),
-                             c.budget.generated_tokens - tokens_before);
-  Metrics metrics = GeneratedMetrics(ro, c.comm);
+namespace {
+
+// Scoring that matches the sampler: its temperature (1 for greedy).
+policy::ScoreOptions SamplerScoring(const policy::TextSampler& sampler) {
+  policy::ScoreOptions sopts;
+  sopts.temperature = sampler.options().temperature > 0 ? sampler.options().temperature : 1.0;
+  return sopts;
+}
+
+}  // namespace
+
+// The first round: this rank's groups on train seeds, scored by the training
+// forward of the weights that played them.
+RolloutAhead::Play TokenTrainer::Play(const IterationContext& c) {
+  return FirstRound(c, SamplerScoring(*c.agent.sampler));
+}
+
+// DAPO resamples zero-variance groups job-wide until the batch is full.
+Metrics TokenTrainer::Complete(IterationContext& c, PlayedBatch& batch) {
+  const auto& sampler = *c.agent.sampler;
+  Rollout ro = CollectGroups(c, SamplerScoring(sampler), sampler.options().max_new_tokens,
+                             std::move(batch.episodes), batch.spent.generated_tokens);
   c.budget.groups_generated += ro.generated.groups;
   c.budget.groups_kept += ro.kept_work.groups;
-  agents::AgentContext played = c.agent;  // the store records the weights that played them
-  played.policy_version = batch.version;
-  c.recorder.Episodes(ro.kept, played);
-  c.recorder.Episodes(ro.dropped, played);
-  // Env failures dropped every episode (DAPO's filtered groups still count as played).
-  if (NothingToLearn(metrics)) return SkippedUpdate(std::move(metrics), c.iteration);
+  Metrics metrics;
+  AppendSamplingMetrics(ro, c.comm, metrics);
+  batch.episodes = std::move(ro.kept);
+  batch.dropped = std::move(ro.dropped);
+  return metrics;
+}
 
-  Metrics step_groups;  // gigpo: whether step groups formed
-  auto samples = TokenAdvantages(t, max_new_tokens, ro.kept, ro.kept_kl, &c.comm, &step_groups);
-  for (const auto& kv : step_groups) metrics.push_back(kv);
-  const JobSamples job = GatherSamples(samples, ro.kept, c.comm);
+// Advantages over the job's groups; the engine's and (for a stale batch) the
+// staleness correction's statistics; pi_prox when the correction needs it.
+Metrics TokenTrainer::Prepare(IterationContext& c, const PlayedBatch& batch) {
+  const TrainerConfig& t = c.cfg;
+  const auto& sampler = *c.agent.sampler;
+  const int max_new_tokens = sampler.options().max_new_tokens;
+  const policy::ScoreOptions sopts = SamplerScoring(sampler);
+  prepared_ = std::make_unique<Prepared>();
+  auto& samples = prepared_->samples;
+  Metrics metrics;  // gigpo's step groups first: whether they formed
+  samples = TokenAdvantages(t, max_new_tokens, batch.episodes, KlPerStep(c, batch.episodes),
+                            &c.comm, &metrics);
+  prepared_->job = GatherSamples(samples, batch.episodes, c.comm);
   AppendEngineMetrics(samples, t.loss.engine, c.comm, metrics);
   if (batch.version < c.iteration && t.loss.staleness.kind == "decoupled") {
     ScoreProx(c, samples, sopts);
     AppendStalenessMetrics(samples, t.loss.staleness, c.comm, metrics);
   }
-  const LossSettings settings = ResolveLossSettings(c, sopts, max_new_tokens);
+  prepared_->settings = ResolveLossSettings(c, sopts, max_new_tokens);
+  return metrics;
+}
 
-  // Rank 0's responses (the same count of episodes in both planes).
-  if (t.grad_snr_every > 0 && c.iteration % t.grad_snr_every == 0 && c.comm.rank() == 0)
-    for (const auto& kv : Snr(c, samples, settings.loss, sopts)) metrics.push_back(kv);
-
-  const double t_update = MonotonicSeconds();
-  const UpdateTotals totals = UpdateEpochs(c, *opt_, samples, job, settings);
-  sampler.SyncWeights(c.agent.model);
-  c.budget.samples_used += static_cast<int64_t>(samples.size());
-  c.budget.tokens_used += ro.kept_work.tokens;
-  const double wait_s = ahead_->Join();
+// Gradient SNR at the rollout weights (rank 0's responses: the same count of
+// episodes in both planes), epochs x minibatches, the update's metrics.
+Metrics TokenTrainer::Learn(IterationContext& c, const PlayedBatch& batch) {
+  const std::unique_ptr<Prepared> p = std::move(prepared_);
+  Metrics metrics;
+  if (c.cfg.grad_snr_every > 0 && c.iteration % c.cfg.grad_snr_every == 0 && c.comm.rank() == 0)
+    for (const auto& kv : Snr(c, p->samples, p->settings.loss, p->settings.sopts))
+      metrics.push_back(kv);
+  const UpdateTotals totals = UpdateEpochs(c, *opt_, p->samples, p->job, p->settings);
+  Work kept;
+  for (const auto& e : batch.episodes) kept.AddEpisode(e);
+  c.budget.samples_used += static_cast<int64_t>(p->samples.size());
+  c.budget.tokens_used += kept.tokens;
 
   const double u = static_cast<double>(std::max<int64_t>(totals.updates, 1));
   metrics.push_back({"losses/policy", totals.loss / u});
@@ -779,11 +793,7 @@ Metrics TokenTrainer::Iterate(IterationContext& c) {
   metrics.push_back({"losses/grad_norm", totals.grad_norm / u});
   metrics.push_back({"charts/lr", opt_->current_lr()});
   metrics.push_back({"charts/epochs", static_cast<double>(totals.epochs)});
-  metrics.push_back({"charts/responses", static_cast<double>(job.rank.size())});
-  metrics.push_back({"time/rollout_and_scoring_s", t_update - t_rollout});
-  for (const auto& kv : AsyncMetrics(t.max_staleness, c.iteration, batch, wait_s, c.comm))
-    metrics.push_back(kv);
-  AppendSamplingMetrics(ro, c.comm, metrics);
+  metrics.push_back({"charts/responses", static_cast<double>(p->job.rank.size())});
   return metrics;
 }
 

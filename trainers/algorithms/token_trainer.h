@@ -1,5 +1,5 @@
 // The token-plane trainer shared by GRPO, Dr. GRPO, DAPO and GSPO (one small
-// file each sets its algorithm's defaults). It samples G episodes per env seed
+// file each sets its algorithm's defaults). It plays G episodes per env seed
 // with the rollout engine, turns episode returns (or per-step discounted
 // returns) into group-relative advantages broadcast over every response token,
 // recomputes old log-probs with the training forward (shared-prefix scoring),
@@ -20,7 +20,6 @@
 #include "policy/reading/scoring.h"
 #include "trainers/losses/loss_config.h"
 #include "trainers/runtime/optim.h"
-#include "trainers/runtime/rollout_ahead.h"
 #include "trainers/runtime/trainer.h"
 
 namespace rlid::trainers {
@@ -39,17 +38,23 @@ struct TokenSample {
 
 class TokenTrainer : public Trainer {
  public:
+  TokenTrainer();
+  ~TokenTrainer() override;
   policy::Plane plane() const override { return policy::Plane::kToken; }
   void Setup(const TrainerConfig& cfg, policy::TransformerLM model) override;
-  Metrics Iterate(IterationContext& c) override;
+  RolloutAhead::Play Play(const IterationContext& c) override;
+  Metrics Complete(IterationContext& c, PlayedBatch& batch) override;
+  Metrics Prepare(IterationContext& c, const PlayedBatch& batch) override;
+  Metrics Learn(IterationContext& c, const PlayedBatch& batch) override;
   void SaveState(const std::string& dir) const override;
   void LoadState(const std::string& dir) override;
 
  private:
+  struct Prepared;
   Metrics Snr(IterationContext& c, const std::vector<TokenSample>& samples,
               const LossConfig& loss_cfg, const policy::ScoreOptions& sopts);
   std::unique_ptr<Optimizer> opt_;
-  std::unique_ptr<RolloutAhead> ahead_;  // trainer.max_staleness (0: synchronous)
+  std::unique_ptr<Prepared> prepared_;  // from Prepare to Learn
 };
 
 // The shaped scores the advantages compare, and their groups. The score of a response is

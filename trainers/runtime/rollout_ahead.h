@@ -33,8 +33,11 @@ namespace rlid::trainers {
 struct PlayedBatch {
   int64_t iteration = 0;  // the iteration that trains on it
   int64_t version = 0;    // the weights it was played with (policy after `version` updates)
-  std::vector<agents::EpisodeData> episodes;
-  agents::Budget spent;  // the work of playing it
+  std::vector<agents::EpisodeData> episodes;  // what the update learns from
+  // Played and recorded but not learned from (DAPO's zero-variance groups,
+  // moved here by the trainer's Complete).
+  std::vector<agents::EpisodeData> dropped;
+  agents::Budget spent;  // the work of playing it (the first round's, with DAPO)
   double seconds = 0;    // wall time of playing it
 };
 

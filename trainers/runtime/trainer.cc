@@ -19,6 +19,7 @@
 #include "core/progress.h"
 #include "core/rng.h"
 #include "policy/model/checkpoint.h"
+#include "trainers/runtime/iteration.h"
 #include "trainers/runtime/optim.h"
 
 namespace rlid::trainers {
@@ -69,7 +70,7 @@ void DropOlderOptimizerState(const std::string& checkpoints_dir, const fs::path&
   }
 }
 
-std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
+std::string WriteCheckpoint(Run& run, const IterationRunner& runner, int64_t iteration) {
   // Only called from Train after CheckParametersFinite passed on these weights.
   // Everything recorded so far is committed first (by every rank), so a
   // checkpoint never exists without the episodes and metrics that came before it.
@@ -98,7 +99,7 @@ std::string WriteCheckpoint(Run& run, Trainer& trainer, int64_t iteration) {
     extra["shards"][std::to_string(r)] = {{"last_episode_id", last.first},
                                           {"last_item_id", last.second}};
   policy::SaveCheckpoint(dir.string(), run.model, run.tokenizer, extra,
-                         [&](const std::string& tmp) { trainer.SaveState(tmp); });
+                         [&](const std::string& tmp) { runner.SaveState(tmp); });
   // "latest" is a relative symlink to the newest complete checkpoint (usable
   // wherever a checkpoint directory is expected), replaced atomically.
   const fs::path latest = fs::path(run.checkpoints_dir) / "latest";
@@ -178,22 +179,28 @@ std::vector<agents::EpisodeSpec> TrainSpecs(const TrainerConfig& cfg, uint64_t r
   return specs;
 }
 
-Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* comm) {
+namespace {
+
+// RolloutMetrics of the episodes of every part, in order.
+Metrics MetricsOfEpisodes(std::initializer_list<const std::vector<agents::EpisodeData>*> parts,
+                          Comm* comm) {
   double success = 0, ret = 0, invalid = 0, steps = 0, mass = 0, menu_h = 0, row_h = 0;
-  double decision_steps = 0;
-  for (const auto& e : episodes) {
-    success += e.success;
-    ret += e.ret;
-    invalid += e.invalid_steps;
-    steps += e.steps.size();
-    for (const auto& s : e.steps) {
-      if (e.plane != policy::Plane::kDecision) continue;
-      mass += s.decision.candidate_mass, menu_h += s.decision.menu_entropy;
-      row_h += s.decision.row_entropy;
-      ++decision_steps;
+  double decision_steps = 0, n = 0;
+  for (const auto* part : parts) {
+    for (const auto& e : *part) {
+      n += 1;
+      success += e.success;
+      ret += e.ret;
+      invalid += e.invalid_steps;
+      steps += e.steps.size();
+      for (const auto& s : e.steps) {
+        if (e.plane != policy::Plane::kDecision) continue;
+        mass += s.decision.candidate_mass, menu_h += s.decision.menu_entropy;
+        row_h += s.decision.row_entropy;
+        ++decision_steps;
+      }
     }
   }
-  double n = static_cast<double>(episodes.size());
   if (comm && comm->distributed()) {
     auto t = comm->Sum({n, success, ret, invalid, steps, mass, menu_h, row_h, decision_steps},
                        "rollout metrics");
@@ -219,6 +226,16 @@ Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* c
     m.push_back({"policy/row_entropy", row_h / d});
   }
   return m;
+}
+
+}  // namespace
+
+Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* comm) {
+  return MetricsOfEpisodes({&episodes}, comm);
+}
+
+Metrics RolloutMetrics(const PlayedBatch& batch, Comm* comm) {
+  return MetricsOfEpisodes({&batch.episodes, &batch.dropped}, comm);
 }
 
 void CheckParametersFinite(policy::TransformerLM& model, int64_t iteration) {
@@ -449,14 +466,14 @@ namespace {
 
 // --resume: restores weights, sampler, trainer state and budget from the run's
 // checkpoint; returns the iteration to continue from.
-int64_t ResumeFromCheckpoint(Run& run, Trainer& trainer) {
+int64_t ResumeFromCheckpoint(Run& run, IterationRunner& runner) {
   if (run.resume_checkpoint.empty())
     throw IoError(fmt::format("--resume: the run in '{}' was not opened to resume", run.dir),
                   "open it with RunOptions::resume (rlid train --resume --out DIR)");
   fs::path dir = run.resume_checkpoint;
   policy::RestoreWeights(dir.string(), run.model);
   run.SyncSampler();
-  trainer.LoadState(dir.string());
+  runner.LoadState(dir.string());
   const nlohmann::json meta = policy::ReadCheckpointMeta(dir.string());
   const int64_t start = meta.at("extra").at("iteration").get<int64_t>() + 1;
   run.budget = BudgetFromJson(meta.at("extra").at("budget"));
@@ -474,16 +491,16 @@ void BroadcastInitialWeights(Run& run) {
   run.SyncSampler();
 }
 
-// One iteration of the loop: the trainer's rollout and update, the numeric
+// One iteration of the loop: play -> record -> prepare -> learn, the numeric
 // guards, the job's budget, evaluation when due, and the metrics to record.
 struct IterationOutcome {
   Metrics metrics;
   bool last = false;  // the final iteration (count or budget reached)
 };
 
-IterationOutcome RunIteration(Run& run, Trainer& trainer, int64_t it, TrainResult& result) {
+IterationOutcome RunIteration(Run& run, IterationRunner& runner, int64_t it, TrainResult& result) {
   const auto& t = run.cfg.trainer;
-  const policy::Plane plane = trainer.plane();
+  const policy::Plane plane = runner.trainer().plane();
   Comm& comm = run.comm;
   ThrowIfInterrupted();
   comm.Mark(fmt::format("iteration {}", it));
@@ -507,7 +524,7 @@ IterationOutcome RunIteration(Run& run, Trainer& trainer, int64_t it, TrainResul
   const double norm_before = t.max_weight_growth > 0 ? TrainableNorm(run.model) : 0.0;
   IterationOutcome out;
   Metrics& m = out.metrics;
-  m = trainer.Iterate(ctx);
+  m = runner.Run(ctx);
   CheckParametersFinite(run.model, it);
   if (t.max_weight_growth > 0)
     CheckWeightGrowth(norm_before, TrainableNorm(run.model), t.max_weight_growth, t.optim.lr, it);
@@ -592,8 +609,8 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
   const auto& t = run.cfg.trainer;
   const policy::Plane plane = trainer.plane();
   TrainResult result;
-  trainer.Setup(t, run.model);
-  const int64_t start = opt.resume ? ResumeFromCheckpoint(run, trainer) : 0;
+  IterationRunner runner(trainer, t, run.model);
+  const int64_t start = opt.resume ? ResumeFromCheckpoint(run, runner) : 0;
   result.iterations = start;               // a resumed run counts the iterations before it too
   const bool lead = run.comm.rank() == 0;  // rank 0 records metrics and checkpoints, and reports
   BroadcastInitialWeights(run);
@@ -613,7 +630,7 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
   agents::StageTimes logged = run.times;  // time/* metrics are the stage times since the last metrics
   int64_t empty_in_a_row = 0;  // iterations whose update was skipped: nothing to learn from
   for (int64_t it = start; it < t.iterations; ++it) {
-    IterationOutcome step = RunIteration(run, trainer, it, result);
+    IterationOutcome step = RunIteration(run, runner, it, result);
     Metrics& m = step.metrics;
     empty_in_a_row = Find(m, "charts/update_skipped") == 1.0 ? empty_in_a_row + 1 : 0;
     for (const auto& kv : run.times.Delta(logged)) m.push_back(kv);
@@ -623,7 +640,7 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
     result.iterations = it + 1;
     std::string written;
     if (step.last || (t.checkpoint_every > 0 && (it + 1) % t.checkpoint_every == 0)) {
-      result.final_checkpoint = WriteCheckpoint(run, trainer, it);
+      result.final_checkpoint = WriteCheckpoint(run, runner, it);
       written = fs::path(result.final_checkpoint).filename().string();
     }
     if (!opt.quiet && lead)

@@ -1,8 +1,11 @@
 // The training loop shared by every algorithm. A Trainer (one file per
-// algorithm, registered by name) implements one iteration — rollout on train
-// seeds, then the update — from the parts it is given (IterationContext); the
-// loop around it does the rest: periodic evaluation on test seeds (greedy and
-// sampled), namespaced metrics into SQLite, a progress line with ETA, atomic
+// algorithm, registered by name) states three things — how an iteration's
+// episodes are played (Play), what the update needs from them (Prepare) and
+// the update itself (Learn) — and the loop owns, once, what happens between
+// and around them (trainers/runtime/iteration.h): rollouts played ahead with
+// bounded staleness, recording the episodes with the weights that played
+// them, the budget, periodic evaluation on test seeds (greedy and sampled),
+// namespaced metrics into SQLite, a progress line with ETA, atomic
 // checkpoints every N iterations, --resume from the last checkpoint, and the
 // stop rule of the budget.
 #pragma once
@@ -14,6 +17,7 @@
 
 #include "agents/rollout.h"
 #include "core/registry.h"
+#include "trainers/runtime/rollout_ahead.h"
 #include "trainers/runtime/run.h"
 
 namespace rlid::trainers {
@@ -38,8 +42,31 @@ class Trainer {
   virtual policy::Plane plane() const = 0;
   // Once, before the first iteration: the policy this trainer optimises.
   virtual void Setup(const TrainerConfig& cfg, policy::TransformerLM model) = 0;
-  // One iteration: rollout on train seeds -> update. Returns metrics.
-  virtual Metrics Iterate(IterationContext& c) = 0;
+
+  // One iteration is the loop's walk (IterationRunner::Run): play -> record
+  // -> prepare -> learn. The batch lives in the loop from Play to Learn.
+  //
+  // 1. Play: how this iteration's train episodes are played, with the weights
+  //    of the batch's version (agent.model, agent.sampler, agent.policy_version),
+  //    spending into the budget given. The loop calls it on the learner's
+  //    thread, or ahead on the rollout worker (trainer.max_staleness > 0): it
+  //    must not use the Comm's collectives, the learner's model or anything
+  //    the update touches.
+  virtual RolloutAhead::Play Play(const IterationContext& c) = 0;
+  //    Then, on the learner's thread once the batch is taken: playing that
+  //    depends on what was played (DAPO's resampling of zero-variance groups),
+  //    which moves the episodes the update must not learn from to
+  //    batch.dropped. Returns what it measured. Default: nothing more to play.
+  virtual Metrics Complete(IterationContext& c, PlayedBatch& batch);
+  // 2. Prepare: from the recorded batch to what the update needs (scores,
+  //    advantages through the registry, the staleness correction's pi_prox),
+  //    kept by the trainer for Learn. Called only when the job has an
+  //    episode to learn from. Returns its metrics.
+  virtual Metrics Prepare(IterationContext& c, const PlayedBatch& batch) = 0;
+  // 3. Learn: the update on what Prepare made; returns the losses, the
+  //    gradient SNR when due, and the update's charts.
+  virtual Metrics Learn(IterationContext& c, const PlayedBatch& batch) = 0;
+
   // Optimiser state for checkpoints (--resume).
   virtual void SaveState(const std::string& dir) const = 0;
   virtual void LoadState(const std::string& dir) = 0;
@@ -91,6 +118,8 @@ std::vector<agents::EpisodeSpec> RankSpecs(const std::vector<agents::EpisodeSpec
 // episode at all (every one dropped after env failures) gives only
 // rollout/episodes = 0: a rate of nothing is not recorded as 0.
 Metrics RolloutMetrics(const std::vector<agents::EpisodeData>& episodes, Comm* comm = nullptr);
+// The same over every episode a batch played: those it learns from and the dropped ones.
+Metrics RolloutMetrics(const PlayedBatch& batch, Comm* comm = nullptr);
 
 // An iteration with no episode to learn from in the whole job (every one
 // dropped after env failures): the update is skipped, and the metrics say so
@@ -137,11 +166,12 @@ struct TrainOptions {
   std::string label;   // progress-line prefix (compare: "<arm> s<seed>")
 };
 
-// The loop: per iteration trainer.Iterate, the non-finite guard on the
-// weights, budget + time/* metrics, evaluation every eval_every iterations
-// (and after the last; with eval_at_start also before the first, logged at
-// iteration -1 with an empty budget), metrics into SQLite, checkpoints every
-// checkpoint_every iterations (and after the last), the progress line.
+// The loop: per iteration IterationRunner::Run (play -> record -> prepare ->
+// learn), the non-finite guard on the weights, budget + time/* metrics,
+// evaluation every eval_every iterations (and after the last; with
+// eval_at_start also before the first, logged at iteration -1 with an empty
+// budget), metrics into SQLite, checkpoints every checkpoint_every iterations
+// (and after the last), the progress line.
 // resume: continues from checkpoints/latest of run.dir (weights, trainer
 // state, budget counters, iteration), which gives the same weights and metrics
 // as an uninterrupted run because every random stream derives from

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "tests/agents/fixtures.h"
+#include "trainers/runtime/iteration.h"
 #include "trainers/runtime/trainer.h"
 
 namespace rlid::testing {
@@ -25,7 +26,8 @@ class TokenRun {
         *cfg_, trainers::RunOptions{
                    .out_dir = dir_.str(), .kind = "train", .arm = name, .quiet = true});
     trainer_ = trainers::TrainerRegistry::Global().Make(cfg_->trainer.algorithm);
-    trainer_->Setup(cfg_->trainer, session_->model);
+    runner_ =
+        std::make_unique<trainers::IterationRunner>(*trainer_, cfg_->trainer, session_->model);
   }
   ~TokenRun() {
     if (session_) session_->End("completed");
@@ -36,7 +38,7 @@ class TokenRun {
     trainers::IterationContext ctx{it, cfg_->trainer, cfg_->run.seed,
                                    session_->Agent(trainer_->plane(), it), session_->budget,
                                    session_->recorder(), session_->comm};
-    auto m = trainer_->Iterate(ctx);
+    auto m = runner_->Run(ctx);
     session_->recorder().Metrics(it, m);
     session_->recorder().Flush();
     return m;
@@ -62,6 +64,7 @@ class TokenRun {
   std::unique_ptr<trainers::ExperimentConfig> cfg_;
   std::unique_ptr<trainers::Run> session_;
   std::unique_ptr<trainers::Trainer> trainer_;
+  std::unique_ptr<trainers::IterationRunner> runner_;
 };
 
 // The value of `key` in metrics; fails the test (and returns NaN) when absent.

@@ -1,5 +1,5 @@
 // Hand-computed checks of every advantage estimator, groups of one, all-equal
-// groups, padding invariance and the decision-plane GAE (trainers/advantages.h).
+// groups, padding invariance and the decision-plane GAE (trainers/losses/advantages.h).
 #include "trainers/losses/advantages.h"
 
 #include <gtest/gtest.h>

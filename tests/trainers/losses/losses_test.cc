@@ -1,5 +1,5 @@
 // Hand-computed checks of the policy losses, aggregation with global counts,
-// engine corrections, KL terms and padding invariance (trainers/losses.h, kl.h).
+// engine corrections, KL terms and padding invariance (trainers/losses/losses.h, kl.h).
 #include "trainers/losses/losses.h"
 
 #include <fmt/format.h>

@@ -90,7 +90,7 @@ TEST(Diagnostics, EpisodesEndingFarEarlierThanTheOraclesWarn) {
 // An iteration whose episodes were all dropped after env failures measured
 // nothing: no rate is recorded (a 0 would read as a measured failure).
 TEST(Diagnostics, NoEpisodesGiveNoRolloutRates) {
-  const Metrics none = RolloutMetrics({});
+  const Metrics none = RolloutMetrics(std::vector<agents::EpisodeData>{});
   ASSERT_EQ(none.size(), 1u);
   EXPECT_EQ(none[0].first, "rollout/episodes");
   EXPECT_EQ(none[0].second, 0.0);

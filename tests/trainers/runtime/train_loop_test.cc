@@ -117,7 +117,7 @@ std::map<std::pair<int64_t, std::string>, double> DeterministicMetrics(const std
   return out;
 }
 
-// A trainer that crashes when it reaches iteration `crash_at` (a killed process).
+// A trainer that dies in iteration `crash_at`, after its episodes are recorded (a killed process).
 class CrashingTrainer final : public Trainer {
  public:
   CrashingTrainer(std::unique_ptr<Trainer> inner, int64_t crash_at)
@@ -126,9 +126,17 @@ class CrashingTrainer final : public Trainer {
   void Setup(const TrainerConfig& cfg, policy::TransformerLM model) override {
     inner_->Setup(cfg, model);
   }
-  Metrics Iterate(IterationContext& c) override {
+  RolloutAhead::Play Play(const IterationContext& c) override { return inner_->Play(c); }
+  Metrics Complete(IterationContext& c, PlayedBatch& batch) override {
+    return inner_->Complete(c, batch);
+  }
+  // Dies after the iteration's episodes are recorded, before its update.
+  Metrics Prepare(IterationContext& c, const PlayedBatch& batch) override {
     if (c.iteration == crash_at_) throw std::runtime_error("killed");
-    return inner_->Iterate(c);
+    return inner_->Prepare(c, batch);
+  }
+  Metrics Learn(IterationContext& c, const PlayedBatch& batch) override {
+    return inner_->Learn(c, batch);
   }
   void SaveState(const std::string& dir) const override { inner_->SaveState(dir); }
   void LoadState(const std::string& dir) override { inner_->LoadState(dir); }
