@@ -6,12 +6,10 @@
 
 #include <array>
 
-#include "core/check.h"
 #include "core/hash.h"
 #include "core/rng.h"
 #include "envs/menu_state.h"
 #include "envs/simple_env.h"
-#include "envs/state_graph.h"
 
 namespace rlid::envs {
 namespace {

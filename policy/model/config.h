@@ -83,7 +83,7 @@ struct ModelConfig {
   }
 
   // Qwen3.5 (qwen3_5_text): hybrid layers, most of them Gated DeltaNet linear
-  // attention (policy/model/linear_attention.h), the rest full attention with a
+  // attention (GatedDeltaNetImpl: policy/model/model.h, linear_attention.cc), the rest full attention with a
   // sigmoid output gate and partial rotary embeddings.
   std::vector<bool> linear;        // per layer: Gated DeltaNet (empty: no layer is)
   int64_t linear_key_heads = 0;    // query/key heads of the delta rule (divide the value heads)

@@ -27,7 +27,7 @@ class Run:
     covers all ranks. Tables: runs, episodes, steps, menu_items, prompts,
     memory_items, memory_reads, metrics, checkpoints; views: v_step_provenance,
     v_memory_lineage, v_split_leaks, v_label_calibration, v_run_budget
-    (docs/store.md)."""
+    (docs/memory.md)."""
 
     def __init__(self, path):
         self.dir = os.fspath(path)
