@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/strings.h"
 #include "memory/records.h"
 #include "memory/sqlite.h"
 
@@ -502,10 +503,11 @@ void Migrate(Db& db, int target) {
       }
       if (*m.sql) db.Exec(m.sql, fmt::format("applying schema migration {} ({})", m.version, m.description));
       if (m.after) m.after(db);
-      Statement ins = db.Prepare(
-          "INSERT INTO rlid_schema(version, description, applied_at, rlid_version) "
-          "VALUES (?, ?, ?, ?)");
-      ins.Bind(1, m.version).Bind(2, m.description).Bind(3, NowIso8601()).Bind(4, VersionString());
+      Statement ins = db.Prepare(InsertSql("rlid_schema"));
+      ins.Bind(":version", m.version)
+          .Bind(":description", m.description)
+          .Bind(":applied_at", NowIso8601())
+          .Bind(":rlid_version", VersionString());
       ins.Run();
       if (m.version == 1) db.Exec(fmt::format("PRAGMA application_id = {}", kApplicationId));
       db.Exec("COMMIT", "committing a schema migration");
@@ -514,6 +516,53 @@ void Migrate(Db& db, int target) {
       throw;
     }
   }
+}
+
+const std::vector<TableWrite>& TableWrites() {
+  static const std::vector<TableWrite> tables = {
+      {"rlid_schema", {"version", "description", "applied_at", "rlid_version"}, {}},
+      {"runs",
+       {"id", "name", "arm", "kind", "config_toml", "seed", "code_version", "allow_cross_split",
+        "started_at", "env_metadata", "status"},
+       {"ended_at"}},
+      {"episodes",
+       {"id", "run_id", "env", "seed", "split", "plane", "policy_version", "iteration", "ret",
+        "success", "length", "truncated", "committed_at", "mode", "attempts"},
+       {}},
+      {"prompts", {"hash", "text", "tokens"}, {}},
+      {"steps",
+       {"episode_id",     "t",           "observation", "prompt_hash",     "prompt_tokens",
+        "action",         "label",       "command",     "generated_text",  "generated_tokens",
+        "logp_rollout",   "logp_train",  "value",       "reward",          "invalid",
+        "invalid_reason", "realisation", "state_hash",  "afterstate_hash", "optimal",
+        "history_steps"},
+       {}},
+      {"menu_items",
+       {"episode_id", "t", "position", "action", "label", "command", "afterstate", "probability",
+        "realisations"},
+       {}},
+      {"memory_items",
+       {"id", "run_id", "content", "kind", "source_episode_id", "source_t", "split",
+        "policy_version", "created_at", "instance", "pass"},
+       {}},
+      {"memory_parents", {"item_id", "parent_id"}, {}},
+      {"memory_reads", {"episode_id", "t", "rank", "item_id", "score"}, {}},
+      {"metrics", {"run_id", "iteration", "key", "value", "wall_time"}, {}},
+      {"checkpoints", {"run_id", "iteration", "path", "created_at"}, {"id"}},
+  };
+  return tables;
+}
+
+std::string InsertSql(const std::string& table, bool or_ignore) {
+  for (const TableWrite& t : TableWrites()) {
+    if (t.table != table) continue;
+    std::vector<std::string> params;
+    for (const auto& c : t.written) params.push_back(":" + c);
+    return fmt::format("INSERT {}INTO {}({}) VALUES ({})", or_ignore ? "OR IGNORE " : "", table,
+                       Join(t.written, ", "), Join(params, ", "));
+  }
+  throw InternalError(
+      fmt::format("no column list for table '{}' (memory/schema.cc TableWrites)", table));
 }
 
 }  // namespace rlid::memory

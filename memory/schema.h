@@ -38,4 +38,19 @@ void Migrate(Db& db, int target);
 // Names of the documented views (v_step_provenance, ...), for tests and docs.
 std::vector<std::string> ViewNames();
 
+// A table rlid inserts rows into: the columns it writes, each bound by name
+// (":column"), and those it leaves to the schema (defaults, auto ids, later
+// UPDATEs). A test checks that together they are exactly the table's columns
+// in the latest schema, so a column added there and not carried through here
+// fails a test instead of shifting values.
+struct TableWrite {
+  std::string table;
+  std::vector<std::string> written, defaulted;
+};
+// Every table rlid inserts rows into.
+const std::vector<TableWrite>& TableWrites();
+// "INSERT [OR IGNORE] INTO table(c, ...) VALUES (:c, ...)" over TableWrites()'
+// written columns of `table`.
+std::string InsertSql(const std::string& table, bool or_ignore = false);
+
 }  // namespace rlid::memory

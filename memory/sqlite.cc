@@ -100,6 +100,13 @@ Statement& Statement::Bind(int index, std::string_view value) {
   return *this;
 }
 
+int Statement::ParameterIndex(const char* name) const {
+  const int index = sqlite3_bind_parameter_index(stmt_, name);
+  if (index == 0)
+    throw InternalError(fmt::format("SQL statement has no parameter {}: {}", name, Sql()));
+  return index;
+}
+
 Statement& Statement::BindNull(int index) {
   CheckBind(sqlite3_bind_null(stmt_, index), index);
   return *this;

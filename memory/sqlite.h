@@ -19,7 +19,8 @@ namespace rlid::memory {
 
 class Db;
 
-// A prepared statement. Bind indices are 1-based, column indices 0-based.
+// A prepared statement. Parameters bind by name (":name", preferred: no
+// column can shift) or by 1-based index; column indices are 0-based.
 class Statement {
  public:
   Statement() = default;
@@ -45,6 +46,14 @@ class Statement {
   Statement& Bind(int index, const std::optional<T>& value) {
     return value ? Bind(index, *value) : BindNull(index);
   }
+  // The same by parameter name (":column", "?1"): InternalError when the
+  // statement has no such parameter, so a renamed column fails loudly.
+  template <class T>
+  Statement& Bind(const char* name, const T& value) {
+    return Bind(ParameterIndex(name), value);
+  }
+  Statement& BindNull(const char* name) { return BindNull(ParameterIndex(name)); }
+  int ParameterIndex(const char* name) const;
 
   // Advances; true when a row is available, false when done. Throws IoError.
   bool Step();

@@ -228,13 +228,15 @@ void Store::OpenReadWrite() {
   // Best effort: a foreign connection holding a write transaction (sqlite3, a
   // browser) makes it wait for the next writer instead of failing the open.
   if (ClaimCrashSweep(lock_.fd)) try {
-    Statement crashed = db_.Prepare(
-        "UPDATE runs SET status = 'crashed', ended_at = COALESCE(ended_at, ?) WHERE status = 'running'");
-    crashed.Bind(1, NowIso8601());
-    crashed.Run();
-    if (const int64_t n = sqlite3_changes(db_.handle()); n > 0)
-      spdlog::info("{}: {} run(s) left 'running' by a process that no longer exists are marked 'crashed'",
-                   path(), n);
+      Statement crashed = db_.Prepare(
+          "UPDATE runs SET status = 'crashed', ended_at = COALESCE(ended_at, :now) "
+          "WHERE status = 'running'");
+      crashed.Bind(":now", NowIso8601());
+      crashed.Run();
+      if (const int64_t n = sqlite3_changes(db_.handle()); n > 0)
+        spdlog::info(
+            "{}: {} run(s) left 'running' by a process that no longer exists are marked 'crashed'",
+            path(), n);
   } catch (const IoError& e) {
     spdlog::warn("{}: could not mark runs of dead processes as crashed: {}", path(), e.what());
   }
@@ -278,8 +280,8 @@ void Store::AttachShards() {
     const std::string schema = fmt::format("rank{}", rank);
     std::string uri = ReadOnlyUriFor(file.string());
     if (uri.empty()) uri = FileUri(file.string(), "mode=ro");
-    Statement attach = db_.Prepare(fmt::format("ATTACH DATABASE ? AS {}", schema));
-    attach.Bind(1, uri);
+    Statement attach = db_.Prepare(fmt::format("ATTACH DATABASE :uri AS {}", schema));
+    attach.Bind(":uri", uri);
     attach.Run();
     const int64_t v = db_.QueryInt(fmt::format("SELECT COALESCE(MAX(version), 0) FROM {}.rlid_schema", schema));
     if (v != SchemaVersionOf(db_))
@@ -346,34 +348,20 @@ void Store::OpenReadOnly() {
 
 void Store::Prepare() {
   st_ = std::make_unique<Statements>();
-  st_->begin_run = db_.Prepare(
-      "INSERT INTO runs(id, name, arm, kind, config_toml, seed, code_version, allow_cross_split, "
-      "started_at, env_metadata, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')");
-  st_->end_run = db_.Prepare("UPDATE runs SET status = ?, ended_at = ? WHERE id = ?");
-  st_->episode = db_.Prepare(
-      "INSERT INTO episodes(id, run_id, env, seed, split, plane, policy_version, iteration, ret, "
-      "success, length, truncated, committed_at, mode, attempts) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  st_->prompt = db_.Prepare("INSERT OR IGNORE INTO prompts(hash, text, tokens) VALUES (?, ?, ?)");
-  st_->step = db_.Prepare(
-      "INSERT INTO steps(episode_id, t, observation, prompt_hash, prompt_tokens, action, label, "
-      "command, generated_text, generated_tokens, logp_rollout, logp_train, value, reward, "
-      "invalid, invalid_reason, realisation, state_hash, afterstate_hash, optimal, history_steps) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  st_->menu = db_.Prepare(
-      "INSERT INTO menu_items(episode_id, t, position, action, label, command, afterstate, "
-      "probability, realisations) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  st_->item = db_.Prepare(
-      "INSERT INTO memory_items(id, run_id, content, kind, source_episode_id, source_t, split, "
-      "policy_version, created_at, instance, pass) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  st_->parent = db_.Prepare("INSERT INTO memory_parents(item_id, parent_id) VALUES (?, ?)");
-  st_->read = db_.Prepare(
-      "INSERT INTO memory_reads(episode_id, t, rank, item_id, score) VALUES (?, ?, ?, ?, ?)");
-  st_->metric = db_.Prepare(
-      "INSERT INTO metrics(run_id, iteration, key, value, wall_time) VALUES (?, ?, ?, ?, ?)");
-  st_->checkpoint = db_.Prepare(
-      "INSERT INTO checkpoints(run_id, iteration, path, created_at) VALUES (?, ?, ?, ?)");
-  st_->has_item = db_.Prepare("SELECT 1 FROM memory_items WHERE id = ?");
+  // Inserts name their columns once (TableWrites) and bind them by name.
+  st_->begin_run = db_.Prepare(InsertSql("runs"));
+  st_->end_run =
+      db_.Prepare("UPDATE runs SET status = :status, ended_at = :ended_at WHERE id = :id");
+  st_->episode = db_.Prepare(InsertSql("episodes"));
+  st_->prompt = db_.Prepare(InsertSql("prompts", /*or_ignore=*/true));
+  st_->step = db_.Prepare(InsertSql("steps"));
+  st_->menu = db_.Prepare(InsertSql("menu_items"));
+  st_->item = db_.Prepare(InsertSql("memory_items"));
+  st_->parent = db_.Prepare(InsertSql("memory_parents"));
+  st_->read = db_.Prepare(InsertSql("memory_reads"));
+  st_->metric = db_.Prepare(InsertSql("metrics"));
+  st_->checkpoint = db_.Prepare(InsertSql("checkpoints"));
+  st_->has_item = db_.Prepare("SELECT 1 FROM memory_items WHERE id = :id");
 }
 
 namespace {
@@ -390,16 +378,18 @@ int64_t Store::BeginRun(const RunRecord& run) {
   RLID_CHECK(!run.name.empty(), "a run needs a name");
   RLID_CHECK(!run.kind.empty(), "run '{}' needs a kind (train/eval/compare/sft)", run.name);
   RLID_CHECK(run.id >= 0, "run id {} (expected 0 = next free, or a positive id)", run.id);
-  st_->begin_run.Bind(1, run.id > 0 ? std::optional<int64_t>(run.id) : std::nullopt)
-      .Bind(2, run.name)
-      .Bind(3, run.arm)
-      .Bind(4, run.kind)
-      .Bind(5, run.config_toml)
-      .Bind(6, static_cast<int64_t>(run.seed))
-      .Bind(7, run.code_version.empty() ? VersionString() : run.code_version)
-      .Bind(8, run.allow_cross_split)
-      .Bind(9, NowIso8601())
-      .Bind(10, run.env_metadata.empty() ? std::nullopt : std::optional(run.env_metadata));
+  st_->begin_run.Bind(":id", run.id > 0 ? std::optional<int64_t>(run.id) : std::nullopt)
+      .Bind(":name", run.name)
+      .Bind(":arm", run.arm)
+      .Bind(":kind", run.kind)
+      .Bind(":config_toml", run.config_toml)
+      .Bind(":seed", static_cast<int64_t>(run.seed))
+      .Bind(":code_version", run.code_version.empty() ? VersionString() : run.code_version)
+      .Bind(":allow_cross_split", run.allow_cross_split)
+      .Bind(":started_at", NowIso8601())
+      .Bind(":env_metadata",
+            run.env_metadata.empty() ? std::nullopt : std::optional(run.env_metadata))
+      .Bind(":status", "running");
   st_->begin_run.Run();
   return db_.LastInsertRowid();
 }
@@ -409,14 +399,14 @@ void Store::EndRun(int64_t run_id, std::string_view status) {
   bool known = false;
   for (const char* s : kRunStatuses) known = known || status == s;
   RLID_CHECK(known, "run status '{}' (expected completed, failed, interrupted or crashed)", status);
-  st_->end_run.Bind(1, status).Bind(2, NowIso8601()).Bind(3, run_id);
+  st_->end_run.Bind(":status", status).Bind(":ended_at", NowIso8601()).Bind(":id", run_id);
   st_->end_run.Run();
   RLID_CHECK_EQ(db_.Changes(), 1, "EndRun: no run with id {}", run_id);
 }
 
 bool Store::HasRun(int64_t run_id) const {
-  Statement s = db_.Prepare("SELECT 1 FROM runs WHERE id = ?");
-  s.Bind(1, run_id);
+  Statement s = db_.Prepare("SELECT 1 FROM runs WHERE id = :id");
+  s.Bind(":id", run_id);
   return s.Step();
 }
 
@@ -433,30 +423,33 @@ void Store::RequireRun(int64_t run_id, std::string_view doing) const {
 void Store::ResumeRun(int64_t run_id) {
   RequireWritable(mode_, path());
   RequireRun(run_id, "resume");
-  Statement s = db_.Prepare("UPDATE runs SET status = 'running', ended_at = NULL WHERE id = ?");
-  s.Bind(1, run_id);
+  Statement s = db_.Prepare("UPDATE runs SET status = 'running', ended_at = NULL WHERE id = :id");
+  s.Bind(":id", run_id);
   s.Run();
 }
 
 TruncateResult Store::TruncateRun(int64_t run_id, int64_t last_iteration, int64_t last_episode_id) {
   RequireWritable(mode_, path());
   RequireRun(run_id, "truncate");
-  // ?1 run, ?2 last episode id kept, ?3 last iteration kept. An episode played
-  // ahead (asynchronous rollouts) took its id before the checkpoint but belongs
-  // to a later iteration: it goes too.
+  // The run's episodes after the last one kept. An episode played ahead
+  // (asynchronous rollouts) took its id before the checkpoint but belongs to a
+  // later iteration: it goes too.
   constexpr const char* kGoneEpisodes =
-      "(SELECT id FROM episodes WHERE run_id = ?1 AND (id > ?2 OR iteration > ?3))";
+      "(SELECT id FROM episodes WHERE run_id = :run AND (id > :last_episode OR iteration > "
+      ":last_iteration))";
   const std::string gone_items =
       fmt::format("(SELECT id FROM memory_items WHERE source_episode_id IN {})", kGoneEpisodes);
   auto run = [&](const std::string& sql, int64_t bound) {
     Statement s = db_.Prepare(sql);
-    s.Bind(1, run_id).Bind(2, bound);
+    s.Bind(":run", run_id).Bind(":last_iteration", bound);
     s.Run();
     return static_cast<int64_t>(db_.Changes());
   };
   auto gone = [&](const std::string& sql) {
     Statement s = db_.Prepare(sql);
-    s.Bind(1, run_id).Bind(2, last_episode_id).Bind(3, last_iteration);
+    s.Bind(":run", run_id)
+        .Bind(":last_episode", last_episode_id)
+        .Bind(":last_iteration", last_iteration);
     s.Run();
     return static_cast<int64_t>(db_.Changes());
   };
@@ -468,7 +461,9 @@ TruncateResult Store::TruncateRun(int64_t run_id, int64_t last_iteration, int64_
         "AND episode_id NOT IN {0}), "
         "(SELECT COUNT(*) FROM memory_parents WHERE parent_id IN {1} AND item_id NOT IN {1})",
         kGoneEpisodes, gone_items));
-    dangling.Bind(1, run_id).Bind(2, last_episode_id).Bind(3, last_iteration);
+    dangling.Bind(":run", run_id)
+        .Bind(":last_episode", last_episode_id)
+        .Bind(":last_iteration", last_iteration);
     dangling.Step();
     const int64_t reads = dangling.Int(0), derived = dangling.Int(1);
     dangling.Reset();
@@ -485,10 +480,12 @@ TruncateResult Store::TruncateRun(int64_t run_id, int64_t last_iteration, int64_
         gone(fmt::format("DELETE FROM memory_items WHERE source_episode_id IN {}", kGoneEpisodes));
     gone(fmt::format("DELETE FROM menu_items WHERE episode_id IN {}", kGoneEpisodes));
     gone(fmt::format("DELETE FROM steps WHERE episode_id IN {}", kGoneEpisodes));
-    r.episodes = gone("DELETE FROM episodes WHERE run_id = ?1 AND (id > ?2 OR iteration > ?3)");
-    r.metrics = run("DELETE FROM metrics WHERE run_id = ?1 AND iteration > ?2", last_iteration);
+    r.episodes = gone(fmt::format("DELETE FROM episodes WHERE id IN {}", kGoneEpisodes));
+    r.metrics = run("DELETE FROM metrics WHERE run_id = :run AND iteration > :last_iteration",
+                    last_iteration);
     r.checkpoints =
-        run("DELETE FROM checkpoints WHERE run_id = ?1 AND iteration > ?2", last_iteration);
+        run("DELETE FROM checkpoints WHERE run_id = :run AND iteration > :last_iteration",
+            last_iteration);
     db_.Exec("COMMIT", "committing the truncation of a run");
   } catch (...) {
     db_.RollbackQuietly();
@@ -502,9 +499,9 @@ std::vector<MemoryItem> Store::MemoryItems(int64_t run_id) const {
   const char* scope_columns = schema_version_ >= 3 ? "instance, pass" : "0, 0";
   Statement s = db_.Prepare(fmt::format(
       "SELECT id, content, kind, source_episode_id, source_t, split, {}, policy_version, "
-      "created_at FROM memory_items WHERE run_id = ? ORDER BY id",
+      "created_at FROM memory_items WHERE run_id = :run ORDER BY id",
       scope_columns));
-  s.Bind(1, run_id);
+  s.Bind(":run", run_id);
   std::vector<MemoryItem> items;
   while (s.Step()) {
     MemoryItem it;
@@ -521,8 +518,8 @@ std::vector<MemoryItem> Store::MemoryItems(int64_t run_id) const {
   }
   Statement p = db_.Prepare(
       "SELECT p.item_id, p.parent_id FROM memory_parents p JOIN memory_items m ON m.id = "
-      "p.item_id WHERE m.run_id = ? ORDER BY p.item_id, p.parent_id");
-  p.Bind(1, run_id);
+      "p.item_id WHERE m.run_id = :run ORDER BY p.item_id, p.parent_id");
+  p.Bind(":run", run_id);
   size_t k = 0;  // both lists are in item id order
   while (p.Step()) {
     const int64_t item = p.Int(0);
@@ -587,42 +584,32 @@ namespace {
 
 // One `steps` row of episode `episode` (its prompt row is written by the caller).
 void WriteStepRow(Statement& step, int64_t episode, const StepRecord& s, const std::string& prompt_hex) {
-  step.Bind(1, episode)
-      .Bind(2, s.t)
-      .Bind(3, s.observation)
-      .Bind(4, prompt_hex)
-      .Bind(5, s.prompt_tokens)
-      .Bind(6, s.action)
-      .Bind(7, s.label)
-      .Bind(8, s.command);
-  if (s.generated_text.empty())
-    step.BindNull(9);
-  else
-    step.Bind(9, s.generated_text);
-  step.Bind(10, s.generated_tokens)
-      .Bind(11, s.logp_rollout)
-      .Bind(12, s.logp_train)
-      .Bind(13, s.value)
-      .Bind(14, s.reward)
-      .Bind(15, s.invalid)
-      .Bind(16, s.invalid_reason);
-  if (s.realisation.empty())
-    step.BindNull(17);
-  else
-    step.Bind(17, s.realisation);
-  if (s.state_hash == 0)
-    step.BindNull(18);
-  else
-    step.Bind(18, HashHex(s.state_hash));
-  if (s.afterstate_hash)
-    step.Bind(19, HashHex(*s.afterstate_hash));
-  else
-    step.BindNull(19);
-  if (s.optimal < 0)
-    step.BindNull(20);
-  else
-    step.Bind(20, s.optimal);
-  step.Bind(21, s.history_steps);
+  // Empty text, a zero hash and optimal < 0 mean "not recorded": NULL.
+  auto text_or_null = [](const std::string& v) {
+    return v.empty() ? std::nullopt : std::optional<std::string>(v);
+  };
+  step.Bind(":episode_id", episode)
+      .Bind(":t", s.t)
+      .Bind(":observation", s.observation)
+      .Bind(":prompt_hash", prompt_hex)
+      .Bind(":prompt_tokens", s.prompt_tokens)
+      .Bind(":action", s.action)
+      .Bind(":label", s.label)
+      .Bind(":command", s.command)
+      .Bind(":generated_text", text_or_null(s.generated_text))
+      .Bind(":generated_tokens", s.generated_tokens)
+      .Bind(":logp_rollout", s.logp_rollout)
+      .Bind(":logp_train", s.logp_train)
+      .Bind(":value", s.value)
+      .Bind(":reward", s.reward)
+      .Bind(":invalid", s.invalid)
+      .Bind(":invalid_reason", s.invalid_reason)
+      .Bind(":realisation", text_or_null(s.realisation))
+      .Bind(":state_hash", text_or_null(s.state_hash == 0 ? "" : HashHex(s.state_hash)))
+      .Bind(":afterstate_hash",
+            s.afterstate_hash ? std::optional(HashHex(*s.afterstate_hash)) : std::nullopt)
+      .Bind(":optimal", s.optimal < 0 ? std::nullopt : std::optional<int64_t>(s.optimal))
+      .Bind(":history_steps", s.history_steps);
   step.Run();
 }
 
@@ -636,15 +623,15 @@ void WriteMenuRows(Statement& menu, int64_t episode, const StepRecord& s) {
           std::isfinite(r.probability) ? nlohmann::json(r.probability) : nlohmann::json(nullptr);
       real.push_back({{"text", r.text}, {"probability", p}});
     }
-    menu.Bind(1, episode)
-        .Bind(2, s.t)
-        .Bind(3, m.position)
-        .Bind(4, m.action)
-        .Bind(5, m.label)
-        .Bind(6, m.command)
-        .Bind(7, m.afterstate)
-        .Bind(8, m.probability)
-        .Bind(9, real.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    menu.Bind(":episode_id", episode)
+        .Bind(":t", s.t)
+        .Bind(":position", m.position)
+        .Bind(":action", m.action)
+        .Bind(":label", m.label)
+        .Bind(":command", m.command)
+        .Bind(":afterstate", m.afterstate)
+        .Bind(":probability", m.probability)
+        .Bind(":realisations", real.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     menu.Run();
   }
 }
@@ -652,23 +639,20 @@ void WriteMenuRows(Statement& menu, int64_t episode, const StepRecord& s) {
 // The episode's new memory items and their parents.
 void WriteMemoryItemRows(Statement& item, Statement& parent, const EpisodeRecord& e) {
   for (const MemoryItem& it : e.new_items) {
-    item.Bind(1, it.id)
-        .Bind(2, it.source.run_id != 0 ? it.source.run_id : e.run_id)
-        .Bind(3, it.content)
-        .Bind(4, MemoryKindName(it.kind))
-        .Bind(5, e.id);
-    if (it.source.t < 0)
-      item.BindNull(6);
-    else
-      item.Bind(6, it.source.t);
-    item.Bind(7, it.split)
-        .Bind(8, it.policy_version)
-        .Bind(9, it.created_at.empty() ? NowIso8601() : it.created_at)
-        .Bind(10, static_cast<int64_t>(it.instance))  // same 64 bits
-        .Bind(11, it.pass);
+    item.Bind(":id", it.id)
+        .Bind(":run_id", it.source.run_id != 0 ? it.source.run_id : e.run_id)
+        .Bind(":content", it.content)
+        .Bind(":kind", MemoryKindName(it.kind))
+        .Bind(":source_episode_id", e.id)
+        .Bind(":source_t", it.source.t < 0 ? std::nullopt : std::optional<int64_t>(it.source.t))
+        .Bind(":split", it.split)
+        .Bind(":policy_version", it.policy_version)
+        .Bind(":created_at", it.created_at.empty() ? NowIso8601() : it.created_at)
+        .Bind(":instance", static_cast<int64_t>(it.instance))  // same 64 bits
+        .Bind(":pass", it.pass);
     item.Run();
     for (int64_t p : it.parents) {
-      parent.Bind(1, it.id).Bind(2, p);
+      parent.Bind(":item_id", it.id).Bind(":parent_id", p);
       parent.Run();
     }
   }
@@ -677,21 +661,21 @@ void WriteMemoryItemRows(Statement& item, Statement& parent, const EpisodeRecord
 }  // namespace
 
 void Store::WriteEpisodeRows(const EpisodeRecord& e) {
-  st_->episode.Bind(1, e.id)
-      .Bind(2, e.run_id)
-      .Bind(3, e.env)
-      .Bind(4, static_cast<int64_t>(e.seed))
-      .Bind(5, e.split)
-      .Bind(6, e.plane)
-      .Bind(7, e.policy_version)
-      .Bind(8, e.iteration)
-      .Bind(9, e.ret)
-      .Bind(10, e.success)
-      .Bind(11, e.length)
-      .Bind(12, e.truncated)
-      .Bind(13, NowIso8601())
-      .Bind(14, e.mode)
-      .Bind(15, e.attempts);
+  st_->episode.Bind(":id", e.id)
+      .Bind(":run_id", e.run_id)
+      .Bind(":env", e.env)
+      .Bind(":seed", static_cast<int64_t>(e.seed))
+      .Bind(":split", e.split)
+      .Bind(":plane", e.plane)
+      .Bind(":policy_version", e.policy_version)
+      .Bind(":iteration", e.iteration)
+      .Bind(":ret", e.ret)
+      .Bind(":success", e.success)
+      .Bind(":length", e.length)
+      .Bind(":truncated", e.truncated)
+      .Bind(":committed_at", NowIso8601())
+      .Bind(":mode", e.mode)
+      .Bind(":attempts", e.attempts);
   st_->episode.Run();
   for (const StepRecord& s : e.steps) {
     const uint64_t hash = s.prompt_hash != 0 ? s.prompt_hash : HashBytes(s.prompt);
@@ -703,7 +687,7 @@ void Store::WriteEpisodeRows(const EpisodeRecord& e) {
       } else {
         txn_prompts_.push_back(hash);
       }
-      st_->prompt.Bind(1, hex).Bind(2, s.prompt).Bind(3, s.prompt_tokens);
+      st_->prompt.Bind(":hash", hex).Bind(":text", s.prompt).Bind(":tokens", s.prompt_tokens);
       st_->prompt.Run();
     }
     WriteStepRow(st_->step, e.id, s, hex);
@@ -712,7 +696,11 @@ void Store::WriteEpisodeRows(const EpisodeRecord& e) {
   WriteMemoryItemRows(st_->item, st_->parent, e);
   for (const StepRecord& s : e.steps) {
     for (const MemoryRead& r : s.reads) {
-      st_->read.Bind(1, e.id).Bind(2, s.t).Bind(3, r.rank).Bind(4, r.item_id).Bind(5, r.score);
+      st_->read.Bind(":episode_id", e.id)
+          .Bind(":t", s.t)
+          .Bind(":rank", r.rank)
+          .Bind(":item_id", r.item_id)
+          .Bind(":score", r.score);
       st_->read.Run();
     }
   }
@@ -720,23 +708,26 @@ void Store::WriteEpisodeRows(const EpisodeRecord& e) {
 
 void Store::WriteMetricRow(const MetricRecord& m) {
   RLID_CHECK(!m.key.empty(), "metric without a key (run {}, iteration {})", m.run_id, m.iteration);
-  st_->metric.Bind(1, m.run_id)
-      .Bind(2, m.iteration)
-      .Bind(3, m.key)
-      .Bind(4, m.value)
-      .Bind(5, m.wall_time != 0 ? m.wall_time : NowUnixSeconds());
+  st_->metric.Bind(":run_id", m.run_id)
+      .Bind(":iteration", m.iteration)
+      .Bind(":key", m.key)
+      .Bind(":value", m.value)
+      .Bind(":wall_time", m.wall_time != 0 ? m.wall_time : NowUnixSeconds());
   st_->metric.Run();
 }
 
 void Store::WriteCheckpointRow(const CheckpointRecord& c) {
-  st_->checkpoint.Bind(1, c.run_id).Bind(2, c.iteration).Bind(3, c.path).Bind(4, NowIso8601());
+  st_->checkpoint.Bind(":run_id", c.run_id)
+      .Bind(":iteration", c.iteration)
+      .Bind(":path", c.path)
+      .Bind(":created_at", NowIso8601());
   st_->checkpoint.Run();
 }
 
 bool Store::HasMemoryItem(int64_t id) const {
   RLID_CHECK(st_ != nullptr, "HasMemoryItem on a read-only store");
   Statement& s = st_->has_item;
-  s.Bind(1, id);
+  s.Bind(":id", id);
   const bool found = s.Step();
   s.Reset();
   return found;

@@ -283,14 +283,14 @@ std::vector<std::pair<int64_t, double>> Fts5Bm25(
     const std::vector<std::pair<int64_t, std::string>>& docs, const std::string& match) {
   Db db(":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_MEMORY);
   db.Exec("CREATE VIRTUAL TABLE f USING fts5(content, tokenize = 'porter unicode61')");
-  Statement ins = db.Prepare("INSERT INTO f(rowid, content) VALUES (?, ?)");
+  Statement ins = db.Prepare("INSERT INTO f(rowid, content) VALUES (:id, :text)");
   for (const auto& [id, text] : docs) {
-    ins.Bind(1, id).Bind(2, text);
+    ins.Bind(":id", id).Bind(":text", text);
     ins.Run();
   }
   Statement q =
-      db.Prepare("SELECT rowid, -bm25(f) FROM f WHERE f MATCH ? ORDER BY bm25(f), rowid DESC");
-  q.Bind(1, match);
+      db.Prepare("SELECT rowid, -bm25(f) FROM f WHERE f MATCH :match ORDER BY bm25(f), rowid DESC");
+  q.Bind(":match", match);
   std::vector<std::pair<int64_t, double>> out;
   while (q.Step()) out.push_back({q.Int(0), q.Double(1)});
   return out;

@@ -137,8 +137,9 @@ TEST(StoreResume, TruncateRefusesToOrphanKeptRowsAndUnknownRuns) {
   const int64_t later_item = store->db().QueryInt(
       fmt::format("SELECT MAX(id) FROM memory_items WHERE source_episode_id = {}", last[1]));
   Statement read = store->db().Prepare(
-      "INSERT INTO memory_reads(episode_id, t, rank, item_id, score) VALUES (?, 0, 5, ?, 0)");
-  read.Bind(1, last[0]).Bind(2, later_item);
+      "INSERT INTO memory_reads(episode_id, t, rank, item_id, score) VALUES (:episode, 0, 5, "
+      ":item, 0)");
+  read.Bind(":episode", last[0]).Bind(":item", later_item);
   read.Run();
   const RunRows before = RowsOf(*store, run);
   try {

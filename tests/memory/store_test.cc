@@ -4,12 +4,12 @@
 // locked database, full disk).
 #include "memory/store.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
+#include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,9 +17,11 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/error.h"
 #include "memory/schema.h"
+#include "memory/sqlite.h"
 #include "memory/writer_lock.h"
 #include "tests/memory/fixtures.h"
 
@@ -69,6 +71,41 @@ TEST(Store, CreatesSchemaViewsAndPragmas) {
     EXPECT_EQ(Count(*store, "sqlite_master WHERE type = 'view' AND name = '" + v + "'"), 1) << v;
     EXPECT_NO_THROW(store->Query("SELECT * FROM " + v)) << v;  // views compile
   }
+}
+
+// Every table rlid inserts into names each of its columns once: written
+// (bound by name) or left to the schema. A column added by a migration and not
+// carried through to TableWrites fails here, not as a shifted value.
+TEST(Store, EveryInsertNamesEveryColumnOfItsTable) {
+  auto store = Store::Open(DbPath(ScratchDir("columns")), Store::Mode::kReadWrite);
+  std::set<std::string> covered;
+  for (const TableWrite& t : TableWrites()) {
+    std::set<std::string> schema, listed;
+    Statement info = store->db().Prepare("SELECT name FROM pragma_table_info(:table)");
+    info.Bind(":table", t.table);
+    while (info.Step()) schema.insert(info.Text(0));
+    for (const auto& c : t.written) EXPECT_TRUE(listed.insert(c).second) << t.table << "." << c;
+    for (const auto& c : t.defaulted) EXPECT_TRUE(listed.insert(c).second) << t.table << "." << c;
+    EXPECT_EQ(listed, schema) << t.table;
+    // Each written column has its own named parameter in the insert.
+    Statement insert = store->db().Prepare(InsertSql(t.table));
+    for (const auto& c : t.written) EXPECT_GT(insert.ParameterIndex((":" + c).c_str()), 0);
+    covered.insert(t.table);
+  }
+  // ... and every table of the schema is one of them.
+  Statement tables = store->db().Prepare(
+      "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'");
+  while (tables.Step()) EXPECT_TRUE(covered.count(tables.Text(0))) << tables.Text(0);
+  EXPECT_THROW(InsertSql("no_such_table"), InternalError);
+}
+
+// A parameter name that is not in the statement is an error, never a no-op.
+TEST(Store, BindingAnUnknownParameterNameIsAnError) {
+  auto store = Store::Open(DbPath(ScratchDir("params")), Store::Mode::kReadWrite);
+  Statement s = store->db().Prepare("SELECT :a");
+  EXPECT_NO_THROW(s.Bind(":a", int64_t{1}));
+  EXPECT_THROW(s.Bind(":b", int64_t{1}), InternalError);
+  EXPECT_THROW(s.BindNull(":b"), InternalError);
 }
 
 TEST(Store, EpisodeRoundTripWithDedupedPrompts) {

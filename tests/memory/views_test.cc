@@ -149,8 +149,9 @@ void BuildDemo(Store& store, int64_t run, Demo& d) {
   writer.Flush();
   d.e3 = e3.id;
   Statement leak = store.db().Prepare(
-      "INSERT INTO memory_reads(episode_id, t, rank, item_id, score) VALUES (?, 0, 0, ?, 1.0)");
-  leak.Bind(1, d.e3).Bind(2, d.f1);
+      "INSERT INTO memory_reads(episode_id, t, rank, item_id, score) VALUES (:episode, 0, 0, "
+      ":item, 1.0)");
+  leak.Bind(":episode", d.e3).Bind(":item", d.f1);
   leak.Run();
 }
 
