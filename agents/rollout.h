@@ -16,7 +16,7 @@
 #include "agents/budget.h"
 #include "core/config.h"
 #include "core/rng.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "memory/memory_bank.h"
 #include "memory/records.h"
 #include "policy/model/model.h"

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/rng.h"
-#include "envs/reasoning_oracle.h"
+#include "envs/api/reasoning_oracle.h"
 
 namespace rlid::agents {
 

@@ -13,7 +13,7 @@
 
 #include "bench/bench.h"
 #include "core/error.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/model/model.h"
 #include "policy/reading/prompt.h"
 #include "policy/model/runtime.h"

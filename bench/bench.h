@@ -13,7 +13,7 @@
 #include "cli/command.h"
 #include "core/clock.h"
 #include "core/registry.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/reading/prompt.h"
 #include "policy/reading/readout.h"
 #include "policy/tokenizer/tokenizer.h"

@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "bench/bench.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/model/model.h"
 #include "policy/model/safetensors.h"
 #include "policy/tokenizer/tokenizer_corpus.h"

@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/strings.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/model/checkpoint.h"
 #include "policy/model/device.h"
 #include "policy/reading/prompt.h"

@@ -10,7 +10,7 @@
 #include "bench/bench.h"
 #include "core/progress.h"
 #include "core/rng.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 
 namespace rlid::bench {
 namespace {

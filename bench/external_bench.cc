@@ -23,7 +23,7 @@
 #include "core/progress.h"
 #include "core/rng.h"
 #include "core/strings.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/model/runtime.h"
 
 namespace rlid::bench {

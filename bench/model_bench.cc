@@ -25,7 +25,7 @@
 #include "core/progress.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/model/checkpoint.h"
 #include "policy/model/model.h"
 #include "policy/reading/prompt.h"

@@ -11,7 +11,7 @@
 #include "bench/bench.h"
 #include "core/error.h"
 #include "core/progress.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/tokenizer/tokenizer.h"
 #include "policy/tokenizer/tokenizer_corpus.h"
 

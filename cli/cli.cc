@@ -13,7 +13,7 @@
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/strings.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/model/runtime.h"
 
 namespace rlid::cli {

@@ -14,11 +14,11 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/subprocess.h"
-#include "envs/conformance.h"
-#include "envs/env.h"
-#include "envs/env_server.h"
-#include "envs/external.h"
-#include "envs/state_graph.h"
+#include "envs/api/conformance.h"
+#include "envs/api/env.h"
+#include "envs/external/env_server.h"
+#include "envs/external/external.h"
+#include "envs/api/state_graph.h"
 
 namespace rlid::cli {
 namespace {

@@ -19,7 +19,7 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/rng.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/model/checkpoint.h"
 #include "policy/model/runtime.h"
 #include "policy/reading/answers.h"

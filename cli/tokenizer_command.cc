@@ -17,7 +17,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "jinja/jinja.h"
 #include "policy/tokenizer/tokenizer.h"
 #include "policy/tokenizer/tokenizer_corpus.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "fuzz/fuzz_util.h"
 
 namespace rlid::fuzz {

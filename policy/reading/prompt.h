@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "envs/menu.h"
+#include "envs/api/menu.h"
 #include "policy/tokenizer/tokenizer.h"
 
 namespace rlid::jinja {

@@ -5,8 +5,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "envs/env.h"
-#include "envs/reasoning_oracle.h"
+#include "envs/api/env.h"
+#include "envs/api/reasoning_oracle.h"
 
 namespace rlid::policy {
 

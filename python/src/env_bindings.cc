@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "python/src/bindings.h"
 
 namespace py = pybind11;

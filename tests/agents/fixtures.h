@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "core/rng.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/model/model.h"
 #include "policy/reading/prompt.h"
 #include "policy/tokenizer/tokenizer.h"

@@ -1,13 +1,14 @@
-// The field's benchmark environments (envs/field_envs.h) from the command
+// The field's benchmark environments (envs/external/field_envs.h) from the command
 // line: listed, conformance-checked on small instances, pinned to the
 // versions of requirements.txt, and refused with the package and the fix when
 // their Python package is missing.
-#include "envs/field_envs.h"
+#include "envs/external/field_envs.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cctype>
 #include <fstream>
 #include <iterator>
@@ -39,24 +40,63 @@ TEST(FieldEnvs, ListedWithTheirPythonPackage) {
   ASSERT_EQ(o.code, 0) << o.err;
   for (const auto& a : envs::FieldAdapters())
     EXPECT_NE(o.out.find(a.name), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("(Python: open_spiel 2.0.2)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("(Python: open_spiel==2.0.2)"), std::string::npos) << o.out;
 }
 
-// Each adapter's packages, as the C++ table names them, are what
-// requirements.txt installs and what the adapter script checks for.
+// Each adapter's packages, as its manifest names them, are what
+// requirements.txt installs, and the adapter checks the manifest's pins.
 TEST(FieldEnvs, PinsAgreeWithRequirementsAndTheAdapters) {
   const std::string reqs = Normalise(ReadFile(std::string(RLID_SOURCE_DIR) + "/requirements.txt"));
+  ASSERT_EQ(envs::FieldAdapters().size(), 8u);
   for (const auto& a : envs::FieldAdapters()) {
-    const std::string script = ReadFile(envs::AdapterDir() + "/" + a.script);
+    EXPECT_EQ(a.error, "") << a.name;
+    const std::string script = ReadFile(a.script);
     ASSERT_FALSE(script.empty()) << a.script;
-    const size_t space = a.packages.find(' ');
-    ASSERT_NE(space, std::string::npos) << a.packages;
-    const std::string package = a.packages.substr(0, space), version = a.packages.substr(space + 1);
-    EXPECT_NE(reqs.find("\n" + Normalise(package) + "==" + version + "\n"), std::string::npos)
-        << a.name << ": requirements.txt should pin " << package << "==" << version;
-    EXPECT_NE(script.find("\"" + package + "\": \"" + version + "\""), std::string::npos)
-        << a.name << ": " << a.script << " should require " << package << " " << version;
+    EXPECT_NE(script.find("REQUIRES = pinned_packages(HERE)"), std::string::npos) << a.script;
+    ASSERT_FALSE(a.packages.empty()) << a.name;
+    for (const auto& pin : a.packages)
+      EXPECT_NE(reqs.find("\n" + Normalise(pin) + "\n"), std::string::npos)
+          << a.name << ": requirements.txt should pin " << pin;
   }
+}
+
+// An adapter is one folder: its manifest registers it, with its keys.
+TEST(FieldEnvs, AnAdapterIsOneFolder) {
+  testing::TempDir dir("adapters");
+  const auto write = [&](const std::string& name, const std::string& manifest) {
+    std::filesystem::create_directories(dir.path() / name);
+    std::ofstream(dir.path() / name / "adapter.toml") << manifest;
+    // Says what rlid sent it (the hello and its params) on stderr, then stops.
+    std::ofstream(dir.path() / name / "adapter.py")
+        << "import sys\nsys.stderr.write(sys.stdin.readline())\nsys.stderr.flush()\n"
+           "raise SystemExit(1)\n";
+  };
+  write("mine", R"toml(summary = "my benchmark"
+packages = ["mypackage==1.0"]
+[[keys]]
+name = "level"
+kind = "int"
+doc = "how hard (default 1)"
+)toml");
+  write("broken", "summary = 3\n");
+  const std::string env = "RLID_ADAPTERS_DIR='" + dir.str() + "'";
+  const auto list = testing::RunRlidProcess("env list", {}, env);
+  ASSERT_EQ(list.code, 0) << list.out;
+  EXPECT_NE(list.out.find("my benchmark (Python: mypackage==1.0)"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("broken adapter manifest"), std::string::npos) << list.out;
+  // It runs with the project's Python, and its own keys reach it in hello.
+  const auto run = testing::RunRlidProcess("env show --env mine --set level=2", {}, env);
+  EXPECT_EQ(run.code, 6) << run.out;
+  EXPECT_NE(run.out.find("mine/adapter.py"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(R"("level":2)"), std::string::npos) << run.out;
+  const auto broken = testing::RunRlidProcess("env show --env broken", {}, env);
+  EXPECT_EQ(broken.code, 2) << broken.out;
+  EXPECT_NE(broken.out.find("'summary' must be a string"), std::string::npos) << broken.out;
+
+  const envs::FieldAdapter a = envs::ReadAdapterManifest((dir.path() / "mine").string());
+  EXPECT_EQ(a.error, "");
+  ASSERT_EQ(a.keys.size(), 1u);
+  EXPECT_EQ(a.keys[0].kind, envs::AdapterKey::Kind::kInt);
 }
 
 struct GameCase {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/model/checkpoint.h"
 #include "tests/agents/fixtures.h"
 #include "tests/cli/run_cli.h"

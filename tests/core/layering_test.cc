@@ -24,7 +24,10 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kLayers = {
     "core",
     "jinja",
-    "envs",
+    "envs/api",
+    // builtin and external are siblings on api (SiblingsStayApart)
+    "envs/builtin",
+    "envs/external",
     "memory",
     "policy/tokenizer",
     "policy/model",
@@ -57,6 +60,12 @@ std::vector<std::string> QuotedIncludes(const fs::path& file) {
   return out;
 }
 
+// envs/builtin and envs/external: neither may include the other.
+bool Siblings(size_t a, size_t b) {
+  const auto builtin = LayerOf("envs/builtin/x.h"), external = LayerOf("envs/external/x.h");
+  return (a == *builtin && b == *external) || (a == *external && b == *builtin);
+}
+
 TEST(Layering, NoComponentIncludesALayerAboveIt) {
   const fs::path root = RLID_SOURCE_DIR;
   size_t files = 0;
@@ -75,6 +84,9 @@ TEST(Layering, NoComponentIncludesALayerAboveIt) {
         if (target && *target > *layer)
           ADD_FAILURE() << rel << " (" << kLayers[*layer] << ") includes " << inc << " ("
                         << kLayers[*target] << "), a layer above it";
+        if (target && Siblings(*layer, *target))
+          ADD_FAILURE() << rel << " includes " << inc << ": the built-in envs and the external "
+                        << "stack both build on envs/api, never on each other";
       }
     }
   }
@@ -89,6 +101,9 @@ TEST(Layering, LayersAreTheDeepestListedFolder) {
   EXPECT_LT(*LayerOf("trainers/runtime/run.h"), *LayerOf("trainers/algorithms/sft.h"));
   EXPECT_FALSE(LayerOf("tests/core/layering_test.cc").has_value());
   EXPECT_FALSE(LayerOf("policy/x.h").has_value()) << "policy/ files live in its parts";
+  EXPECT_FALSE(LayerOf("envs/x.h").has_value()) << "envs/ files live in its parts";
+  EXPECT_LT(*LayerOf("envs/api/env.h"), *LayerOf("envs/builtin/household.h"));
+  EXPECT_TRUE(Siblings(*LayerOf("envs/external/external.h"), *LayerOf("envs/builtin/maze.cc")));
 }
 
 }  // namespace

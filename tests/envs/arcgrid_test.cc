@@ -12,8 +12,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "envs/env.h"
-#include "envs/menu_state.h"
+#include "envs/api/env.h"
+#include "envs/api/menu_state.h"
 #include "tests/envs/env_test_util.h"
 
 namespace rlid::envs {

@@ -9,8 +9,8 @@
 
 #include "core/error.h"
 #include "core/strings.h"
-#include "envs/env.h"
-#include "envs/reasoning_oracle.h"
+#include "envs/api/env.h"
+#include "envs/api/reasoning_oracle.h"
 #include "tests/envs/env_test_util.h"
 
 namespace rlid::envs {

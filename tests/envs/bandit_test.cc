@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "envs/env.h"
+#include "envs/api/env.h"
 
 namespace rlid::envs {
 namespace {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "envs/menu.h"
+#include "envs/api/menu.h"
 
 namespace rlid::envs {
 namespace {

@@ -1,5 +1,5 @@
 // Every registered environment passes every check of the conformance suite
-// (envs/conformance.h: determinism, clone independence, menu contract and
+// (envs/api/conformance.h: determinism, clone independence, menu contract and
 // afterstates, compilation of every wording, oracle optimality, exact graph
 // values, split-disjoint seeds). Built-in envs must also have afterstates, an
 // oracle, and state graphs small enough to check.
@@ -11,8 +11,8 @@
 #include <set>
 #include <tuple>
 
-#include "envs/conformance.h"
-#include "envs/env.h"
+#include "envs/api/conformance.h"
+#include "envs/api/env.h"
 
 namespace rlid::envs {
 namespace {
@@ -149,7 +149,7 @@ TEST(Conformance, AuthorMessagesLeaveOutWhereAnInternalCheckFailed) {
   EXPECT_EQ(AuthorMessage("an invalid menu: check failed at ../envs/menu.cc:73: "
                           "actions.insert(it.action).second — duplicate action 0"),
             "an invalid menu: duplicate action 0");
-  EXPECT_EQ(AuthorMessage("check failed at envs/menu.cc:67: a.size() <= 26 (30 vs 26)"),
+  EXPECT_EQ(AuthorMessage("check failed at envs/api/menu.cc:67: a.size() <= 26 (30 vs 26)"),
             "an internal consistency check failed");
   EXPECT_EQ(AuthorMessage("reset (seed 0): no 'menu'"), "reset (seed 0): no 'menu'");
 }

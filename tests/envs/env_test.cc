@@ -1,6 +1,6 @@
 // MakeEnv(name, params): a parameter outside its range is a ConfigError that
 // names the key, its valid range and the value, and where it was set.
-#include "envs/env.h"
+#include "envs/api/env.h"
 
 #include <gtest/gtest.h>
 

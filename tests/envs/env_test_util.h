@@ -8,8 +8,8 @@
 #include <string>
 
 #include "core/rng.h"
-#include "envs/env.h"
-#include "envs/state_graph.h"
+#include "envs/api/env.h"
+#include "envs/api/state_graph.h"
 
 namespace rlid::envs::testing {
 

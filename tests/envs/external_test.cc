@@ -1,10 +1,10 @@
-// The external-env protocol client (envs/external.cc): a built-in env served
+// The external-env protocol client (envs/external/external.cc): a built-in env served
 // over pipes (tests/helpers/env_server) must play exactly like the built-in
 // one; Python envs on the helper pass the conformance suite; every way a child
 // process can misbehave (crash, hang, garbage, wrong types, bad menus, wrong
 // protocol) ends as an EnvError or ConfigError that names the env, the message
 // and its last output, quickly, never as a hang or a crash of rlid.
-#include "envs/external.h"
+#include "envs/external/external.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -23,8 +23,8 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/subprocess.h"
-#include "envs/conformance.h"
-#include "envs/env.h"
+#include "envs/api/conformance.h"
+#include "envs/api/env.h"
 #include "tests/test_paths.h"
 
 namespace rlid::envs {

@@ -4,7 +4,7 @@
 // the split partition (test seeds use held-out pairs, train seeds never do),
 // the oracle against exhaustive enumeration, menu-size bounds, and parameter
 // validation.
-#include "envs/household.h"
+#include "envs/builtin/household.h"
 
 #include <gtest/gtest.h>
 
@@ -15,9 +15,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/strings.h"
-#include "envs/env.h"
-#include "envs/menu_state.h"
-#include "envs/state_graph.h"
+#include "envs/api/env.h"
+#include "envs/api/menu_state.h"
+#include "envs/api/state_graph.h"
 #include "tests/envs/env_test_util.h"
 
 namespace rlid::envs {

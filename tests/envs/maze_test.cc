@@ -11,9 +11,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/strings.h"
-#include "envs/env.h"
-#include "envs/menu_state.h"
-#include "envs/state_graph.h"
+#include "envs/api/env.h"
+#include "envs/api/menu_state.h"
+#include "envs/api/state_graph.h"
 #include "tests/envs/env_test_util.h"
 
 namespace rlid::envs {

@@ -11,7 +11,7 @@
 // error (the env is full; protocol 2), then serve normally.
 // --count-resets: the --*-after counts count reset requests instead of steps
 // (a crash every episode meets, however its agent answers).
-#include "envs/env_server.h"
+#include "envs/external/env_server.h"
 
 #include <unistd.h>
 
@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "envs/env.h"
-#include "envs/external.h"
+#include "envs/api/env.h"
+#include "envs/external/external.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) {

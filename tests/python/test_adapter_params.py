@@ -1,4 +1,4 @@
-"""The field adapters (envs/external/python/adapters/) refuse what they cannot read
+"""The field adapters (envs/external/adapters/) refuse what they cannot read
 right instead of running something else: a numeric key out of its documented range is
 an error naming the key, the value and the range (never clamped, never read as the
 default); an OpenEnv server's NaN or infinite reward is an error naming it (never 0);
@@ -11,6 +11,7 @@ from an env's constructor is how every adapter reports a bad key: the helper ans
 hello with a config_error carrying the message, which rlid reports as a config error
 (test_a_bad_key_reaches_rlid_as_the_hello_error checks that path).
 """
+import importlib.util
 import io
 import json
 import math
@@ -23,20 +24,32 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTERS = os.environ.get("RLID_ADAPTERS_DIR") or os.path.join(
-    HERE, "..", "..", "envs", "external", "python", "adapters")
-for path in (HERE, os.path.dirname(os.path.abspath(ADAPTERS)), os.path.abspath(ADAPTERS)):
+ADAPTERS = os.path.abspath(os.environ.get("RLID_ADAPTERS_DIR") or os.path.join(
+    HERE, "..", "..", "envs", "external", "adapters"))
+for path in (HERE, os.path.join(ADAPTERS, "..", "python"), ADAPTERS):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-import babyai_text_env  # noqa: E402
-import gymnasium_env  # noqa: E402
-import openenv_env  # noqa: E402
-import openspiel_env  # noqa: E402
-import reasoning_gym_env  # noqa: E402
+
+def load_adapter(name):
+    """The adapter in ADAPTERS/<name>/adapter.py as a module (every adapter is adapter.py)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_adapter",
+                                                  os.path.join(ADAPTERS, name, "adapter.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 import rlid_env  # noqa: E402
-import textarena_env  # noqa: E402
-import textworld_env  # noqa: E402
+
+babyai_text_env = load_adapter("babyai_text")
+gymnasium_env = load_adapter("gymnasium")
+openenv_env = load_adapter("openenv")
+openspiel_env = load_adapter("openspiel")
+reasoning_gym_env = load_adapter("reasoning_gym")
+textarena_env = load_adapter("textarena")
+textworld_env = load_adapter("textworld")
 
 CORRIDOR = {"id": "text_corridor:Corridor"}  # tests/python/text_corridor.py
 NOWHERE = {"url": "http://127.0.0.1:9"}      # openenv: refused before any server is reached

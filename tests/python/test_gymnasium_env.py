@@ -1,4 +1,4 @@
-"""A Gymnasium text env as an rlid env (envs/external/python/adapters/gymnasium_env.py):
+"""A Gymnasium text env as an rlid env (envs/external/adapters/gymnasium/adapter.py):
 the conformance suite passes, episodes equal the Gymnasium env's own, its action mask
 is the menu, it trains, and envs that are not text or not Discrete are refused."""
 import os

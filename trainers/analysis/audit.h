@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/model/model.h"
 #include "policy/reading/prompt.h"
 

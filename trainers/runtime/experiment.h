@@ -13,7 +13,7 @@
 #include "agents/rollout.h"
 #include "core/config.h"
 #include "core/registry.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "memory/memory_bank.h"
 #include "memory/store.h"
 #include "memory/writer.h"

@@ -16,7 +16,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "envs/menu.h"
+#include "envs/api/menu.h"
 #include "policy/model/checkpoint.h"
 #include "policy/model/device.h"
 #include "policy/reading/answers.h"

@@ -17,7 +17,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/model/checkpoint.h"
 #include "policy/model/lora.h"
 #include "policy/model/safetensors.h"

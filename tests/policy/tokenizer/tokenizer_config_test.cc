@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "jinja/jinja.h"
 #include "policy/reading/prompt.h"
 #include "policy/tokenizer/tokenizer.h"

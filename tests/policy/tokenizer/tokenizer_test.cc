@@ -16,7 +16,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "policy/tokenizer/tokenizer_corpus.h"
 #include "policy/tokenizer/tokenizer_internal.h"
 #include "tests/test_paths.h"

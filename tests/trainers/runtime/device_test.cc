@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "envs/env.h"
+#include "envs/api/env.h"
 #include "memory/store.h"
 #include "policy/model/checkpoint.h"
 #include "policy/model/device.h"

@@ -21,8 +21,8 @@
 #include <stdexcept>
 
 #include "core/error.h"
-#include "envs/env.h"
-#include "envs/simple_env.h"
+#include "envs/api/env.h"
+#include "envs/api/simple_env.h"
 #include "memory/query.h"
 #include "memory/store.h"
 #include "policy/model/checkpoint.h"
