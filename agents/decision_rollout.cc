@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "policy/reading/menu_request.h"
 
 namespace rlid::agents {
 
@@ -168,8 +169,8 @@ void Decide(AgentContext& ctx, Slot& s, StepData& step, const GroupReadout& r, s
 policy::ReadoutRequest ReadoutRequestFor(const policy::PromptRenderer& renderer,
                                          const StepData& step, const ReadoutConfig& readout,
                                          bool afterstates) {
-  policy::ReadoutRequest r;
-  r.prompt = step.prompt.tokens;
+  policy::ReadoutRequest r = policy::MenuReadoutRequest(renderer, step.prompt.tokens, step.menu,
+                                                        readout.realisations == "all");
   const auto& suffix = step.decision.readout_suffix;
   if (!suffix.empty()) {  // think-then-decide: read after z, score z
     r.scored_begin = static_cast<int64_t>(r.prompt.size());
@@ -177,9 +178,7 @@ policy::ReadoutRequest ReadoutRequestFor(const policy::PromptRenderer& renderer,
     r.scored_end = static_cast<int64_t>(r.prompt.size());
     r.prompt.insert(r.prompt.end(), suffix.begin(), suffix.end());
   }
-  r.realisations = renderer.Realisations(step.menu, readout.realisations == "all");
   if (afterstates) r.afterstates = renderer.AfterstateBranches(step.menu);
-  r.end_token = renderer.tokenizer().eos_id();
   return r;
 }
 

@@ -8,6 +8,7 @@
 #include "envs/api/env.h"
 #include "policy/model/model.h"
 #include "policy/model/safetensors.h"
+#include "policy/reading/menu_request.h"
 #include "policy/tokenizer/tokenizer_corpus.h"
 
 namespace rlid::bench {
@@ -31,10 +32,11 @@ MenuPrompts RenderMenuPrompts(const envs::Env& env, const policy::PromptRenderer
   for (int64_t i = 0; i < n; ++i) {
     auto st = env.NewState(static_cast<uint64_t>(i));
     auto menu = st->CompileMenu();
-    policy::ReadoutRequest rq;
-    rq.prompt = renderer.Render(env.Instructions(), st->Observation(), {}, menu, policy::Plane::kDecision).tokens;
-    rq.realisations = renderer.Realisations(menu, true);
-    rq.end_token = renderer.tokenizer().eos_id();
+    policy::ReadoutRequest rq = policy::MenuReadoutRequest(
+        renderer,
+        renderer.Render(env.Instructions(), st->Observation(), {}, menu, policy::Plane::kDecision)
+            .tokens,
+        menu, /*all_wordings=*/true);
     out.readout_prompt_tokens += static_cast<int64_t>(rq.prompt.size());
     out.readouts.push_back(std::move(rq));
     out.token_prompts.push_back(

@@ -23,6 +23,7 @@
 #include "policy/model/checkpoint.h"
 #include "policy/model/runtime.h"
 #include "policy/reading/answers.h"
+#include "policy/reading/menu_request.h"
 #include "policy/reading/prompt.h"
 #include "policy/reading/readout.h"
 #include "policy/reading/sampler.h"
@@ -259,10 +260,8 @@ class PolicyCommand : public Command {
                  FormatDuration(since()), l.prompt.tokens.size(), l.menu.size());
     torch::NoGradGuard ng;
     l.ck.model->eval();
-    policy::ReadoutRequest req;
-    req.prompt = l.prompt.tokens;
-    req.realisations = l.renderer->Realisations(l.menu, realisations_ == "all");
-    req.end_token = l.ck.tokenizer.eos_id();
+    const policy::ReadoutRequest req =
+        policy::MenuReadoutRequest(*l.renderer, l.prompt.tokens, l.menu, realisations_ == "all");
     policy::ReadoutOptions opts;
     opts.normalisation = normalisation_;
     auto rb = policy::Readout(l.ck.model, {req}, opts);

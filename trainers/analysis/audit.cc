@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/rng.h"
+#include "policy/reading/menu_request.h"
 #include "policy/reading/readout.h"
 #include "policy/reading/sampler.h"
 #include "trainers/losses/advantages.h"
@@ -103,16 +104,15 @@ std::vector<AuditState> CollectStates(const envs::Env& env, const policy::Prompt
 // indices address distinct events).
 policy::ReadoutRequest DistinctRequest(const policy::PromptRenderer& renderer,
                                        const AuditState& a) {
-  policy::ReadoutRequest r;
-  r.prompt = a.prompt.tokens;
+  policy::ReadoutRequest r =
+      policy::MenuReadoutRequest(renderer, a.prompt.tokens, a.menu, /*all_wordings=*/true);
   r.scored_begin = a.think_begin, r.scored_end = a.think_end;
-  r.end_token = renderer.tokenizer().eos_id();
-  for (auto& words : renderer.Realisations(a.menu, /*all=*/true)) {
+  for (auto& words : r.realisations) {
     std::vector<std::vector<TokenId>> distinct;
     std::set<std::vector<TokenId>> seen;
     for (auto& w : words)
       if (seen.insert(w).second) distinct.push_back(w);
-    r.realisations.push_back(distinct);
+    words = std::move(distinct);
   }
   return r;
 }
@@ -1116,11 +1116,8 @@ policy::ReadoutBatch ReadMenu(policy::TransformerLM& model, const policy::Prompt
                               const envs::Menu& menu) {
   auto prompt =
       renderer.Render(env.Instructions(), state.Observation(), {}, menu, policy::Plane::kDecision);
-  policy::ReadoutRequest req;
-  req.prompt = prompt.tokens;
-  req.realisations = renderer.Realisations(menu, false);
-  req.end_token = renderer.tokenizer().eos_id();
-  return policy::Readout(model, {req}, {"menu", false});
+  return policy::Readout(model, {policy::MenuReadoutRequest(renderer, prompt.tokens, menu, false)},
+                         {"menu", false});
 }
 
 // The content-free prior over the first K labels, "A=0.250 B=0.250 ...": the

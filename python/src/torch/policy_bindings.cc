@@ -20,6 +20,7 @@
 #include "policy/model/checkpoint.h"
 #include "policy/model/device.h"
 #include "policy/reading/answers.h"
+#include "policy/reading/menu_request.h"
 #include "policy/reading/prompt.h"
 #include "policy/reading/readout.h"
 #include "policy/reading/sampler.h"
@@ -84,11 +85,8 @@ class PyPolicy {
       shown.push_back(Show(s));
       auto p = renderer_->Render(s.instructions, s.observation, {}, shown.back().menu,
                                  policy::Plane::kDecision);
-      policy::ReadoutRequest r;
-      r.prompt = p.tokens;
-      r.realisations = renderer_->Realisations(shown.back().menu, all_wordings);
-      r.end_token = ck_.tokenizer.eos_id();
-      reqs.push_back(std::move(r));
+      reqs.push_back(
+          policy::MenuReadoutRequest(*renderer_, p.tokens, shown.back().menu, all_wordings));
       prompts.push_back(std::move(p.text));
     }
     policy::ReadoutOptions opts;

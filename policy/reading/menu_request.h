@@ -1,0 +1,20 @@
+// The one way a menu becomes a readout request: the rendered state's prompt,
+// every item's wordings as the renderer writes them, and the tokenizer's end
+// token. The decision rollout, the `policy` commands, the Python package, the
+// audit and the benchmarks all build their requests here.
+#pragma once
+
+#include <vector>
+
+#include "envs/api/menu.h"
+#include "policy/reading/prompt.h"
+#include "policy/reading/readout.h"
+
+namespace rlid::policy {
+
+// `prompt` ends with the answer prefix; all_wordings = false reads each
+// item's label only (readout.realisations = "label").
+ReadoutRequest MenuReadoutRequest(const PromptRenderer& renderer, std::vector<TokenId> prompt,
+                                  const envs::Menu& menu, bool all_wordings);
+
+}  // namespace rlid::policy
