@@ -16,6 +16,7 @@
 #include "trainers/algorithms/sft.h"
 #include "trainers/runtime/resume_config.h"
 #include "trainers/runtime/run.h"
+#include "trainers/runtime/train_run.h"
 #include "trainers/runtime/trainer.h"
 
 namespace rlid::cli {
@@ -23,7 +24,8 @@ namespace {
 
 using trainers::ExperimentConfig;
 
-struct RunOptions {
+// The config file, its --set overrides and the run directory of a command.
+struct ExperimentArgs {
   std::string config;
   std::vector<std::string> sets;
   std::string out;
@@ -63,23 +65,16 @@ class TrainCommand : public Command {
     if (!resume_ && !opts_.out.empty() && trainers::DistEnv::FromEnvironment().world_size == 1)
       trainers::RefuseExistingRun(opts_.out, "train");
     if (!job_.Enter(*cfg)) return;  // this process launched the ranks, which did the work
-    auto trainer = trainers::TrainerRegistry::Global().Make(cfg->trainer.algorithm);
-    trainers::Run s(*cfg, {.out_dir = opts_.out,
-                           .kind = "train",
-                           .arm = cfg->trainer.algorithm,
-                           .resume = resume_,
-                           .record = !metrics_only_,
-                           .new_run_directory = true});
-    auto r = trainers::Train(s, *trainer, {resume_, false});
-    s.End("completed");
+    const auto [r, dir] = trainers::TrainRun(
+        *cfg, {.out = opts_.out, .resume = resume_, .record = !metrics_only_});
     if (!job_.lead()) return;
     std::cout << fmt::format("\n{} finished {} iterations in {}\n", cfg->trainer.algorithm,
-                             r.iterations, s.dir);
+                             r.iterations, dir);
     PrintEval("test (greedy)", r.final_greedy);
     if (cfg->trainer.eval_sampled) PrintEval("test (sampled)", r.final_sampled);
     std::cout << "checkpoint " << r.final_checkpoint << "\n";
   }
-  RunOptions opts_;
+  ExperimentArgs opts_;
   DistJob job_;
   bool resume_ = false, metrics_only_ = false;
 };
@@ -103,7 +98,7 @@ class SftCommand : public Command {
   }
 
  private:
-  RunOptions opts_;
+  ExperimentArgs opts_;
 };
 
 const Registrar<CommandRegistry> kTrain("train", "train a policy from an experiment config",

@@ -27,6 +27,7 @@
 #include "trainers/runtime/experiment.h"
 #include "trainers/runtime/resume_config.h"
 #include "trainers/runtime/run.h"
+#include "trainers/runtime/train_run.h"
 #include "trainers/runtime/trainer.h"
 
 namespace py = pybind11;
@@ -122,16 +123,9 @@ py::dict Train(const std::string& config, const std::vector<std::string>& sets,
   std::string dir;
   {
     py::gil_scoped_release nogil;
-    auto trainer = trainers::TrainerRegistry::Global().Make(cfg->trainer.algorithm);
-    trainers::Run s(*cfg, {.out_dir = out,
-                           .kind = "train",
-                           .arm = cfg->trainer.algorithm,
-                           .resume = resume,
-                           .record = !metrics_only,
-                           .new_run_directory = true});
-    r = trainers::Train(s, *trainer, {resume, false});
-    s.End("completed");
-    dir = s.dir;
+    auto run = trainers::TrainRun(*cfg, {.out = out, .resume = resume, .record = !metrics_only});
+    r = run.result;
+    dir = run.run_dir;
   }
   py::dict d;
   d["run_dir"] = std::filesystem::absolute(dir).string();
