@@ -65,8 +65,8 @@ class TrainCommand : public Command {
     if (!resume_ && !opts_.out.empty() && trainers::DistEnv::FromEnvironment().world_size == 1)
       trainers::RefuseExistingRun(opts_.out, "train");
     if (!job_.Enter(*cfg)) return;  // this process launched the ranks, which did the work
-    const auto [r, dir] = trainers::TrainRun(
-        *cfg, {.out = opts_.out, .resume = resume_, .record = !metrics_only_});
+    const auto [r, dir] =
+        trainers::TrainRun(*cfg, {.out = opts_.out, .resume = resume_, .record = !metrics_only_});
     if (!job_.lead()) return;
     std::cout << fmt::format("\n{} finished {} iterations in {}\n", cfg->trainer.algorithm,
                              r.iterations, dir);
