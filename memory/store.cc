@@ -113,9 +113,45 @@ void CheckParentDirectory(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// An insert whose named parameters are looked up once per name: a row's binds
+// repeat with the same literals, so a name is found by its address (and
+// confirmed by one comparison with the parameter's own name) instead of a
+// search through the statement's parameters on every row.
+class Insert {
+ public:
+  Insert() = default;
+  explicit Insert(Statement st) : st_(std::move(st)) {}
+  template <class T>
+  Insert& Bind(const char* name, const T& value) {
+    st_.Bind(Index(name), value);
+    return *this;
+  }
+  Insert& BindNull(const char* name) {
+    st_.BindNull(Index(name));
+    return *this;
+  }
+  void Run() { st_.Run(); }
+
+ private:
+  int Index(const char* name) {
+    for (const auto& [known, index] : named_)
+      if (known == name && std::strcmp(name, sqlite3_bind_parameter_name(st_.handle(), index)) == 0)
+        return index;
+    const int index = st_.ParameterIndex(name);  // InternalError for an unknown name
+    named_.emplace_back(name, index);
+    return index;
+  }
+  Statement st_;
+  std::vector<std::pair<const char*, int>> named_;
+};
+
+}  // namespace
+
 struct Store::Statements {
-  Statement begin_run, end_run, episode, prompt, step, menu, item, parent, read, metric, checkpoint,
-      has_item;
+  Insert begin_run, episode, prompt, step, menu, item, parent, read, metric, checkpoint;
+  Statement end_run, has_item;
 };
 
 std::string ShardFileName(int rank) { return fmt::format("rlid.rank{}.db", rank); }
@@ -349,18 +385,18 @@ void Store::OpenReadOnly() {
 void Store::Prepare() {
   st_ = std::make_unique<Statements>();
   // Inserts name their columns once (TableWrites) and bind them by name.
-  st_->begin_run = db_.Prepare(InsertSql("runs"));
+  st_->begin_run = Insert(db_.Prepare(InsertSql("runs")));
   st_->end_run =
       db_.Prepare("UPDATE runs SET status = :status, ended_at = :ended_at WHERE id = :id");
-  st_->episode = db_.Prepare(InsertSql("episodes"));
-  st_->prompt = db_.Prepare(InsertSql("prompts", /*or_ignore=*/true));
-  st_->step = db_.Prepare(InsertSql("steps"));
-  st_->menu = db_.Prepare(InsertSql("menu_items"));
-  st_->item = db_.Prepare(InsertSql("memory_items"));
-  st_->parent = db_.Prepare(InsertSql("memory_parents"));
-  st_->read = db_.Prepare(InsertSql("memory_reads"));
-  st_->metric = db_.Prepare(InsertSql("metrics"));
-  st_->checkpoint = db_.Prepare(InsertSql("checkpoints"));
+  st_->episode = Insert(db_.Prepare(InsertSql("episodes")));
+  st_->prompt = Insert(db_.Prepare(InsertSql("prompts", /*or_ignore=*/true)));
+  st_->step = Insert(db_.Prepare(InsertSql("steps")));
+  st_->menu = Insert(db_.Prepare(InsertSql("menu_items")));
+  st_->item = Insert(db_.Prepare(InsertSql("memory_items")));
+  st_->parent = Insert(db_.Prepare(InsertSql("memory_parents")));
+  st_->read = Insert(db_.Prepare(InsertSql("memory_reads")));
+  st_->metric = Insert(db_.Prepare(InsertSql("metrics")));
+  st_->checkpoint = Insert(db_.Prepare(InsertSql("checkpoints")));
   st_->has_item = db_.Prepare("SELECT 1 FROM memory_items WHERE id = :id");
 }
 
@@ -583,10 +619,10 @@ void Store::WriteJobRows(const WriteJob& job) {
 namespace {
 
 // One `steps` row of episode `episode` (its prompt row is written by the caller).
-void WriteStepRow(Statement& step, int64_t episode, const StepRecord& s, const std::string& prompt_hex) {
+void WriteStepRow(Insert& step, int64_t episode, const StepRecord& s, const std::string& prompt_hex) {
   // Empty text, a zero hash and optimal < 0 mean "not recorded": NULL.
-  auto text_or_null = [](const std::string& v) {
-    return v.empty() ? std::nullopt : std::optional<std::string>(v);
+  auto text_or_null = [&step](const char* name, const std::string& v) -> Insert& {
+    return v.empty() ? step.BindNull(name) : step.Bind(name, v);
   };
   step.Bind(":episode_id", episode)
       .Bind(":t", s.t)
@@ -596,7 +632,6 @@ void WriteStepRow(Statement& step, int64_t episode, const StepRecord& s, const s
       .Bind(":action", s.action)
       .Bind(":label", s.label)
       .Bind(":command", s.command)
-      .Bind(":generated_text", text_or_null(s.generated_text))
       .Bind(":generated_tokens", s.generated_tokens)
       .Bind(":logp_rollout", s.logp_rollout)
       .Bind(":logp_train", s.logp_train)
@@ -604,18 +639,20 @@ void WriteStepRow(Statement& step, int64_t episode, const StepRecord& s, const s
       .Bind(":reward", s.reward)
       .Bind(":invalid", s.invalid)
       .Bind(":invalid_reason", s.invalid_reason)
-      .Bind(":realisation", text_or_null(s.realisation))
-      .Bind(":state_hash", text_or_null(s.state_hash == 0 ? "" : HashHex(s.state_hash)))
+      .Bind(":state_hash",
+            s.state_hash == 0 ? std::nullopt : std::optional(HashHex(s.state_hash)))
       .Bind(":afterstate_hash",
             s.afterstate_hash ? std::optional(HashHex(*s.afterstate_hash)) : std::nullopt)
       .Bind(":optimal", s.optimal < 0 ? std::nullopt : std::optional<int64_t>(s.optimal))
       .Bind(":history_steps", s.history_steps);
+  text_or_null(":generated_text", s.generated_text);
+  text_or_null(":realisation", s.realisation);
   step.Run();
 }
 
 // The `menus` rows of one step: every item with its wordings' probabilities as
 // JSON (a non-finite probability as null).
-void WriteMenuRows(Statement& menu, int64_t episode, const StepRecord& s) {
+void WriteMenuRows(Insert& menu, int64_t episode, const StepRecord& s) {
   for (const MenuItemRecord& m : s.menu) {
     nlohmann::json real = nlohmann::json::array();
     for (const auto& r : m.realisations) {
@@ -637,7 +674,7 @@ void WriteMenuRows(Statement& menu, int64_t episode, const StepRecord& s) {
 }
 
 // The episode's new memory items and their parents.
-void WriteMemoryItemRows(Statement& item, Statement& parent, const EpisodeRecord& e) {
+void WriteMemoryItemRows(Insert& item, Insert& parent, const EpisodeRecord& e) {
   for (const MemoryItem& it : e.new_items) {
     item.Bind(":id", it.id)
         .Bind(":run_id", it.source.run_id != 0 ? it.source.run_id : e.run_id)
