@@ -170,7 +170,7 @@ policy::ReadoutRequest ReadoutRequestFor(const policy::PromptRenderer& renderer,
                                          const StepData& step, const ReadoutConfig& readout,
                                          bool afterstates) {
   policy::ReadoutRequest r = policy::MenuReadoutRequest(renderer, step.prompt.tokens, step.menu,
-                                                        readout.realisations == "all");
+                                                        readout.realisations == RealisationSet::kAll);
   const auto& suffix = step.decision.readout_suffix;
   if (!suffix.empty()) {  // think-then-decide: read after z, score z
     r.scored_begin = static_cast<int64_t>(r.prompt.size());

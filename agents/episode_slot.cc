@@ -98,7 +98,7 @@ StepData PrepareStep(AgentContext& ctx, Slot& s, policy::Plane plane) {
   } else {
     step.menu = s.state->CompileMenu();
   }
-  if (ctx.renderer->config().label_order == "shuffle") envs::ShuffleMenu(step.menu, s.label_rng);
+  if (ctx.renderer->config().label_order == policy::LabelOrder::kShuffle) envs::ShuffleMenu(step.menu, s.label_rng);
   std::vector<std::string> memory_texts;
   if (ctx.bank && ctx.bank->config().enabled) {
     step.memory = ctx.bank->Retrieve(step.observation, s.data.id);
@@ -140,8 +140,8 @@ void ApplyInvalid(AgentContext& ctx, Slot& s, StepData& step, std::string reason
   s.data.invalid_steps += 1;
   budget.invalid_steps += 1;
   s.retries += 1;
-  step.terminal = ctx.invalid.rule == "end" ||
-                  (ctx.invalid.rule == "penalty_retry" && s.retries > ctx.invalid.max_retries);
+  step.terminal = ctx.invalid.rule == InvalidRule::kEnd ||
+                  (ctx.invalid.rule == InvalidRule::kPenaltyRetry && s.retries > ctx.invalid.max_retries);
 }
 
 namespace {

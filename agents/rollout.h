@@ -26,24 +26,39 @@
 
 namespace rlid::agents {
 
+// Which realisations of each item the readout marginalises into p(a|s)
+// ([readout] realisations): all (the label and every realisation) | labels.
+enum class RealisationSet { kAll, kLabels };
+constexpr auto Spellings(RealisationSet) {
+  return ModeNames<RealisationSet>({{RealisationSet::kAll, "all"}, {RealisationSet::kLabels, "labels"}});
+}
+
+// What a token-plane answer that compiles to no action does ([trainer.invalid] rule).
+enum class InvalidRule { kPenaltyRetry, kPenaltyNoop, kEnd };
+constexpr auto Spellings(InvalidRule) {
+  return ModeNames<InvalidRule>({{InvalidRule::kPenaltyRetry, "penalty_retry"},
+                                 {InvalidRule::kPenaltyNoop, "penalty_noop"},
+                                 {InvalidRule::kEnd, "end"}});
+}
+
 struct ReadoutConfig {
-  std::string realisations = "all";  // all: label + every wording; labels: the label token only
+  RealisationSet realisations = RealisationSet::kAll;
   // menu: p(a|s) renormalised over the K menu items; other: K + 1 outcomes, the
   // off-menu mass 1 - Σ_a p(a|s) being an outcome of its own that plays as an
   // invalid answer ([trainer.invalid]). Sampling, the PPO ratio, KL and entropy
   // all use this one distribution (policy::DecisionDistribution).
-  std::string normalisation = "menu";
+  policy::Normalisation normalisation = policy::Normalisation::kMenu;
   // Compute the common prompt prefix of a readout batch once (the same numbers
   // up to float rounding; fewer FLOPs in budget/*). Opt-in, so that runs
   // reproduce earlier ones bit for bit unless asked.
   bool share_prefix = false;
   void Load(ConfigNode n);
-  bool off_menu_outcome() const { return normalisation == "other"; }
+  bool off_menu_outcome() const { return normalisation == policy::Normalisation::kOther; }
 };
 
 // What to do with a token-plane answer that compiles to no action.
 struct InvalidConfig {
-  std::string rule = "penalty_retry";  // penalty_retry | penalty_noop | end
+  InvalidRule rule = InvalidRule::kPenaltyRetry;
   double penalty = -0.1;               // reward of an invalid answer
   int max_retries = 2;                 // penalty_retry: extra tries at the same state
   void Load(ConfigNode n);

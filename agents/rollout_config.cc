@@ -4,9 +4,10 @@
 namespace rlid::agents {
 
 void ReadoutConfig::Load(ConfigNode n) {
-  n.GetEnum("realisations", realisations, {"all", "labels"},
-            "wordings marginalised into p(a|s): label + every realisation, or the label only");
-  n.GetEnum("normalisation", normalisation, {"menu", "other"},
+  n.GetEnum("realisations", realisations,
+            "realisations marginalised into p(a|s): the label and every realisation, or the label "
+            "only");
+  n.GetEnum("normalisation", normalisation,
             "renormalise over the menu, or keep the off-menu mass as an explicit outcome");
   n.Get("share_prefix", share_prefix,
         "compute a readout batch's common prompt prefix once (same numbers up to float "
@@ -14,7 +15,7 @@ void ReadoutConfig::Load(ConfigNode n) {
 }
 
 void InvalidConfig::Load(ConfigNode n) {
-  n.GetEnum("rule", rule, {"penalty_retry", "penalty_noop", "end"},
+  n.GetEnum("rule", rule,
             "token plane: what an answer that compiles to no action does");
   n.Get("penalty", penalty, "reward of an invalid answer");
   n.Get("max_retries", max_retries,

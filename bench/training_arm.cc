@@ -38,7 +38,7 @@ TrainingArm::TrainingArm(const trainers::ExperimentConfig& cfg, const std::strin
     : trainer(trainers::TrainerRegistry::Global().Make(cfg.trainer.algorithm)),
       session(std::make_unique<trainers::Run>(
           cfg,
-          trainers::RunOptions{.out_dir = dir, .kind = "bench", .quiet = true, .record = record})),
+          trainers::RunOptions{.out_dir = dir, .kind = trainers::RunKind::kBench, .quiet = true, .record = record})),
       runner(std::make_unique<trainers::IterationRunner>(*trainer, cfg.trainer, session->model)) {}
 
 TrainingArm::~TrainingArm() {

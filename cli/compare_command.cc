@@ -34,7 +34,7 @@ class CompareCommand : public Command {
       std::cout << "\n" << r.table << "\n" << r.verdict << "\n\n";
       std::cout << fmt::format(
           "budget: {} = {:g} per arm and seed; seeds: {}; all arms started from {}\n",
-          r.config.budget, r.config.budget_value, r.config.seeds.size(), r.warm_start);
+          NameOf(r.config.budget), r.config.budget_value, r.config.seeds.size(), r.warm_start);
       std::cout << "report: " << std::filesystem::absolute(r.report).string() << "\n";
     });
   }

@@ -231,7 +231,7 @@ class EvalCommand : public Command {
     const std::string env_used = EnvSummary(cfg->raw.ResolvedToml());
     spdlog::info("eval: env {}", env_used);
     const auto [out, shared] = RecordsDirectory();
-    trainers::Run s(*cfg, {.out_dir = out, .kind = "eval", .arm = plane_, .shared_directory = shared});
+    trainers::Run s(*cfg, {.out_dir = out, .kind = trainers::RunKind::kEval, .arm = plane_, .shared_directory = shared});
     const auto plane = plane_ == "decision" ? policy::Plane::kDecision : policy::Plane::kToken;
     agents::AgentContext agent = s.Agent(plane, 0);
     Progress progress(fmt::format("eval ({} plane)", plane_), episodes_);

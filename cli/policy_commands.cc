@@ -184,8 +184,12 @@ class PolicyCommand : public Command {
 
     auto* readout = app.add_subcommand("readout", "p(a|s) for every menu item in one forward pass");
     ro_.Add(*readout, "weights: float32 | bfloat16 (the value head stays float32)");
-    readout->add_option("--realisations", realisations_, "all | labels")->capture_default_str();
-    readout->add_option("--normalisation", normalisation_, "menu | other")->capture_default_str();
+    readout->add_option("--realisations", realisations_, "all | labels")
+        ->check(CLI::IsMember({"all", "labels"}))
+        ->capture_default_str();
+    readout->add_option("--normalisation", normalisation_, "menu | other")
+        ->check(CLI::IsMember(NamesOf<policy::Normalisation>()))
+        ->capture_default_str();
     readout->callback([this] { Readout(); });
 
     auto* sample = app.add_subcommand("sample", "sample token-plane answers and compile them");
@@ -263,7 +267,7 @@ class PolicyCommand : public Command {
     const policy::ReadoutRequest req =
         policy::MenuReadoutRequest(*l.renderer, l.prompt.tokens, l.menu, realisations_ == "all");
     policy::ReadoutOptions opts;
-    opts.normalisation = normalisation_;
+    opts.normalisation = RequireMode<policy::Normalisation>("--normalisation", normalisation_);
     auto rb = policy::Readout(l.ck.model, {req}, opts);
     spdlog::info("policy readout: done in {}", FormatDuration(since()));
     nlohmann::json items = nlohmann::json::array();

@@ -79,7 +79,7 @@ class ReportCommand : public Command {
       c.Root().Section("compare").MarkAllUsed();
       cc.Load(c.Root().Section("compare"));
     }
-    if (metric_opt_->count() == 0) metric_ = cc.success_metric;
+    if (metric_opt_->count() == 0) metric_ = NameOf(cc.success_metric);
     if (threshold_opt_->count() == 0) threshold_ = cc.success_threshold;
     if (fs::is_regular_file(saved, ec)) {  // the matched budget, for the table's overshoot
       budget_ = cc.budget;
@@ -115,9 +115,9 @@ class ReportCommand : public Command {
     trainers::CompareResult result;
     result.run_dir = dir_;
     auto& cc = result.config;
-    cc.success_metric = metric_;
+    cc.success_metric = *ParseMode<trainers::SuccessMetric>(metric_);  // IsMember-checked
     cc.success_threshold = threshold_;
-    cc.budget = budget_;  // a comparison's matched budget ("" for train runs: no overshoot)
+    cc.budget = budget_;  // a comparison's matched budget (train runs: budget_value 0, no overshoot)
     cc.budget_value = budget_value_;
     std::vector<std::string> listed;
     std::string env;
@@ -136,7 +136,7 @@ class ReportCommand : public Command {
       if (known == cc.arms.end()) cc.arms.push_back(spec);
       const auto seed = static_cast<uint64_t>(memory::NumericValue(row[4]));
       result.runs.push_back(
-          trainers::Collect(db.string(), id, spec, plane, seed, threshold_, metric_ == "sampled"));
+          trainers::Collect(db.string(), id, spec, plane, seed, threshold_, cc.success_metric == trainers::SuccessMetric::kSampled));
       listed.push_back(fmt::format("run {}: {} {} ({}, {} plane, seed {}), {}", id, kind, text(1),
                                    algorithm, plane, seed, text(5)));
     }
@@ -148,13 +148,14 @@ class ReportCommand : public Command {
     CheckReportPath(out);
     const fs::path plots_dir = out.parent_path() / (out.stem().string() + "_plots");
     const auto plots =
-        trainers::RenderPlots(plots_dir, result.runs, cc.arms, metric_, result.chance);
+        trainers::RenderPlots(plots_dir, result.runs, cc.arms, cc.success_metric, result.chance);
     // A symlink at `out` is replaced, never followed.
     ReplaceFile(out.string(), trainers::RenderRunReportHtml(result, plots, listed), "report");
     std::cout << result.table << "\n" << result.verdict << "\nreport " << out.string() << "\n";
   }
 
-  std::string dir_, out_, metric_, budget_;
+  std::string dir_, out_, metric_;
+  trainers::BudgetKind budget_ = trainers::BudgetKind::kEnvSteps;
   double threshold_ = 0, budget_value_ = 0;
   CLI::Option *metric_opt_ = nullptr, *threshold_opt_ = nullptr;
 };

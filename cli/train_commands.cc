@@ -85,7 +85,7 @@ class SftCommand : public Command {
     opts_.Add(app);
     app.callback([this] {
       auto cfg = ExperimentConfig::Load(opts_.config, WithGlobalOverrides(opts_.sets));
-      trainers::Run s(*cfg, {.out_dir = opts_.out, .kind = "sft", .arm = "sft", .new_run_directory = true});
+      trainers::Run s(*cfg, {.out_dir = opts_.out, .kind = trainers::RunKind::kSft, .arm = "sft", .new_run_directory = true});
       auto r = trainers::RunSft(s);
       s.End("completed");
       std::cout << fmt::format(

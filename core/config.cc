@@ -800,6 +800,13 @@ void ConfigNode::Get(std::string_view key, std::vector<std::string>& value, std:
   Record(key, TomlArrayText(value), doc);
 }
 
+void ThrowUnknownMode(std::string_view what, std::string_view name,
+                      const std::vector<std::string>& choices) {
+  throw ConfigError(
+      fmt::format("unknown {} '{}'{}", what, name, DidYouMean(name, choices)),
+      fmt::format("valid values: {}", Join(choices, ", ")));
+}
+
 void ConfigNode::GetEnum(std::string_view key, std::string& value,
                          const std::vector<std::string>& allowed, std::string_view doc) {
   Get(key, value, fmt::format("{} ({})", doc, Join(allowed, " | ")));

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <memory>
@@ -22,6 +23,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/modes.h"
 
 namespace rlid {
 
@@ -92,6 +95,16 @@ struct IntRange {
   // "in [2, 8]", ">= 1", "<= 5", "any integer".
   std::string Describe() const;
 };
+
+// A mode spelt outside a config file (a flag, a Python argument): the value,
+// or a ConfigError "unknown <what> '<name>'" listing the spellings.
+[[noreturn]] void ThrowUnknownMode(std::string_view what, std::string_view name,
+                                   const std::vector<std::string>& choices);
+template <Mode E>
+E RequireMode(std::string_view what, std::string_view name) {
+  if (auto v = ParseMode<E>(name)) return *v;
+  ThrowUnknownMode(what, name, NamesOf<E>());
+}
 
 class Config {
  public:
@@ -167,6 +180,19 @@ class ConfigNode {
   // A string restricted to `allowed`; anything else is a ConfigError naming them.
   void GetEnum(std::string_view key, std::string& value, const std::vector<std::string>& allowed,
                std::string_view doc);
+  // A mode (core/modes.h): reads its spelling and stores the enum value, so code
+  // compares enums, never strings. `allowed` narrows the choices for this key
+  // (empty: every value of E); the default must be among them.
+  template <Mode E>
+  void GetEnum(std::string_view key, E& value, std::string_view doc,
+               std::initializer_list<E> allowed = {}) {
+    std::vector<std::string> names;
+    for (E e : allowed) names.emplace_back(NameOf(e));
+    if (names.empty()) names = NamesOf<E>();
+    std::string spelt(NameOf(value));
+    GetEnum(key, spelt, names, doc);
+    value = *ParseMode<E>(spelt);
+  }
 
   // Sub-table handle; an absent table reads as empty (all defaults).
   ConfigNode Section(std::string_view key) const;

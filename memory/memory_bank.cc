@@ -97,12 +97,12 @@ class PorterTokenizer {
 
 void MemoryConfig::Load(ConfigNode s) {
   s.Get("enabled", enabled, "store and retrieve agent memory");
-  s.GetEnum("write", write, {"facts", "facts+notes", "none"},
+  s.GetEnum("write", write,
             "what is stored: environment facts, plus agent notes, or nothing");
   s.Get("summaries", summaries, "add a summary item (derived from its items) at episode end");
-  s.GetEnum("retrieval", retrieval, {"recency", "keyword"},
+  s.GetEnum("retrieval", retrieval,
             "newest items first, or bm25 relevance (FTS5 tokens) to the current observation");
-  s.GetEnum("scope", scope, {"episode", "run"},
+  s.GetEnum("scope", scope,
             "read only the episode's own items, or also items of ended episodes of the run");
   s.Get("budget_items", budget_items, "at most this many memory items per prompt");
   s.Get("budget_tokens", budget_tokens,
@@ -170,7 +170,7 @@ struct MemoryBank::Impl {
         ids(external ? external : &own_ids),
         count_tokens(std::move(count)) {
     RLID_CHECK(count_tokens != nullptr, "MemoryBank needs a token counter");
-    if (config.retrieval == "keyword") tokenizer = std::make_unique<PorterTokenizer>();
+    if (config.retrieval == Retrieval::kKeyword) tokenizer = std::make_unique<PorterTokenizer>();
   }
 
   Key KeyOf(int64_t pass, const std::string& split, uint64_t instance) const {
@@ -179,7 +179,7 @@ struct MemoryBank::Impl {
   }
   Key KeyOf(const MemoryItem& it) const { return KeyOf(it.pass, it.split, it.instance); }
   Key KeyOf(const EpisodeScope& s) const { return KeyOf(s.pass, s.split, s.instance); }
-  bool RunScope() const { return config.scope == "run"; }
+  bool RunScope() const { return config.scope == MemoryScope::kRun; }
 
   Episode& OpenEpisode(int64_t episode_id, std::string_view doing) {
     auto it = open.find(episode_id);
@@ -365,9 +365,9 @@ bool MemoryBank::Accepts(MemoryKind kind) const {
   if (!config_.enabled) return false;
   switch (kind) {
     case MemoryKind::kObservation:
-      return config_.write != "none";
+      return config_.write != MemoryWrite::kNone;
     case MemoryKind::kNote:
-      return config_.write == "facts+notes";
+      return config_.write == MemoryWrite::kFactsAndNotes;
     case MemoryKind::kSummary:
       return config_.summaries;
     case MemoryKind::kOracleHint:
@@ -432,7 +432,7 @@ std::vector<Retrieved> MemoryBank::Retrieve(std::string_view query, int64_t epis
     out.push_back({e.item, static_cast<int>(out.size()), score});
     return static_cast<int>(out.size()) < config_.budget_items;
   };
-  if (config_.retrieval == "keyword") {
+  if (config_.retrieval == Retrieval::kKeyword) {
     for (const auto& [id, score] : m.Keyword(query, ep))
       if (!take(id, score)) break;
   } else {

@@ -30,13 +30,31 @@
 
 namespace rlid::memory {
 
+// What is stored ([memory] write): environment facts, also agent notes, or nothing.
+enum class MemoryWrite { kFacts, kFactsAndNotes, kNone };
+constexpr auto Spellings(MemoryWrite) {
+  return ModeNames<MemoryWrite>(
+      {{MemoryWrite::kFacts, "facts"}, {MemoryWrite::kFactsAndNotes, "facts+notes"}, {MemoryWrite::kNone, "none"}});
+}
+// How items are ranked ([memory] retrieval): newest first, or bm25 relevance.
+enum class Retrieval { kRecency, kKeyword };
+constexpr auto Spellings(Retrieval) {
+  return ModeNames<Retrieval>({{Retrieval::kRecency, "recency"}, {Retrieval::kKeyword, "keyword"}});
+}
+// Which items an episode reads ([memory] scope): its own, or also those of the
+// run's ended episodes.
+enum class MemoryScope { kEpisode, kRun };
+constexpr auto Spellings(MemoryScope) {
+  return ModeNames<MemoryScope>({{MemoryScope::kEpisode, "episode"}, {MemoryScope::kRun, "run"}});
+}
+
 // The [memory] section of an experiment config.
 struct MemoryConfig {
   bool enabled = false;         // off: Write stores nothing, Retrieve returns nothing
-  std::string write = "facts";  // "facts" | "facts+notes" | "none"
+  MemoryWrite write = MemoryWrite::kFacts;
   bool summaries = false;       // EndEpisode adds a summary item derived from the episode's items
-  std::string retrieval = "recency";  // "recency" | "keyword" (bm25)
-  std::string scope = "episode";   // "episode": own items only; "run": also ended episodes' items
+  Retrieval retrieval = Retrieval::kRecency;
+  MemoryScope scope = MemoryScope::kEpisode;
   int budget_items = 8;            // at most this many items per prompt
   int budget_tokens = 256;         // and at most this many tokens of item text (0: no limit)
   bool allow_cross_split = false;  // let an episode read items created in another split

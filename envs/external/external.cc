@@ -45,7 +45,7 @@ enum class Afterstates { kEnv, kClone, kNone };
 struct Shared {
   std::shared_ptr<Pool> pool;
   Hello hello;
-  std::string afterstates;  // the [env] setting
+  AfterstateSource afterstates = AfterstateSource::kAuto;  // the [env] setting
   bool can_clone = false;   // through the env's clone, or by replay
 };
 
@@ -389,10 +389,10 @@ class ExternalState : public State, public CutState, public AsyncState, public F
   Menu MenuWithAfterstates() const {
     if (afterstates_) return *afterstates_;
     Menu m = snap_.menu;
-    const std::string& mode = env_->afterstates;
-    const bool compute = mode == "clone" || (mode == "auto" && !snap_.env_afterstates &&
+    const AfterstateSource mode = env_->afterstates;
+    const bool compute = mode == AfterstateSource::kClone || (mode == AfterstateSource::kAuto && !snap_.env_afterstates &&
                                              env_->hello.Has("clone"));
-    if (mode == "none") {
+    if (mode == AfterstateSource::kNone) {
       for (auto& it : m.items) it.afterstate.clear(), it.afterstate_hash = 0;
     } else if (compute) {
       // One copy per item, or with 'restore' one scratch copy reset to this
@@ -522,7 +522,7 @@ class ExternalEnv final : public Env {
     shared->pool = std::make_shared<Pool>(std::move(p));
     shared->hello = shared->pool->hello();
     shared->can_clone = shared->hello.Has("clone") || shared->hello.deterministic;
-    if (shared->afterstates == "clone" && !shared->can_clone)
+    if (shared->afterstates == AfterstateSource::kClone && !shared->can_clone)
       throw ConfigError(
           fmt::format("[env] afterstates = \"clone\", but env '{}' has no 'clone' capability and is "
                       "not deterministic, so rlid cannot compute afterstates",
@@ -544,7 +544,7 @@ class ExternalEnv final : public Env {
     EnvInfo info{h.name, h.summary.empty() ? "external environment" : h.summary, h.step_limit,
                  h.deterministic};
     const ExternalParams& p = shared_->pool->params();
-    info.drop_failed_episodes = p.on_error == "drop_episode";
+    info.drop_failed_episodes = p.on_error == OnEnvError::kDropEpisode;
     info.episode_retries = p.retries;
     info.retry_backoff_s = p.retry_backoff_s;
     info.metadata = h.metadata;
@@ -589,10 +589,10 @@ void ReadProcessKeys(ConfigNode c, ExternalParams& p) {
         Range::Positive());
   c.Get("start_timeout_s", p.start_timeout_s, "seconds the hello reply may take at start",
         Range::Positive());
-  c.GetEnum("afterstates", p.afterstates, {"auto", "env", "clone", "none"},
+  c.GetEnum("afterstates", p.afterstates,
             "menu afterstates: the env's own when it sends them, else clone+step (auto); only "
             "the env's (env); always clone+step (clone); none");
-  c.GetEnum("on_error", p.on_error, {"stop", "drop_episode"},
+  c.GetEnum("on_error", p.on_error,
             "once its retries are spent, a broken episode stops the run, or is dropped");
   c.Get("retries", p.retries,
         "plays of an episode an env failure broke again from reset (same seed), at most",

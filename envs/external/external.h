@@ -24,6 +24,20 @@ namespace rlid::envs {
 constexpr int kExternalProtocolVersion = 2;
 constexpr int kOldestExternalProtocolVersion = 1;
 
+// Where menu afterstates come from ([env] afterstates): the env's own when it
+// sends them, else copy-and-step (auto); only the env's (env); always
+// copy-and-step (clone); none.
+enum class AfterstateSource { kAuto, kEnv, kClone, kNone };
+constexpr auto Spellings(AfterstateSource) {
+  using A = AfterstateSource;
+  return ModeNames<A>({{A::kAuto, "auto"}, {A::kEnv, "env"}, {A::kClone, "clone"}, {A::kNone, "none"}});
+}
+// What an env failure does ([env] on_error): stop the run, or drop the episode.
+enum class OnEnvError { kStop, kDropEpisode };
+constexpr auto Spellings(OnEnvError) {
+  return ModeNames<OnEnvError>({{OnEnvError::kStop, "stop"}, {OnEnvError::kDropEpisode, "drop_episode"}});
+}
+
 // An env served by a program, and how rlid runs it ([env] keys of `external`).
 struct ExternalParams {
   std::vector<std::string> command;  // the program and its arguments
@@ -31,8 +45,8 @@ struct ExternalParams {
   int workers = 1;
   double timeout_s = 30.0;
   double start_timeout_s = 60.0;
-  std::string afterstates = "auto";                  // auto | env | clone | none
-  std::string on_error = "stop";                     // stop | drop_episode
+  AfterstateSource afterstates = AfterstateSource::kAuto;
+  OnEnvError on_error = OnEnvError::kStop;
   int retries = 0;               // plays of a broken episode again from reset, at most
   double retry_backoff_s = 1.0;  // the i-th retry waits i times this first
   nlohmann::json params = nlohmann::json::object();  // sent in hello

@@ -146,7 +146,7 @@ std::unique_ptr<Env> MakeAdapterEnv(ConfigNode c, const FieldAdapter& a) {
   p.command = {AdapterPython(), script.string()};
   // The adapter's own afterstates only: rlid's clone+step would show the outcome of the
   // other seats' and chance's next draws (an adapter sends none where it cannot know them).
-  p.afterstates = "env";
+  p.afterstates = AfterstateSource::kEnv;
   ReadProcessKeys(c, p);
   p.params = ReadAdapterKeys(c, a);
   return MakeExternalEnv(std::move(p));

@@ -128,7 +128,7 @@ class Worker {
                 {"workers", p_.workers},
                 // whether rlid reads the env's own afterstates: with "clone" it computes them
                 // and with "none" shows none, so an env may skip the work
-                {"afterstates", p_.afterstates == "auto" || p_.afterstates == "env"}};
+                {"afterstates", p_.afterstates == AfterstateSource::kAuto || p_.afterstates == AfterstateSource::kEnv}};
     for (int v = kOldestExternalProtocolVersion; v <= kExternalProtocolVersion; ++v)
       req["protocols"].push_back(v);
     json r = ReceiveRaw(Send(req, "hello"), "hello", p_.start_timeout_s);

@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "policy/model/precision.h"
+
 namespace rlid::policy {
 
 // The device names `run.device` accepts, for config validation and hints.
@@ -20,6 +22,11 @@ inline constexpr const char* kDeviceChoices = "\"cpu\", \"cuda\", \"cuda:N\" or 
 // the device asked for and the devices found when the GPU is absent or the
 // index is out of range.
 torch::Device ResolveDevice(const std::string& spec, int local_rank = 0, int local_ranks = 1);
+
+// The torch dtype of a precision.
+inline torch::Dtype TorchDtype(Precision p) {
+  return p == Precision::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
+}
 
 // True for the spellings ResolveDevice accepts (without looking for devices).
 bool IsDeviceSpec(const std::string& spec);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "policy/model/device.h"
 
 namespace rlid::policy {
 
@@ -21,7 +22,7 @@ std::vector<SampleResult> SampleAnswers(LoadedCheckpoint& ck, const std::vector<
     throw ConfigError(fmt::format("max_new_tokens = {} is more than {}", options.max_new_tokens,
                                   kMaxAnswerTokens),
                       "an answer is a decision; ask for fewer tokens");
-  const auto engine_dtype = options.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  const auto engine_dtype = TorchDtype(options.dtype);
   SamplerOptions opts = options;
   if (ck.has_tokenizer) opts.vocab_limit = ck.tokenizer.VocabSize();  // never a padded id
   std::optional<TextSampler> engine;

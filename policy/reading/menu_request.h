@@ -13,7 +13,7 @@
 namespace rlid::policy {
 
 // `prompt` ends with the answer prefix; all_wordings = false reads each
-// item's label only (readout.realisations = "label").
+// item's label only (readout.realisations = "labels").
 ReadoutRequest MenuReadoutRequest(const PromptRenderer& renderer, std::vector<TokenId> prompt,
                                   const envs::Menu& menu, bool all_wordings);
 

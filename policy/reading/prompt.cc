@@ -19,14 +19,14 @@ void PromptConfig::Load(ConfigNode n) {
   n.Get("show_afterstates", show_afterstates, "show each action's afterstate in the menu");
   n.Get("show_memory", show_memory, "show retrieved memory items (when [memory] is enabled)");
   n.Get("answer_prefix", answer_prefix, "text after which the label is the next token");
-  n.GetEnum("label_order", label_order, {"shuffle", "fixed"},
+  n.GetEnum("label_order", label_order,
             "menu order per step: seeded permutation or the env's order");
   n.Get("reasoning", reasoning,
         "both planes reason before the action (token: free text; decision: a scratchpad line, "
         "then the menu readout)");
   n.Get("max_think_tokens", max_think_tokens,
         "decision plane with reasoning: the scratchpad's token limit", IntRange::AtLeast(1));
-  n.GetEnum("chat_template", chat_template, {"auto", "none"},
+  n.GetEnum("chat_template", chat_template,
             "wrap prompts in the model's chat template when it has one (auto) or not (none)");
   n.Get("enable_thinking", enable_thinking, "chat templates that read it (Qwen3): allow <think>");
   n.Get("date_string", date_string, "the date templates that print one (Llama 3.x) see");
@@ -75,7 +75,7 @@ PromptRenderer::PromptRenderer(PromptConfig cfg, Tokenizer tokenizer)
                                    fmt::join(work, ", ")));
   }
   for (int i = 0; i < envs::kMaxMenuSize; ++i) label_tokens_.push_back(tok_.RequireLabelToken(envs::LabelFor(i)));
-  if (cfg_.chat_template == "auto" && !tok_.config().chat_template.empty()) {
+  if (cfg_.chat_template == ChatTemplateUse::kAuto && !tok_.config().chat_template.empty()) {
     try {
       chat_ = std::make_unique<const jinja::Template>(jinja::Template::Parse(
           tok_.config().chat_template, fmt::format("tokenizer '{}'", tok_.source())));

@@ -26,12 +26,25 @@ namespace rlid::policy {
 enum class Plane { kDecision, kToken };
 const char* PlaneName(Plane p);
 
+// The order of a step's menu ([prompt] label_order): a seeded per-step
+// permutation (shuffle) or the env's order (fixed).
+enum class LabelOrder { kShuffle, kFixed };
+constexpr auto Spellings(LabelOrder) {
+  return ModeNames<LabelOrder>({{LabelOrder::kShuffle, "shuffle"}, {LabelOrder::kFixed, "fixed"}});
+}
+// [prompt] chat_template: the model's own template when its tokenizer has one
+// (auto), or plain text (none).
+enum class ChatTemplateUse { kAuto, kNone };
+constexpr auto Spellings(ChatTemplateUse) {
+  return ModeNames<ChatTemplateUse>({{ChatTemplateUse::kAuto, "auto"}, {ChatTemplateUse::kNone, "none"}});
+}
+
 struct PromptConfig {
   bool show_instructions = true;          // the env's rules at the top
   bool show_afterstates = true;           // "A) go north -> <afterstate>"
   bool show_memory = true;                // retrieved memory items (when memory is enabled)
   std::string answer_prefix = "Action:";  // the label is the next token
-  std::string label_order = "shuffle";    // shuffle: seeded per-step menu permutation | fixed
+  LabelOrder label_order = LabelOrder::kShuffle;
   // Both planes: ask for brief reasoning before "<answer_prefix> <label>"; the
   // prompt ends "Reasoning:". The token plane samples the reasoning and the
   // answer as free text; the decision plane samples a scratchpad z (one line,
@@ -42,7 +55,7 @@ struct PromptConfig {
   // "auto": wrap the prompt in the model's own chat template when its tokenizer
   // has one (instructions as the system turn, the rest as the user turn, the
   // assistant turn opened and started with the answer prefix); "none": plain text.
-  std::string chat_template = "auto";
+  ChatTemplateUse chat_template = ChatTemplateUse::kAuto;
   bool enable_thinking = false;  // chat templates that read it (Qwen3): allow a <think> block
   // Templates that print a date (Llama 3.x) get this one, so prompts do not change by day.
   std::string date_string = "26 Jul 2024";

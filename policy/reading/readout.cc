@@ -550,7 +550,7 @@ torch::Tensor SpanLogProbs(const torch::Tensor& logp_rows, const LogitRows& lr, 
 // wording_logp [W] -> realisation_logp [B,K,R], item_mask [B,K], log_p [B,K],
 // log_p_other [B] and menu_entropy [B].
 void Marginalise(const torch::Tensor& wording_logp, const TrieGather& g, const PackedBatch& pb,
-                 const std::string& normalisation, const torch::Device& device, ReadoutBatch& out) {
+                 Normalisation normalisation, const torch::Device& device, ReadoutBatch& out) {
   const int64_t B = pb.B, K = pb.K, R = pb.R;
   auto fopts = wording_logp.options();
   auto slot_t = IndexTensor(g.slot_index, device);
@@ -569,7 +569,7 @@ void Marginalise(const torch::Tensor& wording_logp, const TrieGather& g, const P
   auto item_lse = torch::where(out.item_mask, torch::logsumexp(marginal, -1), kNegInf);  // [B,K]
   auto menu_lse = torch::logsumexp(item_lse, -1);                                       // [B] log Σ_a p
   auto log_p_menu = item_lse - menu_lse.unsqueeze(1);
-  out.log_p = normalisation == "menu" ? log_p_menu : item_lse;
+  out.log_p = normalisation == Normalisation::kMenu ? log_p_menu : item_lse;
   out.log_p_other = torch::log(-torch::expm1(torch::clamp_max(menu_lse, 0.0)));
   auto lp_safe = torch::where(out.item_mask, log_p_menu, 0.0);
   out.menu_entropy = -(torch::exp(lp_safe) * lp_safe).sum(-1);
@@ -624,9 +624,6 @@ void ReadValues(TransformerLM& model, const torch::Tensor& flat_hidden, const Pa
 // edges summed per wording -> items marginalised over wordings -> values.
 ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& batch,
                      const ReadoutOptions& options) {
-  if (options.normalisation != "menu" && options.normalisation != "other")
-    throw ConfigError(fmt::format("unknown readout normalisation '{}'", options.normalisation),
-                      "use 'menu' (renormalise over the menu) or 'other' (keep the off-menu mass)");
   if (batch.empty()) throw ConfigError("readout batch is empty", "pass at least one state");
   const PackedBatch pb = PackBatch(batch, model->config().vocab_size, options.afterstate_values);
   // Lengths before the [B, 1, L, L] mask: a prompt past policy.max_position is
@@ -656,9 +653,7 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
 }
 
 DecisionLogProbs DecisionDistribution(const ReadoutBatch& rb) {
-  if (rb.normalisation == "menu") return {rb.log_p, rb.item_mask};
-  if (rb.normalisation != "other")
-    throw InternalError(fmt::format("readout batch with normalisation '{}'", rb.normalisation));
+  if (rb.normalisation == Normalisation::kMenu) return {rb.log_p, rb.item_mask};
   auto other_mask = torch::ones({rb.item_mask.size(0), 1}, rb.item_mask.options());
   return {torch::cat({rb.log_p, rb.log_p_other.unsqueeze(1)}, 1),
           torch::cat({rb.item_mask, other_mask}, 1)};

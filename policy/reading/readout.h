@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/modes.h"
 #include "policy/model/model.h"
 #include "policy/tokenizer/types.h"
 
@@ -39,10 +40,16 @@ struct ReadoutRequest {
   int64_t scored_begin = 0, scored_end = 0;
 };
 
+// What p(a|s) is normalised over ([readout] normalisation).
+// kMenu ("menu"): p(a|s) renormalised over the menu (Σ_a p = 1).
+// kOther ("other"): unnormalised Σ_r π(r|s); Σ_a p + p_other = 1.
+enum class Normalisation { kMenu, kOther };
+constexpr auto Spellings(Normalisation) {
+  return ModeNames<Normalisation>({{Normalisation::kMenu, "menu"}, {Normalisation::kOther, "other"}});
+}
+
 struct ReadoutOptions {
-  // "menu": p(a|s) renormalised over the menu (Σ_a p = 1).
-  // "other": unnormalised Σ_r π(r|s); Σ_a p + p_other = 1.
-  std::string normalisation = "menu";
+  Normalisation normalisation = Normalisation::kMenu;
   bool afterstate_values = false;
   // Compute the prompts' common prefix (e.g. the shared instructions or system
   // turn) once for the batch and let every row attend to its keys/values: the
@@ -71,7 +78,7 @@ struct ReadoutBatch {
   ForwardCost cost;                // what the model counted for this call (one pass): packed
                                    // (unpadded) tokens, mask pairs, logit/value rows (a scored
                                    // span adds one logit row per token)
-  std::string normalisation;       // ReadoutOptions::normalisation it was read with
+  Normalisation normalisation{};  // ReadoutOptions::normalisation it was read with
 };
 
 // The distribution a decision-plane policy samples from and trains on (the

@@ -69,8 +69,6 @@ torch::Tensor TopPFilter(const torch::Tensor& logits, double top_p) {
 
 namespace {
 void ValidateOptions(const SamplerOptions& o) {
-  if (o.dtype != "float32" && o.dtype != "bfloat16")
-    throw ConfigError(fmt::format("unknown sampler dtype '{}'", o.dtype), "use float32 or bfloat16");
   if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
     throw ConfigError(
         fmt::format("sampler temperature must be a finite number >= 0, found {}", o.temperature),
@@ -87,7 +85,7 @@ TextSampler::TextSampler(const ModelConfig& config, SamplerOptions options, torc
   ValidateOptions(options_);
   // Weights arrive with SyncWeights(); until then the engine holds zeros (no
   // random initialisation that would be overwritten). RoPE stays float32.
-  const auto dtype = options_.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  const auto dtype = TorchDtype(options_.dtype);
   engine_ = TransformerLM(config, dtype, /*initialise=*/false);
   torch::NoGradGuard no_grad;
   for (auto& p : engine_->parameters()) {
@@ -101,7 +99,7 @@ TextSampler::TextSampler(const ModelConfig& config, SamplerOptions options, torc
 TextSampler::TextSampler(TransformerLM model, SamplerOptions options)
     : options_(std::move(options)), device_(model->device()) {
   ValidateOptions(options_);
-  const auto dtype = options_.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  const auto dtype = TorchDtype(options_.dtype);
   if (model->lora() || model->dtype() != dtype)
     throw InternalError(fmt::format("TextSampler: a model to sample with in place must have no "
                                     "LoRA adapters and be {}",
@@ -371,7 +369,7 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
   // Inference mode (no autograd bookkeeping at all, not just no graph): nothing
   // made here leaves as a tensor, the results are host vectors.
   c10::InferenceMode inference;
-  CudaBf16Autocast autocast(device_.is_cuda() && options_.autocast && options_.dtype == "float32");
+  CudaBf16Autocast autocast(device_.is_cuda() && options_.autocast && options_.dtype == Precision::kFloat32);
   const ForwardCost work_before = engine_->work();
   DecodeRows d = EncodePrompts(engine_, padded, n, options_.kv_cache, device_);
   prompt_tokens_ += std::accumulate(padded.lengths.begin(), padded.lengths.end(), int64_t{0});

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "policy/model/model.h"
+#include "policy/model/precision.h"
 #include "policy/tokenizer/types.h"
 
 namespace rlid::policy {
@@ -21,7 +22,7 @@ struct SamplerOptions {
   double temperature = 1.0;     // 0 = greedy; > 0 scales logits by 1/temperature
   double top_p = 1.0;           // nucleus mass in (0, 1]; 1 = no truncation
   int max_new_tokens = 16;      // >= 1
-  std::string dtype = "float32";  // engine weights: float32 | bfloat16
+  Precision dtype = Precision::kFloat32;  // engine weights
   bool kv_cache = true;         // false: recompute the whole sequence every step
   // On CUDA, a float32 engine's forward runs under bf16 autocast (matmuls and
   // attention in bf16, norms, softmax and log-probs in float32); ignored on the CPU.

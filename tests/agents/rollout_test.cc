@@ -96,7 +96,7 @@ TEST(Rollout, RecordsReachTheStore) {
   int64_t run_id = writer.BeginRun(run);
   memory::MemoryConfig mc;
   mc.enabled = true;
-  mc.scope = "episode";
+  mc.scope = memory::MemoryScope::kEpisode;
   memory::MemoryBank bank(mc, run_id, &store->item_ids());
   auto ctx = rig.Ctx();
   ctx.bank = &bank;
@@ -130,7 +130,7 @@ TEST(Rollout, TokenPlaneRecordsEveryInvalidAnswerWithItsReason) {
   sampler.SyncWeights(rig.model);
   auto ctx = rig.Ctx();
   ctx.sampler = &sampler;
-  ctx.invalid.rule = "penalty_noop";
+  ctx.invalid.rule = agents::InvalidRule::kPenaltyNoop;
   Budget b;
   auto eps = RunTokenEpisodes(ctx, Specs(6), envs::Split::kTrain, false, b);
   int64_t invalid = 0, decisions = 0;
@@ -276,7 +276,7 @@ TEST(Rollout, InvalidRuleEndStopsTheEpisode) {
   sampler.SyncWeights(rig.model);
   auto ctx = rig.Ctx();
   ctx.sampler = &sampler;
-  ctx.invalid.rule = "end";
+  ctx.invalid.rule = agents::InvalidRule::kEnd;
   Budget b;
   for (const auto& e : RunTokenEpisodes(ctx, Specs(6), envs::Split::kTrain, false, b)) {
     for (size_t t = 0; t < e.steps.size(); ++t)

@@ -47,6 +47,34 @@ TEST(Config, DefaultsOverridesAndResolved) {
   EXPECT_EQ(c2.aggregation, "token_sum");
 }
 
+enum class Colour { kRed, kDarkBlue };
+constexpr auto Spellings(Colour) {
+  return ModeNames<Colour>({{Colour::kRed, "red"}, {Colour::kDarkBlue, "dark_blue"}});
+}
+
+TEST(Config, ModesAreReadAsEnumsAndAnUnknownSpellingNamesTheChoices) {
+  Config cfg = Config::FromString("[a]\nc = 'dark_blue'\nd = 'dark_bleu'\ne = 'red'\n", "m.toml");
+  ConfigNode a = cfg.Root().Section("a");
+  Colour c = Colour::kRed;
+  a.GetEnum("c", c, "colour");
+  EXPECT_EQ(c, Colour::kDarkBlue);
+  EXPECT_EQ(NameOf(c), "dark_blue");
+  Colour d = Colour::kRed;
+  try {
+    a.GetEnum("d", d, "colour");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("m.toml:3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("did you mean 'dark_blue'"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("red, dark_blue"), std::string::npos) << e.hint();
+  }
+  Colour e = Colour::kDarkBlue;  // a key that allows only some of the mode's values
+  EXPECT_THROW(a.GetEnum("e", e, "colour", {Colour::kDarkBlue}), ConfigError);
+  EXPECT_NE(cfg.ResolvedToml().find("c = 'dark_blue'"), std::string::npos) << cfg.ResolvedToml();
+  EXPECT_EQ(RequireMode<Colour>("colour", "red"), Colour::kRed);
+  EXPECT_THROW(RequireMode<Colour>("colour", "green"), ConfigError);
+}
+
 TEST(Config, UnknownKeyNamesFileLineAndNearest) {
   Config cfg = Config::FromString("[trainer.loss]\nclip_high = 0.3\nclip_hihg = 0.28\n", "exp.toml");
   LossCfg c;

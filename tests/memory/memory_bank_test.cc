@@ -16,11 +16,11 @@
 namespace rlid::memory {
 namespace {
 
-MemoryConfig Enabled(std::string retrieval = "recency", std::string scope = "episode") {
+MemoryConfig Enabled(std::string_view retrieval = "recency", std::string_view scope = "episode") {
   MemoryConfig c;
   c.enabled = true;
-  c.retrieval = std::move(retrieval);
-  c.scope = std::move(scope);
+  c.retrieval = RequireMode<Retrieval>("retrieval", retrieval);
+  c.scope = RequireMode<MemoryScope>("scope", scope);
   return c;
 }
 
@@ -48,11 +48,11 @@ TEST(MemoryConfig, DefaultsOverridesAndValidation) {
   MemoryConfig m;
   m.Load(cfg.Root().Section("memory"));
   EXPECT_TRUE(m.enabled);
-  EXPECT_EQ(m.retrieval, "keyword");
-  EXPECT_EQ(m.scope, "run");
+  EXPECT_EQ(m.retrieval, Retrieval::kKeyword);
+  EXPECT_EQ(m.scope, MemoryScope::kRun);
   EXPECT_EQ(m.budget_items, 4);
   EXPECT_EQ(m.budget_tokens, 256);  // default
-  EXPECT_EQ(m.write, "facts");
+  EXPECT_EQ(m.write, MemoryWrite::kFacts);
   EXPECT_FALSE(m.allow_cross_split);
   EXPECT_FALSE(m.allow_cross_instance);
   EXPECT_NO_THROW(cfg.CheckAllUsed());
@@ -90,13 +90,13 @@ TEST(MemoryBank, WritePolicies) {
   EXPECT_EQ(facts.stats().refused_by_policy, 1);
 
   MemoryConfig notes = Enabled();
-  notes.write = "facts+notes";
+  notes.write = MemoryWrite::kFactsAndNotes;
   MemoryBank with_notes(notes, 1);
   Begin(with_notes, {1});
   EXPECT_TRUE(Put(with_notes, 1, "I think the key matters", MemoryKind::kNote));
 
   MemoryConfig none = Enabled();
-  none.write = "none";
+  none.write = MemoryWrite::kNone;
   MemoryBank nothing(none, 1);
   Begin(nothing, {1});
   EXPECT_FALSE(Put(nothing, 1, "the red key is in the kitchen"));

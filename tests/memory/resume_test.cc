@@ -244,10 +244,10 @@ TEST(StoreResume, RestoredBankRetrievesLikeTheOriginal) {
   auto store = Store::Open(path, Store::Mode::kReadWrite);
   MemoryConfig cfg;
   cfg.enabled = true;
-  cfg.write = "facts+notes";
+  cfg.write = MemoryWrite::kFactsAndNotes;
   cfg.summaries = true;
-  cfg.retrieval = "keyword";
-  cfg.scope = "run";
+  cfg.retrieval = Retrieval::kKeyword;
+  cfg.scope = MemoryScope::kRun;
   cfg.budget_items = 4;
   Writer writer(*store);
   const int64_t run = writer.BeginRun(NamedRun("restore"));

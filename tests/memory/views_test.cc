@@ -65,10 +65,10 @@ struct Demo {
 void BuildDemo(Store& store, int64_t run, Demo& d) {
   MemoryConfig cfg;
   cfg.enabled = true;
-  cfg.write = "facts+notes";
+  cfg.write = MemoryWrite::kFactsAndNotes;
   cfg.summaries = true;
-  cfg.retrieval = "keyword";
-  cfg.scope = "run";
+  cfg.retrieval = Retrieval::kKeyword;
+  cfg.scope = MemoryScope::kRun;
   cfg.budget_items = 2;
   MemoryBank bank(cfg, run, &store.item_ids());
   Writer writer(store);

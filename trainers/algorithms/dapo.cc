@@ -16,7 +16,7 @@ const Registrar<TrainerPresetRegistry> kPreset("dapo", "DAPO defaults", [] {
     t.loss.policy_loss = "ppo_clip";
     t.loss.clip_low = 0.2;
     t.loss.clip_high = 0.28;
-    t.loss.aggregation = "token_mean";
+    t.loss.aggregation = Aggregation::kTokenMean;
     t.token.filter_zero_variance_groups = true;
     t.token.max_generation_rounds = 4;
     t.token.overlong_buffer = 4;

@@ -14,7 +14,7 @@ const Registrar<TrainerPresetRegistry> kPreset("dr_grpo", "Dr. GRPO defaults", [
     t.advantage.std_norm = false;
     t.loss.policy_loss = "ppo_clip";
     t.loss.clip_low = t.loss.clip_high = 0.2;
-    t.loss.aggregation = "seq_mean_token_sum_norm";
+    t.loss.aggregation = Aggregation::kSeqMeanTokenSumNorm;
     t.loss.aggregation_norm = 0;  // = sampler.max_new_tokens
   }});
 });

@@ -14,7 +14,7 @@ const Registrar<TrainerPresetRegistry> kPreset("grpo", "GRPO defaults", [] {
     t.advantage.std_norm = true;
     t.loss.policy_loss = "ppo_clip";
     t.loss.clip_low = t.loss.clip_high = 0.2;
-    t.loss.aggregation = "seq_mean_token_mean";
+    t.loss.aggregation = Aggregation::kSeqMeanTokenMean;
     t.kl.estimator = "k3";
   }});
 });

@@ -15,7 +15,7 @@ const Registrar<TrainerPresetRegistry> kPreset("gspo", "GSPO defaults", [] {
     t.loss.policy_loss = "gspo";
     t.loss.clip_low = 3e-4;
     t.loss.clip_high = 4e-4;
-    t.loss.aggregation = "seq_mean_token_mean";
+    t.loss.aggregation = Aggregation::kSeqMeanTokenMean;
   }});
 });
 

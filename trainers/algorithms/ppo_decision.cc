@@ -21,12 +21,12 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "core/interrupt.h"
 #include "core/rng.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/decision_losses.h"
 #include "trainers/losses/losses.h"
 #include "trainers/losses/tensor_checks.h"
+#include "trainers/runtime/epochs.h"
 #include "trainers/runtime/rank_metrics.h"
 #include "trainers/runtime/trainer.h"
 
@@ -51,7 +51,7 @@ DecisionBatch FlattenDecisions(const std::vector<agents::EpisodeData>& episodes,
     double r = st->reward;
     if (use_ref) {
       b.ref_dist.push_back(st->decision.ref_log_p);
-      if (t.kl.placement == "reward") {
+      if (t.kl.placement == KlPlacement::kReward) {
         double kl = 0;  // exact KL of the rollout policy's decision distribution to the reference
         const auto& p = b.old_dist.back();
         for (size_t k = 0; k < p.size(); ++k)
@@ -133,10 +133,9 @@ std::pair<torch::Tensor, torch::Tensor> DecisionAdvantages(
     }
     in.episodes = episode_of;
     in.response_mask = torch::ones({N, 1}, torch::kBool);
-    adv = ComputeAdvantages(t.advantage, in).advantages.select(1, 0);
-    if (step_groups && t.advantage.estimator == "gigpo")
-      *step_groups = GigpoStepGroupMetrics(
-          GigpoParts(in.scores, in.groups, in.episodes, in.anchors, t.advantage));
+    AdvantageResult result = ComputeAdvantages(t.advantage, in);
+    adv = result.advantages.select(1, 0);
+    if (step_groups) *step_groups = std::move(result.metrics);
   } else {
     // Per episode: the episode's return is the score of a one-step response in
     // its env-seed group; its advantage goes to every decision of the episode.
@@ -347,7 +346,7 @@ class PpoDecisionTrainer final : public Trainer {
     Batch& batch = prepared_->batch;
     batch = FlattenDecisions(played.episodes, c.agent.readout, t, use_ref, c.iteration);
     prepared_->slice = SliceOfJob(c.comm, batch.size());
-    if (played.version < c.iteration && t.loss.staleness.kind == "decoupled" &&
+    if (played.version < c.iteration && t.loss.staleness.kind == StalenessKind::kDecoupled &&
         !t.decision.all_action()) {
       ReadProx(c, batch);
       for (const auto& kv : StalenessMetrics(t.loss.staleness, batch, c.comm))
@@ -404,8 +403,8 @@ class PpoDecisionTrainer final : public Trainer {
  private:
   // Every rank draws the same permutation of the job's decisions, computes the
   // terms of the minibatch's decisions it holds, and the gradients are summed
-  // over ranks: one process's update on the same batch. An epoch whose mean
-  // menu KL exceeds target_kl ends the update.
+  // over ranks: one process's update on the same batch (RunEpochs: epochs,
+  // target_kl on the menu KL).
   UpdateTotals Update(IterationContext& c, const Batch& batch, const Targets& targets,
                       const JobSlice& slice) {
     const TrainerConfig& t = c.cfg;
@@ -413,34 +412,35 @@ class PpoDecisionTrainer final : public Trainer {
     Rng shuffle = Rng::Stream(c.seed, "minibatches", c.iteration);
     UpdateTotals totals;
     c.agent.model->train();
-    for (int64_t epoch = 0; epoch < t.epochs; ++epoch) {
-      auto perm = shuffle.Permutation(static_cast<int>(slice.total));
-      double epoch_kl = 0;
-      int64_t epoch_updates = 0;
-      for (int64_t b0 = 0; b0 < slice.total; b0 += t.minibatch_size) {
-        ThrowIfInterrupted();  // between optimiser steps (a checkpoint holds whole iterations)
-        const int64_t b1 = std::min(slice.total, b0 + t.minibatch_size);
-        std::vector<int64_t> idx;  // this rank's decisions of the minibatch (local indices)
-        for (int64_t k = b0; k < b1; ++k)
-          if (perm[k] >= slice.offset && perm[k] < slice.offset + slice.local)
-            idx.push_back(perm[k] - slice.offset);
-        opt_->ZeroGrad();
-        const LossTerms local = MinibatchTerms(c, batch, targets, idx, static_cast<double>(b1 - b0));
-        c.comm.AllReduceGradients(params);
-        const LossTerms terms = LossTerms::Unpack(c.comm.Sum(local.Pack(), "loss terms"));
-        if (!std::isfinite(terms.loss))
-          throw NumericError(fmt::format("non-finite loss at iteration {}", c.iteration),
-                             "weights were not updated; lower the learning rate, check rewards, "
-                             "or resume from the last checkpoint");
-        totals.grad_norm += opt_->Step(c.iteration, c.iteration);
-        totals.terms += terms;
-        epoch_kl += terms.menu_kl;
-        ++epoch_updates;
-        ++totals.updates;
+    auto cut = [&] {
+      const auto perm = shuffle.Permutation(static_cast<int>(slice.total));
+      Minibatches out;
+      for (int64_t b0 = 0; b0 < slice.total; b0 += t.minibatch_size)
+        out.emplace_back(perm.begin() + b0, perm.begin() + std::min(slice.total, b0 + t.minibatch_size));
+      return out;
+    };
+    auto step = [&](const std::vector<size_t>& minibatch) {
+      std::vector<int64_t> idx;  // this rank's decisions of the minibatch (local indices)
+      for (size_t k : minibatch) {
+        const auto g = static_cast<int64_t>(k);
+        if (g >= slice.offset && g < slice.offset + slice.local) idx.push_back(g - slice.offset);
       }
-      ++totals.epochs;
-      if (t.target_kl > 0 && epoch_updates > 0 && epoch_kl / epoch_updates > t.target_kl) break;
-    }
+      opt_->ZeroGrad();
+      const LossTerms local =
+          MinibatchTerms(c, batch, targets, idx, static_cast<double>(minibatch.size()));
+      c.comm.AllReduceGradients(params);
+      const LossTerms terms = LossTerms::Unpack(c.comm.Sum(local.Pack(), "loss terms"));
+      if (!std::isfinite(terms.loss))
+        throw NumericError(fmt::format("non-finite loss at iteration {}", c.iteration),
+                           "weights were not updated; lower the learning rate, check rewards, "
+                           "or resume from the last checkpoint");
+      totals.grad_norm += opt_->Step(c.iteration, c.iteration);
+      totals.terms += terms;
+      return terms.menu_kl;
+    };
+    const EpochCount count = RunEpochs(t.epochs, t.target_kl, cut, step);
+    totals.updates = count.steps;
+    totals.epochs = count.epochs;
     return totals;
   }
 
@@ -499,7 +499,7 @@ class PpoDecisionTrainer final : public Trainer {
     auto v = ValueLoss(fw.value, pick(batch.old_value), ret, t.decision.vf_clip, M);
     auto ent = MenuEntropy(fw.dist, fw.mask).sum() / M;
     torch::Tensor loss = pg + t.decision.vf_coef * v - t.decision.ent_coef * ent;
-    if (t.kl.coef > 0 && c.agent.ref_model && t.kl.placement == "loss") {
+    if (t.kl.coef > 0 && c.agent.ref_model && t.kl.placement == KlPlacement::kLoss) {
       auto ref = Rows(batch.ref_dist, idx, K, -INFINITY).to(dev);
       auto kl = MenuKl(fw.dist, ref, fw.mask).sum() / M;
       loss = loss + t.kl.coef * kl;

@@ -43,7 +43,8 @@ DecisionBatch FlattenDecisions(const std::vector<agents::EpisodeData>& episodes,
 // bootstrapped from V(s_T), or grpo/rloo episode advantages (gigpo: episode
 // plus step-group advantages per decision) with the bootstrapped discounted
 // return-to-go as the value target.
-// With gigpo, `step_groups` (when given) receives GigpoStepGroupMetrics.
+// `step_groups` (when given) receives the estimator's metrics (gigpo:
+// GigpoStepGroupMetrics).
 std::pair<torch::Tensor, torch::Tensor> DecisionAdvantages(
     const TrainerConfig& cfg, const std::vector<agents::EpisodeData>& episodes,
     const DecisionBatch& batch, std::vector<std::pair<std::string, double>>* step_groups = nullptr);

@@ -127,7 +127,7 @@ SftBatch MakeBatch(const Run& s, const Demonstrations& d, const std::vector<int>
     std::vector<policy::TokenId> rest(p.begin() + 1, p.end());
     // With reasoning prompts the answer is the worked scratchpad, then the action.
     auto answer =
-        s.renderer->AnswerTokens(st->menu.items[st->item], c.answer == "command",
+        s.renderer->AnswerTokens(st->menu.items[st->item], c.answer == SftAnswer::kCommand,
                                  st->decision.readout_suffix.empty() ? "" : st->text.response_text);
     rest.insert(rest.end(), answer.begin(), answer.end());
     b.texts.push_back({{p.front()}, rest});
@@ -210,7 +210,7 @@ class SftTraining {
   Optimizer MakeOptimizer() {
     OptimConfig oc = s_.cfg.trainer.optim;
     oc.lr = c_.lr;
-    oc.schedule = "cosine";
+    oc.schedule = LrSchedule::kCosine;
     oc.warmup_steps = std::min<int64_t>(20, steps_per_epoch_);
     auto trainable = TrainableParameters(s_.model);
     return Optimizer(trainable.tensors, oc, c_.epochs * steps_per_epoch_, trainable.names);

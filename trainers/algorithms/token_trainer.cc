@@ -14,7 +14,6 @@
 
 #include "core/clock.h"
 #include "core/error.h"
-#include "core/interrupt.h"
 #include "core/log.h"
 #include "core/strings.h"
 #include "policy/reading/scoring.h"
@@ -22,6 +21,7 @@
 #include "trainers/losses/kl.h"
 #include "trainers/losses/losses.h"
 #include "trainers/losses/tensor_checks.h"
+#include "trainers/runtime/epochs.h"
 #include "trainers/runtime/rank_metrics.h"
 
 namespace rlid::trainers {
@@ -55,7 +55,7 @@ ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
     if (!kl_per_step.empty()) r -= cfg.kl.coef * kl_per_step[e].at(t);
     return r;
   };
-  const bool per_step = cfg.token.return_mode == "discounted";
+  const bool per_step = cfg.token.return_mode == ReturnMode::kDiscounted;
   ShapedScores out;
   for (size_t e = 0; e < episodes.size(); ++e) {
     const auto& steps = episodes[e].steps;
@@ -139,7 +139,7 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
         fmt::format("use one of: {}", Join(group_estimators, ", ")));
   }
   ShapedScores sc = ScoreEpisodes(cfg, max_new_tokens, episodes, kl_per_step);
-  const bool per_step = cfg.token.return_mode == "discounted" || StepRows(cfg);
+  const bool per_step = cfg.token.return_mode == ReturnMode::kDiscounted || StepRows(cfg);
   // The job's scores, rank after rank; this rank's are rows [first, first + n).
   int64_t first = 0;
   if (comm && comm->distributed()) sc = GatherScores(*comm, sc, &first);
@@ -151,10 +151,9 @@ std::vector<TokenSample> TokenAdvantages(const TrainerConfig& cfg, int max_new_t
   in.groups = sc.groups;
   in.episodes = sc.episodes;
   in.anchors = sc.anchors;
-  auto adv = ComputeAdvantages(adv_cfg, in).advantages.select(1, 0).contiguous();
-  if (step_groups && adv_cfg.estimator == "gigpo")
-    *step_groups =
-        GigpoStepGroupMetrics(GigpoParts(in.scores, in.groups, in.episodes, in.anchors, adv_cfg));
+  AdvantageResult result = ComputeAdvantages(adv_cfg, in);
+  auto adv = result.advantages.select(1, 0).contiguous();
+  if (step_groups) *step_groups = std::move(result.metrics);
   auto a = adv.accessor<double, 1>();
   int64_t row = first;
   for (size_t e = 0; e < episodes.size(); ++e) {
@@ -297,7 +296,7 @@ void ScoreProx(IterationContext& c, std::vector<TokenSample>& samples,
 std::vector<std::vector<double>> KlPerStep(const IterationContext& c,
                                            const std::vector<agents::EpisodeData>& episodes) {
   const KlConfig& kl = c.cfg.kl;
-  if (!c.agent.ref_model || kl.coef <= 0 || kl.placement != "reward") return {};
+  if (!c.agent.ref_model || kl.coef <= 0 || kl.placement != KlPlacement::kReward) return {};
   std::vector<std::vector<double>> out;
   for (const auto& e : episodes) {
     std::vector<double> per_step;
@@ -417,7 +416,7 @@ Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, in
     ++out.rounds;
   }
   if (kept_groups < want) {
-    if (t.token.on_partial_batch == "error")
+    if (t.token.on_partial_batch == PartialBatch::kError)
       throw Error(
           fmt::format(
               "DAPO could not fill the batch of iteration {}: {} of {} groups had non-zero return "
@@ -486,7 +485,7 @@ LossBatch BuildLossInputs(IterationContext& c, const std::vector<TokenSample>& s
   b.in.response_mask = sb.mask.slice(1, 0, T);
   b.in.old_log_prob = PadRows(old_rows, T).to(dev);
   b.in.advantages = torch::tensor(advs, torch::kFloat64).to(dev);
-  if (c.cfg.loss.engine.kind != "none") b.in.rollout_log_prob = PadRows(roll_rows, T).to(dev);
+  if (c.cfg.loss.engine.kind != EngineKind::kNone) b.in.rollout_log_prob = PadRows(roll_rows, T).to(dev);
   if (kl_cfg.coef > 0) b.in.ref_log_prob = PadRows(ref_rows, T).to(dev);
   if (stale) b.in.behav_log_prob = PadRows(behav_rows, T).to(dev);
   return b;
@@ -572,9 +571,9 @@ struct LossSettings {
 LossSettings ResolveLossSettings(const IterationContext& c, const policy::ScoreOptions& sopts,
                                  int max_new_tokens) {
   LossSettings s{c.cfg.loss, c.cfg.kl, sopts};
-  if (s.loss.aggregation == "seq_mean_token_sum_norm" && s.loss.aggregation_norm <= 0)
+  if (s.loss.aggregation == Aggregation::kSeqMeanTokenSumNorm && s.loss.aggregation_norm <= 0)
     s.loss.aggregation_norm = max_new_tokens;  // Dr. GRPO's constant: the longest answer
-  if (s.kl.placement != "loss" || !c.agent.ref_model) s.kl.coef = 0;
+  if (s.kl.placement != KlPlacement::kLoss || !c.agent.ref_model) s.kl.coef = 0;
   return s;
 }
 
@@ -666,9 +665,8 @@ double MinibatchStep(IterationContext& c, Optimizer& opt, const std::vector<Toke
   return reduced.count("approx_kl") ? reduced.at("approx_kl") : 0.0;
 }
 
-// Epochs x minibatches of the job's responses. Every rank cuts the same
-// prompt-bucketed minibatches of them; an epoch whose mean approx_kl exceeds
-// target_kl ends the update.
+// Epochs x minibatches of the job's responses (RunEpochs: epochs, target_kl
+// on approx_kl). Every rank cuts the same prompt-bucketed minibatches of them.
 UpdateTotals UpdateEpochs(IterationContext& c, Optimizer& opt,
                           const std::vector<TokenSample>& samples, const JobSamples& job,
                           const LossSettings& s) {
@@ -678,17 +676,13 @@ UpdateTotals UpdateEpochs(IterationContext& c, Optimizer& opt,
   Rng shuffle = Rng::Stream(c.seed, "minibatches", c.iteration);
   UpdateTotals totals;
   model->train();
-  for (int64_t epoch = 0; epoch < t.epochs && !job.rank.empty(); ++epoch) {
-    double epoch_kl = 0;
-    int64_t epoch_updates = 0;
-    for (const auto& mb : PromptMinibatches(job.hashes, t.minibatch_size, &shuffle)) {
-      ThrowIfInterrupted();  // between optimiser steps
-      epoch_kl += MinibatchStep(c, opt, samples, job, mb, s, params, totals);
-      ++epoch_updates;
-    }
-    ++totals.epochs;
-    if (t.target_kl > 0 && epoch_updates > 0 && epoch_kl / epoch_updates > t.target_kl) break;
-  }
+  const EpochCount count = RunEpochs(
+      job.rank.empty() ? 0 : t.epochs, t.target_kl,
+      [&] { return PromptMinibatches(job.hashes, t.minibatch_size, &shuffle); },
+      [&](const std::vector<size_t>& mb) {
+        return MinibatchStep(c, opt, samples, job, mb, s, params, totals);
+      });
+  totals.epochs = count.epochs;
   return totals;
 }
 
@@ -764,7 +758,7 @@ Metrics TokenTrainer::Prepare(IterationContext& c, const PlayedBatch& batch) {
                             &c.comm, &metrics);
   prepared_->job = GatherSamples(samples, batch.episodes, c.comm);
   AppendEngineMetrics(samples, t.loss.engine, c.comm, metrics);
-  if (batch.version < c.iteration && t.loss.staleness.kind == "decoupled") {
+  if (batch.version < c.iteration && t.loss.staleness.kind == StalenessKind::kDecoupled) {
     ScoreProx(c, samples, sopts);
     AppendStalenessMetrics(samples, t.loss.staleness, c.comm, metrics);
   }

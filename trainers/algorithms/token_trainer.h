@@ -79,7 +79,8 @@ ShapedScores ScoreEpisodes(const TrainerConfig& cfg, int max_new_tokens,
 // a response get no sample. With a distributed `comm` the estimator sees every
 // rank's scores (groups are numbered job-wide), so batch-level statistics are
 // the job's. Exposed for tests.
-// With gigpo, `step_groups` (when given) receives GigpoStepGroupMetrics of the job.
+// `step_groups` (when given) receives the estimator's metrics over the job
+// (gigpo: GigpoStepGroupMetrics).
 std::vector<TokenSample> TokenAdvantages(
     const TrainerConfig& cfg, int max_new_tokens, const std::vector<agents::EpisodeData>& episodes,
     const std::vector<std::vector<double>>& kl_per_step = {}, Comm* comm = nullptr,

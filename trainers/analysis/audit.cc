@@ -1036,7 +1036,7 @@ bool SequenceClipDropsTheOutlier(AuditCheck& c) {
     lc.policy_loss = which == 0 ? "ppo_clip" : "gspo";
     lc.clip_low = which == 0 ? 0.2 : 3e-4;
     lc.clip_high = which == 0 ? 0.2 : 4e-4;
-    lc.aggregation = "seq_mean_token_mean";
+    lc.aggregation = Aggregation::kSeqMeanTokenMean;
     PolicyLossInputs in;
     in.log_prob = lp_data.clone().requires_grad_(true);
     in.old_log_prob = old;
@@ -1062,9 +1062,9 @@ bool EngineCorrectionsTreatASmallRatio(AuditCheck& c) {
   auto o = torch::full({1, 1}, -1.0, f64), r = torch::full({1, 1}, -1.0 + std::log(1000.0), f64);
   auto mask = torch::ones({1, 1}, torch::kBool);
   EngineConfig tis;
-  tis.kind = "tis";
+  tis.kind = EngineKind::kTis;
   EngineConfig ice;
-  ice.kind = "icepop";
+  ice.kind = EngineKind::kIcepop;
   double wt = CorrectEngine(tis, o, r, mask).weight.item<double>();
   double wi = CorrectEngine(ice, o, r, mask).weight.item<double>();
   c.numbers.push_back({"engine ratio k = 1e-3: TIS weight (cap 2, floor 0)", Num(wt)});

@@ -33,9 +33,10 @@ void CompareConfig::Load(ConfigNode n) {
   n.Get("arms", names, "arms by algorithm name (each arm = one registered trainer)");
   std::vector<int64_t> seed_list(seeds.begin(), seeds.end());
   n.Get("seeds", seed_list, "RL seeds; every arm runs every seed", IntRange::NonNegative());
-  n.GetEnum("budget", budget, {"env_steps", "flops", "wall_seconds"},
+  n.GetEnum("budget", budget,
             "the matched budget: env steps (every decision attempt), rollout + update FLOPs, or "
-            "training wall-clock seconds");
+            "training wall-clock seconds",
+            {BudgetKind::kEnvSteps, BudgetKind::kFlops, BudgetKind::kWallSeconds});
   n.Get("budget_value", budget_value, "budget per arm and seed (env steps, FLOPs, or seconds)",
         Range::Positive());
   n.Get("max_iterations", max_iterations, "safety cap on iterations (the budget should stop first)",
@@ -43,7 +44,7 @@ void CompareConfig::Load(ConfigNode n) {
   n.Get("success_threshold", success_threshold, "success level for 'env steps to reach'",
         Range::Unit());
   n.GetEnum(
-      "success_metric", success_metric, {"greedy", "sampled"},
+      "success_metric", success_metric,
       "test evaluation reported: greedy (argmax) or sampled policy (needs trainer.eval_sampled)");
   n.Get("warm_start", warm_start,
         "sft (behaviour cloning once) | none (shared fresh init) | checkpoint dir");
@@ -174,7 +175,7 @@ double ChanceLevel(const ExperimentConfig& cfg, int64_t episodes) {
   ctx.env = env.get();
   policy::Tokenizer tok;  // byte-level: the prompts are not read by anyone
   policy::PromptConfig pc = cfg.prompt;
-  pc.label_order = "fixed";
+  pc.label_order = policy::LabelOrder::kFixed;
   policy::PromptRenderer renderer(pc, tok);
   ctx.renderer = &renderer;
   ctx.seed = cfg.run.seed;
@@ -283,7 +284,7 @@ std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const Compar
   for (const auto& a : arms) w = std::max(w, a.arm.size());
   std::string out = fmt::format(
       "{:<{}} {:<8} {:>15} {:>7} {:>12} {:>15} {:>15} {:>9} {:>9} {:>7}{} {:>8}\n", "arm", w,
-      "plane", cfg.success_metric == "sampled" ? "test (sampled)" : "test (greedy)", "return",
+      "plane", cfg.success_metric == SuccessMetric::kSampled ? "test (sampled)" : "test (greedy)", "return",
       fmt::format("steps→{:g}", cfg.success_threshold), "env steps", "FLOPs", "tokens", "gen tok",
       "invalid", with_wall ? fmt::format(" {:>7}", "wall s") : "", "grad SNR");
   for (const auto& a : arms) {
@@ -330,7 +331,7 @@ std::string LeadWarmStart(const std::string& config_path, const std::vector<std:
   c.ApplyOverride(fmt::format("run.seed={}", cc.seeds.front()));
   auto exp = ExperimentConfig::FromConfig(std::move(c));
   Run s(*exp, {.out_dir = run_dir,
-               .kind = cc.warm_start == "sft" ? "sft" : "init",
+               .kind = cc.warm_start == "sft" ? RunKind::kSft : RunKind::kInit,
                .arm = "warm_start",
                .config_file = "config-warm_start.toml",
                .quiet = quiet,
@@ -379,10 +380,10 @@ std::unique_ptr<ExperimentConfig> ArmExperiment(const std::string& config_path,
   Config c = BaseConfig(config_path, sets);
   c.ApplyOverrides({fmt::format("trainer.algorithm={}", arm.algorithm),
                     fmt::format("run.seed={}", seed), fmt::format("policy.init={}", warm_start),
-                    fmt::format("trainer.budget={}", cc.budget),
+                    fmt::format("trainer.budget={}", NameOf(cc.budget)),
                     fmt::format("trainer.budget_value={}", cc.budget_value),
                     fmt::format("trainer.iterations={}", cc.max_iterations)});
-  if (cc.success_metric == "sampled") c.ApplyOverride("trainer.eval_sampled=true");
+  if (cc.success_metric == SuccessMetric::kSampled) c.ApplyOverride("trainer.eval_sampled=true");
   c.ApplyOverride("trainer.eval_at_start=true");  // the curves start at the warm start
   c.ApplyOverrides(arm.sets);
   try {
@@ -390,7 +391,7 @@ std::unique_ptr<ExperimentConfig> ArmExperiment(const std::string& config_path,
     // One iteration plays episodes_per_iteration episodes of at least one
     // decision each: a smaller env-step budget is overshot by the first one.
     const auto per_iteration = e->trainer.episodes_per_iteration;
-    if (cc.budget == "env_steps" && cc.budget_value < static_cast<double>(per_iteration))
+    if (cc.budget == BudgetKind::kEnvSteps && cc.budget_value < static_cast<double>(per_iteration))
       throw ConfigError(
           fmt::format(
               "compare.budget_value = {:g} env steps is less than one iteration of this arm "
@@ -427,14 +428,14 @@ void RequireSameSnrSettings(std::map<std::string, std::pair<int64_t, int64_t>>& 
 int64_t TrainArmSeed(const ExperimentConfig& exp, Trainer& trainer, const CompareConfig& cc,
                      const ArmSpec& arm, uint64_t seed, const std::string& run_dir, bool quiet) {
   Run s(exp, {.out_dir = run_dir,
-              .kind = "compare",
+              .kind = RunKind::kCompare,
               .arm = arm.name,
               .config_file = fmt::format("config-{}-seed{}.toml", arm.name, seed),
               .quiet = true,
               .checkpoints = fmt::format("checkpoints/{}-seed{}", arm.name, seed)});
   if (!quiet)
     spdlog::info("arm {} ({} plane), seed {}: training until {} = {:g}", arm.name,
-                 policy::PlaneName(trainer.plane()), seed, cc.budget, cc.budget_value);
+                 policy::PlaneName(trainer.plane()), seed, NameOf(cc.budget), cc.budget_value);
   Train(s, trainer,
         {.resume = false, .quiet = quiet, .label = fmt::format("{} s{}", arm.name, seed)});
   s.End("completed");
@@ -453,7 +454,7 @@ void WriteReport(CompareResult& result, const ExperimentConfig& base_exp,
   report.config_path = config_path;
   report.sets = sets;
   report.show_afterstates = base_exp.prompt.show_afterstates;
-  report.label_order = base_exp.prompt.label_order;
+  report.label_order = std::string(NameOf(base_exp.prompt.label_order));
   report.memory_enabled = base_exp.memory.enabled;
   report.eval_episodes = base_exp.trainer.eval_episodes;
   const std::string& first = resolved_by_arm.at(cc.arms.front().name);
@@ -520,7 +521,7 @@ CompareResult RunCompare(const std::string& config_path, const std::vector<std::
       resolved_by_arm.emplace(arm.name, exp->raw.ResolvedToml());
       if (!lead) continue;
       auto r = Collect(db, run_id, arm, policy::PlaneName(trainer->plane()), seed,
-                       cc.success_threshold, cc.success_metric == "sampled");
+                       cc.success_threshold, cc.success_metric == SuccessMetric::kSampled);
       result.runs.push_back(r);
       if (!quiet)
         spdlog::info("arm {} seed {}: test success {:.3f} after {:.0f} env steps, {:.1f}s",

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "trainers/runtime/budget_kind.h"
 #include "trainers/analysis/stats.h"
 
 namespace rlid::trainers {
@@ -22,15 +23,20 @@ struct ArmSpec {
   std::vector<std::string> sets;  // arm-specific overrides (reported)
 };
 
+// Which test evaluation a comparison reports: the greedy (argmax) policy or the sampled one.
+enum class SuccessMetric { kGreedy, kSampled };
+constexpr auto Spellings(SuccessMetric) {
+  return ModeNames<SuccessMetric>({{SuccessMetric::kGreedy, "greedy"}, {SuccessMetric::kSampled, "sampled"}});
+}
+
 struct CompareConfig {
   std::vector<ArmSpec> arms;
   std::vector<uint64_t> seeds = {1, 2};
-  std::string budget = "env_steps";  // env_steps | flops | wall_seconds
+  BudgetKind budget = BudgetKind::kEnvSteps;  // env_steps | flops | wall_seconds
   double budget_value = 2000;
   int64_t max_iterations = 1000;   // safety cap; the budget should stop each arm first
   double success_threshold = 0.8;  // for "env steps to reach"
-  std::string success_metric =
-      "greedy";  // greedy | sampled: which test evaluation the table and curves use
+  SuccessMetric success_metric = SuccessMetric::kGreedy;  // the evaluation the table and curves use
   std::string warm_start = "sft";  // sft (run rlid sft once) | none | <checkpoint dir>
   int64_t chance_episodes = 1024;  // test episodes of the uniform-random menu policy
   bool plots = true;               // gnuplot curves (skipped with a warning when gnuplot is absent)

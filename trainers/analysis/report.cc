@@ -102,7 +102,7 @@ std::vector<std::string> ConfigDiff(const std::string& a, const std::string& b) 
 // Writes per-arm curve data and renders SVG + PNG with gnuplot. Returns the
 // SVG paths (empty when gnuplot is missing or failed).
 std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeedResult>& runs,
-                                  const std::vector<ArmSpec>& arms, const std::string& metric,
+                                  const std::vector<ArmSpec>& arms, SuccessMetric metric,
                                   double chance) {
   fs::create_directories(dir);
   // Per arm: the k-th evaluation averaged over seeds (x = mean env steps / seconds).
@@ -152,7 +152,7 @@ std::vector<fs::path> RenderPlots(const fs::path& dir, const std::vector<ArmSeed
       script += fmt::format(
           "set xlabel '{}'\nset ylabel 'test success ({})'\nset yrange [-0.02:1.05]\n"
           "set key outside below horizontal\nset grid\nset style fill transparent solid 0.15 noborder\n",
-          p.xlabel, metric);
+          p.xlabel, NameOf(metric));
       script += "plot ";
       for (size_t i = 0; i < arms.size(); ++i) {
         std::string dat = (dir / (arms[i].name + ".dat")).string();
@@ -198,12 +198,12 @@ std::string Head(const std::string& title, const std::string& verdict) {
 std::string ResultsSection(const CompareResult& result) {
   const CompareConfig& cc = result.config;
   std::string html;
-  auto overshoot = [&](double used, const char* kind) -> std::string {
+  auto overshoot = [&](double used, BudgetKind kind) -> std::string {
     if (cc.budget != kind || cc.budget_value <= 0) return "";
     return fmt::format(" ({:+.1f}%)", 100.0 * (used / cc.budget_value - 1));
   };
   html += "<h2>Results</h2><table id='summary'><tr><th>arm</th><th>plane</th><th>test success, " +
-          cc.success_metric +
+          std::string(NameOf(cc.success_metric)) +
           " policy (mean ± se)</th><th>return</th>"
           "<th>env steps to " +
           fmt::format("{:g}", cc.success_threshold) +
@@ -217,7 +217,7 @@ std::string ResultsSection(const CompareResult& result) {
         Html(a.arm), a.plane, a.success.mean, a.success.se, a.return_mean,
         a.reached ? fmt::format("{:.0f} ({}/{} seeds)", a.steps_to_threshold, a.reached, a.seeds)
                   : "not reached",
-        a.env_steps, overshoot(a.env_steps, "env_steps"), a.flops, overshoot(a.flops, "flops"),
+        a.env_steps, overshoot(a.env_steps, BudgetKind::kEnvSteps), a.flops, overshoot(a.flops, BudgetKind::kFlops),
         a.tokens_processed, a.generated_tokens, a.invalid_rate, a.wall,
         a.grad_snr < 0 ? "—" : fmt::format("{:.3g}", a.grad_snr));
   html += "</table>";
@@ -285,7 +285,7 @@ std::string RenderReportHtml(const CompareResult& result, const ReportInputs& in
   html += fmt::format(
       "<li><b>Budget</b>: {} = {:g} per arm and seed (each arm stops at the first iteration that "
       "reaches it; what it used, and the overshoot, are in the table).</li>",
-      cc.budget, cc.budget_value);
+      NameOf(cc.budget), cc.budget_value);
   std::vector<std::string> seed_text;
   for (auto s : cc.seeds) seed_text.push_back(std::to_string(s));
   html += "<li><b>Seeds</b>: " + Join(seed_text, ", ") +

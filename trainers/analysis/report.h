@@ -33,7 +33,7 @@ std::vector<std::string> ConfigDiff(const std::string& a, const std::string& b);
 std::vector<std::filesystem::path> RenderPlots(const std::filesystem::path& dir,
                                                const std::vector<ArmSeedResult>& runs,
                                                const std::vector<ArmSpec>& arms,
-                                               const std::string& metric, double chance);
+                                               SuccessMetric metric, double chance);
 
 std::string RenderReportHtml(const CompareResult& result, const ReportInputs& in);
 

@@ -102,9 +102,10 @@ class Gigpo : public AdvantageEstimator {
   AdvantageResult Compute(const AdvantageConfig& cfg, const AdvantageInputs& in) const override {
     torch::Tensor r = SequenceScores(in);
     RequireGroups(in.groups, r.size(0), "gigpo");
+    const GigpoTerms parts = GigpoParts(r, in.groups, in.episodes, in.anchors, cfg);
     torch::Tensor a =
-        Broadcast(GigpoAdvantages(r, in.groups, in.episodes, in.anchors, cfg), Mask(in));
-    return {a, a};
+        Broadcast((parts.episode_term + cfg.step_weight * parts.step_term).to(r.options()), Mask(in));
+    return {a, a, GigpoStepGroupMetrics(parts)};
   }
 };
 

@@ -38,6 +38,9 @@ struct AdvantageResult {
   // reinforce_pp: discounted returns before whitening; gae: advantages + values
   // (the value target); every other estimator: equal to advantages.
   torch::Tensor returns;
+  // What the estimator reports about its inputs, as metrics (gigpo:
+  // GigpoStepGroupMetrics); empty for the others.
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 class AdvantageEstimator {

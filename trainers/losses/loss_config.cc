@@ -42,20 +42,9 @@ void ValidateAt(const Struct& s, const ConfigNode& n) {
 
 }  // namespace
 
-const std::vector<std::string>& AggregationNames() {
-  static const std::vector<std::string> names = {"token_mean", "token_sum", "seq_mean_token_mean",
-                                                 "seq_mean_token_sum", "seq_mean_token_sum_norm"};
-  return names;
-}
-
-const std::vector<std::string>& EngineKindNames() {
-  static const std::vector<std::string> names = {"none", "tis", "icepop", "reject"};
-  return names;
-}
-
 void EngineConfig::Load(ConfigNode n) {
-  n.GetEnum("kind", kind, EngineKindNames(), "train-vs-rollout engine correction");
-  n.GetEnum("level", level, {"token", "sequence"}, "correction per token or per sequence");
+  n.GetEnum("kind", kind, "train-vs-rollout engine correction");
+  n.GetEnum("level", level, "correction per token or per sequence");
   n.Get("cap", cap, "tis: upper clamp of the weight (inf = no cap)", Range::Positive().AllowInf());
   n.Get("floor", floor, "tis: lower clamp of the weight (0 keeps small ratios; <= cap)",
         Range::Closed(0, cap));
@@ -67,8 +56,6 @@ void EngineConfig::Load(ConfigNode n) {
 }
 
 void EngineConfig::Validate() const {
-  RequireName(EngineKindNames(), "loss.engine.kind", kind, "engine correction");
-  RequireName({"token", "sequence"}, "loss.engine.level", level, "engine level");
   Require(cap > 0 && !std::isnan(cap), "loss.engine.cap", cap, "> 0 (inf allowed)");
   Require(floor >= 0 && floor <= cap, "loss.engine.floor", floor, "0 <= floor <= cap");
   Require(low >= 0 && std::isfinite(low), "loss.engine.low", low, "a finite value >= 0");
@@ -76,10 +63,10 @@ void EngineConfig::Validate() const {
 }
 
 void StalenessConfig::Load(ConfigNode n) {
-  n.GetEnum("kind", kind, {"decoupled", "none"},
+  n.GetEnum("kind", kind,
             "asynchronous batches: decoupled (clip around pi_prox, weight pi_prox / pi_behav) "
             "or none (clip around pi_behav)");
-  n.GetEnum("cap_mode", cap_mode, {"mask", "clamp"},
+  n.GetEnum("cap_mode", cap_mode,
             "decoupled: a ratio pi_prox / pi_behav above cap gets weight 0 (mask, AReaL) or cap "
             "(clamp)");
   n.Get("cap", cap, "decoupled: bound of pi_prox / pi_behav (inf = no bound)",
@@ -88,8 +75,6 @@ void StalenessConfig::Load(ConfigNode n) {
 }
 
 void StalenessConfig::Validate() const {
-  RequireName({"decoupled", "none"}, "loss.staleness.kind", kind, "staleness correction");
-  RequireName({"mask", "clamp"}, "loss.staleness.cap_mode", cap_mode, "staleness cap mode");
   Require(cap > 0 && !std::isnan(cap), "loss.staleness.cap", cap, "> 0 (inf allowed)");
 }
 
@@ -105,7 +90,7 @@ void LossConfig::Load(ConfigNode n, bool sequence_keys) {
         Range::GreaterThan(1).Or(0));
   n.Get("log_ratio_clamp", log_ratio_clamp, "r = exp(clamp(logp - old, -x, x))", Range::Positive());
   if (sequence_keys) {
-    n.GetEnum("aggregation", aggregation, AggregationNames(), "per-token losses -> scalar");
+    n.GetEnum("aggregation", aggregation, "per-token losses -> scalar");
     n.Get("aggregation_norm", aggregation_norm,
           "seq_mean_token_sum_norm divisor (0 = padded width T)", Range::NonNegative());
     engine.Load(n.Section("engine"));
@@ -116,7 +101,6 @@ void LossConfig::Load(ConfigNode n, bool sequence_keys) {
 
 void LossConfig::Validate() const {
   RequireName(PolicyLossRegistry::Global().Names(), "loss.policy_loss", policy_loss, "policy loss");
-  RequireName(AggregationNames(), "loss.aggregation", aggregation, "aggregation");
   Require(clip_low >= 0 && std::isfinite(clip_low), "loss.clip_low", clip_low,
           "a finite value >= 0");
   Require(clip_high >= 0 && std::isfinite(clip_high), "loss.clip_high", clip_high,
@@ -137,14 +121,13 @@ void KlConfig::Load(ConfigNode n, bool estimator_keys) {
     n.Get("straight_through", straight_through, "estimator value with the k2 gradient");
   }
   n.Get("coef", coef, "KL coefficient beta (0 = off)", Range::NonNegative());
-  n.GetEnum("placement", placement, {"loss", "reward"},
+  n.GetEnum("placement", placement,
             "loss: + beta aggregate(kl); reward: r_t -= beta kl_t");
   ValidateAt(*this, n);
 }
 
 void KlConfig::Validate() const {
   RequireName(KlEstimatorRegistry::Global().Names(), "kl.estimator", estimator, "KL estimator");
-  RequireName({"loss", "reward"}, "kl.placement", placement, "KL placement");
   Require(coef >= 0 && std::isfinite(coef), "kl.coef", coef, "a finite value >= 0");
 }
 

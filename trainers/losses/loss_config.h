@@ -13,12 +13,45 @@
 
 namespace rlid::trainers {
 
+// The modes of the keys below (core/modes.h): their config spellings.
+enum class EngineKind { kNone, kTis, kIcepop, kReject };
+constexpr auto Spellings(EngineKind) {
+  using E = EngineKind;
+  return ModeNames<E>({{E::kNone, "none"}, {E::kTis, "tis"}, {E::kIcepop, "icepop"}, {E::kReject, "reject"}});
+}
+enum class CorrectionLevel { kToken, kSequence };
+constexpr auto Spellings(CorrectionLevel) {
+  return ModeNames<CorrectionLevel>(
+      {{CorrectionLevel::kToken, "token"}, {CorrectionLevel::kSequence, "sequence"}});
+}
+enum class StalenessKind { kDecoupled, kNone };
+constexpr auto Spellings(StalenessKind) {
+  return ModeNames<StalenessKind>(
+      {{StalenessKind::kDecoupled, "decoupled"}, {StalenessKind::kNone, "none"}});
+}
+enum class CapMode { kMask, kClamp };
+constexpr auto Spellings(CapMode) {
+  return ModeNames<CapMode>({{CapMode::kMask, "mask"}, {CapMode::kClamp, "clamp"}});
+}
+enum class Aggregation { kTokenMean, kTokenSum, kSeqMeanTokenMean, kSeqMeanTokenSum, kSeqMeanTokenSumNorm };
+constexpr auto Spellings(Aggregation) {
+  using A = Aggregation;
+  return ModeNames<A>({{A::kTokenMean, "token_mean"},
+                       {A::kTokenSum, "token_sum"},
+                       {A::kSeqMeanTokenMean, "seq_mean_token_mean"},
+                       {A::kSeqMeanTokenSum, "seq_mean_token_sum"},
+                       {A::kSeqMeanTokenSumNorm, "seq_mean_token_sum_norm"}});
+}
+enum class KlPlacement { kLoss, kReward };
+constexpr auto Spellings(KlPlacement) {
+  return ModeNames<KlPlacement>({{KlPlacement::kLoss, "loss"}, {KlPlacement::kReward, "reward"}});
+}
+
 // Train-vs-rollout engine correction, k = pi_old,train / pi_rollout.
 struct EngineConfig {
-  // none | tis | icepop | reject.
-  std::string kind = "none";
+  EngineKind kind = EngineKind::kNone;
   // token: k_t per token; sequence: k_i = exp(clamp(sum_t (old - rollout) m, +-20)).
-  std::string level = "token";
+  CorrectionLevel level = CorrectionLevel::kToken;
   // tis: w = clamp(k, floor, cap); cap > 0 (inf allowed: no cap).
   double cap = 2.0;
   // tis: lower clamp of w; 0 keeps small ratios.
@@ -41,10 +74,10 @@ struct StalenessConfig {
   // weighted by w = pi_prox / pi_behav (decoupled PPO, as AReaL); none: the
   // surrogate is clipped around pi_behav itself, no weight (naive
   // asynchronous PPO, no extra forward).
-  std::string kind = "decoupled";
+  StalenessKind kind = StalenessKind::kDecoupled;
   // decoupled: what a ratio above cap gives. mask: weight 0, the token staying
   // in the aggregation denominator (AReaL's behav_imp_weight_cap); clamp: w = cap.
-  std::string cap_mode = "mask";
+  CapMode cap_mode = CapMode::kMask;
   // decoupled: the bound of the ratio (inf allowed: no bound).
   double cap = 5.0;
 
@@ -63,8 +96,7 @@ struct LossConfig {
   double dual_clip = 0.0;
   // r = exp(clamp(logp - old, -x, x)) for ppo_clip and cispo; x > 0.
   double log_ratio_clamp = 20.0;
-  // token_mean | token_sum | seq_mean_token_mean | seq_mean_token_sum | seq_mean_token_sum_norm.
-  std::string aggregation = "token_mean";
+  Aggregation aggregation = Aggregation::kTokenMean;
   // Constant divisor of seq_mean_token_sum_norm; 0 = the padded width T of the batch
   // (set it to the maximum response length when batches are padded differently).
   double aggregation_norm = 0.0;
@@ -86,7 +118,7 @@ struct KlConfig {
   // beta >= 0; 0 = off.
   double coef = 0.0;
   // loss: beta * aggregate(kl) is added to the loss; reward: r_t -= beta * kl_t.
-  std::string placement = "loss";
+  KlPlacement placement = KlPlacement::kLoss;
 
   // estimator_keys: also `estimator` and `straight_through` (the decision
   // plane's KL is exact over the menu and reads neither).
@@ -112,9 +144,5 @@ struct AdvantageConfig {
   void Load(ConfigNode n, bool gae_keys = true);
   void Validate() const;
 };
-
-// Names accepted by the enum keys above.
-const std::vector<std::string>& AggregationNames();
-const std::vector<std::string>& EngineKindNames();
 
 }  // namespace rlid::trainers

@@ -150,14 +150,14 @@ Prepared Prepare(const LossConfig& loss, const KlConfig& kl, const PolicyLossInp
   }
   if (in.rollout_log_prob.defined()) {
     p.rollout_log_prob = clean("rollout_log_prob", in.rollout_log_prob);
-  } else if (loss.engine.kind != "none") {
-    throw ConfigError(fmt::format("engine.kind = '{}' needs rollout_log_prob", loss.engine.kind),
+  } else if (loss.engine.kind != EngineKind::kNone) {
+    throw ConfigError(fmt::format("engine.kind = '{}' needs rollout_log_prob", NameOf(loss.engine.kind)),
                       "pass the rollout engine's log-probs, or set engine.kind = 'none'");
   }
   if (in.behav_log_prob.defined()) p.behav_log_prob = clean("behav_log_prob", in.behav_log_prob);
   if (in.ref_log_prob.defined()) {
     p.ref_log_prob = clean("ref_log_prob", in.ref_log_prob);
-  } else if (kl.coef > 0 && kl.placement == "loss") {
+  } else if (kl.coef > 0 && kl.placement == KlPlacement::kLoss) {
     throw ConfigError("kl.coef > 0 with placement 'loss' needs ref_log_prob",
                       "pass the reference policy's log-probs, or set kl.coef = 0");
   }
@@ -180,23 +180,26 @@ double MaskedMean(const torch::Tensor& x, const torch::Tensor& mask) {
 }
 
 torch::Tensor Aggregate(const torch::Tensor& loss_mat, const torch::Tensor& mask,
-                        const std::string& mode, double norm, GlobalCounts counts) {
+                        Aggregation mode, double norm, GlobalCounts counts) {
   RequireSameShape("loss mask", mask, "per-token losses", loss_mat);
   torch::Tensor m = mask.to(torch::kBool);
   torch::Tensor masked = Clean(loss_mat, m);
-  if (mode == "token_mean") return masked.sum() / Denominator(counts.tokens, m.sum());
-  if (mode == "token_sum") return masked.sum();
+  if (mode == Aggregation::kTokenMean) return masked.sum() / Denominator(counts.tokens, m.sum());
+  if (mode == Aggregation::kTokenSum) return masked.sum();
   torch::Tensor n = m.sum(1);
   double sequences = Denominator(counts.sequences, (n > 0).sum());
-  if (mode == "seq_mean_token_mean")
-    return (masked.sum(1) / n.to(loss_mat.scalar_type()).clamp_min(1.0)).sum() / sequences;
-  if (mode == "seq_mean_token_sum") return masked.sum(1).sum() / sequences;
-  if (mode == "seq_mean_token_sum_norm") {
-    double divisor = norm > 0 ? norm : static_cast<double>(loss_mat.size(1));
-    return masked.sum(1).sum() / sequences / divisor;
+  switch (mode) {
+    case Aggregation::kSeqMeanTokenMean:
+      return (masked.sum(1) / n.to(loss_mat.scalar_type()).clamp_min(1.0)).sum() / sequences;
+    case Aggregation::kSeqMeanTokenSum:
+      return masked.sum(1).sum() / sequences;
+    case Aggregation::kSeqMeanTokenSumNorm: {
+      double divisor = norm > 0 ? norm : static_cast<double>(loss_mat.size(1));
+      return masked.sum(1).sum() / sequences / divisor;
+    }
+    default:
+      throw InternalError(fmt::format("aggregation {} has no formula", static_cast<int>(mode)));
   }
-  throw ConfigError(fmt::format("unknown aggregation '{}'", mode),
-                    fmt::format("known: {}", fmt::join(AggregationNames(), ", ")));
 }
 
 EngineCorrection CorrectEngine(const EngineConfig& cfg, const torch::Tensor& old_log_prob,
@@ -206,25 +209,25 @@ EngineCorrection CorrectEngine(const EngineConfig& cfg, const torch::Tensor& old
   torch::Tensor m = mask.to(torch::kBool);
   EngineCorrection out{torch::ones_like(old_log_prob), m, {}};
   if (!rollout_log_prob.defined()) {
-    if (cfg.kind != "none")
-      throw ConfigError(fmt::format("engine.kind = '{}' needs rollout_log_prob", cfg.kind));
+    if (cfg.kind != EngineKind::kNone)
+      throw ConfigError(fmt::format("engine.kind = '{}' needs rollout_log_prob", NameOf(cfg.kind)));
     return out;
   }
   RequireSameShape("rollout_log_prob", rollout_log_prob, "old_log_prob", old_log_prob);
   torch::Tensor old = Clean(old_log_prob.detach(), m);
   torch::Tensor rollout = Clean(rollout_log_prob.to(old.device(), old.scalar_type()), m);
   out.metrics["engine/kl"] = MaskedMean(rollout - old, m);
-  if (cfg.kind == "none") return out;
+  if (cfg.kind == EngineKind::kNone) return out;
 
   torch::Tensor delta = Clean(old - rollout, m);
   torch::Tensor k;
-  if (cfg.level == "token") {
+  if (cfg.level == CorrectionLevel::kToken) {
     k = torch::exp(torch::clamp(delta, -20.0, 20.0));
   } else {
     k = torch::exp(torch::clamp(delta.sum(1), -20.0, 20.0)).unsqueeze(1).expand_as(delta);
   }
   out.metrics["engine/ratio_mean"] = MaskedMean(k, m);
-  if (cfg.kind == "tis") {
+  if (cfg.kind == EngineKind::kTis) {
     out.weight = torch::clamp(k, cfg.floor, cfg.cap);
     out.metrics["engine/capped_frac"] = MaskedMean((k > cfg.cap) | (k < cfg.floor), m);
     out.metrics["engine/weight_mean"] = MaskedMean(out.weight, m);
@@ -232,7 +235,7 @@ EngineCorrection CorrectEngine(const EngineConfig& cfg, const torch::Tensor& old
   }
   torch::Tensor keep = (k >= cfg.low) & (k <= cfg.high);
   out.metrics["engine/masked_frac"] = MaskedMean(~keep, m);
-  if (cfg.kind == "icepop") {
+  if (cfg.kind == EngineKind::kIcepop) {
     out.weight = torch::where(keep, k, torch::zeros_like(k));
     out.metrics["engine/weight_mean"] = MaskedMean(out.weight, m);
   } else {  // reject
@@ -252,7 +255,7 @@ StalenessCorrection CorrectStaleness(const StalenessConfig& cfg, const torch::Te
   torch::Tensor prox = Clean(prox_log_prob.detach(), m);
   torch::Tensor behav = Clean(behav_log_prob.to(prox.device(), prox.scalar_type()), m);
   torch::Tensor ratio = torch::exp(torch::clamp(prox - behav, -20.0, 20.0));
-  torch::Tensor weight = cfg.cap_mode == "clamp"
+  torch::Tensor weight = cfg.cap_mode == CapMode::kClamp
                              ? torch::clamp_max(ratio, cfg.cap)
                              : torch::where(ratio <= cfg.cap, ratio, torch::zeros_like(ratio));
   StalenessCorrection out{weight, {}};
@@ -282,10 +285,10 @@ LossResult PolicyLoss(const LossConfig& loss, const KlConfig& kl, const PolicyLo
   torch::Tensor per_token = s.loss * engine.weight;
   std::map<std::string, double> staleness_metrics;
   if (p.behav_log_prob.defined()) {
-    if (loss.staleness.kind != "decoupled")
+    if (loss.staleness.kind != StalenessKind::kDecoupled)
       throw ConfigError(
           fmt::format("behav_log_prob is given but loss.staleness.kind = '{}'",
-                      loss.staleness.kind),
+                      NameOf(loss.staleness.kind)),
           "with kind 'none' pass pi_behav as old_log_prob (the surrogate clips around it)");
     StalenessCorrection stale =
         CorrectStaleness(loss.staleness, p.old_log_prob, p.behav_log_prob, m);
@@ -309,7 +312,7 @@ LossResult PolicyLoss(const LossConfig& loss, const KlConfig& kl, const PolicyLo
     torch::Tensor kl_t = KlPenalty(kl, p.log_prob, p.ref_log_prob, m);
     torch::Tensor kl_agg = Aggregate(kl_t, m, loss.aggregation, loss.aggregation_norm, in.counts);
     out.metrics["kl"] = kl_agg.item<double>();
-    if (kl.placement == "loss" && kl.coef > 0) out.loss = out.loss + kl.coef * kl_agg;
+    if (kl.placement == KlPlacement::kLoss && kl.coef > 0) out.loss = out.loss + kl.coef * kl_agg;
   }
   return out;
 }

@@ -61,7 +61,7 @@ GlobalCounts LocalCounts(const LossConfig& loss, const PolicyLossInputs& in);
 // Per-token losses L [B,T] -> scalar. `mask` is the loss mask; `norm` is the
 // seq_mean_token_sum_norm divisor (0 = T). A zero denominator gives 0.
 torch::Tensor Aggregate(const torch::Tensor& loss_mat, const torch::Tensor& mask,
-                        const std::string& mode, double norm = 0.0, GlobalCounts counts = {});
+                        Aggregation mode, double norm = 0.0, GlobalCounts counts = {});
 
 // Engine correction for one batch: per-token detached weights and the loss mask.
 struct EngineCorrection {

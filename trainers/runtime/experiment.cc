@@ -78,7 +78,7 @@ void RunConfig::Load(ConfigNode n) {
         IntRange::NonNegative());
   n.Get("keep_checkpoints", keep_checkpoints,
         "keep only the newest N iteration checkpoints (0 = keep all)", IntRange::NonNegative());
-  n.GetEnum("optimizer_state", optimizer_state, {"latest", "all"},
+  n.GetEnum("optimizer_state", optimizer_state,
             "which checkpoints keep the optimizer state: latest (the one --resume continues "
             "from; older ones keep their weights only) | all");
   n.Get("dist_timeout_s", dist_timeout_s,
@@ -144,7 +144,7 @@ void TrainerConfig::ReadKeys(ConfigNode n, policy::Plane plane) {
         "iterations in a row whose every rollout episode an env failure dropped (each skips its "
         "update) before the run stops with an env error",
         IntRange::Positive());
-  n.GetEnum("budget", budget, {"iterations", "env_steps", "wall_seconds", "flops"},
+  n.GetEnum("budget", budget,
             "what stops the run: env steps (every decision attempt), training wall-clock "
             "seconds, or rollout + update FLOPs");
   n.Get("budget_value", budget_value, "limit for env_steps / wall_seconds / flops",
@@ -166,7 +166,7 @@ void DecisionPlaneConfig::Load(ConfigNode n) {
   n.Get("vf_clip", vf_clip, "value clip range (0 = off)", Range::NonNegative());
   n.Get("ent_coef", ent_coef, "entropy bonus weight (entropy of the decision distribution)",
         Range::NonNegative());
-  n.GetEnum("gradient_estimator", gradient_estimator, {"sampled", "all_action"},
+  n.GetEnum("gradient_estimator", gradient_estimator,
             "decision policy gradient: sampled action, or Rao-Blackwellised over the whole menu");
   n.Get("bootstrap_truncated", bootstrap_truncated,
         "bootstrap an episode the step limit cut with V(s_T) (false: the cut is terminal, the "
@@ -174,7 +174,7 @@ void DecisionPlaneConfig::Load(ConfigNode n) {
 }
 
 void TokenPlaneConfig::Load(ConfigNode n) {
-  n.GetEnum("return_mode", return_mode, {"episode", "discounted"},
+  n.GetEnum("return_mode", return_mode,
             "advantage from the episode return, or per-step discounted returns");
   auto s = n.Section("sampling");
   s.Get("filter_zero_variance_groups", filter_zero_variance_groups,
@@ -182,7 +182,7 @@ void TokenPlaneConfig::Load(ConfigNode n) {
   s.Get("max_generation_rounds", max_generation_rounds,
         "DAPO: rollout rounds to fill a batch before giving up", IntRange::Positive());
   s.GetEnum(
-      "on_partial_batch", on_partial_batch, {"continue", "error"},
+      "on_partial_batch", on_partial_batch,
       "DAPO: when the rounds run out, train on the partial batch (logged) or stop with an error");
   s.Get("overlong_buffer", overlong_buffer,
         "DAPO overlong shaping buffer L_buf in tokens (0 = off)", IntRange::NonNegative());
@@ -244,9 +244,9 @@ void TrainerConfig::Load(ConfigNode n) {
     throw ConfigError(
         fmt::format("{}: episodes_per_iteration = {} is not a multiple of group_size = {}",
                     n.Where("episodes_per_iteration"), episodes_per_iteration, group_size));
-  if (budget != "iterations" && !(budget_value > 0))
-    throw ConfigError(
-        fmt::format("{}: trainer.budget = '{}' needs budget_value > 0", n.Where("budget"), budget));
+  if (budget != BudgetKind::kIterations && !(budget_value > 0))
+    throw ConfigError(fmt::format("{}: trainer.budget = '{}' needs budget_value > 0", n.Where("budget"),
+                                  NameOf(budget)));
 }
 
 void SftConfig::Load(ConfigNode n) {
@@ -260,7 +260,7 @@ void SftConfig::Load(ConfigNode n) {
         Range::NonNegative());
   n.Get("answer_weight", answer_weight, "token plane: LM loss on the answer text",
         Range::NonNegative());
-  n.GetEnum("answer", answer, {"command", "label"},
+  n.GetEnum("answer", answer,
             "token-plane demonstration answer: the command text or the label letter");
   n.Get("lm_weight", lm_weight, "plain LM loss on the prompt text", Range::NonNegative());
   n.Get("plain_weight", plain_weight,
@@ -276,7 +276,7 @@ void LoadSampler(ConfigNode n, policy::SamplerOptions& o) {
   n.Get("top_p", o.top_p, "nucleus mass (1 = off)", Range::Closed(0, 1).OpenLow());
   n.Get("max_new_tokens", o.max_new_tokens, "longest answer in tokens",
         IntRange::Closed(1, kMaxNewTokens));
-  n.GetEnum("dtype", o.dtype, {"float32", "bfloat16"},
+  n.GetEnum("dtype", o.dtype,
             "rollout-engine weights (bf16 = a different engine)");
   n.Get("kv_cache", o.kv_cache, "incremental decoding with a KV cache");
   n.Get("autocast", o.autocast,
@@ -299,7 +299,7 @@ std::unique_ptr<ExperimentConfig> ExperimentConfig::FromConfig(Config cfg) {
   pol.Get("init", e->init_checkpoint,
           "start from this checkpoint: rlid sft/train output or a Hugging Face model directory; "
           "empty = fresh model");
-  pol.GetEnum("dtype", e->policy_dtype, {"float32", "bfloat16"},
+  pol.GetEnum("dtype", e->policy_dtype,
               "frozen weights: the base under LoRA adapters (which is also the KL reference), "
               "else the KL reference copy; float32 or bfloat16");
   e->lora.Load(pol.Section("lora"));
@@ -327,11 +327,11 @@ void CheckStepRowEstimator(ConfigNode root, const TrainerConfig& t) {
   const std::string where = root.Section("trainer").Section("advantage").Where("estimator");
   if (TrainerPresetRegistry::Global().Get(t.algorithm).factory()->plane != policy::Plane::kToken)
     return;
-  if (t.token.return_mode != "episode")
+  if (t.token.return_mode != ReturnMode::kEpisode)
     throw ConfigError(
         fmt::format("{}: estimator '{}' computes its own step returns (advantage.gamma), but "
                     "trainer.return_mode = '{}'",
-                    where, est, t.token.return_mode),
+                    where, est, NameOf(t.token.return_mode)),
         "leave trainer.return_mode = 'episode'");
   if (t.token.filter_zero_variance_groups)
     throw ConfigError(

@@ -22,9 +22,34 @@
 #include "policy/reading/sampler.h"
 #include "policy/tokenizer/tokenizer.h"
 #include "trainers/losses/loss_config.h"
+#include "trainers/runtime/budget_kind.h"
 #include "trainers/runtime/optim.h"
 
 namespace rlid::trainers {
+
+// The modes of the keys below (core/modes.h): their config spellings.
+enum class KeepOptimizerState { kLatest, kAll };
+constexpr auto Spellings(KeepOptimizerState) {
+  return ModeNames<KeepOptimizerState>(
+      {{KeepOptimizerState::kLatest, "latest"}, {KeepOptimizerState::kAll, "all"}});
+}
+enum class GradientEstimator { kSampled, kAllAction };
+constexpr auto Spellings(GradientEstimator) {
+  return ModeNames<GradientEstimator>(
+      {{GradientEstimator::kSampled, "sampled"}, {GradientEstimator::kAllAction, "all_action"}});
+}
+enum class ReturnMode { kEpisode, kDiscounted };
+constexpr auto Spellings(ReturnMode) {
+  return ModeNames<ReturnMode>({{ReturnMode::kEpisode, "episode"}, {ReturnMode::kDiscounted, "discounted"}});
+}
+enum class PartialBatch { kContinue, kError };
+constexpr auto Spellings(PartialBatch) {
+  return ModeNames<PartialBatch>({{PartialBatch::kContinue, "continue"}, {PartialBatch::kError, "error"}});
+}
+enum class SftAnswer { kCommand, kLabel };
+constexpr auto Spellings(SftAnswer) {
+  return ModeNames<SftAnswer>({{SftAnswer::kCommand, "command"}, {SftAnswer::kLabel, "label"}});
+}
 
 struct RunConfig {
   std::string name = "run";      // run name (directory prefix under runs/)
@@ -34,7 +59,7 @@ struct RunConfig {
   int64_t keep_checkpoints = 0;  // keep the newest N iteration checkpoints (0 = all)
   // Which checkpoints keep optimizer.pt: "latest" (resume's; older ones keep
   // weights only, which is 2/3 less for Adam on LoRA) | "all".
-  std::string optimizer_state = "latest";
+  KeepOptimizerState optimizer_state = KeepOptimizerState::kLatest;
   // Data-parallel jobs (rlid train --nproc N, or torchrun's variables):
   double dist_timeout_s = 300;  // rendezvous and every collective wait this long for a rank
   int64_t dist_bucket_mb = 25;  // gradient all-reduce bucket size
@@ -59,20 +84,20 @@ struct DecisionPlaneConfig {
   double ent_coef = 0.01;  // menu-entropy bonus
   // trainer.gradient_estimator: how ∇ log p(a|s) is estimated: sampled (the
   // sampled action) | all_action (Rao-Blackwellised over the whole menu).
-  std::string gradient_estimator = "sampled";
+  GradientEstimator gradient_estimator = GradientEstimator::kSampled;
   // V(s_T) for episodes the step limit cut (false: a cut ends the return at 0).
   bool bootstrap_truncated = true;
   void Load(ConfigNode n);
-  bool all_action() const { return gradient_estimator == "all_action"; }
+  bool all_action() const { return gradient_estimator == GradientEstimator::kAllAction; }
 };
 
 // [trainer] keys only the token-plane trainers read (GRPO, Dr. GRPO, DAPO, GSPO).
 struct TokenPlaneConfig {
-  std::string return_mode = "episode";  // episode return | discounted per-step return
+  ReturnMode return_mode = ReturnMode::kEpisode;  // episode return | discounted per-step return
   // DAPO extras ([trainer.sampling]).
   bool filter_zero_variance_groups = false;
   int64_t max_generation_rounds = 4;
-  std::string on_partial_batch = "continue";  // continue | error
+  PartialBatch on_partial_batch = PartialBatch::kContinue;
   int64_t overlong_buffer = 0;
   double overlong_factor = 1.0;
   void Load(ConfigNode n);
@@ -113,7 +138,7 @@ struct TrainerConfig {
   int64_t max_empty_iterations = 3;
   // What stops the run: iterations | env_steps (decision attempts) | wall_seconds
   // (training wall-clock) | flops (rollout + update FLOPs).
-  std::string budget = "iterations";
+  BudgetKind budget = BudgetKind::kIterations;
   double budget_value = 0;        // the limit for env_steps / wall_seconds / flops
   OptimConfig optim;              // lr, schedule, clipping (keys live in [trainer])
   AdvantageConfig advantage;      // [trainer.advantage]
@@ -152,8 +177,8 @@ struct SftConfig {
   double lr = 1e-3;
   double label_weight = 1.0;   // decision plane: cross-entropy of p(a*|s) (label readout)
   double answer_weight = 1.0;  // token plane: LM loss on the answer text
-  std::string answer =
-      "command";           // token-plane answer text: the command ("go north") or the label ("B")
+  // Token-plane answer text: the command ("go north") or the label ("B").
+  SftAnswer answer = SftAnswer::kCommand;
   double lm_weight = 0.2;  // plain LM loss on the prompt text (learn the env's vocabulary)
   // With prompt.reasoning: also the label readout on the same state's prompt
   // without reasoning, so one warm start serves arms that think and arms that
@@ -175,7 +200,7 @@ struct ExperimentConfig {
   bool gradient_checkpointing = false;  // [policy]: recompute layers in backward (less memory)
   // Frozen copies of the weights (the KL reference model) in float32 or
   // bfloat16 (half the memory; their log-probs still come out in float32).
-  std::string policy_dtype = "float32";
+  policy::Precision policy_dtype = policy::Precision::kFloat32;
   policy::PromptConfig prompt;
   agents::ReadoutConfig readout;
   policy::SamplerOptions sampler;

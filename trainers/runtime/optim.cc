@@ -13,7 +13,7 @@ namespace rlid::trainers {
 
 void OptimConfig::Load(ConfigNode n) {
   n.Get("lr", lr, "peak learning rate", Range::Positive());
-  n.GetEnum("lr_schedule", schedule, {"constant", "linear", "cosine"}, "learning-rate schedule");
+  n.GetEnum("lr_schedule", schedule, "learning-rate schedule");
   n.Get("warmup_steps", warmup_steps, "linear warm-up optimiser steps", IntRange::NonNegative());
   n.Get("min_lr_frac", min_lr_frac, "floor of decaying schedules, as a fraction of lr",
         Range::Unit());
@@ -38,13 +38,13 @@ NamedTensors TrainableParameters(policy::TransformerLM& model) {
 double LearningRate(const OptimConfig& cfg, int64_t step, int64_t total_steps) {
   if (cfg.warmup_steps > 0 && step < cfg.warmup_steps)
     return cfg.lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);
-  if (cfg.schedule == "constant" || total_steps <= cfg.warmup_steps) return cfg.lr;
+  if (cfg.schedule == LrSchedule::kConstant || total_steps <= cfg.warmup_steps) return cfg.lr;
   double progress =
       std::clamp(static_cast<double>(step - cfg.warmup_steps) /
                      static_cast<double>(std::max<int64_t>(1, total_steps - cfg.warmup_steps)),
                  0.0, 1.0);
   double floor = cfg.min_lr_frac * cfg.lr;
-  if (cfg.schedule == "linear") return cfg.lr - (cfg.lr - floor) * progress;
+  if (cfg.schedule == LrSchedule::kLinear) return cfg.lr - (cfg.lr - floor) * progress;
   return floor + 0.5 * (cfg.lr - floor) * (1.0 + std::cos(M_PI * progress));
 }
 

@@ -14,9 +14,16 @@
 
 namespace rlid::trainers {
 
+// How the learning rate decays after warm-up (trainer.lr_schedule).
+enum class LrSchedule { kConstant, kLinear, kCosine };
+constexpr auto Spellings(LrSchedule) {
+  return ModeNames<LrSchedule>(
+      {{LrSchedule::kConstant, "constant"}, {LrSchedule::kLinear, "linear"}, {LrSchedule::kCosine, "cosine"}});
+}
+
 struct OptimConfig {
   double lr = 3e-4;                   // peak learning rate
-  std::string schedule = "constant";  // constant | linear | cosine (decay to min_lr_frac * lr)
+  LrSchedule schedule = LrSchedule::kConstant;  // decays to min_lr_frac * lr
   int64_t warmup_steps = 0;  // linear warm-up (in schedule steps: iterations for RL, steps for SFT)
   double min_lr_frac = 0.1;  // floor of the decaying schedules
   double weight_decay = 0.0;  // AdamW decoupled weight decay

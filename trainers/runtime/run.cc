@@ -146,14 +146,14 @@ bool HoldsRun(const std::string& dir) {
   return false;
 }
 
-void RefuseExistingRun(const std::string& dir, const std::string& command) {
+void RefuseExistingRun(const std::string& dir, RunKind command) {
   if (!HoldsRun(dir)) return;
   const std::string fresh = "give a new --out directory (or none: runs/<name>-<timestamp>)";
   throw ConfigError(
       fmt::format("--out '{}' already holds a run; a new run there would overwrite its config.toml "
                   "and move its checkpoints/latest",
                   dir),
-      command == "train"
+      command == RunKind::kTrain
           ? fmt::format("continue that run with `rlid train CONFIG --out {} --resume`, or {}", dir, fresh)
           : fresh);
 }
@@ -174,7 +174,7 @@ std::string ChooseRunDirectory(const std::string& out_dir, const std::string& na
 Run::Run(const ExperimentConfig& c, RunOptions options)
     : cfg(c), comm(options.job ? ProcessComm() : SoloComm()) {
   const bool resume = options.resume;
-  evaluation_ = options.kind == "eval";
+  evaluation_ = options.kind == RunKind::kEval;
   policy::SetNumThreads(cfg.run.threads);
   // A job's ranks resolved run.device when they joined (one GPU per local rank).
   device = comm.distributed() ? comm.device() : policy::ResolveDevice(cfg.run.device);
@@ -197,7 +197,7 @@ Run::Run(const ExperimentConfig& c, RunOptions options)
   if (own_files) tokenizer.SaveDirectory(dir);
   if (cfg.trainer.kl.coef > 0 && !evaluation_)
     ref_model = model->lora() ? policy::ShareBaseWeights(model)  // adapters off, no copy
-                              : policy::CloneModel(model, cfg.policy_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
+                              : policy::CloneModel(model, policy::TorchDtype(cfg.policy_dtype));
   BeginRecords(options, resolved);
   if (!options.quiet) {
     spdlog::info("run directory {} ({} trainable of {} parameters, {})", dir, TrainableCount(model),
@@ -275,7 +275,7 @@ void Run::BeginRecords(const RunOptions& options, const std::string& resolved) {
   memory::RunRecord rec;
   rec.name = cfg.run.name;
   rec.arm = options.arm;
-  rec.kind = options.kind;
+  rec.kind = NameOf(options.kind);
   rec.config_toml = resolved;
   rec.seed = cfg.run.seed;
   rec.allow_cross_split = cfg.memory.allow_cross_split;
@@ -313,7 +313,7 @@ nlohmann::json Run::LoadInitModel() {
   // loaded), or the whole model of an evaluation.
   const bool frozen = evaluation_ || cfg.lora.enabled() || policy::IsAdapterDirectory(cfg.init_checkpoint);
   policy::LoadOptions lo;
-  lo.dtype = frozen && cfg.policy_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  lo.dtype = frozen ? policy::TorchDtype(cfg.policy_dtype) : torch::kFloat32;
   auto ck = policy::LoadCheckpoint(cfg.init_checkpoint, device, lo);
   tokenizer = ck.tokenizer;
   model = ck.model;
@@ -349,7 +349,7 @@ void Run::BuildFreshModel() {
   const fs::path base = fs::absolute(fs::path(dir) / "base").lexically_normal();
   if (comm.rank() == 0 && !fs::exists(base / "rlid.json"))
     policy::SaveCheckpoint(base.string(), model, tokenizer, {{"kind", "lora_base"}});
-  if (cfg.policy_dtype == "bfloat16") {
+  if (cfg.policy_dtype == policy::Precision::kBFloat16) {
     model->to(torch::kBFloat16);
     model->value_head->to(torch::kFloat32);
   }
@@ -433,7 +433,7 @@ policy::TextSampler& Run::Sampler() {
   if (!sampler_) {
     policy::SamplerOptions so = cfg.sampler;
     so.vocab_limit = tokenizer.VocabSize();  // padded embedding rows are never sampled
-    const auto engine_dtype = so.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    const auto engine_dtype = policy::TorchDtype(so.dtype);
     if (evaluation_ && !model->lora() && model->dtype() == engine_dtype) {
       sampler_ = std::make_unique<policy::TextSampler>(model, so);  // nothing trains: no copy
     } else {

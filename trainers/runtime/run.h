@@ -60,9 +60,22 @@ class Recorder {
   EpisodeTally rollouts_;
 };
 
+// What a run is (runs.kind in the store).
+// kInit: a comparison's saved fresh initialisation (compare.warm_start = "none");
+// kBench: `rlid bench train`'s runs.
+enum class RunKind { kTrain, kSft, kEval, kCompare, kInit, kBench };
+constexpr auto Spellings(RunKind) {
+  return ModeNames<RunKind>({{RunKind::kTrain, "train"},
+                             {RunKind::kSft, "sft"},
+                             {RunKind::kEval, "eval"},
+                             {RunKind::kCompare, "compare"},
+                             {RunKind::kInit, "init"},
+                             {RunKind::kBench, "bench"}});
+}
+
 struct RunOptions {
   std::string out_dir;                      // run directory; empty = runs/<name>-<timestamp>
-  std::string kind = "train";               // train | sft | eval | compare (runs.kind)
+  RunKind kind = RunKind::kTrain;
   std::string arm;                          // runs.arm
   // Continue the run of out_dir from checkpoints/latest: its tokenizer.json,
   // the same `runs` row, the store truncated to what the checkpoint had seen
@@ -94,7 +107,7 @@ bool HoldsRun(const std::string& dir);
 // ConfigError (exit 2) when `dir` holds a run: a new run there would overwrite
 // its config.toml and move its checkpoints/latest, so a later --resume would
 // continue the wrong weights. `command` (train | sft | compare) shapes the hint.
-void RefuseExistingRun(const std::string& dir, const std::string& command);
+void RefuseExistingRun(const std::string& dir, RunKind command);
 
 // Points runs/latest at `dir` when `dir` sits directly in ./runs (a symlink
 // replaced atomically); elsewhere it does nothing. Every run directory a

@@ -7,7 +7,7 @@ namespace rlid::trainers {
 TrainRunResult TrainRun(const ExperimentConfig& cfg, const TrainRunOptions& opt) {
   auto trainer = TrainerRegistry::Global().Make(cfg.trainer.algorithm);
   Run run(cfg, {.out_dir = opt.out,
-                .kind = "train",
+                .kind = RunKind::kTrain,
                 .arm = cfg.trainer.algorithm,
                 .resume = opt.resume,
                 .record = opt.record,

@@ -111,7 +111,7 @@ std::string WriteCheckpoint(Run& run, const IterationRunner& runner, int64_t ite
                   "free space and resume the run (rlid train CONFIG --out RUN_DIR --resume)");
   }
   run.recorder().Checkpoint(iteration, dir.string());
-  if (run.cfg.run.optimizer_state == "latest") DropOlderOptimizerState(run.checkpoints_dir, dir);
+  if (run.cfg.run.optimizer_state == KeepOptimizerState::kLatest) DropOlderOptimizerState(run.checkpoints_dir, dir);
   if (run.cfg.run.keep_checkpoints > 0) PruneCheckpoints(run.checkpoints_dir, run.cfg.run.keep_checkpoints);
   return dir.string();
 }
@@ -134,9 +134,12 @@ Metrics SkippedUpdate(Metrics metrics, int64_t iteration) {
 }
 
 bool BudgetReached(const TrainerConfig& t, const agents::Budget& b) {
-  if (t.budget == "env_steps") return static_cast<double>(b.env_steps) >= t.budget_value;
-  if (t.budget == "wall_seconds") return b.wall_seconds >= t.budget_value;
-  if (t.budget == "flops") return b.TrainingFlops() >= t.budget_value;
+  switch (t.budget) {
+    case BudgetKind::kEnvSteps: return static_cast<double>(b.env_steps) >= t.budget_value;
+    case BudgetKind::kWallSeconds: return b.wall_seconds >= t.budget_value;
+    case BudgetKind::kFlops: return b.TrainingFlops() >= t.budget_value;
+    case BudgetKind::kIterations: return false;  // the loop's own bound
+  }
   return false;
 }
 
@@ -577,13 +580,13 @@ void LogProgress(const Run& run, const TrainOptions& opt, int64_t it, int64_t st
   double frac = static_cast<double>(it + 1 - start) / static_cast<double>(t.iterations - start);
   // The iteration number is the one metrics and checkpoints (iter_N) carry.
   std::string where = fmt::format("iteration {} ({}/{})", it, it + 1, t.iterations);
-  if (t.budget == "env_steps") {
+  if (t.budget == BudgetKind::kEnvSteps) {
     frac = static_cast<double>(run.budget.env_steps) / t.budget_value;
     where = fmt::format("iteration {}, env steps {}/{:g}", it, run.budget.env_steps, t.budget_value);
-  } else if (t.budget == "wall_seconds") {
+  } else if (t.budget == BudgetKind::kWallSeconds) {
     frac = run.budget.wall_seconds / t.budget_value;
     where = fmt::format("iteration {}, {:.0f}/{:g}s", it, run.budget.wall_seconds, t.budget_value);
-  } else if (t.budget == "flops") {
+  } else if (t.budget == BudgetKind::kFlops) {
     frac = run.budget.TrainingFlops() / t.budget_value;
     where = fmt::format("iteration {}, {:.0f}% of FLOPs", it, 100 * frac);
   }

@@ -90,7 +90,7 @@ class PyPolicy {
       prompts.push_back(std::move(p.text));
     }
     policy::ReadoutOptions opts;
-    opts.normalisation = normalisation;
+    opts.normalisation = RequireMode<policy::Normalisation>("normalisation", normalisation);
     policy::ReadoutBatch rb;
     {
       py::gil_scoped_release nogil;
@@ -180,7 +180,7 @@ class PyPolicy {
     d["vocab_size"] = mc.vocab_size;
     d["dtype"] = ck_.model->dtype() == torch::kBFloat16 ? "bfloat16" : "float32";
     d["device"] = device_.str();
-    d["label_order"] = cfg_->prompt.label_order;
+    d["label_order"] = std::string(NameOf(cfg_->prompt.label_order));
     d["chat_template"] = renderer_->uses_chat_template();
     return d;
   }
@@ -189,7 +189,7 @@ class PyPolicy {
   ShownMenu Show(const StateView& s) const {
     ShownMenu m;
     m.menu.items = s.menu;
-    if (cfg_->prompt.label_order == "shuffle") {
+    if (cfg_->prompt.label_order == policy::LabelOrder::kShuffle) {
       Rng rng = Rng::Stream(s.seed, "labels", static_cast<uint64_t>(s.step));
       envs::ShuffleMenu(m.menu, rng);
     }

@@ -118,7 +118,7 @@ py::dict Train(const std::string& config, const std::vector<std::string>& sets,
   HostedCall hosted(log, level);
   auto cfg = resume ? trainers::LoadResumeConfig(out, config, sets)
                     : trainers::ExperimentConfig::Load(config, sets);
-  if (!resume && !out.empty()) trainers::RefuseExistingRun(out, "train");
+  if (!resume && !out.empty()) trainers::RefuseExistingRun(out, trainers::RunKind::kTrain);
   trainers::TrainResult r;
   std::string dir;
   {

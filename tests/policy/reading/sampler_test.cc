@@ -187,7 +187,7 @@ TEST(TextSampler, GroupEncodesPromptOnce) {
 TEST(TextSampler, Bf16EngineHasSmallNonZeroGap) {
   TransformerLM m = TrainModel(6, 1.0);  // default initialisation scale
   SamplerOptions o;
-  o.dtype = "bfloat16";
+  o.dtype = Precision::kBFloat16;
   o.max_new_tokens = 8;
   auto s = MakeSampler(m, o);
   EXPECT_EQ(s.engine()->dtype(), torch::kBFloat16);
@@ -226,15 +226,12 @@ TEST(TextSampler, SamplesWithAFrozenModelInPlace) {
   const auto a = copying.Sample({{1, 2, 3}}, 3, never, 7), b = in_place.Sample({{1, 2, 3}}, 3, never, 7);
   for (int k = 0; k < 3; ++k) EXPECT_EQ(a[0][k].tokens, b[0][k].tokens);
   SamplerOptions bf16 = o;
-  bf16.dtype = "bfloat16";
+  bf16.dtype = Precision::kBFloat16;
   EXPECT_THROW(TextSampler(m, bf16), InternalError);  // a float32 model is no bfloat16 engine
 }
 
 TEST(TextSampler, RejectsBadOptionsAndInputs) {
   SamplerOptions o;
-  o.dtype = "float16";
-  EXPECT_THROW(TextSampler(Config(), o, torch::kCPU), ConfigError);
-  o = {};
   o.top_p = 0.0;
   EXPECT_THROW(TextSampler(Config(), o, torch::kCPU), ConfigError);
   o = {};

@@ -153,7 +153,7 @@ TEST(TokenizerConfig, PromptsUseTheModelsChatTemplate) {
   pc.enable_thinking = true;
   const auto think = PromptRenderer(pc, tok).Render(env->Instructions(), st->Observation(), {}, menu, Plane::kDecision);
   EXPECT_EQ(think.text.find("<think>"), std::string::npos);  // Qwen3 leaves the block to the model
-  pc.chat_template = "none";
+  pc.chat_template = policy::ChatTemplateUse::kNone;
   PromptRenderer plain(pc, tok);
   EXPECT_FALSE(plain.uses_chat_template());
   const auto q = plain.Render(env->Instructions(), st->Observation(), {}, menu, Plane::kDecision);

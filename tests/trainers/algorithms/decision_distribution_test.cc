@@ -26,7 +26,7 @@ struct Rig {
     model = testing::TinyModel(tok, 5);
     renderer = std::make_unique<policy::PromptRenderer>(policy::PromptConfig{}, tok);
   }
-  agents::AgentContext Ctx(const std::string& normalisation = "menu") {
+  agents::AgentContext Ctx(policy::Normalisation normalisation = policy::Normalisation::kMenu) {
     agents::AgentContext c;
     c.env = env.get();
     c.model = model;
@@ -140,8 +140,8 @@ TEST(DecisionDistribution, AnUpdateThatMovesOnlyOffMenuMass) {
 // play it as an invalid answer, and decision PPO's batch keeps its log p.
 TEST(DecisionDistribution, RolloutsSampleTheOffMenuOutcomeAndTrainOnIt) {
   Rig rig("bandit");
-  auto ctx = rig.Ctx("other");
-  ctx.invalid.rule = "end";
+  auto ctx = rig.Ctx(policy::Normalisation::kOther);
+  ctx.invalid.rule = agents::InvalidRule::kEnd;
   agents::Budget b;
   auto eps = agents::RunDecisionEpisodes(ctx, Specs(400), envs::Split::kTrain, false, b);
   double expected = 0, drawn = 0;

@@ -69,7 +69,7 @@ TEST(TokenAdvantages, DiscountedReturnsToGoAreComparedWithinTheGroup) {
   // gamma 0.5. Episode A rewards (0, -0.1, 1): G = (0.2, 0.4, 1). Episode B rewards (-0.1, 0): G =
   // (-0.1, 0). Group members (5 steps): mean = 1.5 / 5 = 0.3.
   TrainerConfig c = Grpo(false);
-  c.token.return_mode = "discounted";
+  c.token.return_mode = ReturnMode::kDiscounted;
   c.advantage.gamma = 0.5;
   std::vector<agents::EpisodeData> eps = {Episode(3, {0.0, -0.1, 1.0}), Episode(3, {-0.1, 0.0})};
   auto s = TokenAdvantages(c, 16, eps);

@@ -24,7 +24,7 @@ class TokenRun {
       : dir_(name), cfg_(Experiment(toml, sets)) {
     session_ = std::make_unique<trainers::Run>(
         *cfg_, trainers::RunOptions{
-                   .out_dir = dir_.str(), .kind = "train", .arm = name, .quiet = true});
+                   .out_dir = dir_.str(), .kind = trainers::RunKind::kTrain, .arm = name, .quiet = true});
     trainer_ = trainers::TrainerRegistry::Global().Make(cfg_->trainer.algorithm);
     runner_ =
         std::make_unique<trainers::IterationRunner>(*trainer_, cfg_->trainer, session_->model);

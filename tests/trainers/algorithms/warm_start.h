@@ -52,7 +52,7 @@ inline std::string WarmStart(const std::string& name, const std::string& toml,
     std::filesystem::remove_all(dir);
     auto cfg = Experiment(toml, sets);
     trainers::Run s(*cfg,
-                        {.out_dir = dir.string(), .kind = "sft", .arm = "sft", .quiet = true});
+                        {.out_dir = dir.string(), .kind = trainers::RunKind::kSft, .arm = "sft", .quiet = true});
     trainers::RunSft(s, /*quiet=*/true);
     s.End("completed");
     std::ofstream(dir / "cache_key") << key;
