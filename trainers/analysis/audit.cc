@@ -100,12 +100,12 @@ std::vector<AuditState> CollectStates(const envs::Env& env, const policy::Prompt
   return out;
 }
 
-// The request with duplicate wordings of an item removed (so realisation
+// The request with duplicate realisations of an item removed (so realisation
 // indices address distinct events).
 policy::ReadoutRequest DistinctRequest(const policy::PromptRenderer& renderer,
                                        const AuditState& a) {
   policy::ReadoutRequest r =
-      policy::MenuReadoutRequest(renderer, a.prompt.tokens, a.menu, /*all_wordings=*/true);
+      policy::MenuReadoutRequest(renderer, a.prompt.tokens, a.menu, /*all_realisations=*/true);
   r.scored_begin = a.think_begin, r.scored_end = a.think_end;
   for (auto& words : r.realisations) {
     std::vector<std::vector<TokenId>> distinct;
@@ -117,22 +117,22 @@ policy::ReadoutRequest DistinctRequest(const policy::PromptRenderer& renderer,
   return r;
 }
 
-// The distinct wordings of a menu as the readout scores them, flattened: a
-// wording that is a token-prefix of another gets the end token (same rule as
-// policy::Readout). owner[r] is the item of wording r.
-struct Wordings {
+// The distinct realisations of a menu as the readout scores them, flattened: a
+// realisation that is a token-prefix of another gets the end token (same rule as
+// policy::Readout). owner[r] is the item of realisation r.
+struct FlatRealisations {
   std::vector<std::vector<TokenId>> tokens;
   std::vector<int64_t> owner;
 };
 
-Wordings ScoredWordings(const policy::ReadoutRequest& r) {
+FlatRealisations ScoredRealisations(const policy::ReadoutRequest& r) {
   std::vector<std::vector<TokenId>> all;
   for (const auto& item : r.realisations)
     for (const auto& w : item) all.push_back(w);
   auto is_prefix = [](const std::vector<TokenId>& a, const std::vector<TokenId>& b) {
     return a.size() < b.size() && std::equal(a.begin(), a.end(), b.begin());
   };
-  Wordings out;
+  FlatRealisations out;
   for (size_t k = 0; k < r.realisations.size(); ++k)
     for (auto w : r.realisations[k]) {
       bool prefix = false;
@@ -144,7 +144,7 @@ Wordings ScoredWordings(const policy::ReadoutRequest& r) {
   return out;
 }
 
-// log pi(w|s) of one wording by one plain forward of prompt ++ w: a scalar with
+// log pi(w|s) of one realisation by one plain forward of prompt ++ w: a scalar with
 // its graph when grad mode is on.
 torch::Tensor SeparateLogProb(policy::TransformerLM& m, const std::vector<TokenId>& prompt,
                               const std::vector<TokenId>& w) {
@@ -389,7 +389,7 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
   torch::NoGradGuard ng;
   FiniteGuard finite;
   double max_other = 0, max_menu = 0, max_think = 0;
-  int64_t wordings = 0, thoughts = 0, think_tokens = 0;
+  int64_t scored_realisations = 0, thoughts = 0, think_tokens = 0;
   for (size_t si = 0; si < states.size(); ++si) {
     auto req = DistinctRequest(renderer, states[si]);
     auto other = policy::Readout(model, {req}, {"other", false});
@@ -405,16 +405,17 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
       ++thoughts;
       think_tokens += req.scored_end - req.scored_begin;
     }
-    auto scored = ScoredWordings(req);
+    auto scored = ScoredRealisations(req);
     const size_t K = req.realisations.size();
     std::vector<std::vector<double>> per_item(K);
     std::vector<double> all;
     for (size_t r = 0; r < scored.tokens.size(); ++r) {
       double lp = SeparateLogProb(ref, req.prompt, scored.tokens[r]).item<double>();
-      finite(lp, [&] { return fmt::format("state {} wording {} separate log pi", si + 1, r + 1); });
+      finite(lp,
+             [&] { return fmt::format("state {} realisation {} separate log pi", si + 1, r + 1); });
       per_item[scored.owner[r]].push_back(lp);
       all.push_back(lp);
-      ++wordings;
+      ++scored_realisations;
     }
     const double log_z = LogSumExp(all);
     for (size_t k = 0; k < K; ++k) {
@@ -443,9 +444,10 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
         think_tokens, thoughts, Num(max_think), Num(think_tol));
   }
   c.numbers = {{"states", std::to_string(states.size())},
-               {"wordings scored separately (one plain forward each)", std::to_string(wordings)},
+               {"realisations scored separately (one plain forward each)",
+                std::to_string(scored_realisations)},
                {"forward passes: single-pass vs separate",
-                fmt::format("{} vs {}", 2 * states.size(), wordings)},
+                fmt::format("{} vs {}", 2 * states.size(), scored_realisations)},
                {"max |log p(a|s) - log sum_r pi(r|s)| (unnormalised)", Num(max_other)},
                {"max |log p(a|s) - log(sum_r pi(r|s) / Z)| (menu-normalised)", Num(max_menu)},
                {"tolerance (log space = relative error in p)", Num(kLogPTolerance)}};
@@ -455,9 +457,9 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
 
 // ---- 2 ----------------------------------------------------------------------------
 // Per state with K >= 2 actions, fixed advantages A(a) and the menu-normalised
-// realisation distribution q(r) = pi(r|s) / Z over the distinct wordings:
+// realisation distribution q(r) = pi(r|s) / Z over the distinct realisations:
 //   sampled-realisation estimator g1(r) = A(a(r)) grad log q(r),  r ~ q, from the
-//     separately scored wordings (one plain forward per wording);
+//     separately scored realisations (one plain forward per realisation);
 //   marginal estimator g2(a) = A(a) grad log p(a|s), a ~ p, from the single-pass
 //     readout (one forward).
 // With n_r = log pi(r|s) and G = grad log Z = sum_r q_r grad n_r,
@@ -467,7 +469,7 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
 // are weighted backwards: E1 accumulates in .grad, and a probed single-pass
 // backward of E2 reduces ||E2 - E1|| on the fly (GradientNormProbe); likewise
 // for the Monte-Carlo means. For m1, .grad holds G and the probe reduces each
-// wording's ||grad n_r - G||^2 during its backward.
+// realisation's ||grad n_r - G||^2 during its backward.
 
 // Forward and backward passes the Rao-Blackwell check ran.
 struct PassCounts {
@@ -477,7 +479,7 @@ struct PassCounts {
 // One state's two sides and the weighted backwards both estimators are built
 // from; X is the accumulator's .grad. The single-pass side's graph lives only
 // while its own backwards run (each Readout() is a fresh forward), so that it
-// never sits in memory next to a separate wording's graph.
+// never sits in memory next to a separate realisation's graph.
 class EstimatorSides {
  public:
   EstimatorSides(policy::TransformerLM& model, policy::TransformerLM& ref,
@@ -485,14 +487,14 @@ class EstimatorSides {
       : model_(model),
         ref_(ref),
         req_(std::move(req)),
-        words_(ScoredWordings(req_)),
+        words_(ScoredRealisations(req_)),
         g_(g),
         counts_(counts) {}
 
-  const Wordings& words() const { return words_; }
+  const FlatRealisations& words() const { return words_; }
   size_t R() const { return words_.tokens.size(); }
 
-  // n_r = log pi(r|s) of every wording, one plain forward each, no graph.
+  // n_r = log pi(r|s) of every realisation, one plain forward each, no graph.
   std::vector<double> SeparateLogProbs() {
     torch::NoGradGuard ng;
     std::vector<double> n(R());
@@ -511,7 +513,7 @@ class EstimatorSides {
     Backward(y, 1.0, retain);
     ++counts_.backwards;
   }
-  // X += sum_r w_r grad n_r, one wording's graph at a time.
+  // X += sum_r w_r grad n_r, one realisation's graph at a time.
   void Separate(const std::vector<double>& w) {
     for (size_t r = 0; r < R(); ++r) {
       if (w[r] == 0) continue;
@@ -546,7 +548,7 @@ class EstimatorSides {
     return {e2_sq, m2};
   }
   // m1 = sum_r q_r A(a(r))^2 ||grad n_r - X||^2, one probed backward per
-  // wording (X = G when called).
+  // realisation (X = G when called).
   double SampledSecondMoment(const std::vector<double>& q, const std::vector<double>& A) {
     double m1 = 0;
     GradientNormProbe probe(g_, /*minus_accumulated=*/true);
@@ -563,7 +565,7 @@ class EstimatorSides {
   policy::TransformerLM& model_;
   policy::TransformerLM& ref_;
   const policy::ReadoutRequest req_;
-  const Wordings words_;
+  const FlatRealisations words_;
   GradAccumulator& g_;
   PassCounts& counts_;
 };
@@ -613,11 +615,11 @@ std::optional<EstimatorMoments> CompareEstimators(EstimatorSides& x, GradAccumul
   const int64_t K = static_cast<int64_t>(A.size());
   const size_t R = x.R();
   const auto& owner = x.words().owner;
-  // The independent side: q over the separately scored wordings.
+  // The independent side: q over the separately scored realisations.
   const std::vector<double> n = x.SeparateLogProbs();
   bool ok = true;
   for (size_t r = 0; r < R; ++r)
-    ok &= finite(n[r], StateValue(si, fmt::format("wording {} separate log pi", r + 1)));
+    ok &= finite(n[r], StateValue(si, fmt::format("realisation {} separate log pi", r + 1)));
   // ||E2||^2 and m2.
   EstimatorMoments out;
   g.Zero();
@@ -649,7 +651,7 @@ std::optional<EstimatorMoments> CompareEstimators(EstimatorSides& x, GradAccumul
   const auto [u, mc2] = MonteCarloWeights(rng, mc, q, p, A, owner, w1);
   x.Separate(u);
   out.mc_diff = x.MarginalDistance(mc2);
-  // m1: .grad = G, then per wording one probed backward: ||grad n_r - G||^2.
+  // m1: .grad = G, then per realisation one probed backward: ||grad n_r - G||^2.
   g.Zero();
   x.Separate(q);
   out.m1 = x.SampledSecondMoment(q, A);
@@ -1109,8 +1111,8 @@ AuditCheck Teaching(policy::TransformerLM& model, const policy::PromptRenderer& 
 }
 
 // ---- 5 ----------------------------------------------------------------------------
-// The menu readout of `menu` at `state` (decision prompt without memory, first
-// wordings only); one forward.
+// The menu readout of `menu` at `state` (decision prompt without memory, the
+// labels only); one forward.
 policy::ReadoutBatch ReadMenu(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
                               const envs::Env& env, const envs::State& state,
                               const envs::Menu& menu) {
