@@ -23,7 +23,7 @@ using internal::Slot;
 namespace {
 
 constexpr const char* kOffMenuReason =
-    "off-menu: the draw fell on the mass outside every menu wording (readout normalisation "
+    "off-menu: the draw fell on the mass outside every menu realisation (readout normalisation "
     "'other')";
 
 // Sum of probs over the menu items the oracle calls optimal; -1 without an oracle.
@@ -108,7 +108,7 @@ std::vector<double> TakeRow(StepData& step, const GroupReadout& r, size_t b, int
     std::vector<float> words;
     for (size_t w = 0; w < r.reqs[b].realisations[k].size(); ++w)
       words.push_back(r.wlogp[b][k][w].item<float>());
-    d.wording_logp.push_back(std::move(words));
+    d.realisation_logp.push_back(std::move(words));
     if (r.after.defined()) d.afterstate_values.push_back(r.after[b][k].item<float>());
   }
   if (r.ref_log_p.defined())
@@ -123,7 +123,7 @@ std::vector<double> TakeRow(StepData& step, const GroupReadout& r, size_t b, int
 }
 
 // Plays outcome `choice` of the step's readout: the off-menu outcome (K) is an
-// invalid answer; a menu item is said in a wording drawn from π(y | s, a).
+// invalid answer; a menu item is said in a realisation drawn from π(y | s, a).
 void PlayOutcome(AgentContext& ctx, Slot& s, StepData& step, const std::vector<double>& probs,
                  int choice, Budget& budget) {
   if (ctx.oracle_probs) step.decision.p_optimal = OptimalMass(*s.state, step.menu, probs);
@@ -135,11 +135,11 @@ void PlayOutcome(AgentContext& ctx, Slot& s, StepData& step, const std::vector<d
   }
   step.item = choice;
   step.action = step.menu.items[choice].action;
-  // The wording said, y ~ π(y | s, a): a draw over this item's wordings.
-  const auto& words = step.decision.wording_logp[choice];
+  // The realisation said, y ~ π(y | s, a): a draw over this item's realisations.
+  const auto& words = step.decision.realisation_logp[choice];
   std::vector<double> wp;
   for (float w : words) wp.push_back(std::isfinite(w) ? std::exp(static_cast<double>(w)) : 0);
-  const size_t w = s.wording_rng.Categorical(wp);
+  const size_t w = s.realisation_rng.Categorical(wp);
   const auto& item = step.menu.items[choice];
   step.realisation = w == 0 ? item.label : item.realisations.at(w - 1);
   internal::StartChoice(ctx, s, std::move(step));

@@ -45,7 +45,7 @@ void TokenFields(const StepData& s, memory::StepRecord& sr) {
   if (!x.train_logp.empty()) sr.logp_train = train;
 }
 
-// The menu as shown; decision-plane items carry p(a|s) and p of each wording.
+// The menu as shown; decision-plane items carry p(a|s) and p of each realisation.
 std::vector<memory::MenuItemRecord> MenuRecords(const StepData& s, bool decision) {
   std::vector<memory::MenuItemRecord> out;
   for (size_t k = 0; k < s.menu.items.size(); ++k) {
@@ -58,7 +58,7 @@ std::vector<memory::MenuItemRecord> MenuRecords(const StepData& s, bool decision
     m.afterstate = it.afterstate;
     if (decision && k < s.decision.log_p.size()) {
       m.probability = std::exp(static_cast<double>(s.decision.log_p[k]));
-      const auto& words = s.decision.wording_logp[k];
+      const auto& words = s.decision.realisation_logp[k];
       for (size_t w = 0; w < words.size(); ++w) {
         std::string text =
             w == 0 ? it.label : (w - 1 < it.realisations.size() ? it.realisations[w - 1] : "");

@@ -71,7 +71,9 @@ Slot StartEpisode(AgentContext& ctx, const EpisodeSpec& spec, envs::Split split,
     ctx.bank->BeginEpisode(s.data.id, {envs::SplitName(split), spec.env_seed, ctx.memory_pass});
   s.label_rng = Rng::Stream(ctx.seed, "labels", spec.stream);
   s.action_rng = Rng::Stream(ctx.seed, "actions", spec.stream);
-  s.wording_rng = Rng::Stream(ctx.seed, "wordings", spec.stream);
+  // The realisation stream keeps its historical name "wordings": the name seeds
+  // the stream, so renaming it would change every seeded run's draws.
+  s.realisation_rng = Rng::Stream(ctx.seed, "wordings", spec.stream);
   return s;
 }
 

@@ -73,9 +73,9 @@ struct EpisodeSpec {
 // What the decision plane read at a step: the rollout readout, which in the
 // decision plane is also the training forward (policy::Readout).
 struct DecisionRead {
-  std::vector<float> log_p;                     // per menu item (unnormalised with "other")
-  float log_p_other = 0;                        // log of the off-menu mass (outcome K with "other")
-  std::vector<std::vector<float>> wording_logp;  // per item, per wording
+  std::vector<float> log_p;  // per menu item (unnormalised with "other")
+  float log_p_other = 0;     // log of the off-menu mass (outcome K with "other")
+  std::vector<std::vector<float>> realisation_logp;  // per item, per realisation (label first)
   float value = 0, candidate_mass = 0, row_entropy = 0, menu_entropy = 0;
   std::vector<float> afterstate_values;
   // The reference policy's decision distribution (K or K + 1 outcomes, as
@@ -121,9 +121,10 @@ struct StepData {
   // Outcome.
   int item = -1;                       // chosen menu index (-1: invalid)
   envs::ActionId action = envs::kNoAction;
-  // The wording that produced the action: token plane, what the free text
+  // The realisation that produced the action: token plane, what the free text
   // compiled through; decision plane, a draw from π(y | s, a) over the chosen
-  // item's wordings (the episode's "wordings" stream). Empty when invalid.
+  // item's realisations (the episode's "wordings" stream, a historical name).
+  // Empty when invalid.
   std::string realisation;
   int optimal = -1;  // 1/0: the action was/was not one of the oracle's; -1: no oracle
   bool invalid = false;
@@ -246,7 +247,7 @@ int DecisionOutcome(const StepData& step);
 std::vector<EpisodeData> RunScriptedEpisodes(AgentContext& ctx, const std::vector<EpisodeSpec>& specs,
                                              envs::Split split, const Chooser& choose, Budget& budget);
 
-// The readout input of a step (prompt, wordings, afterstate branches); a step
+// The readout input of a step (prompt, realisations, afterstate branches); a step
 // with a scratchpad reads at prompt ++ z ++ readout_suffix with z scored.
 policy::ReadoutRequest ReadoutRequestFor(const policy::PromptRenderer& renderer, const StepData& step,
                                          const ReadoutConfig& readout, bool afterstates);

@@ -28,7 +28,7 @@ namespace rlid::agents::internal {
 struct Slot {
   EpisodeData data;
   std::unique_ptr<envs::State> state;
-  Rng label_rng{0}, action_rng{0}, wording_rng{0};
+  Rng label_rng{0}, action_rng{0}, realisation_rng{0};
   int turns = 0;    // agent decisions so far, invalid answers included
   int retries = 0;  // consecutive invalid answers at the current state
   bool done = false;
@@ -44,7 +44,8 @@ struct Slot {
 std::vector<EpisodeData> WithMode(std::vector<EpisodeData> episodes, EpisodeMode mode);
 
 // A new episode of `spec`: its store id (ctx.episode_ids, else ++local_ids),
-// env state, memory episode and the "labels"/"actions"/"wordings" streams.
+// env state, memory episode and the "labels"/"actions"/"wordings" streams (the
+// last draws realisations; its name is historical and seeds it, so it stays).
 Slot StartEpisode(AgentContext& ctx, const EpisodeSpec& spec, envs::Split split,
                   policy::Plane plane, int64_t& local_ids);
 

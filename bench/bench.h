@@ -71,7 +71,7 @@ double PeakRssBytes();
 policy::Tokenizer SmallEnvTokenizer(const envs::Env& env);
 
 // What the benchmarks feed a model: the first n states (seeds 0..n-1) of
-// `env` rendered by `renderer`, as menu readouts (all wordings, the
+// `env` rendered by `renderer`, as menu readouts (all realisations, the
 // tokenizer's end token) and as token-plane prompts.
 struct MenuPrompts {
   std::vector<policy::ReadoutRequest> readouts;

@@ -36,7 +36,7 @@ MenuPrompts RenderMenuPrompts(const envs::Env& env, const policy::PromptRenderer
         renderer,
         renderer.Render(env.Instructions(), st->Observation(), {}, menu, policy::Plane::kDecision)
             .tokens,
-        menu, /*all_wordings=*/true);
+        menu, /*all_realisations=*/true);
     out.readout_prompt_tokens += static_cast<int64_t>(rq.prompt.size());
     out.readouts.push_back(std::move(rq));
     out.token_prompts.push_back(

@@ -1,5 +1,5 @@
 // Policy benchmarks (`rlid bench readout|flops|sample`), each reporting ratios
-// measured in the same run: single-pass readout vs naive per-wording scoring and
+// measured in the same run: single-pass readout vs naive per-realisation scoring and
 // batched vs batch-1 readout; training FLOP/s as a fraction of measured torch::mm
 // FLOP/s; rollout tokens/s with/without KV cache, fp32 vs bf16, and the
 // train-vs-rollout log-prob gap. Shapes: ~200-token prompts, vocab 1024.
@@ -76,7 +76,7 @@ std::vector<TokenId> RandomTokens(Rng& rng, int64_t n, TokenId lo, TokenId hi) {
 }
 
 // A menu state: ~200-token prompt, K single-token labels (ids 1000 - K + k), and
-// K/4 + 1 items with a second, multi-token wording ("go north"-like, 3 tokens).
+// K/4 + 1 items with a second, multi-token realisation ("go north"-like, 3 tokens).
 policy::ReadoutRequest MenuState(Rng& rng, int K) {
   policy::ReadoutRequest req;
   req.prompt = RandomTokens(rng, rng.UniformRange(190, 210), 2, 900);
@@ -112,9 +112,9 @@ class ReadoutBench : public Benchmark {
                           {"parameters", model->config().NumParameters()},
                           {"recurrent_layers", model->config().HasLinearLayers()},
                           {"runtime", policy::TorchSummary()}};
-    std::cout << fmt::format("{:>4} {:>9} {:>11} {:>12} {:>9} {:>7} {:>12} {:>12} {:>9} {:>9}\n", "K",
-                             "wordings", "naive ms", "single ms", "speed-up", "target", "B=16 ms/st",
-                             "B=32 ms/st", "x B=16", "x B=32");
+    std::cout << fmt::format("{:>4} {:>12} {:>11} {:>12} {:>9} {:>7} {:>12} {:>12} {:>9} {:>9}\n",
+                             "K", "realisations", "naive ms", "single ms", "speed-up", "target",
+                             "B=16 ms/st", "B=32 ms/st", "x B=16", "x B=32");
     {
       // The process's first forwards are slow (allocator growth, kernel selection, thread pool
       // start): run both kinds of pass for a while before anything is timed.
@@ -130,8 +130,8 @@ class ReadoutBench : public Benchmark {
       Rng rng = Rng::Stream(7, "bench_readout", K);
       std::vector<policy::ReadoutRequest> states;
       for (int i = 0; i < 32; ++i) states.push_back(MenuState(rng, K));
-      int wordings = 0;
-      for (const auto& item : states[0].realisations) wordings += static_cast<int>(item.size());
+      int realisations = 0;
+      for (const auto& item : states[0].realisations) realisations += static_cast<int>(item.size());
       const int probe = probe_;  // states timed one at a time
       double naive = TimePerCall(seconds_, [&] {
                        for (int i = 0; i < probe; ++i)
@@ -154,12 +154,12 @@ class ReadoutBench : public Benchmark {
       };
       auto value = [&](double v) { return skip_batched_ ? nlohmann::json() : nlohmann::json(v); };
       const double speedup = naive / single, target = 0.8 * K;
-      std::cout << fmt::format("{:>4} {:>9} {:>11.2f} {:>12.2f} {:>9.1f} {:>7.1f} {} {} {} {}\n", K,
-                               wordings, naive * 1e3, single * 1e3, speedup, target,
+      std::cout << fmt::format("{:>4} {:>12} {:>11.2f} {:>12.2f} {:>9.1f} {:>7.1f} {} {} {} {}\n",
+                               K, realisations, naive * 1e3, single * 1e3, speedup, target,
                                cell(batch16 * 1e3, 12, 2), cell(batch32 * 1e3, 12, 2),
                                cell(single / batch16, 9, 2), cell(single / batch32, 9, 2));
       out["menus"].push_back({{"menu_size", K},
-                              {"wordings", wordings},
+                              {"realisations", realisations},
                               {"naive_ms_per_state", naive * 1e3},
                               {"single_pass_ms_per_state", single * 1e3},
                               {"speedup_vs_naive", speedup},
@@ -332,8 +332,9 @@ class SampleBench : public Benchmark {
   int threads_ = 0;
 };
 
-const Registrar<BenchRegistry> kReadout("readout", "single-pass label readout vs naive per-wording scoring; batching",
-                                        [] { return std::make_unique<ReadoutBench>(); });
+const Registrar<BenchRegistry> kReadout(
+    "readout", "single-pass label readout vs naive per-realisation scoring; batching",
+    [] { return std::make_unique<ReadoutBench>(); });
 const Registrar<BenchRegistry> kFlops("flops", "training forward+backward FLOP/s as a fraction of torch::mm",
                                       [] { return std::make_unique<FlopsBench>(); });
 const Registrar<BenchRegistry> kSample("sample", "rollout tokens/s (KV cache, bf16) and train-rollout log-prob gap",

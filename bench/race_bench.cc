@@ -33,7 +33,7 @@ namespace {
 using nlohmann::json;
 using policy::TokenId;
 
-// One menu state: each candidate is an item with one wording.
+// One menu state: each candidate is an item with one realisation.
 policy::ReadoutRequest MenuRequest(const json& state) {
   policy::ReadoutRequest rq;
   rq.prompt = state.at("prompt").get<std::vector<TokenId>>();

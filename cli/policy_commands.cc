@@ -197,7 +197,7 @@ class PolicyCommand : public Command {
         "With --json: one object per sample. An answer is whatever bytes its tokens decode to, "
         "which need not be UTF-8: \"text\" shows each invalid byte as U+FFFD (so the output is "
         "always valid JSON), \"text_hex\" holds the exact bytes in hex, and \"text_is_utf8\" "
-        "says whether \"text\" is exact. \"matched\" is the menu wording (label, command or "
+        "says whether \"text\" is exact. \"matched\" is the menu realisation (label, command or "
         "alias) the answer compiled by.");
     sa_.Add(*sample, "weights and rollout engine: float32 | bfloat16");
     sample->add_option("-n,--num", num_, "samples")->capture_default_str();

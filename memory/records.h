@@ -106,8 +106,8 @@ struct StepRecord {
   std::vector<MenuItemRecord> menu;
   std::vector<MemoryRead> reads;
   // Provenance (schema 3; stored NULL when not recorded).
-  // The wording that produced the action: the realisation the free text
-  // compiled through (token plane) or the wording drawn from pi(y | s, a)
+  // The realisation that produced the action: the one the free text compiled
+  // through (token plane) or the one drawn from pi(y | s, a)
   // (decision plane). Empty: none (always empty for an invalid step).
   std::string realisation;
   uint64_t state_hash = 0;                  // env State::Hash() before acting; 0: not recorded

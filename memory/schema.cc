@@ -284,7 +284,7 @@ constexpr const char* kProvenanceSql = R"sql(
 ALTER TABLE memory_items ADD COLUMN instance INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE memory_items ADD COLUMN pass INTEGER NOT NULL DEFAULT 0;
 
--- Step provenance, NULL when not recorded: the wording that produced the
+-- Step provenance, NULL when not recorded: the realisation that produced the
 -- action, the env state hash before acting and the chosen action's afterstate
 -- hash (16 hex digits, like prompt_hash), and whether the oracle called the
 -- action optimal (NULL: the env has no oracle).
@@ -293,8 +293,8 @@ ALTER TABLE steps ADD COLUMN state_hash TEXT;
 ALTER TABLE steps ADD COLUMN afterstate_hash TEXT;
 ALTER TABLE steps ADD COLUMN optimal INTEGER CHECK (optimal IN (0, 1));
 
--- Per step: the wording that produced the action, and on the decision plane
--- the probability the rollout recorded for that wording of the chosen action
+-- Per step: the realisation that produced the action, and on the decision plane
+-- the probability the rollout recorded for that realisation of the chosen action
 -- (menu_items.realisations; NULL when it is not there).
 CREATE VIEW v_step_realisations AS
 SELECT e.run_id          AS run_id,
@@ -369,7 +369,7 @@ ALTER TABLE steps ADD COLUMN history_steps INTEGER CHECK (history_steps >= 0);
 -- (every decision attempt, invalid ones included), the quantity compare's
 -- budget matches. eval_* count the test split (evaluations, both modes).
 -- step_prompt_tokens sums the stored prompts' lengths (budget/prompt_tokens,
--- in budget_metrics, also counts the wordings the readout reads).
+-- in budget_metrics, also counts the realisations the readout reads).
 DROP VIEW v_run_budget;
 CREATE VIEW v_run_budget AS
 SELECT ru.id                              AS run_id,

@@ -650,7 +650,7 @@ void WriteStepRow(Insert& step, int64_t episode, const StepRecord& s, const std:
   step.Run();
 }
 
-// The `menus` rows of one step: every item with its wordings' probabilities as
+// The `menus` rows of one step: every item with its realisations' probabilities as
 // JSON (a non-finite probability as null).
 void WriteMenuRows(Insert& menu, int64_t episode, const StepRecord& s) {
   for (const MenuItemRecord& m : s.menu) {

@@ -85,10 +85,10 @@ constexpr std::string_view kFixAfterstate =
     "'state_hash' of the state the action leads to (Python helper: Action(id, command, "
     "afterstate=text, afterstate_hash=self.state_hash(next_state)), or leave afterstate out and "
     "the helper computes both)";
-constexpr std::string_view kFixWording =
-    "every label, command and realisation must compile to its action: make each wording a "
-    "phrase of its own that no other item's wording contains (docs/free_text.md has the grammar); "
-    "an env compiler ('compile') is asked only about text the menu grammar rejects";
+constexpr std::string_view kFixRealisation =
+    "every label, command and realisation must compile to its action: make each realisation a "
+    "phrase of its own that no other item's realisation contains (docs/free_text.md has the "
+    "grammar); an env compiler ('compile') is asked only about text the menu grammar rejects";
 constexpr std::string_view kFixGarbage =
     "your compile_text must reject text that names no action: raise Invalid(\"reason\") (in the "
     "protocol: reply {\"invalid\": \"reason\"}), and return only actions on the current menu";
@@ -336,13 +336,13 @@ void CheckCompile(const Env& env, const ConformanceOptions& o, Report& rep, Conf
       }
       for (const auto& text : texts) {
         const auto res = s.Compile(text);
-        rep.Expect(res.valid() && res.action == it.action, kFixWording, [&] {
+        rep.Expect(res.valid() && res.action == it.action, kFixRealisation, [&] {
           return fmt::format("seed {} step {}: {} should compile to {} ({}), got {}", seed, t,
                              Quoted(text), it.label, Quoted(it.command),
                              res.valid() ? fmt::format("action {}", res.action)
                                          : "invalid: " + res.reason);
         });
-        rep.Expect(menu.Compile(text).action == it.action, kFixWording, [&] {
+        rep.Expect(menu.Compile(text).action == it.action, kFixRealisation, [&] {
           return fmt::format("seed {} step {}: the menu compiles {} to another action", seed, t,
                              Quoted(text));
         });
@@ -541,9 +541,9 @@ const std::vector<CheckDef>& Defs() {
        CheckDeterminism},
       {"clone", "Clone() is independent of the original; CompileMenu() changes nothing",
        CheckClone},
-      {"menu", "menu contract (labels, actions, wordings), afterstate = Clone()+Apply()",
+      {"menu", "menu contract (labels, actions, realisations), afterstate = Clone()+Apply()",
        CheckMenu},
-      {"compile", "every label and wording compiles to its action; garbage is invalid",
+      {"compile", "every label and realisation compiles to its action; garbage is invalid",
        CheckCompile},
       {"labels", "shuffled labels still compile", CheckLabels},
       {"oracle", "following the oracle solves every test seed with its predicted return",

@@ -1,6 +1,6 @@
 // The conformance suite every environment must pass (OpenSpiel style):
 // determinism by seed, clone independence, the menu contract, afterstates =
-// Clone()+Apply(), free-text compilation of every wording (and rejection of
+// Clone()+Apply(), free-text compilation of every realisation (and rejection of
 // garbage), oracle optimality, exact state-graph values, and split-disjoint
 // seeds. One implementation serves the unit tests (every registered env) and
 // `rlid env check` (any env, external ones included), which prints what failed.

@@ -1,6 +1,6 @@
 // The menu-environment API. An Env makes States from seeds; a State compiles
 // itself into a Menu of executable actions (label, canonical command, accepted
-// wordings, afterstate) and compiles free text into an action or an `invalid`
+// realisations, afterstate) and compiles free text into an action or an `invalid`
 // result. Everything an agent sees is text; everything an env does is
 // deterministic given its seed. No LibTorch here: envs stay fast to
 // build and are tested without it.

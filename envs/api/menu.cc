@@ -74,18 +74,18 @@ void ValidateMenu(const Menu& menu) {
   RLID_CHECK_LE(menu.items.size(), static_cast<size_t>(kMaxMenuSize));
   std::set<std::string> labels;
   std::set<ActionId> actions;
-  std::map<std::string, ActionId> wording_owner;
+  std::map<std::string, ActionId> realisation_owner;
   for (const auto& it : menu.items) {
     RLID_CHECK(labels.insert(it.label).second, "duplicate label '{}'", it.label);
     RLID_CHECK(actions.insert(it.action).second, "duplicate action {}", it.action);
     RLID_CHECK(!it.realisations.empty() && it.realisations[0] == it.command,
                "item '{}': realisations must start with the command", it.command);
     for (const auto& r : it.realisations) {
-      auto [pos, inserted] = wording_owner.emplace(ToLower(r), it.action);
-      RLID_CHECK(inserted || pos->second == it.action, "wording '{}' names two actions", r);
+      auto [pos, inserted] = realisation_owner.emplace(ToLower(r), it.action);
+      RLID_CHECK(inserted || pos->second == it.action, "realisation '{}' names two actions", r);
     }
   }
-  // A wording that is a bare letter reads as a label. Labels may be shuffled
+  // A realisation that is a bare letter reads as a label. Labels may be shuffled
   // (readout.label_order), so any item can carry any of the menu's labels:
   // "C" would name another item than the one whose command it is.
   std::set<std::string> any_label;  // lower-cased: the compiler reads a lone letter in either case
@@ -97,8 +97,8 @@ void ValidateMenu(const Menu& menu) {
       const std::string w = ToLower(std::string(Trim(r)));
       RLID_CHECK(
           !any_label.count(w),
-          "item '{}': the wording '{}' is also a label of this menu (labels may be shuffled, "
-          "so it can name another item); give the action a wording of a word or more, e.g. "
+          "item '{}': the realisation '{}' is also a label of this menu (labels may be shuffled, "
+          "so it can name another item); give the action a realisation of a word or more, e.g. "
           "'press {}'",
           it.command, r, Trim(r));
     }
@@ -223,7 +223,7 @@ std::string Preview(std::string_view s) {
   return out;
 }
 
-// A match of item `item` by its wording `realisation` (0 = label, k = realisations[k-1]).
+// A match of item `item` by realisation number `realisation` (0 = label, k = realisations[k-1]).
 CompileResult Valid(const Menu& menu, int item, int realisation) {
   const MenuItem& it = menu.items[item];
   CompileResult r;
@@ -241,7 +241,7 @@ CompileResult Invalid(std::string reason) {
 }
 
 // For the reason of an invalid answer only: the items the text mentions, by a
-// wording of >= 3 characters as whole words (letters and digits compared, the
+// realisation of >= 3 characters as whole words (letters and digits compared, the
 // rest as word breaks) or by an uppercase one-letter word that is a label
 // ("I" never; a sentence-initial "A " before a lowercase word is an article).
 std::set<int> MentionedItems(const Menu& menu, std::string_view seg) {
@@ -292,15 +292,15 @@ CompileResult Menu::Compile(std::string_view text) const {
   if (seg.size() > kMaxAnswerBytes)
     return Invalid(fmt::format("answer too long ({} bytes) to be a menu choice", seg.size()));
 
-  // Every wording folded, as the answer is.
-  std::vector<std::vector<std::string>> wordings(items.size());
+  // Every realisation folded, as the answer is.
+  std::vector<std::vector<std::string>> folded_realisations(items.size());
   for (size_t i = 0; i < items.size(); ++i)
-    for (const auto& r : items[i].realisations) wordings[i].push_back(Fold(r));
-  // Item and realisation number (k >= 1) of the first wording equal to s; {-1, -1} if none.
-  auto wording = [&](std::string_view s) -> std::pair<int, int> {
+    for (const auto& r : items[i].realisations) folded_realisations[i].push_back(Fold(r));
+  // Item and realisation number (k >= 1) of the first realisation equal to s; {-1, -1} if none.
+  auto find_realisation = [&](std::string_view s) -> std::pair<int, int> {
     for (size_t i = 0; i < items.size(); ++i)
-      for (size_t k = 0; k < wordings[i].size(); ++k)
-        if (wordings[i][k] == s) return {static_cast<int>(i), static_cast<int>(k) + 1};
+      for (size_t k = 0; k < folded_realisations[i].size(); ++k)
+        if (folded_realisations[i][k] == s) return {static_cast<int>(i), static_cast<int>(k) + 1};
     return {-1, -1};
   };
   // A one-letter label in either case; -1 if s is not one.
@@ -311,26 +311,26 @@ CompileResult Menu::Compile(std::string_view text) const {
   };
 
   // 1. The bare label in the menu's own case: "B", "(B)", "**B**" -- unless
-  // it is also another item's wording (a menu that breaks ValidateMenu's
+  // it is also another item's realisation (a menu that breaks ValidateMenu's
   // contract): an item's own command never compiles to another item.
   const std::string_view raw = StripDecoration(seg);
   if (int i = IndexOfLabel(raw); i >= 0) {
-    if (auto [w, k] = wording(Fold(raw)); w >= 0 && w != i)
-      return Invalid(fmt::format("ambiguous: '{}' is the label of {} and a wording of {} ({})",
+    if (auto [w, k] = find_realisation(Fold(raw)); w >= 0 && w != i)
+      return Invalid(fmt::format("ambiguous: '{}' is the label of {} and a realisation of {} ({})",
                                  std::string(raw), items[i].label, items[w].label,
                                  items[w].command));
     return Valid(*this, i, 0);
   }
 
-  // 2.-4. As it stands, then without lead-ins: a wording, a label in either
-  // case, or a label followed by a separator and its own item's wording.
-  // A label before another item's wording is invalid unless the text without
+  // 2.-4. As it stands, then without lead-ins: a realisation, a label in either
+  // case, or a label followed by a separator and its own item's realisation.
+  // A label before another item's realisation is invalid unless the text without
   // lead-ins compiles ("I take the red key" on a menu with a label I).
   const std::string folded = Fold(raw);
   std::string mismatch;
   for (std::string_view cand : {std::string_view(folded), StripLeadIns(folded)}) {
     if (cand.empty()) continue;
-    if (auto [i, k] = wording(cand); i >= 0) return Valid(*this, i, k);
+    if (auto [i, k] = find_realisation(cand); i >= 0) return Valid(*this, i, k);
     if (int i = label(cand); i >= 0) return Valid(*this, i, 0);
     if (cand.size() >= 3 && IsLetter(cand[0])) {
       size_t sep = 1;
@@ -340,13 +340,13 @@ CompileResult Menu::Compile(std::string_view text) const {
       };
       while (sep < cand.size() && is_sep(cand[sep])) ++sep;
       const int li = label(cand.substr(0, 1));
-      // The whole separator run first; a wording may itself start with a
+      // The whole separator run first; a realisation may itself start with a
       // separator character ("B) -150"), so shorter runs (>= 1 character)
-      // follow. A mismatch names the longest wording found after the label.
+      // follow. A mismatch names the longest realisation found after the label.
       std::string other;
       for (size_t at = sep; li >= 0 && at > 1 && sep < cand.size(); --at) {
         const std::string_view rest = StripDecoration(cand.substr(at));
-        const auto [ri, rk] = wording(rest);
+        const auto [ri, rk] = find_realisation(rest);
         if (ri == li) return Valid(*this, li, 0);
         if (ri >= 0)
           other = fmt::format("label {} does not match '{}' (that is {})", items[li].label, rest,
@@ -367,7 +367,7 @@ CompileResult Menu::Compile(std::string_view text) const {
                                Preview(seg), Join(names, " and ")));
   if (named.size() == 1)
     return Invalid(
-        fmt::format("'{}' mentions {} but is not an answer: give the label or a wording "
+        fmt::format("'{}' mentions {} but is not an answer: give the label or a realisation "
                     "alone, optionally after a lead-in such as 'I choose'",
                     Preview(seg), names[0]));
   return Invalid(fmt::format("no menu action matches '{}'", Preview(seg)));

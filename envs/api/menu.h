@@ -1,6 +1,7 @@
 // Menus: the executable actions of one state, each with a short label
-// ("A".."Z"), a canonical command, every accepted wording (realisation), and
-// the afterstate it leads to. Menu::Compile maps free text to an item.
+// ("A".."Z"), a canonical command, its realisations (the texts that name it:
+// label, command and aliases), and the afterstate it leads to. Menu::Compile
+// maps free text to an item.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +22,8 @@ constexpr int kMaxMenuSize = 26;  // one capital letter per item
 struct MenuItem {
   ActionId action = kNoAction;
   std::string label;                      // "A"; unique within the menu
-  std::string command;                    // canonical wording, e.g. "go north"
-  std::vector<std::string> realisations;  // every accepted wording, command first
+  std::string command;                    // canonical realisation, e.g. "go north"
+  std::vector<std::string> realisations;  // every realisation but the label, command first
   std::string afterstate;                 // text of the state this action leads to
   uint64_t afterstate_hash = 0;
   int same_afterstate_as = -1;  // index of the first earlier item with the same afterstate
@@ -31,11 +32,11 @@ struct MenuItem {
 struct CompileResult {
   ActionId action = kNoAction;  // kNoAction when invalid
   int item = -1;                // menu index of the action
-  // The wording that matched, as the menu lists it: the item's label, or one of
+  // The realisation that matched, as the menu lists it: the item's label, or one of
   // its realisations verbatim (not the normalised text of the answer). Empty
   // when invalid. An env's own compiler (TextCompiler) sets the answer text.
   std::string matched;
-  // Which wording `matched` is: 0 = the label, k >= 1 = realisations[k - 1]
+  // Which realisation `matched` is: 0 = the label, k >= 1 = realisations[k - 1]
   // (1 = the command); -1 when invalid or compiled by an env's own compiler.
   int realisation = -1;
   std::string reason;  // why the text is invalid (empty when valid)

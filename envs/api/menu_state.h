@@ -14,8 +14,8 @@ namespace rlid::envs {
 // One legal action as the env describes it, before labelling.
 struct ActionSpec {
   ActionId action = kNoAction;
-  std::string command;               // canonical wording
-  std::vector<std::string> aliases;  // other accepted wordings (no labels)
+  std::string command;               // canonical realisation
+  std::vector<std::string> aliases;  // other accepted realisations (no labels)
 };
 
 class MenuState : public State, public CutState {

@@ -152,7 +152,7 @@ World BuildWorld() {
     RLID_CHECK_LE(w.depth[i], kMaxDepth);
     w.max_full_cost[w.depth[i]] = std::max(w.max_full_cost[w.depth[i]], w.full_cost[i]);
   }
-  // Menu specs. Every combination gets four wordings so that no action has
+  // Menu specs. Every combination gets four realisations so that no action has
   // more text mass than another.
   w.specs.resize(kCombineBase + kNumItems * kNumItems);
   for (int i = 0; i < kNumItems; ++i) {

@@ -189,7 +189,7 @@ class ExternalState : public State, public CutState, public AsyncState, public F
                     false);
     res.action = action;
     res.item = item;
-    res.matched = Shorten(Trim(text), kMaxWordingBytes);
+    res.matched = Shorten(Trim(text), kMaxRealisationBytes);
     return res;
   }
   // The env's worked reasoning for its optimal action: one line, at most 4000 bytes.
@@ -322,14 +322,14 @@ class ExternalState : public State, public CutState, public AsyncState, public F
       if (!it.is_object()) worker_->Fail(at, "must be an object", false);
       MenuItem item;
       item.action = static_cast<ActionId>(worker_->Int(it, "action", at, true, 0, INT32_MAX));
-      item.command = Wording(worker_->String(it, "command", at, true), at, "command");
+      item.command = CheckedRealisation(worker_->String(it, "command", at, true), at, "command");
       item.realisations.push_back(item.command);
       if (it.contains("realisations") && !it["realisations"].is_null()) {
         if (!it["realisations"].is_array())
           worker_->Fail(at, "'realisations' must be an array of strings", false);
         for (const auto& w : it["realisations"]) {
           if (!w.is_string()) worker_->Fail(at, "'realisations' must be an array of strings", false);
-          std::string word = Wording(w.get<std::string>(), at, "realisation");
+          std::string word = CheckedRealisation(w.get<std::string>(), at, "realisation");
           if (std::find(item.realisations.begin(), item.realisations.end(), word) ==
               item.realisations.end())
             item.realisations.push_back(std::move(word));
@@ -348,7 +348,7 @@ class ExternalState : public State, public CutState, public AsyncState, public F
     }
     // The menu rules, in the author's terms (ValidateMenu's are rlid's own).
     std::map<ActionId, size_t> item_of_action;
-    std::map<std::string, size_t> item_of_wording;  // lower-cased, as the compiler matches
+    std::map<std::string, size_t> item_of_realisation;  // lower-cased, as the compiler matches
     for (size_t k = 0; k < s.menu.items.size(); ++k) {
       const MenuItem& item = s.menu.items[k];
       if (auto [at, fresh] = item_of_action.emplace(item.action, k); !fresh)
@@ -358,9 +358,10 @@ class ExternalState : public State, public CutState, public AsyncState, public F
                                   item.action, at->second, k),
                       false);
       for (const auto& w : item.realisations)
-        if (auto [at, fresh] = item_of_wording.emplace(ToLower(w), k); !fresh && at->second != k)
+        if (auto [at, fresh] = item_of_realisation.emplace(ToLower(w), k);
+            !fresh && at->second != k)
           worker_->Fail(what,
-                        fmt::format("the wording '{}' names two actions ({} in menu item {}, "
+                        fmt::format("the realisation '{}' names two actions ({} in menu item {}, "
                                     "{} in item {}): a command or realisation must name one "
                                     "action; drop it from one of the items",
                                     w, s.menu.items[at->second].action, at->second, item.action, k),
@@ -375,12 +376,14 @@ class ExternalState : public State, public CutState, public AsyncState, public F
     return s;
   }
 
-  std::string Wording(std::string w, const std::string& at, const char* field) const {
+  std::string CheckedRealisation(std::string w, const std::string& at, const char* field) const {
     const std::string_view t = Trim(w);
-    if (t.empty() || t.size() > kMaxWordingBytes || !IsValidUtf8(t) ||
-        std::any_of(t.begin(), t.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
-      worker_->Fail(at, fmt::format("a {} must be one line of 1-{} bytes of UTF-8 text, found '{}'",
-                                    field, kMaxWordingBytes, Shorten(w, 80)),
+    if (t.empty() || t.size() > kMaxRealisationBytes || !IsValidUtf8(t) ||
+        std::any_of(t.begin(), t.end(),
+                    [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
+      worker_->Fail(at,
+                    fmt::format("a {} must be one line of 1-{} bytes of UTF-8 text, found '{}'",
+                                field, kMaxRealisationBytes, Shorten(w, 80)),
                     false);
     return std::string(t);
   }

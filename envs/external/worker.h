@@ -35,8 +35,8 @@ namespace rlid::envs::protocol {
 
 using json = nlohmann::json;
 
-constexpr size_t kMaxTextBytes = size_t{1} << 20;   // an observation or task
-constexpr size_t kMaxWordingBytes = 300;            // a command or realisation
+constexpr size_t kMaxTextBytes = size_t{1} << 20;      // an observation or task
+constexpr size_t kMaxRealisationBytes = 300;           // a command or realisation
 constexpr uint64_t kHashSeed = 0x65787465726e616cULL;  // "external"
 
 // What an env said about itself in its hello reply.

@@ -5,10 +5,10 @@
 namespace rlid::policy {
 
 ReadoutRequest MenuReadoutRequest(const PromptRenderer& renderer, std::vector<TokenId> prompt,
-                                  const envs::Menu& menu, bool all_wordings) {
+                                  const envs::Menu& menu, bool all_realisations) {
   ReadoutRequest r;
   r.prompt = std::move(prompt);
-  r.realisations = renderer.Realisations(menu, all_wordings);
+  r.realisations = renderer.Realisations(menu, all_realisations);
   r.end_token = renderer.tokenizer().eos_id();
   return r;
 }

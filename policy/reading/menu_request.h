@@ -1,5 +1,5 @@
 // The one way a menu becomes a readout request: the rendered state's prompt,
-// every item's wordings as the renderer writes them, and the tokenizer's end
+// every item's realisations as the renderer writes them, and the tokenizer's end
 // token. The decision rollout, the `policy` commands, the Python package, the
 // audit and the benchmarks all build their requests here.
 #pragma once
@@ -12,9 +12,9 @@
 
 namespace rlid::policy {
 
-// `prompt` ends with the answer prefix; all_wordings = false reads each
+// `prompt` ends with the answer prefix; all_realisations = false reads each
 // item's label only (readout.realisations = "labels").
 ReadoutRequest MenuReadoutRequest(const PromptRenderer& renderer, std::vector<TokenId> prompt,
-                                  const envs::Menu& menu, bool all_wordings);
+                                  const envs::Menu& menu, bool all_realisations);
 
 }  // namespace rlid::policy

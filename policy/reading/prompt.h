@@ -114,8 +114,8 @@ class PromptRenderer {
   RenderedPrompt Render(const std::string& instructions, const std::string& observation,
                         const std::vector<std::string>& memory, const envs::Menu& menu,
                         Plane plane, const std::vector<HistoryTurn>& history = {}) const;
-  // Readout wordings per menu item: {label token} first, then (all = true)
-  // every realisation as " " + wording.
+  // Readout realisations per menu item: {label token} first, then (all = true)
+  // " " + each of MenuItem::realisations.
   std::vector<std::vector<std::vector<TokenId>>> Realisations(const envs::Menu& menu,
                                                               bool all) const;
   // Afterstate branches for the afterstate critic: " <command> -> <afterstate>".
@@ -136,7 +136,7 @@ class PromptRenderer {
   // (which ends its line).
   std::vector<TokenId> AnswerPrefixTokens() const;
   TokenId LabelToken(const std::string& label) const;
-  // Encodes with a cache (menu wordings repeat across steps). Thread-safe.
+  // Encodes with a cache (menu realisations repeat across steps). Thread-safe.
   std::vector<TokenId> EncodeCached(const std::string& text) const;
 
   const PromptConfig& config() const { return cfg_; }

@@ -1,5 +1,5 @@
 // Single-pass label readout. Each row of the packed batch is
-//   prompt (P tokens) | wording trie (one node per distinct prefix) | afterstate branches
+//   prompt (P tokens) | realisation trie (one node per distinct prefix) | afterstate branches
 // with a tree mask: trie nodes see the prompt and their own ancestors, branch
 // tokens see the prompt and their own earlier tokens. Log-softmax is taken only
 // at the last prompt token and at trie nodes that have children.
@@ -42,8 +42,8 @@ torch::Tensor IndexTensor(const std::vector<int64_t>& v, const torch::Device& de
   return HostToDevice(v, device);
 }
 
-// One distinct wording of a row after deduplication and end-token handling.
-struct Wording {
+// One distinct realisation of a row after deduplication and end-token handling.
+struct DistinctRealisation {
   int64_t item = 0;
   std::vector<TokenId> tokens;
   int64_t leaf = -1;  // trie node of its last token
@@ -54,8 +54,8 @@ struct PackedRow {
   std::vector<int64_t> ids, positions;
   int64_t prompt_len = 0;
   int64_t num_items = 0;
-  std::vector<Wording> wordings;
-  std::vector<std::vector<int64_t>> slot_wording;  // [k][r] -> index into wordings
+  std::vector<DistinctRealisation> distinct;        // in order of first appearance
+  std::vector<std::vector<int64_t>> slot_distinct;  // [k][r] -> index into distinct
   // Trie: node n sits at sequence index prompt_len + n.
   std::vector<int64_t> node_parent;  // -1 = root (the last prompt token)
   std::vector<TokenId> node_token;
@@ -87,75 +87,77 @@ void CheckPromptAndSpan(const ReadoutRequest& req, size_t row, int64_t vocab) {
                       "prompt");
 }
 
-// Distinct wordings: identical sequences within an item count once; across
-// items they make the events ambiguous. Fills wordings, slot_wording and
+// Distinct realisations: identical sequences within an item count once; across
+// items they make the events ambiguous. Fills distinct, slot_distinct and
 // label_tokens.
-void CollectWordings(const ReadoutRequest& req, size_t row, int64_t vocab, PackedRow& pr) {
-  std::map<std::vector<TokenId>, int64_t> seen;  // tokens -> wording index
-  pr.slot_wording.resize(pr.num_items);
+void CollectRealisations(const ReadoutRequest& req, size_t row, int64_t vocab, PackedRow& pr) {
+  std::map<std::vector<TokenId>, int64_t> seen;  // tokens -> index into distinct
+  pr.slot_distinct.resize(pr.num_items);
   for (int64_t k = 0; k < pr.num_items; ++k) {
     const auto& item = req.realisations[k];
     if (item.empty())
-      throw ConfigError(fmt::format("readout request {}: menu item {} has no wordings", row, k),
+      throw ConfigError(fmt::format("readout request {}: menu item {} has no realisations", row, k),
                         "every item needs at least its label");
     for (size_t r = 0; r < item.size(); ++r) {
       const auto& w = item[r];
       if (w.empty())
-        throw ConfigError(fmt::format("readout request {}: item {} wording {} is empty", row, k, r));
-      CheckIds(w, vocab, "wording", row);
-      auto [it, inserted] = seen.emplace(w, static_cast<int64_t>(pr.wordings.size()));
-      if (inserted) {
-        pr.wordings.push_back({k, w, -1});
-      } else if (pr.wordings[it->second].item != k) {
         throw ConfigError(
-            fmt::format("readout request {}: items {} and {} share the wording {}", row,
-                        pr.wordings[it->second].item, k, Repr(w)),
+            fmt::format("readout request {}: item {} realisation {} is empty", row, k, r));
+      CheckIds(w, vocab, "realisation", row);
+      auto [it, inserted] = seen.emplace(w, static_cast<int64_t>(pr.distinct.size()));
+      if (inserted) {
+        pr.distinct.push_back({k, w, -1});
+      } else if (pr.distinct[it->second].item != k) {
+        throw ConfigError(
+            fmt::format("readout request {}: items {} and {} share the realisation {}", row,
+                        pr.distinct[it->second].item, k, Repr(w)),
             "two different strings tokenize identically; reword one of the actions");
       }
-      pr.slot_wording[k].push_back(it->second);
+      pr.slot_distinct[k].push_back(it->second);
     }
     if (std::find(pr.label_tokens.begin(), pr.label_tokens.end(), item[0][0]) == pr.label_tokens.end())
       pr.label_tokens.push_back(item[0][0]);
   }
 }
 
-// Prefix-freeness: a wording that is a token-prefix of another gets end_token;
-// afterwards no wording may equal or prefix another.
+// Prefix-freeness: a realisation that is a token-prefix of another gets end_token;
+// afterwards no realisation may equal or prefix another.
 void AppendEndTokens(const ReadoutRequest& req, size_t row, int64_t vocab, PackedRow& pr) {
-  const size_t W = pr.wordings.size();
+  const size_t W = pr.distinct.size();
   std::vector<bool> needs_end(W, false);
   for (size_t i = 0; i < W; ++i)
     for (size_t j = 0; j < W; ++j)
-      if (i != j && IsProperPrefix(pr.wordings[i].tokens, pr.wordings[j].tokens)) {
+      if (i != j && IsProperPrefix(pr.distinct[i].tokens, pr.distinct[j].tokens)) {
         if (req.end_token < 0)
           throw ConfigError(
-              fmt::format("readout request {}: wording {} (item {}) is a token-prefix of wording {} "
-                          "(item {})",
-                          row, Repr(pr.wordings[i].tokens), pr.wordings[i].item,
-                          Repr(pr.wordings[j].tokens), pr.wordings[j].item),
+              fmt::format("readout request {}: realisation {} (item {}) is a token-prefix of "
+                          "realisation {} (item {})",
+                          row, Repr(pr.distinct[i].tokens), pr.distinct[i].item,
+                          Repr(pr.distinct[j].tokens), pr.distinct[j].item),
               "set ReadoutRequest::end_token (e.g. the newline or end-of-text id) so the shorter "
-              "wording means 'this and nothing more'");
+              "realisation means 'this and nothing more'");
         needs_end[i] = true;
       }
   if (req.end_token >= 0) CheckIds({req.end_token}, vocab, "end", row);
   for (size_t i = 0; i < W; ++i)
-    if (needs_end[i]) pr.wordings[i].tokens.push_back(req.end_token);
+    if (needs_end[i]) pr.distinct[i].tokens.push_back(req.end_token);
   for (size_t i = 0; i < W; ++i)
     for (size_t j = 0; j < W; ++j)
-      if (i != j && (pr.wordings[i].tokens == pr.wordings[j].tokens ||
-                     IsProperPrefix(pr.wordings[i].tokens, pr.wordings[j].tokens)))
+      if (i != j && (pr.distinct[i].tokens == pr.distinct[j].tokens ||
+                     IsProperPrefix(pr.distinct[i].tokens, pr.distinct[j].tokens)))
         throw ConfigError(
-            fmt::format("readout request {}: after appending end token {}, wording {} (item {}) still "
-                        "collides with wording {} (item {})",
-                        row, req.end_token, Repr(pr.wordings[i].tokens), pr.wordings[i].item,
-                        Repr(pr.wordings[j].tokens), pr.wordings[j].item),
-            "the end token must not occur inside wordings");
+            fmt::format(
+                "readout request {}: after appending end token {}, realisation {} (item {}) "
+                "still collides with realisation {} (item {})",
+                row, req.end_token, Repr(pr.distinct[i].tokens), pr.distinct[i].item,
+                Repr(pr.distinct[j].tokens), pr.distinct[j].item),
+            "the end token must not occur inside realisations");
 }
 
-// Trie over the distinct wordings; nodes in insertion order (parents first).
+// Trie over the distinct realisations; nodes in insertion order (parents first).
 void BuildTrie(PackedRow& pr) {
   std::map<std::pair<int64_t, TokenId>, int64_t> child;  // (parent, token) -> node
-  for (auto& w : pr.wordings) {
+  for (auto& w : pr.distinct) {
     int64_t parent = -1;
     for (TokenId t : w.tokens) {
       auto [it, inserted] = child.emplace(std::make_pair(parent, t), static_cast<int64_t>(pr.node_token.size()));
@@ -210,7 +212,7 @@ PackedRow PackRow(const ReadoutRequest& req, size_t row, int64_t vocab, bool wit
   pr.span_end = req.scored_end;
   pr.prompt_len = static_cast<int64_t>(req.prompt.size());
   pr.num_items = static_cast<int64_t>(req.realisations.size());
-  CollectWordings(req, row, vocab, pr);
+  CollectRealisations(req, row, vocab, pr);
   AppendEndTokens(req, row, vocab, pr);
   BuildTrie(pr);
   LayOutPromptAndTrie(req, pr);
@@ -240,7 +242,7 @@ void FillMask(const PackedRow& pr, int64_t L, bool* mask) {
   for (int64_t i = len; i < L; ++i) mask[i * L + i] = true;  // padding sees itself only
 }
 
-// The packed batch: B rows, padded to L tokens, K items and R wordings per item.
+// The packed batch: B rows, padded to L tokens, K items and R realisations per item.
 struct PackedBatch {
   std::vector<PackedRow> rows;
   int64_t B = 0, L = 0, K = 0, R = 0;
@@ -256,7 +258,7 @@ PackedBatch PackBatch(const std::vector<ReadoutRequest>& batch, int64_t vocab,
     const auto& pr = pb.rows.back();
     pb.L = std::max<int64_t>(pb.L, pr.ids.size());
     pb.K = std::max(pb.K, pr.num_items);
-    for (const auto& s : pr.slot_wording) pb.R = std::max<int64_t>(pb.R, s.size());
+    for (const auto& s : pr.slot_distinct) pb.R = std::max<int64_t>(pb.R, s.size());
   }
   return pb;
 }
@@ -478,17 +480,17 @@ LogitRows PlanLogitRows(const PackedBatch& pb) {
   return lr;
 }
 
-// Index lists that read wordings and items off the log-softmax rows: one edge
-// per trie node (its token at its parent's row); a wording is the sum of the
-// edges on its root path; realisations fill [B, K, R] slots.
+// Index lists that read realisations and items off the log-softmax rows: one
+// edge per trie node (its token at its parent's row); a distinct realisation is
+// the sum of the edges on its root path; realisations fill [B, K, R] slots.
 struct TrieGather {
-  std::vector<int64_t> edge_row, edge_tok;        // per edge: parent's logit row, node token
-  std::vector<int64_t> pair_wording, pair_edge;   // (wording, an edge on its root path)
-  int64_t n_wordings = 0;                         // distinct wordings over the batch
-  std::vector<int64_t> slot_index, slot_wording;  // per realisation: (b*K + k)*R + r, its wording
-  std::vector<int64_t> distinct_slot;             // first slot of each wording, in wording order
-  std::vector<int64_t> item_valid;                // b*K + k of each real item
-  std::vector<int64_t> padding_slot;              // first slot of each padding item
+  std::vector<int64_t> edge_row, edge_tok;         // per edge: parent's logit row, node token
+  std::vector<int64_t> pair_distinct, pair_edge;   // (distinct one, an edge on its root path)
+  int64_t n_distinct = 0;                          // distinct realisations over the batch
+  std::vector<int64_t> slot_index, slot_distinct;  // per slot: (b*K + k)*R + r, its distinct one
+  std::vector<int64_t> distinct_slot;              // first slot of each distinct one, in order
+  std::vector<int64_t> item_valid;                 // b*K + k of each real item
+  std::vector<int64_t> padding_slot;               // first slot of each padding item
 };
 
 TrieGather PlanTrieGather(const PackedBatch& pb, const LogitRows& lr) {
@@ -502,37 +504,37 @@ TrieGather PlanTrieGather(const PackedBatch& pb, const LogitRows& lr) {
       g.edge_row.push_back(parent < 0 ? lr.root[b] : lr.node[b][parent]);
       g.edge_tok.push_back(pr.node_token[n]);
     }
-    for (size_t w = 0; w < pr.wordings.size(); ++w) {
-      const int64_t wid = g.n_wordings + static_cast<int64_t>(w);
-      for (int64_t a = pr.wordings[w].leaf; a >= 0; a = pr.node_parent[a]) {
-        g.pair_wording.push_back(wid);
+    for (size_t w = 0; w < pr.distinct.size(); ++w) {
+      const int64_t wid = g.n_distinct + static_cast<int64_t>(w);
+      for (int64_t a = pr.distinct[w].leaf; a >= 0; a = pr.node_parent[a]) {
+        g.pair_distinct.push_back(wid);
         g.pair_edge.push_back(edge_base + a);
       }
     }
-    std::vector<bool> placed(pr.wordings.size(), false);
+    std::vector<bool> placed(pr.distinct.size(), false);
     for (int64_t k = 0; k < pr.num_items; ++k) {
       g.item_valid.push_back(b * K + k);
-      for (size_t r = 0; r < pr.slot_wording[k].size(); ++r) {
-        const int64_t slot = (b * K + k) * R + static_cast<int64_t>(r), w = pr.slot_wording[k][r];
+      for (size_t r = 0; r < pr.slot_distinct[k].size(); ++r) {
+        const int64_t slot = (b * K + k) * R + static_cast<int64_t>(r), w = pr.slot_distinct[k][r];
         g.slot_index.push_back(slot);
-        g.slot_wording.push_back(g.n_wordings + w);
-        if (!placed[w]) g.distinct_slot.push_back(slot);  // wording order == first appearance
+        g.slot_distinct.push_back(g.n_distinct + w);
+        if (!placed[w]) g.distinct_slot.push_back(slot);  // distinct order == first appearance
         placed[w] = true;
       }
     }
     for (int64_t k = pr.num_items; k < K; ++k) g.padding_slot.push_back((b * K + k) * R);
-    g.n_wordings += static_cast<int64_t>(pr.wordings.size());
+    g.n_distinct += static_cast<int64_t>(pr.distinct.size());
   }
   return g;
 }
 
-// logp_rows [N, V] -> log π(wording | prompt) [W], one per distinct wording.
-torch::Tensor WordingLogProbs(const torch::Tensor& logp_rows, const TrieGather& g,
-                              const torch::Device& device) {
+// logp_rows [N, V] -> log π(realisation | prompt) [W], one per distinct realisation.
+torch::Tensor DistinctLogProbs(const torch::Tensor& logp_rows, const TrieGather& g,
+                               const torch::Device& device) {
   auto edge_logp =
       logp_rows.index({IndexTensor(g.edge_row, device), IndexTensor(g.edge_tok, device)});
-  return torch::zeros({g.n_wordings}, logp_rows.options())
-      .index_add(0, IndexTensor(g.pair_wording, device),
+  return torch::zeros({g.n_distinct}, logp_rows.options())
+      .index_add(0, IndexTensor(g.pair_distinct, device),
                  edge_logp.index_select(0, IndexTensor(g.pair_edge, device)));
 }
 
@@ -547,24 +549,24 @@ torch::Tensor SpanLogProbs(const torch::Tensor& logp_rows, const LogitRows& lr, 
   return span_logp;
 }
 
-// wording_logp [W] -> realisation_logp [B,K,R], item_mask [B,K], log_p [B,K],
+// distinct_logp [W] -> realisation_logp [B,K,R], item_mask [B,K], log_p [B,K],
 // log_p_other [B] and menu_entropy [B].
-void Marginalise(const torch::Tensor& wording_logp, const TrieGather& g, const PackedBatch& pb,
+void Marginalise(const torch::Tensor& distinct_logp, const TrieGather& g, const PackedBatch& pb,
                  Normalisation normalisation, const torch::Device& device, ReadoutBatch& out) {
   const int64_t B = pb.B, K = pb.K, R = pb.R;
-  auto fopts = wording_logp.options();
+  auto fopts = distinct_logp.options();
   auto slot_t = IndexTensor(g.slot_index, device);
   out.realisation_logp =
       torch::full({B * K * R}, kNegInf, fopts)
-          .scatter(0, slot_t, wording_logp.index_select(0, IndexTensor(g.slot_wording, device)))
+          .scatter(0, slot_t, distinct_logp.index_select(0, IndexTensor(g.slot_distinct, device)))
           .view({B, K, R});
   auto valid_t = IndexTensor(g.item_valid, device);
   out.item_mask = torch::zeros({B * K}, fopts.dtype(torch::kBool)).index_fill_(0, valid_t, true).view({B, K});
-  // Item marginals over distinct wordings: [B,K,R] with -inf elsewhere; a padding
+  // Item marginals over distinct realisations: [B,K,R] with -inf elsewhere; a padding
   // item holds one finite 0 so its logsumexp (masked out below) has finite gradients.
   auto marginal = torch::full({B * K * R}, kNegInf, fopts)
                       .index_fill_(0, IndexTensor(g.padding_slot, device), 0.0)
-                      .scatter(0, IndexTensor(g.distinct_slot, device), wording_logp)
+                      .scatter(0, IndexTensor(g.distinct_slot, device), distinct_logp)
                       .view({B, K, R});
   auto item_lse = torch::where(out.item_mask, torch::logsumexp(marginal, -1), kNegInf);  // [B,K]
   auto menu_lse = torch::logsumexp(item_lse, -1);                                       // [B] log Σ_a p
@@ -621,7 +623,7 @@ void ReadValues(TransformerLM& model, const torch::Tensor& flat_hidden, const Pa
 }  // namespace
 
 // Pack -> forward -> log-softmax at roots, inner trie nodes and spans -> trie
-// edges summed per wording -> items marginalised over wordings -> values.
+// edges summed per realisation -> items marginalised over realisations -> values.
 ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& batch,
                      const ReadoutOptions& options) {
   if (batch.empty()) throw ConfigError("readout batch is empty", "pass at least one state");
@@ -643,9 +645,9 @@ ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& ba
   auto logp_rows = torch::log_softmax(  // [N, V]
       model->Logits(flat_hidden.index_select(0, IndexTensor(lr.hidden_row, device))), -1);
   const TrieGather g = PlanTrieGather(pb, lr);
-  auto wording_logp = WordingLogProbs(logp_rows, g, device);  // [W]
+  auto distinct_logp = DistinctLogProbs(logp_rows, g, device);  // [W]
   out.span_logp = SpanLogProbs(logp_rows, lr, pb.B, device);
-  Marginalise(wording_logp, g, pb, options.normalisation, device, out);
+  Marginalise(distinct_logp, g, pb, options.normalisation, device, out);
   ReadAnswerRows(logp_rows, lr, pb.B, device, out);
   ReadValues(model, flat_hidden, pb, options.afterstate_values, out);
   out.cost = Difference(model->work(), work_before);
@@ -660,23 +662,26 @@ DecisionLogProbs DecisionDistribution(const ReadoutBatch& rb) {
 }
 
 torch::Tensor NaiveRealisationLogProbs(TransformerLM& model, const std::vector<TokenId>& prompt,
-                                       const std::vector<TokenId>& wording) {
-  if (prompt.empty() || wording.empty())
-    throw ConfigError("naive readout needs a non-empty prompt and wording");
+                                       const std::vector<TokenId>& realisation) {
+  if (prompt.empty() || realisation.empty())
+    throw ConfigError("naive readout needs a non-empty prompt and realisation");
   const int64_t vocab = model->config().vocab_size;
   CheckIds(prompt, vocab, "prompt", 0);
-  CheckIds(wording, vocab, "wording", 0);
-  const int64_t P = static_cast<int64_t>(prompt.size()), n = static_cast<int64_t>(wording.size());
+  CheckIds(realisation, vocab, "realisation", 0);
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  const int64_t n = static_cast<int64_t>(realisation.size());
   const torch::Device device = model->device();
   std::vector<int64_t> seq(prompt.begin(), prompt.end());
-  seq.insert(seq.end(), wording.begin(), wording.end());
+  seq.insert(seq.end(), realisation.begin(), realisation.end());
   auto ids = torch::tensor(seq, torch::kInt64).view({1, P + n}).to(device);
   auto positions = torch::arange(P + n, torch::TensorOptions().dtype(torch::kInt64).device(device)).view({1, P + n});
   auto mask = AttentionMask::Causal({P + n}, P + n, device);
   model->CheckPosition(P + n - 1);
   auto hidden = model->forward(ids, positions, mask).hidden.squeeze(0).slice(0, P - 1, P + n - 1);  // [n, D]
   auto logp = torch::log_softmax(model->Logits(hidden), -1);                                       // [n, V]
-  auto targets = torch::tensor(std::vector<int64_t>(wording.begin(), wording.end()), torch::kInt64).to(device);
+  auto targets =
+      torch::tensor(std::vector<int64_t>(realisation.begin(), realisation.end()), torch::kInt64)
+          .to(device);
   return logp.gather(1, targets.unsqueeze(1)).squeeze(1);
 }
 

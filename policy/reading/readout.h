@@ -1,8 +1,8 @@
 // Decision-plane label readout: one forward pass over a batch of prompts reads
-// log p(a|s) for every menu item by packing all wordings of all items as a token
+// log p(a|s) for every menu item by packing all realisations of all items as a token
 // trie after the prompt (tree attention mask), and optionally the value of each
 // afterstate branch. Callers build prompts with the renderer; this file works on
-// token ids only. Also: the naive per-wording reference scorer and label-bias
+// token ids only. Also: the naive per-realisation reference scorer and label-bias
 // diagnostics (content-free prior, per-position mass, order flip rate).
 #pragma once
 
@@ -20,15 +20,15 @@ namespace rlid::policy {
 
 struct ReadoutRequest {
   std::vector<TokenId> prompt;  // ends with the answer prefix; non-empty
-  // Per menu item k its wordings as token sequences; realisations[k][0] is the
+  // Per menu item k its realisations as token sequences; realisations[k][0] is the
   // label (its first token counts towards candidate_mass). Every item has >= 1
-  // non-empty wording.
+  // non-empty realisation.
   std::vector<std::vector<std::vector<TokenId>>> realisations;
   // Optional, one branch per item (empty vector: no branches). Read only when
   // ReadoutOptions::afterstate_values is set.
   std::vector<std::vector<TokenId>> afterstates;
-  // Appended to a wording that is a token-prefix of another wording of the menu
-  // so that the events "the answer starts with wording r" are disjoint; -1 means
+  // Appended to a realisation that is a token-prefix of another realisation of the menu
+  // so that the events "the answer starts with realisation r" are disjoint; -1 means
   // no end token (a prefix collision is then a ConfigError).
   TokenId end_token = -1;
   // Optional scored span [scored_begin, scored_end) of the prompt (a sampled
@@ -59,13 +59,13 @@ struct ReadoutOptions {
   bool share_prefix = false;
 };
 
-// B states, K = max items, R = max wordings per item.
+// B states, K = max items, R = max realisations per item.
 struct ReadoutBatch {
   torch::Tensor log_p;             // [B,K] log p(a|s); padding = -inf
   torch::Tensor log_p_other;       // [B] log(1 - Σ_a Σ_r π(r|s)), both modes
   torch::Tensor item_mask;         // [B,K] bool
   torch::Tensor realisation_logp;  // [B,K,R] log π(r|s) incl. an appended end token;
-                                   // a duplicate wording repeats its value (counted once
+                                   // a duplicate realisation repeats its value (counted once
                                    // in log_p); padding = -inf
   torch::Tensor candidate_mass;    // [B] Σ over distinct label tokens of softmax(row)
   torch::Tensor row_entropy;       // [B] entropy of the full-vocabulary answer row
@@ -94,16 +94,16 @@ DecisionLogProbs DecisionDistribution(const ReadoutBatch& rb);
 // One forward pass over the whole batch. Gradients flow through log_p,
 // log_p_other, realisation_logp, span_logp, value and afterstate_value when grad
 // mode is on.
-// Throws ConfigError for empty prompts/menus/wordings, token ids outside the
-// vocabulary, identical wordings of different items, prefix collisions without
-// an end token, a scored span outside the prompt, or an unknown normalisation.
+// Throws ConfigError for empty prompts/menus/realisations, token ids outside the
+// vocabulary, identical realisations of different items, prefix collisions without
+// an end token, or a scored span outside the prompt.
 ReadoutBatch Readout(TransformerLM& model, const std::vector<ReadoutRequest>& batch,
                      const ReadoutOptions& options = {});
 
-// Reference scorer: one plain forward of prompt ++ wording. Returns [len(wording)]
+// Reference scorer: one plain forward of prompt ++ realisation. Returns [len(realisation)]
 // float32 per-token log-probs log π(w_t | prompt, w_<t); their sum is log π(w|s).
 torch::Tensor NaiveRealisationLogProbs(TransformerLM& model, const std::vector<TokenId>& prompt,
-                                       const std::vector<TokenId>& wording);
+                                       const std::vector<TokenId>& realisation);
 
 // Label distribution on a content-free prompt (the prompt with the observation
 // and menu content removed, ending with the answer prefix): log prior [K] over the

@@ -1,5 +1,5 @@
 """rlid.make: an rlid environment driven from Python. Each state compiles into a
-menu of executable actions (label, command, wordings, afterstate); free text
+menu of executable actions (label, command, realisations, afterstate); free text
 compiles into one of them or is invalid, exactly as the trainers see it."""
 
 from . import _rlid

@@ -165,7 +165,17 @@ void BindEnvs(py::module_& m) {
   py::class_<MenuItem>(m, "MenuItem", "one executable action of a menu")
       .def_readonly("label", &MenuItem::label)
       .def_readonly("command", &MenuItem::command)
-      .def_readonly("wordings", &MenuItem::realisations, "every accepted wording, command first")
+      .def_readonly("realisations", &MenuItem::realisations,
+                    "every realisation but the label, command first")
+      .def_property_readonly(
+          "wordings",
+          [](const MenuItem& i) {
+            if (PyErr_WarnEx(PyExc_DeprecationWarning,
+                             "MenuItem.wordings is deprecated: use MenuItem.realisations", 1) < 0)
+              throw py::error_already_set();
+            return i.realisations;
+          },
+          "deprecated name of realisations")
       .def_readonly("afterstate", &MenuItem::afterstate, "text of the state it leads to")
       .def_readonly("afterstate_hash", &MenuItem::afterstate_hash)
       .def_readonly("action", &MenuItem::action, "the env's action id")
@@ -178,9 +188,9 @@ void BindEnvs(py::module_& m) {
       .def_property_readonly("valid", &CompileResult::valid)
       .def_readonly("item", &CompileResult::item, "menu index (-1 when invalid)")
       .def_readonly("action", &CompileResult::action)
-      .def_readonly("matched", &CompileResult::matched, "the wording that matched")
+      .def_readonly("matched", &CompileResult::matched, "the realisation that matched")
       .def_readonly("realisation", &CompileResult::realisation,
-                    "0 = the label, k >= 1 = wordings[k - 1], -1 = invalid or env-compiled")
+                    "0 = the label, k >= 1 = realisations[k - 1], -1 = invalid or env-compiled")
       .def_readonly("reason", &CompileResult::reason, "why the text is invalid")
       .def("__bool__", &CompileResult::valid)
       .def("__repr__", [](const CompileResult& r) {

@@ -158,7 +158,7 @@ TEST(ExternalRollout, AnswersTheGrammarRejectsGoToTheEnvsCompiler) {
   const auto by_label = CompileAnswer(*state, shown, shown.items[2].label);
   EXPECT_EQ(by_label.action, shown.items[2].action);
   EXPECT_EQ(by_label.item, 2);
-  // "num 3" is not a menu wording; the env's compiler maps it to action 3,
+  // "num 3" is not a menu realisation; the env's compiler maps it to action 3,
   // which is reported at its position in the shown menu.
   const auto own = CompileAnswer(*state, shown, "I pick num 3");
   ASSERT_TRUE(own.valid()) << own.reason;

@@ -66,8 +66,8 @@ TEST(EnvCheck, AShortAfterstateWithoutItsHashSaysWhatToSend) {
 }
 
 TEST(EnvCheck, MessagesShowNoSourcePathsOrInternalChecks) {
-  for (const char* mode : {"dup_actions", "shared_wording", "short_afterstate", "crash_on_reset",
-                           "error_on_reset", "no_menu"}) {
+  for (const char* mode : {"dup_actions", "shared_realisation", "short_afterstate",
+                           "crash_on_reset", "error_on_reset", "no_menu"}) {
     const auto o =
         RunRlid({"env", "check", "--command", "python3 " + kHostile + " " + mode, "--seeds", "2"});
     EXPECT_EQ(o.code, 1) << mode << ": " << o.out << o.err;

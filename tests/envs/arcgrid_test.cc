@@ -269,7 +269,7 @@ TEST(ArcGrid, SizesColoursAndOpsCounts) {
       double ret = 0;
       bool success = false;
       while (!s->IsTerminal()) {
-        ValidateMenu(s->CompileMenu());  // <= 26 items, distinct wordings
+        ValidateMenu(s->CompileMenu());  // <= 26 items, distinct realisations
         auto best = Oracle(*s).OptimalActions();
         ASSERT_FALSE(best.empty()) << params[0] << " seed " << seed;
         auto out = s->Apply(best.back());

@@ -1,6 +1,6 @@
 // arith: the pinned instance, candidates that differ from the sum only by
 // carry mistakes (same units digit, same length, all distinct), the worked
-// reasoning ends with the sum and adds up column by column, wordings compile,
+// reasoning ends with the sum and adds up column by column, realisations compile,
 // and parameters that cannot fill a menu are refused.
 #include <gtest/gtest.h>
 
@@ -55,10 +55,10 @@ TEST(Arith, PinnedInstance) {
   const auto& it = menu.items[0];
   const std::string n = it.command.substr(std::string("answer ").size());
   EXPECT_EQ(it.afterstate, "You answer " + n + ".");
-  std::set<std::string> wordings(it.realisations.begin(), it.realisations.end());
-  EXPECT_TRUE(wordings.count(n)) << n;
-  EXPECT_TRUE(wordings.count(std::to_string(Parse(n)))) << n;
-  EXPECT_TRUE(wordings.count("the answer is " + n)) << n;
+  std::set<std::string> realisations(it.realisations.begin(), it.realisations.end());
+  EXPECT_TRUE(realisations.count(n)) << n;
+  EXPECT_TRUE(realisations.count(std::to_string(Parse(n)))) << n;
+  EXPECT_TRUE(realisations.count("the answer is " + n)) << n;
 }
 
 TEST(Arith, CandidatesDifferOnlyByCarryMistakes) {
@@ -139,7 +139,7 @@ TEST(Arith, ReasoningWorksTheColumnsOut) {
   }
 }
 
-TEST(Arith, WordingsCompileAndNearMissesDoNot) {
+TEST(Arith, RealisationsCompileAndNearMissesDoNot) {
   auto env = MakeEnv("arith", {"spaced=true"});
   auto s = env->NewState(3);
   const auto menu = s->CompileMenu();

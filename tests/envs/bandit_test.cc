@@ -70,7 +70,7 @@ TEST(Bandit, CompileUnderstandsItems) {
   Menu m = s->CompileMenu();
   EXPECT_EQ(s->Compile("I would recommend umbrella.").action, 1);
   EXPECT_EQ(s->Compile("the umbrella").action, 1);
-  // Not a listed wording: invalid, and the reason says which item it mentions.
+  // Not a listed realisation: invalid, and the reason says which item it mentions.
   auto r = s->Compile("I would recommend the umbrella.");
   EXPECT_FALSE(r.valid());
   EXPECT_NE(r.reason.find("mentions B (recommend umbrella)"), std::string::npos) << r.reason;

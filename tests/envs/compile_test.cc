@@ -1,4 +1,4 @@
-// Menu::Compile: free text -> menu item, the wording that matched, and why
+// Menu::Compile: free text -> menu item, the realisation that matched, and why
 // other texts are invalid.
 #include <gtest/gtest.h>
 
@@ -26,16 +26,16 @@ Menu Compass() {
 // commands of several words that share words ("take the red key" / "... blue key").
 Menu Household() {
   Menu m;
-  const std::vector<std::vector<std::string>> wordings = {
+  const std::vector<std::vector<std::string>> realisations = {
       {"take the red key", "take red key", "pick up the red key"},
       {"take the blue key", "take blue key"},
       {"open the door", "open door"},
       {"go to the kitchen", "go to kitchen", "enter the kitchen"}};
-  for (size_t i = 0; i < wordings.size(); ++i) {
+  for (size_t i = 0; i < realisations.size(); ++i) {
     MenuItem it;
     it.action = static_cast<ActionId>(i);
-    it.command = wordings[i][0];
-    it.realisations = wordings[i];
+    it.command = realisations[i][0];
+    it.realisations = realisations[i];
     m.items.push_back(it);
   }
   AssignDefaultLabels(m);
@@ -208,9 +208,9 @@ TEST(Compile, ReasonsSayWhatTheTextMentions) {
   EXPECT_NE(empty.Compile("A").reason.find("empty"), std::string::npos);
 }
 
-// A wording may start with a separator character: after "B)" the run ") -"
+// A realisation may start with a separator character: after "B)" the run ") -"
 // is tried whole ("150", item A) and then shorter ("-150", item B).
-TEST(Compile, ALabelBeforeAWordingThatStartsWithASeparator) {
+TEST(Compile, ALabelBeforeARealisationThatStartsWithASeparator) {
   Menu m;
   for (const char* answer : {"150", "-150", "-2427"}) {
     MenuItem it;

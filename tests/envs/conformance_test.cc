@@ -1,6 +1,6 @@
 // Every registered environment passes every check of the conformance suite
 // (envs/api/conformance.h: determinism, clone independence, menu contract and
-// afterstates, compilation of every wording, oracle optimality, exact graph
+// afterstates, compilation of every realisation, oracle optimality, exact graph
 // values, split-disjoint seeds). Built-in envs must also have afterstates, an
 // oracle, and state graphs small enough to check.
 #include <gtest/gtest.h>

@@ -191,7 +191,7 @@ TEST(Craft, EveryDepthIsSolvableAndMenusFit) {
       bool success = false;
       Rng rng(seed);
       while (!s->IsTerminal()) {
-        ValidateMenu(s->CompileMenu());  // <= 26 items, distinct wordings
+        ValidateMenu(s->CompileMenu());  // <= 26 items, distinct realisations
         auto best = dynamic_cast<OracleState*>(s.get())->OptimalActions();
         ASSERT_FALSE(best.empty());
         auto out = s->Apply(best[rng.UniformInt(best.size())]);

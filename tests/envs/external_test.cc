@@ -60,7 +60,7 @@ std::string ErrorOf(F&& f) {
 
 struct Played {
   std::vector<std::string> obs, commands, afterstates;
-  std::vector<std::vector<std::string>> wordings;
+  std::vector<std::vector<std::string>> realisations;
   std::vector<double> rewards;
   bool operator==(const Played&) const = default;
 };
@@ -75,7 +75,7 @@ Played Play(const Env& env, uint64_t seed) {
     for (const auto& it : m.items) {
       p.commands.push_back(it.label + ") " + it.command);
       p.afterstates.push_back(it.afterstate);
-      p.wordings.push_back(it.realisations);
+      p.realisations.push_back(it.realisations);
     }
     p.rewards.push_back(s->Apply(m.items[rng.UniformInt(m.size())].action).reward);
   }
@@ -218,7 +218,7 @@ TEST(External, MisbehavingEnvsFailClearly) {
       {"wrong_type", "'observation' must be a string, found an integer"},
       {"no_menu", "has no 'menu'"},
       {"dup_actions", "duplicate action 0"},
-      {"shared_wording", "wording 'left' names two actions"},
+      {"shared_realisation", "realisation 'left' names two actions"},
       {"multiline_command", "must be one line"},
   };
   for (const auto& c : at_reset) {

@@ -286,15 +286,15 @@ TEST_F(ViewsFixture, StepRealisations) {
       m.command = k == 0 ? "open door" : "wait";
       m.probability = k == 0 ? 0.6 : 0.4;
       m.realisations = {{m.label, m.probability * 0.75}, {m.command, m.probability * 0.25}};
-      if (k == 1) m.realisations.push_back({"open door", kNotApplicable});  // B's odd wording
+      if (k == 1) m.realisations.push_back({"open door", kNotApplicable});  // B's odd realisation
       s.menu.push_back(m);
     }
     return s;
   };
   dec.steps = {menu_step(0, 0, "open door"),  // A worded as its command: 0.6 * 0.25
                menu_step(1, 1, "B"),          // B as its label: 0.4 * 0.75
-               menu_step(2, 1, "open door"),  // B's non-finite wording: NULL
-               menu_step(3, 0, "shut door"),  // not a recorded wording: NULL
+               menu_step(2, 1, "open door"),  // B's non-finite realisation: NULL
+               menu_step(3, 0, "shut door"),  // not a recorded realisation: NULL
                menu_step(4, -1, "")};         // invalid: no realisation
   store->WriteEpisode(dec);
   EpisodeRecord tok = Episode(store->NewEpisodeId(), "test");
@@ -321,7 +321,7 @@ TEST_F(ViewsFixture, StepRealisations) {
   EXPECT_EQ(S(r.rows[5][2]), "test");
   EXPECT_EQ(S(r.rows[5][3]), "token");
   EXPECT_EQ(S(r.rows[5][6]), "I will open door");
-  EXPECT_TRUE(Null(r.rows[5][8]));  // token plane: the wording was generated, not drawn
+  EXPECT_TRUE(Null(r.rows[5][8]));  // token plane: the realisation was generated, not drawn
 }
 
 TEST_F(ViewsFixture, Transitions) {

@@ -1,6 +1,6 @@
 // Tiny configs of the families beyond Qwen3 / Llama, written as a config.json
 // states them and read by ModelConfig::FromJson, so that tests which must hold
-// for every architecture rlid runs (readout = per-wording scoring, KV cache =
+// for every architecture rlid runs (readout = per-realisation scoring, KV cache =
 // recomputation, shared prefix = plain) also run where a window shorter than
 // the test's sequences hides keys (Mistral: every layer; Gemma 3: some, with
 // their own RoPE base) and where a recurrent layer cannot be masked (Qwen3.5:

@@ -37,7 +37,7 @@ def test_state_and_menu_equal_the_cli(name, seed):
     for item, want in zip(menu, cli["menu"]):
         assert (item.label, item.command, item.action) == (want["label"], want["command"],
                                                           want["action"])
-        assert item.wordings == want["realisations"]
+        assert item.realisations == want["realisations"]
         assert item.afterstate == want["afterstate"]
         assert f"{item.afterstate_hash:016x}" == want["afterstate_hash"]
         assert item.same_afterstate_as == want["same_afterstate_as"]
@@ -73,8 +73,8 @@ def test_text_actions_compile_like_the_grammar():
     menu = env.menu()
     b = env.compile("I choose B.")
     assert b.valid and b.item == 1 and b.matched == "B" and b.realisation == 0
-    w = env.compile(menu[0].wordings[-1].upper())
-    assert w.valid and w.item == 0 and w.realisation == len(menu[0].wordings)
+    w = env.compile(menu[0].realisations[-1].upper())
+    assert w.valid and w.item == 0 and w.realisation == len(menu[0].realisations)
     bad = env.compile(f"{menu[0].command} or {menu[1].command}")
     assert not bad.valid and not bad and bad.item == -1 and bad.reason
     t = env.step(menu[1].command)

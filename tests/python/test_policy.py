@@ -38,7 +38,7 @@ def test_readout_equals_the_cli(policy, checkpoint, env_name, seed):
         assert ro.labels[0][k] == want["label"]
         assert ro.p[0, k].item() == pytest.approx(want["p"], abs=1e-6)
         words = [w["p"] for w in want["realisations"]]
-        assert ro.wording_p[0, k, :len(words)].tolist() == pytest.approx(words, abs=1e-6)
+        assert ro.realisation_p[0, k, :len(words)].tolist() == pytest.approx(words, abs=1e-6)
     assert ro.value[0].item() == pytest.approx(cli["value"], abs=1e-6)
     assert ro.candidate_mass[0].item() == pytest.approx(cli["candidate_mass"], abs=1e-6)
     assert ro.p_other[0].item() == pytest.approx(cli["p_other"], abs=1e-6)
@@ -65,11 +65,27 @@ def test_normalisations_are_probabilities(policy):
     assert menu_norm.p.sum().item() == pytest.approx(1.0, abs=1e-5)
     other = policy.readout(env, normalisation="other")
     assert (other.p.sum() + other.p_other[0]).item() == pytest.approx(1.0, abs=1e-5)
-    # p(a|s) = Σ_{y→a} π(y|s): the item's mass is the sum over its wordings.
-    wordings = other.wording_p[0].nan_to_num(0).sum(-1)
-    assert torch.allclose(other.p[0], wordings, atol=1e-6)
-    labels = policy.readout(env, wordings="labels", normalisation="other")
-    assert labels.wording_p.shape[-1] == 1
+    # p(a|s) = Σ_{y→a} π(y|s): the item's mass is the sum over its realisations.
+    realisations = other.realisation_p[0].nan_to_num(0).sum(-1)
+    assert torch.allclose(other.p[0], realisations, atol=1e-6)
+    labels = policy.readout(env, realisations="labels", normalisation="other")
+    assert labels.realisation_p.shape[-1] == 1
+
+
+def test_the_old_wording_names_still_work_and_warn(policy):
+    env = rlid.make("maze", seed=4)
+    new = policy.readout(env, realisations="labels")
+    with pytest.warns(DeprecationWarning, match="realisations="):
+        old = policy.readout(env, wordings="labels")
+    assert torch.equal(old.p, new.p)
+    with pytest.warns(DeprecationWarning, match="Readout.realisation_p"):
+        assert torch.equal(old.wording_p, old.realisation_p)
+    with pytest.warns(DeprecationWarning, match="Readout.realisation_log_p"):
+        assert torch.equal(old.wording_log_p, old.realisation_log_p)
+    with pytest.warns(DeprecationWarning, match="MenuItem.realisations"):
+        assert env.menu()[0].wordings == env.menu()[0].realisations
+    with pytest.raises(rlid.ConfigError, match="both"):
+        policy.readout(env, realisations="all", wordings="all")
 
 
 def test_sample_equals_the_cli(policy, checkpoint):

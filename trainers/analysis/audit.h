@@ -4,9 +4,9 @@
 //   0. finite: every parameter of the model is finite (checked first; when it
 //      fails the other checks are skipped, and the audit fails)
 //   1. marginalisation: the single-pass readout's log p(a|s) vs log sum_r pi(r|s)
-//      from one plain forward per wording (log space, i.e. relative in p)
+//      from one plain forward per realisation (log space, i.e. relative in p)
 //   2. Rao-Blackwell: the sampled-realisation estimator's exact mean, Monte-Carlo
-//      mean and variance from separately scored wordings vs the marginal
+//      mean and variance from separately scored realisations vs the marginal
 //      estimator's from the single-pass readout's log p(a|s); same mean, and the
 //      marginal one has no more variance
 //   3. PPO gradient check: decision-PPO loss gradient vs central finite
@@ -34,7 +34,7 @@ struct AuditOptions {
   int64_t mc_samples = 2000;      // Monte-Carlo draws per state (Rao-Blackwell)
   uint64_t seed = 0;              // seeds state selection, advantages, draws, directions
   std::vector<std::string> only;  // check ids to run (empty = all; "finite" always runs)
-  // The model that scores wordings separately (the independent side of the
+  // The model that scores realisations separately (the independent side of the
   // marginalisation and Rao-Blackwell checks); null = the audited model. Set a
   // different model (same config) only to show that the checks detect a
   // disagreement between the two sides; its parameters must require grad. Its

@@ -55,7 +55,7 @@ __all__ = ["Env", "Action", "Step", "Invalid", "Capacity", "run", "PROTOCOL"]
 
 class Action:
     """One menu item: an action id, its canonical command, other accepted
-    wordings, and optionally its afterstate text (and that state's id)."""
+    realisations, and optionally its afterstate text (and that state's id)."""
 
     __slots__ = ("id", "command", "realisations", "afterstate", "afterstate_hash")
 

@@ -1,6 +1,6 @@
 // _rlid.Policy: a checkpoint (rlid's or a Hugging Face directory) with the
 // prompt settings of an experiment config. readout() reads p(a|s) of every
-// menu item and π of every wording for a batch of states (one forward pass),
+// menu item and π of every realisation for a batch of states (one forward pass),
 // exactly as `rlid policy readout` and the decision-plane trainers do;
 // sample() draws token-plane answers as `rlid policy sample` does. Tensors
 // cross to Python as torch.Tensor sharing the C++ storage (no copies).
@@ -72,7 +72,7 @@ class PyPolicy {
     renderer_ = std::make_unique<policy::PromptRenderer>(cfg_->prompt, ck_.tokenizer);
   }
 
-  py::dict Readout(const std::vector<StateView>& states, bool all_wordings,
+  py::dict Readout(const std::vector<StateView>& states, bool all_realisations,
                    const std::string& normalisation) {
     if (states.empty()) throw ConfigError("readout needs at least one state");
     std::vector<ShownMenu> shown;
@@ -86,7 +86,7 @@ class PyPolicy {
       auto p = renderer_->Render(s.instructions, s.observation, {}, shown.back().menu,
                                  policy::Plane::kDecision);
       reqs.push_back(
-          policy::MenuReadoutRequest(*renderer_, p.tokens, shown.back().menu, all_wordings));
+          policy::MenuReadoutRequest(*renderer_, p.tokens, shown.back().menu, all_realisations));
       prompts.push_back(std::move(p.text));
     }
     policy::ReadoutOptions opts;
@@ -119,7 +119,7 @@ class PyPolicy {
     py::dict out;
     out["log_p"] = by_env(rb.log_p);
     out["mask"] = by_env(rb.item_mask);
-    out["wording_log_p"] = by_env(rb.realisation_logp);
+    out["realisation_log_p"] = by_env(rb.realisation_logp);
     out["log_p_other"] = rb.log_p_other;
     out["candidate_mass"] = rb.candidate_mass;
     out["row_entropy"] = rb.row_entropy;
@@ -215,7 +215,7 @@ void BindPolicy(py::module_& m) {
   py::class_<PyPolicy>(m, "Policy")
       .def(py::init<std::string, std::string, std::vector<std::string>, std::string, std::string>(),
            py::arg("dir"), py::arg("config"), py::arg("sets"), py::arg("dtype"), py::arg("device"))
-      .def("readout", &PyPolicy::Readout, py::arg("states"), py::arg("all_wordings"),
+      .def("readout", &PyPolicy::Readout, py::arg("states"), py::arg("all_realisations"),
            py::arg("normalisation"))
       .def("sample", &PyPolicy::Sample, py::arg("state"), py::arg("n"), py::arg("temperature"),
            py::arg("top_p"), py::arg("max_new_tokens"), py::arg("seed"))

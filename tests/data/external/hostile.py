@@ -12,7 +12,7 @@ def menu():
              {"action": 1, "command": "go right", "realisations": ["right"]}]
     if mode == "dup_actions":
         items[1]["action"] = 0
-    if mode == "shared_wording":
+    if mode == "shared_realisation":
         items[1]["realisations"] = ["left"]
     if mode == "multiline_command":
         items[0]["command"] = "go\nleft"

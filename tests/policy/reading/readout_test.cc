@@ -1,4 +1,4 @@
-// Label readout: the single tree-packed forward equals naive per-wording
+// Label readout: the single tree-packed forward equals naive per-realisation
 // scoring (random models, random menus with shared prefixes, mixed prompt
 // lengths), marginalisation, permutation equivariance, both normalisations,
 // candidate mass / entropies / values against direct computation, gradients,
@@ -22,7 +22,7 @@ namespace {
 constexpr int64_t kVocab = 61;
 constexpr TokenId kEnd = 60;
 // Weights are scaled up from the 0.02-std init so distributions are far from
-// uniform (wording log-probs reach about -20 nats).
+// uniform (realisation log-probs reach about -20 nats).
 constexpr double kWeightScale = 6.0;
 
 // A random model with sharp distributions (weights scaled up) so that errors in
@@ -66,9 +66,9 @@ double MaxGradientDiff(const std::vector<torch::Tensor>& a, const std::vector<to
   return d;
 }
 
-// Random menu over a small alphabet (tokens 1..5) so wordings share prefixes
-// and collide as prefixes: a single-token label, then 0-2 more wordings of
-// 2..max_len tokens. Items never share a wording; an item may repeat one.
+// Random menu over a small alphabet (tokens 1..5) so realisations share prefixes
+// and collide as prefixes: a single-token label, then 0-2 more realisations of
+// 2..max_len tokens. Items never share a realisation; an item may repeat one.
 ReadoutRequest RandomRequest(Rng& rng, int64_t prompt_len, int max_len) {
   ReadoutRequest req;
   req.prompt = RandomTokens(rng, prompt_len, 0, kVocab - 2);
@@ -95,8 +95,8 @@ bool IsPrefix(const std::vector<TokenId>& a, const std::vector<TokenId>& b) {
   return a.size() < b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
-// The wording as the readout scores it: end token appended when it is a proper
-// token-prefix of any other wording of the menu.
+// The realisation as the readout scores it: end token appended when it is a proper
+// token-prefix of any other realisation of the menu.
 std::vector<TokenId> Effective(const ReadoutRequest& req, const std::vector<TokenId>& w) {
   for (const auto& item : req.realisations)
     for (const auto& o : item)
@@ -112,7 +112,7 @@ double NaiveLogProb(TransformerLM& m, const ReadoutRequest& req, const std::vect
   return NaiveRealisationLogProbs(m, req.prompt, Effective(req, w)).sum().item<double>();
 }
 
-// log Σ_distinct wordings of item k of π(w|s), computed naively.
+// log Σ_distinct realisations of item k of π(w|s), computed naively.
 double NaiveItemLogProb(TransformerLM& m, const ReadoutRequest& req, size_t k) {
   std::set<std::vector<TokenId>> distinct(req.realisations[k].begin(), req.realisations[k].end());
   double s = 0;
@@ -132,7 +132,7 @@ torch::Tensor PlainHidden(TransformerLM& m, const std::vector<TokenId>& seq) {
 void ExpectReadoutEqualsNaiveScoring(const std::string& family) {
   torch::NoGradGuard ng;
   double max_diff = 0, min_logp = 0;
-  int wordings = 0, multi = 0;
+  int realisations = 0, multi = 0;
   for (uint64_t seed = 0; seed < 4; ++seed) {
     TransformerLM m = RandomModel(100 + seed, family);
     Rng rng(seed);
@@ -147,31 +147,32 @@ void ExpectReadoutEqualsNaiveScoring(const std::string& family) {
           double packed = out.realisation_logp[b][k][r].item<double>();
           max_diff = std::max(max_diff, std::abs(naive - packed));
           min_logp = std::min(min_logp, naive);
-          ++wordings;
+          ++realisations;
           multi += Effective(batch[b], w).size() > 1;
         }
   }
-  std::printf("%s, packed vs naive: %d wordings (%d multi-token, min log-prob %.1f), max |diff| = %.3g\n",
-              family.c_str(), wordings, multi, min_logp, max_diff);
+  std::printf("%s, packed vs naive: %d realisations (%d multi-token, min log-prob %.1f), "
+              "max |diff| = %.3g\n",
+              family.c_str(), realisations, multi, min_logp, max_diff);
   EXPECT_GT(multi, 10);
   // Recurrent layers sum their state in another order in the packed readout
-  // (chunks) than in per-wording scoring: float32 rounding of up to ~1.3e-5 on
+  // (chunks) than in per-realisation scoring: float32 rounding of up to ~1.3e-5 on
   // some CPUs, as the hybrid model's own continuation test allows 5e-5.
   EXPECT_LT(max_diff, family == "qwen3_5_text" ? 5e-5 : 1e-5) << family;
 }
 
-TEST(Readout, EqualsNaivePerWordingScoring) { ExpectReadoutEqualsNaiveScoring("qwen3"); }
+TEST(Readout, EqualsNaivePerRealisationScoring) { ExpectReadoutEqualsNaiveScoring("qwen3"); }
 
-// Each wording's tokens sit at prompt length + depth in the packed trie, so a
-// window counts positions, not packed slots: as if the wording followed the
+// Each realisation's tokens sit at prompt length + depth in the packed trie, so a
+// window counts positions, not packed slots: as if the realisation followed the
 // prompt alone.
 TEST(Readout, EqualsNaiveScoringThroughSlidingWindows) {
   ExpectReadoutEqualsNaiveScoring("mistral");
   ExpectReadoutEqualsNaiveScoring("gemma3_text");
 }
 
-// A recurrent layer continues each wording from the prompt's state, forked per
-// trie branch: the same numbers as scoring each wording after the prompt alone,
+// A recurrent layer continues each realisation from the prompt's state, forked per
+// trie branch: the same numbers as scoring each realisation after the prompt alone,
 // also for prompts longer than a 64-token chunk.
 TEST(Readout, EqualsNaiveScoringThroughRecurrentLayers) {
   ExpectReadoutEqualsNaiveScoring("qwen3_5_text");
@@ -190,7 +191,7 @@ TEST(Readout, EqualsNaiveScoringThroughRecurrentLayers) {
   EXPECT_LT(max_diff, 1e-5);
 }
 
-TEST(Readout, MarginalisesDistinctWordingsAndNormalises) {
+TEST(Readout, MarginalisesDistinctRealisationsAndNormalises) {
   torch::NoGradGuard ng;
   TransformerLM m = RandomModel(7);
   ReadoutRequest req;
@@ -217,7 +218,7 @@ TEST(Readout, MarginalisesDistinctWordingsAndNormalises) {
   EXPECT_NEAR(o.log_p[0].exp().sum().item<double>() + o.log_p_other[0].exp().item<double>(), 1.0, 1e-6);
   EXPECT_NEAR(o.log_p_other[0].item<double>(), std::log(1.0 - total), 1e-5);
   EXPECT_FLOAT_EQ(o.log_p_other[0].item<float>(), mn.log_p_other[0].item<float>());
-  // Padding: R = 3, item 1 has 2 wordings.
+  // Padding: R = 3, item 1 has 2 realisations.
   EXPECT_TRUE(std::isinf(o.realisation_logp[0][1][2].item<double>()));
   // Trie nodes: 1, 5, 6, 2, end, 3, 3(after 2)... : prompt 5 + nodes {1,5,6,2,2.end,2.3,3,3.1,3.4} = 9.
   EXPECT_EQ(o.cost.tokens, 5 + 9);
@@ -469,7 +470,7 @@ TEST(Readout, RejectsAmbiguousOrInvalidMenus) {
   }
   req.end_token = kEnd;
   EXPECT_NO_THROW(Readout(m, {req}, {}));
-  req.realisations = {{{4}}, {{6}, {4}}};  // identical wordings across items
+  req.realisations = {{{4}}, {{6}, {4}}};  // identical realisations across items
   EXPECT_THROW(Readout(m, {req}, {}), ConfigError);
   req.realisations = {{{4}}, {{kVocab}}};
   EXPECT_THROW(Readout(m, {req}, {}), ConfigError);

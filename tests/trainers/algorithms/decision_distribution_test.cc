@@ -45,7 +45,7 @@ std::vector<agents::EpisodeSpec> Specs(int n) {
   return s;
 }
 
-// The readout request of a bandit state, labels only: every wording is one token.
+// The readout request of a bandit state, labels only: every realisation is one token.
 policy::ReadoutRequest LabelRequest(Rig& rig, envs::Menu* menu_out = nullptr) {
   auto state = rig.env->NewState(0);
   auto menu = state->CompileMenu();
@@ -61,7 +61,7 @@ policy::ReadoutRequest LabelRequest(Rig& rig, envs::Menu* menu_out = nullptr) {
 
 // Shifts by `delta` the root logit of every token that is neither in the
 // prompt nor a label (their embeddings are not read): with single-token
-// wordings only the off-menu mass moves, every label's probability scaling by
+// realisations only the off-menu mass moves, every label's probability scaling by
 // the same factor.
 void MoveOffMenuMass(policy::TransformerLM& model, const policy::ReadoutRequest& r, double delta) {
   torch::NoGradGuard ng;

@@ -39,7 +39,7 @@ checkpoint_every = 0
 
 // Maze of size 3 (the env's default step limit of 27):
 // WarmStart("maze3_sft", kMaze3SftToml). Token-plane demonstrations answer
-// with the label (as the decision plane reads it): with the command wording
+// with the label (as the decision plane reads it): with the command realisation
 // the token plane kept naming walls (invalid rate ~0.5), and the shared
 // model's decision readout was weaker too (greedy 0.45 instead of 0.69).
 // Measured (64 test episodes): decision greedy success 0.688; token plane

@@ -158,8 +158,8 @@ TEST(Cuda, ReadoutAndScoringEqualTheCpu) {
   const double d_logp = MaxDiff(cpu.log_p, gpu.log_p);
   const double d_words = MaxDiff(cpu.realisation_logp, gpu.realisation_logp);
   const double d_value = MaxDiff(cpu.value, gpu.value);
-  std::printf("[cuda] readout max |cpu - cuda|: log p(a|s) %.2e, wordings %.2e, value %.2e\n", d_logp,
-              d_words, d_value);
+  std::printf("[cuda] readout max |cpu - cuda|: log p(a|s) %.2e, realisations %.2e, value %.2e\n",
+              d_logp, d_words, d_value);
   EXPECT_LE(d_logp, 1e-4);
   EXPECT_LE(d_words, 1e-4);
   EXPECT_LE(d_value, 1e-4);

@@ -585,7 +585,7 @@ TEST(TrainLoop, BudgetCountersAgreeWithTheStore) {
   }
   EXPECT_EQ(metric("budget/rollout_forwards"), forwards);
   EXPECT_LT(forwards, train_steps);
-  // Prompt tokens: at least every prompt once (the readout also reads the wordings).
+  // Prompt tokens: at least every prompt once (the readout also reads the realisations).
   EXPECT_GT(
       metric("budget/prompt_tokens"),
       scalar("SELECT sum(s.prompt_tokens) FROM steps s JOIN episodes e ON e.id = s.episode_id "

@@ -20,7 +20,7 @@ then every visible object, left to right and far to near ("You see a red ball
 1 step left and 2 steps forward", "You see a locked purple door 2 steps right"),
 joined with ", " as GLAM's prompts join them. The task is GLAM's goal line,
 "Goal of the agent: <mission>", the mission being minigrid's own text. The menu
-is the six primitive actions in minigrid's order, with GLAM's wordings (turn
+is the six primitive actions in minigrid's order, with GLAM's realisations (turn
 left, turn right, go forward, pick up, drop, toggle) and synonyms; "done" is
 left out, as GLAM leaves it out. Dynamics are minigrid's own step, which draws
 nothing at random after reset, so afterstates are exact: each is a copy of the
@@ -420,12 +420,13 @@ class BabyAIText(Env):
 
     def menu(self, ep):
         if not self.wants_afterstates:  # rlid will not read them: no copies stepped
-            return [Action(a, command, wordings) for a, (command, wordings) in enumerate(COMMANDS)]
+            return [Action(a, command, realisations)
+                    for a, (command, realisations) in enumerate(COMMANDS)]
         items = []
-        for a, (command, wordings) in enumerate(COMMANDS):
+        for a, (command, realisations) in enumerate(COMMANDS):
             child = self._copy(ep, bot=False)  # thrown away: its bot need not follow
             self._advance(child, a, history=False)
-            items.append(Action(a, command, wordings, afterstate=self.observation(child),
+            items.append(Action(a, command, realisations, afterstate=self.observation(child),
                                 afterstate_hash=self.state_hash(child)))
         return items
 

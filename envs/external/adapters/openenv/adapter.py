@@ -110,7 +110,7 @@ DECORATION_CHARS = "()[]{}<>*_`'\".,:! \t\r\v\f"
 
 
 def command_of(text):
-    """A value as a wording the free-text grammar reads back unchanged."""
+    """A value as a realisation the free-text grammar reads back unchanged."""
     return DECORATION.sub(" ", text).strip()
 
 
@@ -614,7 +614,7 @@ class OpenEnv(Env):
                                  f"values; rlid menus hold at most {MAX_MENU} (and there is no legal-actions "
                                  "list to narrow them)")
             self.fixed = [({field: v, **self.action_params}, v) for v in self.values]
-            self._commands([v for _, v in self.fixed])  # refuse clashing wordings now
+            self._commands([v for _, v in self.fixed])  # refuse clashing realisations now
 
     def _plan_tools(self, wanted, title):
         s = self._session()
@@ -673,7 +673,7 @@ class OpenEnv(Env):
         The command is the value with the grammar's decoration characters turned into
         spaces; a number, a boolean or a one-character value is prefixed with the field's
         name ("take 2"). The raw value (when the grammar reads it back unchanged) and
-        "<field> <value>" are other wordings, unless another item has them too."""
+        "<field> <value>" are other realisations, unless another item has them too."""
         out, seen = [], {}
         prefix = words(self.field) if self.field else "call"
         for v in values:
@@ -683,7 +683,7 @@ class OpenEnv(Env):
             command = text if plain else f"{prefix} {text}".strip()
             if len(command.encode("utf-8")) > 512:
                 raise ValueError(f"openenv: an action reads {len(command.encode('utf-8'))} bytes "
-                                 f"('{command[:60]}...'); rlid wordings hold at most 512")
+                                 f"('{command[:60]}...'); rlid realisations hold at most 512")
             k = command.lower()
             if k in seen:
                 raise ValueError(f"openenv: two actions read the same once decoration is removed: "

@@ -52,7 +52,7 @@ DECORATION = re.compile(r"""[()\[\]{}<>*_`'".,:!\s]+""")
 
 
 def command_of(text):
-    """action_to_string as a wording the free-text grammar reads back unchanged."""
+    """action_to_string as a realisation the free-text grammar reads back unchanged."""
     return DECORATION.sub(" ", text).strip() or text
 
 

@@ -124,7 +124,7 @@ GOLD_ALIASES = {10: ["pour OBJ in OBJ"], 4: ["examine OBJ"]}
 
 
 def command_of(text):
-    """The simulator's action text as a wording the free-text grammar reads back unchanged."""
+    """The simulator's action text as a realisation the free-text grammar reads back unchanged."""
     return DECORATION.sub(" ", text).strip() or text
 
 

@@ -29,7 +29,7 @@ and KuhnPoker (two players). For each, the menu is the game's own set of valid
 moves at the state, enumerated exactly from its game state by the game's own
 rules (the moves its step() accepts without an "invalid move"), said as the
 text inside the game's brackets ("[A C]" is "A C", "[col 3]" is "col 3", with
-the game's other accepted forms as wordings: "3" for "[col 3]"); the adapter
+the game's other accepted forms as realisations: "3" for "[col 3]"); the adapter
 sends the bracketed string the game parses. A state with more than 26 valid
 moves is refused (a menu's limit). Games that download word lists at run time
 (nltk: Hangman, Wordle, WordLadder, ...), that need an LLM or a jury, or whose
@@ -90,13 +90,13 @@ DECORATION = re.compile(r"""[()\[\]{}<>*_`'".,:!\s]+""")
 
 
 def plain(text):
-    """A move's bracketed text as a wording the free-text grammar reads back unchanged."""
+    """A move's bracketed text as a realisation the free-text grammar reads back unchanged."""
     return DECORATION.sub(" ", text).strip()
 
 
 # ---- the supported games ------------------------------------------------------------
 # Each game: players, how its valid moves are enumerated from the env's game state (a list
-# of (action id, bracketed action string, other accepted wordings)), its win (and, for
+# of (action id, bracketed action string, other accepted realisations)), its win (and, for
 # one-player games, its real losses: any other end is the game's turn limit), whether its
 # reset already depends on the seed, whether stepping reveals hidden information, and
 # which observation messages form the current board.

@@ -500,7 +500,7 @@ class Engine:
 
 
 def shown(command):
-    """The command as a menu wording the free-text grammar reads back unchanged."""
+    """The command as a menu realisation the free-text grammar reads back unchanged."""
     text = " ".join(command.split())
     return text.strip(DECORATION).rstrip("?").strip(DECORATION) or text
 
@@ -636,22 +636,22 @@ class TextWorld(Env):
         s = st.snap
         out, seen = [], set()
         for i, command in menu_items(s):
-            wording = shown(command)
-            if wording.lower() in seen:
-                raise RuntimeError(f"textworld: two admissible commands read the same: '{wording}'")
-            seen.add(wording.lower())
+            realisation = shown(command)
+            if realisation.lower() in seen:
+                raise RuntimeError(f"textworld: two admissible commands read the same: '{realisation}'")
+            seen.add(realisation.lower())
             alias = []
             if command.startswith("go ") and len(command) > 4:
                 alias = [command[3:]]
             if not self.wants_afterstates:  # rlid will not read them: no step per command
-                out.append(Action(i, wording, alias))
+                out.append(Action(i, realisation, alias))
                 continue
             nxt = s.engine.step(s, command)
             after = State()
             after.snap = nxt
-            out.append(Action(i, wording, alias, afterstate=self.observation(after),
+            out.append(Action(i, realisation, alias, afterstate=self.observation(after),
                               afterstate_hash=nxt.hash))
-        # an alias may not be another item's wording
+        # an alias may not be another item's realisation
         for a in out:
             a.realisations = [r for r in a.realisations if r.lower() not in seen]
         return out
