@@ -174,7 +174,7 @@ eval_every = 0
       row["readout_decisions_per_s"] = batch_ / readout_s;
       // Sampling: the rollout engine with the model's weights (LoRA folded in).
       policy::SamplerOptions so;
-      so.dtype = c.dtype;
+      so.dtype = RequireMode<policy::Precision>("dtype", c.dtype);
       so.max_new_tokens = max_new_tokens_;
       policy::TextSampler sampler(model->config(), so, device);
       sampler.SyncWeights(model);

@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "envs/api/env.h"
 #include "policy/model/checkpoint.h"
+#include "policy/model/device.h"
 #include "policy/model/model.h"
 #include "policy/reading/prompt.h"
 #include "policy/reading/readout.h"
@@ -83,7 +84,7 @@ class ModelBench : public Benchmark {
     policy::SetNumThreads(threads_);
     const double rss_before = PeakRssBytes();
     policy::LoadOptions lo;
-    lo.dtype = dtype_ == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    lo.dtype = policy::TorchDtype(RequireMode<policy::Precision>("--dtype", dtype_));
     lo.require_tokenizer = false;
     const double t0 = MonotonicSeconds();
     auto ck = policy::LoadCheckpoint(dir_, torch::kCPU, lo);

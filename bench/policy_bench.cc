@@ -286,7 +286,7 @@ class SampleBench : public Benchmark {
       for (bool cache : {true, false}) {
         policy::SamplerOptions o;
         o.max_new_tokens = new_tokens_;
-        o.dtype = dtype;
+        o.dtype = RequireMode<policy::Precision>("dtype", dtype);
         o.kv_cache = cache;
         policy::TextSampler sampler(cfg, o, torch::kCPU);
         sampler.SyncWeights(model);

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "policy/model/checkpoint.h"
+#include "policy/model/device.h"
 #include "policy/reading/readout.h"
 #include "policy/model/runtime.h"
 #include "policy/reading/sampler.h"
@@ -71,7 +72,7 @@ class RaceBench : public Benchmark {
   json Race(const json& w) {
     policy::SetNumThreads(cli::GlobalThreads().value_or(0));
     policy::LoadOptions lo;
-    lo.dtype = dtype_ == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    lo.dtype = policy::TorchDtype(RequireMode<policy::Precision>("--dtype", dtype_));
     lo.require_tokenizer = false;
     auto ck = policy::LoadCheckpoint(dir_, torch::kCPU, lo);
     auto& model = ck.model;
@@ -147,7 +148,7 @@ class RaceBench : public Benchmark {
   json Generate(policy::TransformerLM model, const json& tasks, int repeats) const {
     json out = json::array();
     policy::SamplerOptions so;
-    so.dtype = dtype_;
+    so.dtype = RequireMode<policy::Precision>("--dtype", dtype_);
     policy::TextSampler sampler(std::move(model), so);
     for (const auto& g : tasks) {
       so.max_new_tokens = g.at("new_tokens").get<int>();

@@ -295,7 +295,7 @@ json EvaluateAdvantageCase(const json& doc, const std::string& source) {
     for (int64_t a : Ids(inputs.at("anchors"), "anchors"))
       in.anchors.push_back(static_cast<uint64_t>(a));
 
-  if (kl.placement == "reward" && kl.coef > 0) {
+  if (kl.placement == trainers::KlPlacement::kReward && kl.coef > 0) {
     // r_t -= beta kl(log_prob, ref)_t on valid tokens, before the estimator runs.
     if (inputs.contains("log_prob") && inputs.contains("old_log_prob"))
       throw ConfigError(

@@ -21,6 +21,7 @@
 #include "core/rng.h"
 #include "envs/api/env.h"
 #include "policy/model/checkpoint.h"
+#include "policy/model/device.h"
 #include "policy/model/runtime.h"
 #include "policy/reading/answers.h"
 #include "policy/reading/menu_request.h"
@@ -89,12 +90,13 @@ Loaded Load(const PolicyOptions& o, policy::Plane plane) {
   policy::PromptConfig pc = cfg->prompt;
   if (o.no_afterstates) pc.show_afterstates = false;
   policy::LoadOptions lo;
-  const bool bf16 = o.dtype == "bfloat16" || cfg->policy_dtype == "bfloat16";  // --set policy.dtype too
+  const bool bf16 = RequireMode<policy::Precision>("--dtype", o.dtype) == policy::Precision::kBFloat16 ||
+                    cfg->policy_dtype == policy::Precision::kBFloat16;  // --set policy.dtype too
   lo.dtype = bf16 ? torch::kBFloat16 : torch::kFloat32;
   l.ck = policy::LoadCheckpoint(o.checkpoint, torch::kCPU, lo);
   l.renderer = std::make_unique<policy::PromptRenderer>(pc, l.ck.tokenizer);
   l.menu = l.state->CompileMenu();
-  if (pc.label_order == "shuffle") {
+  if (pc.label_order == policy::LabelOrder::kShuffle) {
     Rng rng = Rng::Stream(o.env.seed, "labels", 0);
     envs::ShuffleMenu(l.menu, rng);
   }
@@ -316,7 +318,7 @@ class PolicyCommand : public Command {
 
   void Sample() {
     auto l = Load(sa_, policy::Plane::kToken);
-    sopts_.dtype = sa_.dtype;
+    sopts_.dtype = RequireMode<policy::Precision>("--dtype", sa_.dtype);
     const auto& tok = l.ck.tokenizer;
     const auto res =
         policy::SampleAnswers(l.ck, l.prompt.tokens, sopts_, num_, sample_seed_, torch::kCPU);
@@ -357,10 +359,8 @@ class PolicyCommand : public Command {
   }
 
   void Logits() {
-    if (lg_dtype_ != "float32" && lg_dtype_ != "bfloat16")
-      throw ConfigError(fmt::format("--dtype '{}' is not float32 or bfloat16", lg_dtype_));
     policy::LoadOptions lo;
-    lo.dtype = lg_dtype_ == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    lo.dtype = policy::TorchDtype(RequireMode<policy::Precision>("--dtype", lg_dtype_));
     lo.require_tokenizer = false;
     auto ck = policy::LoadCheckpoint(lg_checkpoint_, torch::kCPU, lo);
     const auto x = ReadLogitsInput(lg_input_, ck.model->config());

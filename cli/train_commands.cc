@@ -63,7 +63,7 @@ class TrainCommand : public Command {
                        : ExperimentConfig::Load(opts_.config, WithGlobalOverrides(opts_.sets));
     // Refused before any rank starts (rank 0 checks again, for hand-started jobs).
     if (!resume_ && !opts_.out.empty() && trainers::DistEnv::FromEnvironment().world_size == 1)
-      trainers::RefuseExistingRun(opts_.out, "train");
+      trainers::RefuseExistingRun(opts_.out, trainers::RunKind::kTrain);
     if (!job_.Enter(*cfg)) return;  // this process launched the ranks, which did the work
     const auto [r, dir] =
         trainers::TrainRun(*cfg, {.out = opts_.out, .resume = resume_, .record = !metrics_only_});

@@ -13,10 +13,15 @@ std::atomic<int> g_signal{0};
 extern "C" void OnStopSignal(int sig) {
   int expected = 0;
   g_signal.compare_exchange_strong(expected, sig);
-  // The next of these signals takes the default action (a second Ctrl-C kills).
+  // A second Ctrl-C takes the default action: it kills. A repeated SIGTERM or
+  // SIGHUP does not: tools such as `timeout` send one to the process and one to
+  // its process group, and that duplicate must not kill the process before it
+  // stops cleanly (SIGKILL still does). The handler stays, so it is not inherited.
   std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-  std::signal(SIGHUP, SIG_DFL);
+  if (sig == SIGINT) {
+    std::signal(SIGTERM, SIG_DFL);
+    std::signal(SIGHUP, SIG_DFL);
+  }
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 // The handlers only record the signal; long loops call ThrowIfInterrupted() at
 // points where stopping is safe (between env steps, minibatches, iterations),
 // and the exception unwinds through the owners that flush the store and mark
-// the run "interrupted". A second signal of these three kills the process at
-// once (the default action is restored after the first).
+// the run "interrupted". A second Ctrl-C (SIGINT) kills the process at once;
+// a repeated SIGTERM or SIGHUP is not a second request (`timeout` sends the
+// same signal to the process and to its group) and changes nothing.
 #pragma once
 
 #include <string>

@@ -38,6 +38,8 @@ cases=(
   "dapo|train configs/bandit_dapo.toml --out {OUT} --set trainer.iterations=4 $short"
   "grpo_kl_reward|train configs/bandit_grpo.toml --out {OUT} --set trainer.iterations=3 --set trainer.kl.coef=0.05 --set trainer.kl.placement=reward $short"
   "ppo_kl_loss|train configs/bandit_ppo.toml --out {OUT} --set trainer.iterations=3 --set trainer.kl.coef=0.05 $short"
+  "ppo_target_kl|train configs/bandit_ppo.toml --out {OUT} --set trainer.iterations=3 --set trainer.target_kl=0.0005 $short"
+  "grpo_target_kl|train configs/bandit_grpo.toml --out {OUT} --set trainer.iterations=3 --set trainer.target_kl=0.0005 $short"
   "gspo|train configs/bandit_gspo.toml --out {OUT} --set trainer.iterations=3 $short"
   "grpo_gigpo|train configs/keys_gigpo_compare.toml --out {OUT} --set trainer.algorithm=grpo --set trainer.iterations=2 --set trainer.advantage.estimator=gigpo --set trainer.group_size=8 $short"
   "sft|sft configs/bandit_ppo.toml --out {OUT} --set sft.episodes=64 --set sft.epochs=2 --set trainer.eval_episodes=16"

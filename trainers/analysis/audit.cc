@@ -33,7 +33,7 @@ void LogAuditCost(policy::TransformerLM& model, const policy::PromptRenderer& re
                   const std::vector<AuditState>& states, const AuditOptions& options,
                   int64_t checks) {
   const double t0 = MonotonicSeconds();
-  auto rb = policy::Readout(model, {DistinctRequest(renderer, states.front())}, {"menu", false});
+  auto rb = policy::Readout(model, {DistinctRequest(renderer, states.front())}, {policy::Normalisation::kMenu, false});
   if (rb.log_p.requires_grad()) {
     torch::where(torch::isfinite(rb.log_p), rb.log_p, torch::zeros_like(rb.log_p)).sum().backward();
     for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();

@@ -273,12 +273,13 @@ std::string Verdict(const std::vector<ArmSummary>& arms, const std::string& env,
   return v + fmt::format("{} is ahead.", best->arm);
 }
 
+std::string Overshoot(const CompareConfig& cc, double used, BudgetKind kind) {
+  if (cc.budget != kind || cc.budget_value <= 0) return "";
+  return fmt::format(" ({:+.1f}%)", 100.0 * (used / cc.budget_value - 1));
+}
+
 std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const CompareConfig& cfg,
                                bool with_wall) {
-  auto overshoot = [&](double used, const char* kind) -> std::string {
-    if (cfg.budget != kind || cfg.budget_value <= 0) return "";
-    return fmt::format(" ({:+.1f}%)", 100.0 * (used / cfg.budget_value - 1));
-  };
   // The arm column fits the longest name (UTF-8 counted in bytes: names are ASCII in practice).
   size_t w = 16;
   for (const auto& a : arms) w = std::max(w, a.arm.size());
@@ -294,8 +295,8 @@ std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const Compar
         "{:<{}} {:<8} {:>7.3f} ± {:<5.3f} {:>7.3f} {:>12} {:>15} {:>15} {:>9.3g} {:>9.0f} "
         "{:>7.3f}{} {:>8}\n",
         a.arm, w, a.plane, a.success.mean, a.success.se, a.return_mean, steps,
-        fmt::format("{:.0f}{}", a.env_steps, overshoot(a.env_steps, "env_steps")),
-        fmt::format("{:.3g}{}", a.flops, overshoot(a.flops, "flops")), a.tokens_processed,
+        fmt::format("{:.0f}{}", a.env_steps, Overshoot(cfg, a.env_steps, BudgetKind::kEnvSteps)),
+        fmt::format("{:.3g}{}", a.flops, Overshoot(cfg, a.flops, BudgetKind::kFlops)), a.tokens_processed,
         a.generated_tokens, a.invalid_rate, with_wall ? fmt::format(" {:>7.1f}", a.wall) : "",
         a.grad_snr < 0 ? "—" : fmt::format("{:.3g}", a.grad_snr));
   }
@@ -311,7 +312,7 @@ std::string CompareDirectory(Comm& comm, const std::string& out_dir, const std::
       out_dir.empty()
           ? (fs::path("runs") / fmt::format("{}-compare-{}", run_name, Timestamp())).string()
           : out_dir;
-  if (comm.rank() == 0) RefuseExistingRun(dir, "compare");
+  if (comm.rank() == 0) RefuseExistingRun(dir, RunKind::kCompare);
   dir = comm.Broadcast(dir, 0, "compare directory");
   fs::create_directories(dir);
   return dir;

@@ -98,6 +98,10 @@ ArmSeedResult Collect(const std::string& db, int64_t run_id, const ArmSpec& arm,
 std::vector<ArmSummary> Summarise(const std::vector<ArmSeedResult>& runs,
                                   const std::vector<ArmSpec>& arms);
 
+// " (+4.2%)": how far `used` went past the matched budget when the budget
+// counts `kind` (a run stops at the first iteration that reaches it); "" otherwise.
+std::string Overshoot(const CompareConfig& cc, double used, BudgetKind kind);
+
 // The terminal table (also embedded in the report). with_wall = false leaves
 // out the wall-clock column (the one number that differs between reruns).
 std::string FormatSummaryTable(const std::vector<ArmSummary>& arms, const CompareConfig& cfg,

@@ -198,10 +198,6 @@ std::string Head(const std::string& title, const std::string& verdict) {
 std::string ResultsSection(const CompareResult& result) {
   const CompareConfig& cc = result.config;
   std::string html;
-  auto overshoot = [&](double used, BudgetKind kind) -> std::string {
-    if (cc.budget != kind || cc.budget_value <= 0) return "";
-    return fmt::format(" ({:+.1f}%)", 100.0 * (used / cc.budget_value - 1));
-  };
   html += "<h2>Results</h2><table id='summary'><tr><th>arm</th><th>plane</th><th>test success, " +
           std::string(NameOf(cc.success_metric)) +
           " policy (mean ± se)</th><th>return</th>"
@@ -217,7 +213,7 @@ std::string ResultsSection(const CompareResult& result) {
         Html(a.arm), a.plane, a.success.mean, a.success.se, a.return_mean,
         a.reached ? fmt::format("{:.0f} ({}/{} seeds)", a.steps_to_threshold, a.reached, a.seeds)
                   : "not reached",
-        a.env_steps, overshoot(a.env_steps, BudgetKind::kEnvSteps), a.flops, overshoot(a.flops, BudgetKind::kFlops),
+        a.env_steps, Overshoot(cc, a.env_steps, BudgetKind::kEnvSteps), a.flops, Overshoot(cc, a.flops, BudgetKind::kFlops),
         a.tokens_processed, a.generated_tokens, a.invalid_rate, a.wall,
         a.grad_snr < 0 ? "—" : fmt::format("{:.3g}", a.grad_snr));
   html += "</table>";

@@ -53,8 +53,7 @@ class PyPolicy {
   PyPolicy(const std::string& dir, const std::string& config_path,
            const std::vector<std::string>& sets, const std::string& dtype,
            const std::string& device) {
-    if (dtype != "float32" && dtype != "bfloat16")
-      throw ConfigError(fmt::format("dtype '{}' is not float32 or bfloat16", dtype));
+    const auto precision = RequireMode<policy::Precision>("dtype", dtype);
     Config c = config_path.empty() ? Config() : Config::FromFile(config_path);
     c.ApplyOverrides(sets);
     c.ApplyOverride("policy.init=" + dir);
@@ -63,8 +62,8 @@ class PyPolicy {
     if (!c.Root().Section("env").Has("name")) c.ApplyOverride("env.name=bandit");
     cfg_ = trainers::ExperimentConfig::FromConfig(std::move(c));
     policy::LoadOptions lo;
-    lo.dtype = dtype == "bfloat16" || cfg_->policy_dtype == "bfloat16" ? torch::kBFloat16
-                                                                       : torch::kFloat32;
+    lo.dtype = precision == policy::Precision::kBFloat16 ? torch::kBFloat16
+                                                         : policy::TorchDtype(cfg_->policy_dtype);
     device_ = policy::ResolveDevice(device);
     py::gil_scoped_release nogil;  // a large checkpoint reads for a while
     ck_ = policy::LoadCheckpoint(dir, device_, lo);
@@ -141,7 +140,7 @@ class PyPolicy {
     so.temperature = temperature;
     so.top_p = top_p;
     so.max_new_tokens = max_new_tokens;
-    so.dtype = ck_.model->dtype() == torch::kBFloat16 ? "bfloat16" : "float32";
+    so.dtype = ck_.model->dtype() == torch::kBFloat16 ? policy::Precision::kBFloat16 : policy::Precision::kFloat32;
     const auto& tok = ck_.tokenizer;
     std::vector<policy::SampleResult> res;
     {

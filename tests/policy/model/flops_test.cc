@@ -64,7 +64,7 @@ TEST(Flops, ReadoutCountsThePromptTheTrieAndTheBranches) {
   // Afterstate branches [9] and [10, 11]: 3 more tokens seeing the prompt and
   // their own earlier tokens; one value per branch.
   r.afterstates = {{9}, {10, 11}};
-  auto ra = Readout(m, {r}, {"menu", true});
+  auto ra = Readout(m, {r}, {Normalisation::kMenu, true});
   ExpectCost(ra.cost, 1, 10, 23 + 4 + 4 + 5, 2, 3);
   // Two rows in one call add up.
   auto rb2 = Readout(m, {r, r});

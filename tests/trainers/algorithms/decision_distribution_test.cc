@@ -81,8 +81,8 @@ TEST(DecisionDistribution, MenuRowsSumToOneAndOtherAddsTheOffMenuOutcome) {
   Rig rig("bandit");
   auto r = LabelRequest(rig);
   torch::NoGradGuard ng;
-  auto menu = policy::DecisionDistribution(policy::Readout(rig.model, {r}, {"menu", false}));
-  auto other = policy::DecisionDistribution(policy::Readout(rig.model, {r}, {"other", false}));
+  auto menu = policy::DecisionDistribution(policy::Readout(rig.model, {r}, {policy::Normalisation::kMenu, false}));
+  auto other = policy::DecisionDistribution(policy::Readout(rig.model, {r}, {policy::Normalisation::kOther, false}));
   const int64_t K = static_cast<int64_t>(r.realisations.size());
   ASSERT_EQ(menu.log_p.size(1), K);
   ASSERT_EQ(other.log_p.size(1), K + 1);
@@ -98,12 +98,12 @@ TEST(DecisionDistribution, AnUpdateThatMovesOnlyOffMenuMass) {
   Rig rig("bandit");
   auto r = LabelRequest(rig);
   torch::NoGradGuard ng;
-  auto read = [&](const char* norm) {
+  auto read = [&](policy::Normalisation norm) {
     return policy::DecisionDistribution(policy::Readout(rig.model, {r}, {norm, false}));
   };
-  auto old_menu = read("menu"), old_other = read("other");
+  auto old_menu = read(policy::Normalisation::kMenu), old_other = read(policy::Normalisation::kOther);
   MoveOffMenuMass(rig.model, r, -6.0);
-  auto new_menu = read("menu"), new_other = read("other");
+  auto new_menu = read(policy::Normalisation::kMenu), new_other = read(policy::Normalisation::kOther);
   const int64_t K = old_menu.log_p.size(1);
   const double po = std::exp(old_other.log_p[0][K].item<double>());
   const double pn = std::exp(new_other.log_p[0][K].item<double>());

@@ -150,7 +150,7 @@ TEST(TokenEngine, TokenLevelTisCapsAndIcePopMasksRealRollouts) {
   auto k = torch::exp(old - rollout);
 
   trainers::EngineConfig tis;
-  tis.kind = EngineKind::kTis;
+  tis.kind = trainers::EngineKind::kTis;
   tis.cap = 1.0;
   auto ct = trainers::CorrectEngine(tis, old, rollout, mask);
   EXPECT_LE(ct.weight.masked_select(mask).max().item<double>(), 1.0);
@@ -164,7 +164,7 @@ TEST(TokenEngine, TokenLevelTisCapsAndIcePopMasksRealRollouts) {
   auto gaps = (old - rollout).abs().masked_select(mask);
   const double x = gaps.median().item<double>();
   trainers::LossConfig loss;
-  loss.engine.kind = EngineKind::kIcepop;
+  loss.engine.kind = trainers::EngineKind::kIcepop;
   loss.engine.low = std::exp(-x);
   loss.engine.high = std::exp(x);
   auto ci = trainers::CorrectEngine(loss.engine, old, rollout, mask);

@@ -125,7 +125,7 @@ struct RandomPolicyRig {
     ctx.num_envs = episodes;
     ctx.run_id = run_id;
     ctx.episode_ids = &store->episode_ids();
-    ctx.invalid.rule = rule;
+    ctx.invalid.rule = RequireMode<agents::InvalidRule>("rule", rule);
     ctx.invalid.penalty = -0.25;
     ctx.invalid.max_retries = max_retries;
     std::vector<agents::EpisodeSpec> specs;

@@ -20,7 +20,7 @@ policy::ReadoutBatch ReadMenu(policy::TransformerLM& model, const policy::Prompt
   auto prompt =
       renderer.Render(env.Instructions(), state.Observation(), {}, menu, policy::Plane::kDecision);
   return policy::Readout(model, {policy::MenuReadoutRequest(renderer, prompt.tokens, menu, false)},
-                         {"menu", false});
+                         {policy::Normalisation::kMenu, false});
 }
 
 // The content-free prior over the first K labels, "A=0.250 B=0.250 ...": the

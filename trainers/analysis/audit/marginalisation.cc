@@ -21,8 +21,8 @@ AuditCheck Marginalisation(policy::TransformerLM& model, policy::TransformerLM& 
   int64_t scored_realisations = 0, thoughts = 0, think_tokens = 0;
   for (size_t si = 0; si < states.size(); ++si) {
     auto req = DistinctRequest(renderer, states[si]);
-    auto other = policy::Readout(model, {req}, {"other", false});
-    auto menu = policy::Readout(model, {req}, {"menu", false});
+    auto other = policy::Readout(model, {req}, {policy::Normalisation::kOther, false});
+    auto menu = policy::Readout(model, {req}, {policy::Normalisation::kMenu, false});
     if (req.scored_end > req.scored_begin) {  // log π(z|s) read in the pass vs scored alone
       const std::vector<TokenId> s(req.prompt.begin(), req.prompt.begin() + req.scored_begin),
           z(req.prompt.begin() + req.scored_begin, req.prompt.begin() + req.scored_end);

@@ -108,7 +108,7 @@ class PpoAuditLoss {
     lc_.clip_low = lc_.clip_high = 0.2;
     {
       torch::NoGradGuard ng;
-      auto rb = policy::Readout(model_, b_.reqs, {"menu", false});
+      auto rb = policy::Readout(model_, b_.reqs, {policy::Normalisation::kMenu, false});
       old_logp_ = rb.log_p.gather(1, torch::tensor(b_.chosen).unsqueeze(1)).squeeze(1) +
                   torch::tensor(b_.noise, torch::kFloat64);
       old_v_ = rb.value + torch::tensor(b_.vnoise, torch::kFloat64);
@@ -118,7 +118,7 @@ class PpoAuditLoss {
   }
   // State b's term (with its graph when grad mode is on).
   torch::Tensor State(int64_t b) const {
-    auto rb = policy::Readout(model_, {b_.reqs[b]}, {"menu", false});
+    auto rb = policy::Readout(model_, {b_.reqs[b]}, {policy::Normalisation::kMenu, false});
     auto logp = rb.log_p[0][b_.chosen[b]].reshape({1});
     auto pg = DecisionPpoLoss(lc_, logp, old_logp_[b].reshape({1}), adv_t_[b].reshape({1})).loss;
     auto v = ValueLoss(rb.value, old_v_[b].reshape({1}), ret_t_[b].reshape({1}), 0.2);

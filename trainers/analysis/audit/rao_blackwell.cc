@@ -64,7 +64,7 @@ class EstimatorSides {
     return n;
   }
   // The single-pass readout (one forward), with its graph.
-  policy::ReadoutBatch Readout() { return policy::Readout(model_, {req_}, {"menu", false}); }
+  policy::ReadoutBatch Readout() { return policy::Readout(model_, {req_}, {policy::Normalisation::kMenu, false}); }
   // X += grad sum_k w_k log p(a_k|s).
   void Marginal(const policy::ReadoutBatch& rb, const std::vector<double>& w, bool retain) {
     torch::Tensor y = torch::zeros({}, rb.log_p.options());

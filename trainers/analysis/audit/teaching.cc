@@ -85,7 +85,7 @@ bool EngineCorrectionsTreatASmallRatio(AuditCheck& c) {
 void MenuVsRowEntropy(policy::TransformerLM& model, const policy::PromptRenderer& renderer,
                       const AuditState& state, FiniteGuard& finite, AuditCheck& c) {
   torch::NoGradGuard ng;
-  auto rb = policy::Readout(model, {DistinctRequest(renderer, state)}, {"menu", false});
+  auto rb = policy::Readout(model, {DistinctRequest(renderer, state)}, {policy::Normalisation::kMenu, false});
   double hm = rb.menu_entropy[0].item<double>(), hr = rb.row_entropy[0].item<double>();
   double mass = rb.candidate_mass[0].item<double>();
   finite(hm, [] { return std::string("state 1 menu entropy"); });
