@@ -34,9 +34,16 @@ void ForEachCounter(B& b, F&& f) {
   stage("eval", b.eval);
   stage("diagnostic", b.diagnostic);
   f("budget/wall_seconds", b.wall_seconds);
+  f("budget/engine_sync_seconds", b.engine_sync_seconds);
 }
 
 }  // namespace
+
+void BookWork(StageCompute& stage, const policy::ModelConfig& config, const policy::ForwardCost& work) {
+  stage.forwards += work.calls;
+  stage.tokens += work.tokens;
+  stage.flops += config.ForwardFlops(work);
+}
 
 ComputeScope::ComputeScope(StageCompute& stage, std::initializer_list<policy::TransformerLM> models,
                            Pass pass)

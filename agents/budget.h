@@ -53,6 +53,10 @@ class ComputeScope {
   std::vector<std::pair<policy::TransformerLM, policy::ForwardCost>> start_;
 };
 
+// Books `work` of a model with `config` into `stage` as forward-only work
+// (what ComputeScope does for a model; rollout engines report their own work).
+void BookWork(StageCompute& stage, const policy::ModelConfig& config, const policy::ForwardCost& work);
+
 struct Budget {
   int64_t episodes = 0;           // episodes finished (train rollouts)
   // Episodes an env failure ended ([env] on_error = "drop_episode"): left out
@@ -75,6 +79,9 @@ struct Budget {
   StageCompute eval;             // test-seed evaluation (not part of the training budget)
   StageCompute diagnostic;       // gradient statistics (not part of the training budget)
   double wall_seconds = 0;       // training wall-clock (excludes evaluation)
+  // Of that, seconds spent making the rollout engine serve new weights (a
+  // server engine: writing, loading and probing them; rlid's engine: copying).
+  double engine_sync_seconds = 0;
 
   // The training budget: rollout + update.
   double TrainingFlops() const { return rollout.flops + update.flops; }

@@ -43,7 +43,7 @@ double OptimalMass(const envs::State& state, const envs::Menu& menu,
 // slots waiting for a cut state's bootstrap value, and sets each one's
 // readout_suffix (the readout then reads at prompt ++ z ++ suffix).
 void SampleThoughts(AgentContext& ctx, const std::vector<Slot*>& slots,
-                    std::vector<StepData>& steps, const policy::StopFn& end_of_line,
+                    std::vector<StepData>& steps, const policy::StopRule& end_of_line,
                     Budget& budget) {
   std::vector<StepData*> thinking;
   for (size_t b = 0; b < slots.size(); ++b)
@@ -201,13 +201,13 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
   const policy::ReadoutOptions ropts = ReadoutOptionsFor(ctx.readout, ctx.afterstate_values);
   const bool think = ctx.renderer->config().reasoning;
   std::optional<internal::SamplerScope> sampler_scope;
-  policy::StopFn end_of_line;
+  policy::StopRule end_of_line;
   if (think) {
     if (!ctx.sampler)
       throw ConfigError("prompt.reasoning in the decision plane needs the agent's sampler",
                         "build the agent with Run::Agent (it sets one up for reasoning prompts)");
     sampler_scope.emplace(ctx.sampler, greedy, ctx.renderer->config().max_think_tokens);
-    end_of_line = EndOfThought(ctx.renderer->tokenizer());
+    end_of_line = EndOfThought(ctx.renderer->tokenizer(), ctx.sampler);
   }
 
   internal::Lockstep lockstep(ctx, specs, split, policy::Plane::kDecision);
@@ -234,11 +234,22 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx,
                             greedy ? EpisodeMode::kGreedy : EpisodeMode::kSampled);
 }
 
-policy::StopFn EndOfThought(const policy::Tokenizer& tok) {
-  return [&tok](const std::vector<policy::TokenId>& gen) {
+std::vector<policy::TokenId> LineEndTokens(const policy::Tokenizer& tok) {
+  std::vector<policy::TokenId> out;
+  for (int64_t id = 0; id < tok.VocabSize(); ++id) {
+    const auto t = static_cast<policy::TokenId>(id);
+    if (tok.IsStop(t) || tok.DecodeToken(t).find('\n') != std::string::npos) out.push_back(t);
+  }
+  return out;
+}
+
+policy::StopRule EndOfThought(const policy::Tokenizer& tok, const policy::RolloutEngine* engine) {
+  policy::StopFn done = [&tok](const std::vector<policy::TokenId>& gen) {
     return !gen.empty() &&
            (tok.IsStop(gen.back()) || tok.DecodeToken(gen.back()).find('\n') != std::string::npos);
   };
+  if (engine && !engine->calls_back()) return {std::move(done), LineEndTokens(tok)};
+  return {std::move(done)};
 }
 
 std::vector<float> DecisionLogP(const StepData& step, const ReadoutConfig& readout) {

@@ -161,7 +161,7 @@ struct AgentContext {
   const envs::Env* env = nullptr;
   policy::TransformerLM model{nullptr};      // the policy (decision readout, token scoring)
   policy::TransformerLM ref_model{nullptr};  // frozen reference for KL (optional)
-  policy::TextSampler* sampler = nullptr;    // token plane rollout engine
+  policy::RolloutEngine* sampler = nullptr;  // token plane rollout engine ([sampler] engine)
   const policy::PromptRenderer* renderer = nullptr;
   ReadoutConfig readout;
   InvalidConfig invalid;
@@ -218,7 +218,10 @@ std::vector<EpisodeData> RunDecisionEpisodes(AgentContext& ctx, const std::vecto
 
 // Where a decision-plane scratchpad ends: at end-of-text or at a token whose
 // text holds a newline (the token is kept: π(z|s) includes stopping there).
-policy::StopFn EndOfThought(const policy::Tokenizer& tok);
+// For an engine that does not call back per token, the rule lists those tokens.
+policy::StopRule EndOfThought(const policy::Tokenizer& tok, const policy::RolloutEngine* engine = nullptr);
+// The tokens whose text holds a newline, and the tokenizer's stop tokens.
+std::vector<policy::TokenId> LineEndTokens(const policy::Tokenizer& tok);
 
 // Token plane: the sampler generates each answer; invalid answers follow
 // ctx.invalid. greedy uses temperature 0.

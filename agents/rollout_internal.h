@@ -120,13 +120,13 @@ bool Guarded(AgentContext& ctx, Slot& s, F&& f) {
 // token limit (0: the sampler's own); the previous settings come back after.
 class SamplerScope {
  public:
-  SamplerScope(policy::TextSampler* sampler, bool greedy, int max_new_tokens);
+  SamplerScope(policy::RolloutEngine* sampler, bool greedy, int max_new_tokens);
   ~SamplerScope();
   SamplerScope(const SamplerScope&) = delete;
   SamplerScope& operator=(const SamplerScope&) = delete;
 
  private:
-  policy::TextSampler* sampler_;
+  policy::RolloutEngine* sampler_;
   policy::SamplerOptions saved_;
 };
 
@@ -135,7 +135,7 @@ class SamplerScope {
 // and books the sampler's work. Identical prompts (e.g. a group at its first
 // step) share one encoding: they are bucketed by how many steps show them.
 // Every text draws from its step's sample_seed and `stream`.
-void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const policy::StopFn& stop,
+void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const policy::StopRule& stop,
                  const char* stream, Budget& budget);
 
 }  // namespace rlid::agents::internal

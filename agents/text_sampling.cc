@@ -1,5 +1,5 @@
 // Free text after a batch of prompts: the token plane's answers and the
-// decision plane's scratchpads, sampled with the agent's TextSampler and booked
+// decision plane's scratchpads, sampled with the agent's rollout engine and booked
 // in the budget. Declared in agents/rollout_internal.h.
 #include <map>
 
@@ -8,7 +8,7 @@
 
 namespace rlid::agents::internal {
 
-SamplerScope::SamplerScope(policy::TextSampler* sampler, bool greedy, int max_new_tokens)
+SamplerScope::SamplerScope(policy::RolloutEngine* sampler, bool greedy, int max_new_tokens)
     : sampler_(sampler), saved_(sampler->options()) {
   auto o = saved_;
   if (greedy) o.temperature = 0;
@@ -18,7 +18,7 @@ SamplerScope::SamplerScope(policy::TextSampler* sampler, bool greedy, int max_ne
 
 SamplerScope::~SamplerScope() { sampler_->SetOptions(saved_); }
 
-void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const policy::StopFn& stop,
+void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const policy::StopRule& stop,
                  const char* stream, Budget& budget) {
   const auto& tok = ctx.renderer->tokenizer();
   std::map<uint64_t, std::vector<size_t>> by_prompt;
@@ -27,7 +27,7 @@ void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const p
   for (const auto& [h, members] : by_prompt) by_count[members.size()].push_back(h);
   const int64_t before_prompt = ctx.sampler->prompt_tokens_encoded();
   const int64_t before_gen = ctx.sampler->tokens_generated();
-  ComputeScope compute(budget.rollout, {ctx.sampler->engine()});
+  const policy::ForwardCost work_before = ctx.sampler->work();
   for (const auto& [count, hashes] : by_count) {
     std::vector<std::vector<policy::TokenId>> prompts;
     std::vector<uint64_t> row_seeds;
@@ -47,6 +47,7 @@ void SampleTexts(AgentContext& ctx, const std::vector<StepData*>& steps, const p
       }
     }
   }
+  BookWork(budget.rollout, ctx.sampler->model_config(), policy::Difference(ctx.sampler->work(), work_before));
   budget.prompt_tokens += ctx.sampler->prompt_tokens_encoded() - before_prompt;
   budget.generated_tokens += ctx.sampler->tokens_generated() - before_gen;
 }

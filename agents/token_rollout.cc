@@ -1,5 +1,5 @@
 // Token-plane rollouts (RunTokenEpisodes): every lockstep round samples one
-// free-text answer per episode with the agent's TextSampler, and the env's
+// free-text answer per episode with the agent's rollout engine, and the env's
 // menu (or its own compiler) turns the text into an action or an invalid
 // answer under [trainer.invalid].
 #include <fmt/format.h>
@@ -19,9 +19,12 @@ using internal::Slot;
 namespace {
 
 // Where a token-plane answer ends: at end-of-text, or at the end of the answer
-// line (with [prompt] reasoning, the first line end after the last answer prefix).
-policy::StopFn EndOfAnswer(const policy::Tokenizer& tok, bool reasoning, std::string prefix) {
-  return [&tok, reasoning, prefix = std::move(prefix)](const std::vector<policy::TokenId>& gen) {
+// line (with [prompt] reasoning, the first line end after the last answer
+// prefix). Every such end is a line-end token (the rule's `at` for an engine
+// that does not call back per token).
+policy::StopRule EndOfAnswer(const policy::Tokenizer& tok, bool reasoning, std::string prefix,
+                             const policy::RolloutEngine& engine) {
+  policy::StopFn done = [&tok, reasoning, prefix = std::move(prefix)](const std::vector<policy::TokenId>& gen) {
     if (gen.empty()) return false;
     if (tok.IsStop(gen.back())) return true;
     if (!reasoning) return tok.DecodeToken(gen.back()).find('\n') != std::string::npos;
@@ -29,6 +32,8 @@ policy::StopFn EndOfAnswer(const policy::Tokenizer& tok, bool reasoning, std::st
     size_t at = text.rfind(prefix);
     return at != std::string::npos && text.find('\n', at) != std::string::npos;
   };
+  if (engine.calls_back()) return {std::move(done)};
+  return {std::move(done), LineEndTokens(tok)};
 }
 
 // Plays the step's sampled answer: the action it compiles to, or an invalid answer.
@@ -71,8 +76,8 @@ std::vector<EpisodeData> RunTokenEpisodes(AgentContext& ctx, const std::vector<E
              "incomplete agent context (token plane needs a sampler)");
   torch::NoGradGuard no_grad;
   const auto& prompt = ctx.renderer->config();
-  const policy::StopFn stop =
-      EndOfAnswer(ctx.renderer->tokenizer(), prompt.reasoning, prompt.answer_prefix);
+  const policy::StopRule stop =
+      EndOfAnswer(ctx.renderer->tokenizer(), prompt.reasoning, prompt.answer_prefix, *ctx.sampler);
 
   internal::Lockstep lockstep(ctx, specs, split, policy::Plane::kToken);
   // Greedy evaluation decodes at temperature 0; the training options come back after.

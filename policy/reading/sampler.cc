@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "policy/model/device.h"
 #include "core/rng.h"
@@ -67,6 +68,12 @@ torch::Tensor TopPFilter(const torch::Tensor& logits, double top_p) {
   return logits.masked_fill(drop, -std::numeric_limits<float>::infinity());
 }
 
+torch::Tensor TopKFilter(const torch::Tensor& logits, int top_k) {
+  if (top_k <= 0 || top_k >= logits.size(-1)) return logits;
+  auto kth = std::get<0>(logits.topk(top_k, -1)).narrow(-1, top_k - 1, 1);  // [..., 1]
+  return logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+}
+
 namespace {
 void ValidateOptions(const SamplerOptions& o) {
   if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
@@ -75,6 +82,8 @@ void ValidateOptions(const SamplerOptions& o) {
         "0 means greedy decoding");
   if (!(o.top_p > 0.0 && o.top_p <= 1.0))
     throw ConfigError(fmt::format("sampler top_p must be in (0, 1], found {}", o.top_p));
+  if (o.top_k < 0)
+    throw ConfigError(fmt::format("sampler top_k must be >= 0, found {}", o.top_k), "0 means no top-k truncation");
   if (o.max_new_tokens < 1)
     throw ConfigError(fmt::format("sampler max_new_tokens must be >= 1, found {}", o.max_new_tokens));
 }
@@ -117,6 +126,15 @@ void TextSampler::SetOptions(const SamplerOptions& options) {
   options_ = options;
 }
 
+EngineSync TextSampler::Sync(TransformerLM& model, int64_t version) {
+  const double t0 = MonotonicSeconds();
+  SyncWeights(model);
+  EngineSync out;
+  out.seconds = MonotonicSeconds() - t0;
+  out.version = version;
+  return out;
+}
+
 void TextSampler::SyncWeights(TransformerLM& train_model) {
   torch::NoGradGuard no_grad;
   auto dst = engine_->named_parameters();
@@ -153,7 +171,7 @@ TextSampler::Drawn TextSampler::Draw(const torch::Tensor& logits, const torch::T
   } else {
     auto scaled = logits / options_.temperature;
     auto logp = torch::log_softmax(scaled, -1);
-    auto kept = TopPFilter(drawable(scaled), options_.top_p);
+    auto kept = TopPFilter(TopKFilter(drawable(scaled), options_.top_k), options_.top_p);
     auto cdf = torch::softmax(kept.to(torch::kFloat64), -1).cumsum(-1);  // [A, V]
     auto x = (u * cdf.select(1, cdf.size(1) - 1)).unsqueeze(1);
     tok = torch::searchsorted(cdf, x, /*out_int32=*/false, /*right=*/true).squeeze(1).clamp_max(cdf.size(1) - 1);
@@ -357,7 +375,7 @@ torch::Tensor DecodeRecomputed(TransformerLM& engine,
 // record (the one device -> host copy per token), drop finished rows, feed the
 // drawn tokens (KV cache) or recompute (without).
 std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std::vector<TokenId>>& prompts,
-                                                           int n, const StopFn& stop,
+                                                           int n, const StopRule& stop,
                                                            const std::vector<uint64_t>& row_seeds) {
   if (n < 1) throw ConfigError(fmt::format("samples per prompt must be >= 1, found {}", n));
   const int64_t N = static_cast<int64_t>(prompts.size());
@@ -381,7 +399,7 @@ std::vector<std::vector<SampleResult>> TextSampler::Sample(const std::vector<std
     const double* tok = host.data_ptr<double>();
     tokens_generated_ += static_cast<int64_t>(d.active.size());
     const std::vector<int64_t> keep =
-        RecordTokens(tok, tok + host.size(1), d, n, options_.max_new_tokens, stop, results);
+        RecordTokens(tok, tok + host.size(1), d, n, options_.max_new_tokens, stop.done, results);
     if (keep.empty()) break;
     std::vector<int64_t> next_active;
     for (int64_t a : keep) next_active.push_back(d.active[a]);

@@ -1,6 +1,6 @@
-// Token-plane rollout engine: a separate inference copy of the policy (its own
-// weights, optionally bf16) that decodes batches of prompts incrementally with a
-// KV cache, temperature and top-p, and reports the engine's log-probs of the
+// rlid's token-plane rollout engine: a separate inference copy of the policy
+// (its own weights, optionally bf16) that decodes batches of prompts
+// incrementally with a KV cache, temperature, top-k and top-p, and reports the engine's log-probs of the
 // sampled tokens. Its log-probs differ from the fp32 training forward
 // (precision, kernels): that gap is what TIS/IcePop corrections measure.
 #pragma once
@@ -12,48 +12,22 @@
 #include <string>
 #include <vector>
 
+#include "policy/reading/rollout_engine.h"
 #include "policy/model/model.h"
 #include "policy/model/precision.h"
 #include "policy/tokenizer/types.h"
 
 namespace rlid::policy {
 
-struct SamplerOptions {
-  double temperature = 1.0;     // 0 = greedy; > 0 scales logits by 1/temperature
-  double top_p = 1.0;           // nucleus mass in (0, 1]; 1 = no truncation
-  int max_new_tokens = 16;      // >= 1
-  Precision dtype = Precision::kFloat32;  // engine weights
-  bool kv_cache = true;         // false: recompute the whole sequence every step
-  // On CUDA, a float32 engine's forward runs under bf16 autocast (matmuls and
-  // attention in bf16, norms, softmax and log-probs in float32); ignored on the CPU.
-  bool autocast = true;
-  // Ids >= this are never sampled (0: every id of the model). Set to the
-  // tokenizer's size: checkpoints pad their embedding rows (Qwen3: 151,936
-  // rows for 151,669 ids), and a padded id has no text. Like top-p, this
-  // truncates what is sampled, not the reported log-probs (still over the full
-  // vocabulary, as the trainer scores them).
-  int64_t vocab_limit = 0;
-};
-
-struct SampleResult {
-  std::vector<TokenId> tokens;
-  // logprobs[i] = log-softmax(logits / temperature)[tokens[i]] under the engine,
-  // over the full vocabulary (not renormalised over the top-p nucleus), so it is
-  // comparable with the trainer's recomputation at the same temperature. With
-  // temperature 0 (greedy) the untempered log-softmax is reported.
-  std::vector<float> logprobs;
-  std::string finish;  // "stop" (the stop callback fired) | "length" (max_new_tokens)
-};
-
-// Called after each new token with the tokens generated so far for one sample;
-// true ends that sample (finish = "stop"; the token that triggered it is kept).
-using StopFn = std::function<bool(const std::vector<TokenId>& generated)>;
-
 // logits [..., V] -> the same with -inf outside the nucleus: the smallest set of
 // most probable tokens whose softmax mass reaches top_p (the top token always stays).
 torch::Tensor TopPFilter(const torch::Tensor& logits, double top_p);
+// logits [..., V] -> the same with -inf outside the k largest (ties at the
+// k-th value stay); k <= 0 or k >= V: unchanged.
+torch::Tensor TopKFilter(const torch::Tensor& logits, int top_k);
 
-class TextSampler {
+// rlid's own engine ([sampler] engine = "rlid").
+class TextSampler : public RolloutEngine {
  public:
   TextSampler(const ModelConfig& config, SamplerOptions options, torch::Device device);
   // Samples with `model` itself as the engine, without a copy of its weights:
@@ -65,6 +39,7 @@ class TextSampler {
   // Copies (and casts) the training model's weights, LoRA adapters merged into
   // them; call after every update.
   void SyncWeights(TransformerLM& train_model);
+  EngineSync Sync(TransformerLM& model, int64_t version) override;
 
   // For each prompt, n samples. A group shares its prompt's KV cache (the prompt
   // is encoded once). Deterministic given `seed` and the inputs.
@@ -75,25 +50,29 @@ class TextSampler {
   // k, so a row's text does not depend on which other rows share the batch
   // (num_envs, data-parallel ranks). row_seeds.size() must be prompts.size() * n.
   std::vector<std::vector<SampleResult>> Sample(const std::vector<std::vector<TokenId>>& prompts, int n,
-                                                const StopFn& stop,
-                                                const std::vector<uint64_t>& row_seeds);
+                                                const StopRule& stop,
+                                                const std::vector<uint64_t>& row_seeds) override;
 
   // Budget counters since construction / ResetCounters(): the engine's work
   // in Sample() as the engine counts it (prompt encodings + decoding steps,
   // recomputations included; the last sampled token is never fed), prompt
   // tokens encoded, tokens sampled.
   const ForwardCost& cost() const { return cost_; }
-  int64_t prompt_tokens_encoded() const { return prompt_tokens_; }
-  int64_t tokens_generated() const { return tokens_generated_; }
+  ForwardCost work() const override { return cost_; }
+  int64_t prompt_tokens_encoded() const override { return prompt_tokens_; }
+  int64_t tokens_generated() const override { return tokens_generated_; }
+  const ModelConfig& model_config() const override { return engine_->config(); }
+  std::string name() const override { return "rlid"; }
+  bool calls_back() const override { return true; }
   void ResetCounters() {
     cost_ = {};
     prompt_tokens_ = tokens_generated_ = 0;
   }
 
-  const SamplerOptions& options() const { return options_; }
-  // Changes decoding settings (temperature, top_p, max_new_tokens, kv_cache);
-  // the engine dtype is fixed at construction.
-  void SetOptions(const SamplerOptions& options);
+  const SamplerOptions& options() const override { return options_; }
+  // Changes decoding settings (temperature, top_p, top_k, max_new_tokens,
+  // kv_cache); the engine dtype is fixed at construction.
+  void SetOptions(const SamplerOptions& options) override;
   TransformerLM& engine() { return engine_; }
 
  private:

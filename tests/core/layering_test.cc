@@ -32,6 +32,7 @@ const std::vector<std::string> kLayers = {
     "policy/tokenizer",
     "policy/model",
     "policy/reading",
+    "policy/engines",
     "agents",
     "trainers/losses",
     "trainers/runtime",

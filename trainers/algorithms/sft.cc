@@ -245,7 +245,7 @@ class SftTraining {
 // Greedy test evaluation of both planes, logged at iteration sft.epochs.
 void EvaluateBothPlanes(Run& s, SftResult& result) {
   const SftConfig& c = s.cfg.sft;
-  s.SyncSampler();  // a reasoning decision plane made its rollout engine for the demonstrations
+  s.SyncSampler(c.epochs);  // a reasoning decision plane made its rollout engine for the demonstrations
   const int64_t n_eval = s.cfg.trainer.eval_episodes;
   result.decision_greedy = Evaluate(s.Agent(policy::Plane::kDecision, c.epochs),
                                     policy::Plane::kDecision, n_eval, true, s.budget, &s.recorder());

@@ -430,11 +430,19 @@ Rollout CollectGroups(IterationContext& c, const policy::ScoreOptions& sopts, in
   return out;
 }
 
-// Engine-correction statistics of the whole batch, before the update:
-// engine/kl = mean over tokens of (rollout − old) and engine/logp_gap_abs =
-// mean |rollout − old|, plus the configured correction's engine/ratio_mean,
-// engine/weight_mean and engine/capped_frac (tis) or engine/masked_frac
-// (icepop, reject), exactly as the loss applies them.
+// Engine-correction statistics of the whole batch, before the update, over its
+// response tokens (old = the training forward at the behaviour weights,
+// rollout = the engine's log-probs of the same ids):
+// - the mismatch itself, whatever the correction: engine/logp_gap_abs (mean
+//   |rollout − old|), engine/logp_gap_max, engine/kl (mean of rollout − old,
+//   the k1 estimate of KL(engine || trainer)), the quantiles
+//   engine/ratio_p05, _p50, _p95 of the token ratio π_train / π_engine (with
+//   --nproc > 1: token-weighted means of each rank's quantiles), and
+//   engine/outside_band_frac, the share of tokens whose ratio lies outside
+//   [low, high] of [trainer.loss.engine] (IcePop's band);
+// - the configured correction's engine/ratio_mean, engine/weight_mean and
+//   engine/capped_frac (tis) or engine/masked_frac (icepop, reject), exactly
+//   as the loss applies them.
 Metrics EngineMetrics(const EngineConfig& engine, const std::vector<TokenSample>& samples) {
   std::vector<const std::vector<float>*> old_rows, roll_rows;
   std::vector<int64_t> lengths;
@@ -450,6 +458,18 @@ Metrics EngineMetrics(const EngineConfig& engine, const std::vector<TokenSample>
   auto corr = CorrectEngine(engine, old, roll, mask);
   Metrics m(corr.metrics.begin(), corr.metrics.end());
   m.push_back({"engine/logp_gap_abs", MaskedMean((roll - old).abs(), mask)});
+  const auto valid = mask > 0;
+  const auto gap = (roll - old).abs().masked_select(valid);
+  if (gap.numel() > 0) {
+    m.push_back({"engine/logp_gap_max", gap.max().item<double>()});
+    const auto ratio = (old - roll).masked_select(valid).to(torch::kFloat64).exp();
+    const auto q = torch::quantile(ratio, torch::tensor({0.05, 0.5, 0.95}, torch::kFloat64));
+    m.push_back({"engine/ratio_p05", q[0].item<double>()});
+    m.push_back({"engine/ratio_p50", q[1].item<double>()});
+    m.push_back({"engine/ratio_p95", q[2].item<double>()});
+    m.push_back({"engine/outside_band_frac",
+                 ((ratio < engine.low) | (ratio > engine.high)).to(torch::kFloat64).mean().item<double>()});
+  }
   return m;
 }
 
@@ -510,6 +530,11 @@ const CombineRules& LossMetricRules() {
                                  {"engine/weight_mean", Combine::kWeightedMean},
                                  {"engine/masked_frac", Combine::kWeightedMean},
                                  {"engine/logp_gap_abs", Combine::kWeightedMean},
+                                 {"engine/logp_gap_max", Combine::kMax},
+                                 {"engine/ratio_p05", Combine::kWeightedMean},
+                                 {"engine/ratio_p50", Combine::kWeightedMean},
+                                 {"engine/ratio_p95", Combine::kWeightedMean},
+                                 {"engine/outside_band_frac", Combine::kWeightedMean},
                                  {"staleness/kl", Combine::kWeightedMean},
                                  {"staleness/ratio_mean", Combine::kWeightedMean},
                                  {"staleness/weight_mean", Combine::kWeightedMean},
@@ -716,7 +741,7 @@ struct TokenTrainer::Prepared {
 namespace {
 
 // Scoring that matches the sampler: its temperature (1 for greedy).
-policy::ScoreOptions SamplerScoring(const policy::TextSampler& sampler) {
+policy::ScoreOptions SamplerScoring(const policy::RolloutEngine& sampler) {
   policy::ScoreOptions sopts;
   sopts.temperature = sampler.options().temperature > 0 ? sampler.options().temperature : 1.0;
   return sopts;

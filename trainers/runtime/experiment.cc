@@ -278,11 +278,45 @@ void LoadSampler(ConfigNode n, policy::SamplerOptions& o) {
         IntRange::Closed(1, kMaxNewTokens));
   n.GetEnum("dtype", o.dtype,
             "rollout-engine weights (bf16 = a different engine)");
+  n.Get("top_k", o.top_k, "keep the k most probable tokens (0 = off)", IntRange::AtLeast(0));
   n.Get("kv_cache", o.kv_cache, "incremental decoding with a KV cache");
   n.Get("autocast", o.autocast,
         "on CUDA, a float32 engine runs its matmuls and attention in bf16 (autocast; log-probs "
         "stay float32); no effect on the CPU");
 }
+// [sampler] engine, [sampler.vllm], [sampler.openai] (docs/engines.md).
+void LoadEngine(ConfigNode n, policy::EngineConfig& e) {
+  n.GetEnum("engine", e.backend,
+            "token-plane rollout engine: rlid (its own), vllm (a vLLM server rlid starts and owns) or "
+            "openai (an OpenAI-compatible server at [sampler.openai] base_url)");
+  n.Get("request_timeout_s", e.request_timeout_s, "a server engine's deadline per request",
+        Range::Positive());
+  n.Get("max_parallel_requests", e.max_parallel_requests, "a server engine's requests in flight at once",
+        IntRange::AtLeast(1));
+  n.Get("probe_tolerance", e.probe_tolerance,
+        "a weight sync's probe fails above this max |delta log p| (0 = 0.02 float32, 0.5 bfloat16)",
+        Range::NonNegative());
+  ConfigNode v = n.Section("vllm");
+  v.Get("python", e.vllm.python, "interpreter that imports vllm (\"\" = RLID_VLLM_PYTHON or .venv-vllm)");
+  v.Get("port", e.vllm.port, "loopback port (0 = a free one)", IntRange::Closed(0, 65535));
+  v.Get("startup_timeout_s", e.vllm.startup_timeout_s, "seconds until the server must be healthy",
+        Range::Positive());
+  v.Get("max_model_len", e.vllm.max_model_len, "prompt + generated tokens the server holds",
+        IntRange::AtLeast(16));
+  v.Get("cpu_kv_cache_gib", e.vllm.cpu_kv_cache_gib,
+        "KV cache of vLLM's CPU build in GiB (VLLM_CPU_KVCACHE_SPACE)", IntRange::AtLeast(1));
+  v.Get("gpu_memory_utilization", e.vllm.gpu_memory_utilization, "GPU memory share of vLLM's CUDA build",
+        Range::Closed(0, 1).OpenLow());
+  v.GetEnum("full_sync", e.vllm.full_sync,
+            "full-parameter weight sync: restart the server on the new weights, or reload in place");
+  v.Get("extra_args", e.vllm.extra_args, "more `vllm serve` arguments, as they are");
+  ConfigNode o = n.Section("openai");
+  o.Get("base_url", e.openai.base_url, "the server's OpenAI-compatible root (\"http://host:port/v1\")");
+  o.Get("model", e.openai.model, "the served model's name");
+  o.Get("api_key_env", e.openai.api_key_env, "environment variable with the API key (never the key itself)");
+  o.GetEnum("sync", e.openai.sync, "weight sync: lora (hot-load each version's adapter) or none");
+}
+
 }  // namespace
 
 std::unique_ptr<ExperimentConfig> ExperimentConfig::FromConfig(Config cfg) {
@@ -309,6 +343,7 @@ std::unique_ptr<ExperimentConfig> ExperimentConfig::FromConfig(Config cfg) {
   e->prompt.Load(root.Section("prompt"));
   e->readout.Load(root.Section("readout"));
   LoadSampler(root.Section("sampler"), e->sampler);
+  LoadEngine(root.Section("sampler"), e->engine);
   e->memory.Load(root.Section("memory"));
   e->trainer.Load(root.Section("trainer"));
   e->sft.Load(root.Section("sft"));
@@ -358,6 +393,13 @@ void ExperimentConfig::CheckConsistency() const {
         "set trainer.group_size >= 2 (and episodes_per_iteration a multiple of it), or use "
         "estimator 'gae' in the decision plane");
   if (AdvantageRegistry::Global().Make(est)->needs_steps()) CheckStepRowEstimator(root, t);
+  // A server engine serves one version at a time to the learner's rollouts.
+  if (t.max_staleness > 0 && engine.backend != policy::EngineBackend::kRlid)
+    throw ConfigError(
+        fmt::format("{}: trainer.max_staleness = {} plays batches ahead with frozen earlier weights, which "
+                    "[sampler] engine = \"{}\" does not serve yet",
+                    root.Section("trainer").Where("max_staleness"), t.max_staleness, engine.backend),
+        "set trainer.max_staleness = 0 with a server engine, or engine = \"rlid\"");
   // A worker plays one batch ahead per iteration; dynamic sampling decides
   // within an iteration how many rounds to play, from the whole job's groups.
   if (t.max_staleness > 0 && t.token.filter_zero_variance_groups &&

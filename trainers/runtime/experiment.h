@@ -19,6 +19,7 @@
 #include "memory/writer.h"
 #include "policy/model/model.h"
 #include "policy/reading/prompt.h"
+#include "policy/engines/engine_config.h"
 #include "policy/reading/sampler.h"
 #include "policy/tokenizer/tokenizer.h"
 #include "trainers/losses/loss_config.h"
@@ -204,6 +205,7 @@ struct ExperimentConfig {
   policy::PromptConfig prompt;
   agents::ReadoutConfig readout;
   policy::SamplerOptions sampler;
+  policy::EngineConfig engine;  // [sampler] engine and [sampler.vllm] / [sampler.openai]
   memory::MemoryConfig memory;
   TrainerConfig trainer;
   SftConfig sft;

@@ -1,5 +1,7 @@
 #include "trainers/runtime/iteration.h"
 
+#include <cmath>
+
 #include "core/clock.h"
 
 namespace rlid::trainers {
@@ -14,6 +16,22 @@ void Record(IterationContext& c, const PlayedBatch& batch) {
   player.policy_version = batch.version;
   c.recorder.Episodes(batch.episodes, player);
   c.recorder.Episodes(batch.dropped, player);
+}
+
+// The rollout engine serves the weights this iteration's update made (version
+// iteration + 1); the seconds go into the budget.
+Metrics SyncEngine(IterationContext& c) {
+  const policy::EngineSync s = c.agent.sampler->Sync(c.agent.model, c.iteration + 1);
+  c.budget.engine_sync_seconds += s.seconds;
+  const policy::SamplerOptions& o = c.agent.sampler->options();
+  // 1: top-k / top-p truncate what is sampled, so the engine's log-probs and the
+  // trainer's are over different supports and the importance ratio is biased.
+  const bool truncated = o.top_p < 1.0 || o.top_k > 0;
+  Metrics m = {{"time/engine_sync_s", s.seconds},
+               {"engine/restarted", s.restarted ? 1.0 : 0.0},
+               {"engine/truncated_sampling", truncated ? 1.0 : 0.0}};
+  if (!std::isnan(s.probe_max_abs_diff)) m.push_back({"engine/probe_max_abs_logp_diff", s.probe_max_abs_diff});
+  return m;
 }
 
 }  // namespace
@@ -42,7 +60,7 @@ Metrics IterationRunner::Run(IterationContext& c) {
   metrics.push_back({"time/rollout_and_scoring_s", MonotonicSeconds() - t0});
   // ---- learn ---------------------------------------------------------------------
   Append(metrics, trainer_.Learn(c, batch));
-  if (c.agent.sampler) c.agent.sampler->SyncWeights(c.agent.model);  // the next rollout's weights
+  if (c.agent.sampler) Append(metrics, SyncEngine(c));  // the next rollout's weights
   // ---- measure -------------------------------------------------------------------
   const double wait_s = ahead_.Join();
   Append(metrics, AsyncMetrics(c.cfg.max_staleness, c.iteration, batch, wait_s, c.comm));

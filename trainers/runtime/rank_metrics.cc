@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -18,7 +20,15 @@ std::map<std::string, double> CombineRanks(const std::map<std::string, double>& 
                           "add it to the CombineRules its trainer passes");
   if (!comm.distributed()) return local;
   std::vector<double> v;
+  std::map<std::string, double> maxima;  // one collective each (few keys)
   for (const auto& [k, how] : rules) {
+    if (how != Combine::kMax) continue;
+    auto it = local.find(k);
+    const double m = comm.Max(it != local.end() ? it->second : -std::numeric_limits<double>::infinity(), what);
+    if (std::isfinite(m)) maxima[k] = m;
+  }
+  for (const auto& [k, how] : rules) {
+    if (how == Combine::kMax) continue;
     auto it = local.find(k);
     const bool has = it != local.end();
     const bool sum = how == Combine::kSum;
@@ -29,6 +39,10 @@ std::map<std::string, double> CombineRanks(const std::map<std::string, double>& 
   std::map<std::string, double> out;
   size_t i = 0;
   for (const auto& [k, how] : rules) {
+    if (how == Combine::kMax) {
+      if (maxima.count(k)) out[k] = maxima[k];
+      continue;
+    }
     const double value = v[i], w = v[i + 1];
     i += 2;
     if (w <= 0) continue;

@@ -13,6 +13,7 @@ namespace rlid::trainers {
 enum class Combine {
   kSum,           // a term already divided by the job's count: the ranks' values add up
   kWeightedMean,  // a mean over the rank's items: the job's mean weights each rank by its items
+  kMax,           // a maximum over the rank's items: the job's is the largest
 };
 using CombineRules = std::map<std::string, Combine>;
 

@@ -9,11 +9,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "policy/engines/make_engine.h"
 #include "policy/model/checkpoint.h"
 #include "policy/model/device.h"
 #include "policy/model/lora.h"
@@ -429,23 +431,34 @@ Run::~Run() {
   }
 }
 
-policy::TextSampler& Run::Sampler() {
+policy::RolloutEngine& Run::Sampler(int64_t version) {
   if (!sampler_) {
     policy::SamplerOptions so = cfg.sampler;
     so.vocab_limit = tokenizer.VocabSize();  // padded embedding rows are never sampled
     const auto engine_dtype = policy::TorchDtype(so.dtype);
-    if (evaluation_ && !model->lora() && model->dtype() == engine_dtype) {
+    if (cfg.engine.backend != policy::EngineBackend::kRlid) {
+      policy::EngineContext ec;
+      ec.dir = (fs::path(dir) / "engine").string();
+      if (comm.size() > 1) ec.dir = (fs::path(ec.dir) / fmt::format("rank{}", comm.rank())).string();
+      ec.seed = cfg.run.seed;
+      ec.version = version;
+      const double t0 = MonotonicSeconds();
+      sampler_ = policy::MakeRolloutEngine(cfg.engine, so, model, ec);
+      spdlog::info("engine: {} serves version {} ({:.1f} s to start)", sampler_->name(), version,
+                   MonotonicSeconds() - t0);
+    } else if (evaluation_ && !model->lora() && model->dtype() == engine_dtype) {
       sampler_ = std::make_unique<policy::TextSampler>(model, so);  // nothing trains: no copy
     } else {
-      sampler_ = std::make_unique<policy::TextSampler>(model->config(), so, device);
-      sampler_->SyncWeights(model);
+      auto local = std::make_unique<policy::TextSampler>(model->config(), so, device);
+      local->SyncWeights(model);
+      sampler_ = std::move(local);
     }
   }
   return *sampler_;
 }
 
-void Run::SyncSampler() {
-  if (sampler_) sampler_->SyncWeights(model);
+void Run::SyncSampler(int64_t version) {
+  if (sampler_) budget.engine_sync_seconds += sampler_->Sync(model, version).seconds;
 }
 
 agents::AgentContext Run::Agent(policy::Plane plane, int64_t iteration) {
@@ -454,7 +467,7 @@ agents::AgentContext Run::Agent(policy::Plane plane, int64_t iteration) {
   ctx.model = model;
   ctx.ref_model = ref_model;
   // The token plane samples answers; a decision plane that reasons samples its scratchpads.
-  ctx.sampler = plane == policy::Plane::kToken || cfg.prompt.reasoning ? &Sampler() : nullptr;
+  ctx.sampler = plane == policy::Plane::kToken || cfg.prompt.reasoning ? &Sampler(iteration) : nullptr;
   ctx.renderer = renderer.get();
   ctx.readout = cfg.readout;
   ctx.invalid = cfg.trainer.invalid;

@@ -21,6 +21,7 @@
 #include "memory/writer.h"
 #include "policy/model/model.h"
 #include "policy/reading/prompt.h"
+#include "policy/reading/rollout_engine.h"
 #include "policy/reading/sampler.h"
 #include "policy/tokenizer/tokenizer.h"
 #include "trainers/runtime/diagnostics.h"
@@ -139,10 +140,15 @@ class Run {
   // The parts a rollout of `plane` at `iteration` uses (the token plane's
   // rollout engine is created on first use and synced with the policy).
   agents::AgentContext Agent(policy::Plane plane, int64_t iteration);
-  policy::TextSampler& Sampler();
-  // Copies the policy's weights into the rollout engine when one exists (after
-  // an update or a restore; a new engine copies them when it is created).
-  void SyncSampler();
+  // The rollout engine [sampler] engine names, created on first use serving
+  // the policy's weights as `version`. A server engine writes under
+  // dir/engine (dir/engine/rank<r> for rank r of a multi-rank job: every rank
+  // has its own engine).
+  policy::RolloutEngine& Sampler(int64_t version = 0);
+  // Makes the rollout engine, when one exists, serve the policy's weights as
+  // `version` (after an update or a restore; a new engine serves them when it
+  // is created); the seconds go into budget.engine_sync_seconds.
+  void SyncSampler(int64_t version);
   Recorder& recorder() { return *recorder_; }
   void End(const std::string& status);
 
@@ -199,7 +205,7 @@ class Run {
   void OpenRunDirectory();
   std::string WriteRunFiles(const RunOptions& options, bool own_files, const nlohmann::json& loaded);
   void BeginRecords(const RunOptions& options, const std::string& resolved);
-  std::unique_ptr<policy::TextSampler> sampler_;
+  std::unique_ptr<policy::RolloutEngine> sampler_;
   std::unique_ptr<Recorder> recorder_;
   bool ended_ = false;
   std::string latest_before_;  // where runs/latest pointed before rank 0 pointed it at dir

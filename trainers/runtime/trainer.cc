@@ -475,23 +475,23 @@ int64_t ResumeFromCheckpoint(Run& run, IterationRunner& runner) {
                   "open it with RunOptions::resume (rlid train --resume --out DIR)");
   fs::path dir = run.resume_checkpoint;
   policy::RestoreWeights(dir.string(), run.model);
-  run.SyncSampler();
-  runner.LoadState(dir.string());
   const nlohmann::json meta = policy::ReadCheckpointMeta(dir.string());
   const int64_t start = meta.at("extra").at("iteration").get<int64_t>() + 1;
+  run.SyncSampler(start);
+  runner.LoadState(dir.string());
   run.budget = BudgetFromJson(meta.at("extra").at("budget"));
   spdlog::info("resumed from {} at iteration {}", dir.string(), start);
   return start;
 }
 
-// Every rank starts from rank 0's weights (fresh, loaded or resumed).
-void BroadcastInitialWeights(Run& run) {
+// Every rank starts from rank 0's weights (fresh, loaded or resumed: version `version`).
+void BroadcastInitialWeights(Run& run, int64_t version) {
   if (!run.comm.distributed()) return;
   std::vector<torch::Tensor> state;
   for (const auto& p : run.model->parameters()) state.push_back(p);
   for (const auto& b : run.model->buffers()) state.push_back(b);
   run.comm.Broadcast(state, 0, "initial weights");
-  run.SyncSampler();
+  run.SyncSampler(version);
 }
 
 // One iteration of the loop: play -> record -> prepare -> learn, the numeric
@@ -616,7 +616,7 @@ TrainResult Train(Run& run, Trainer& trainer, const TrainOptions& opt) {
   const int64_t start = opt.resume ? ResumeFromCheckpoint(run, runner) : 0;
   result.iterations = start;               // a resumed run counts the iterations before it too
   const bool lead = run.comm.rank() == 0;  // rank 0 records metrics and checkpoints, and reports
-  BroadcastInitialWeights(run);
+  BroadcastInitialWeights(run, start);
   if (!opt.resume && t.eval_at_start) {
     // The starting point of the learning curve: 0 env steps, the initial weights.
     agents::Budget empty;

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "memory/query.h"
+#include "policy/reading/sampler.h"
 #include "tests/trainers/algorithms/token_rig.h"
 #include "tests/trainers/algorithms/warm_start.h"
 #include "tests/trainers/algorithms/warm_start_configs.h"
@@ -180,7 +181,8 @@ TEST(TokenBudget, EveryTokenTheModelsProcessIsBookedOnce) {
          "sampler.max_new_tokens=8", "trainer.grad_snr_every=1", "trainer.grad_snr_episodes=4"});
     policy::TransformerLM model = run.session().model;
     auto* sampler = run.session().Agent(run.trainer().plane(), 0).sampler;
-    policy::TransformerLM engine = sampler ? sampler->engine() : policy::TransformerLM(nullptr);
+    auto* local = dynamic_cast<policy::TextSampler*>(sampler);  // rlid's engine
+    policy::TransformerLM engine = local ? local->engine() : policy::TransformerLM(nullptr);
     const bool separate_engine = engine && engine.ptr() != model.ptr();
     const policy::ForwardCost model_start = model->work();
     const policy::ForwardCost engine_start =
@@ -212,7 +214,7 @@ TEST(TokenBudget, GrpoTrainsLoraAdaptersAndTheEngineGetsThemMerged) {
   for (int64_t it = 0; it < 6 && q->lora_B->weight.abs().sum().item<double>() == 0; ++it) run.Iterate(it);
   EXPECT_TRUE(torch::equal(q->weight, q0));  // the base is frozen
   EXPECT_GT(q->lora_B->weight.abs().sum().item<double>(), 0);
-  auto& engine = run.session().Sampler().engine();
+  auto& engine = dynamic_cast<policy::TextSampler&>(run.session().Sampler()).engine();
   EXPECT_TRUE(torch::allclose(engine->model->layer_list[0]->self_attn->q_proj->weight, q->MergedWeight()));
   EXPECT_FALSE(torch::equal(engine->model->layer_list[0]->self_attn->q_proj->weight, q0));
 }

@@ -110,7 +110,7 @@ double AsDouble(const memory::Value& v) {
 std::map<std::pair<int64_t, std::string>, double> DeterministicMetrics(const std::string& dir) {
   auto q = Query(dir,
                  "SELECT iteration, key, value FROM metrics WHERE key NOT LIKE 'time/%' "
-                 "AND key != 'budget/wall_seconds' ORDER BY run_id, rowid");
+                 "AND key NOT IN ('budget/wall_seconds', 'budget/engine_sync_seconds') ORDER BY run_id, rowid");
   std::map<std::pair<int64_t, std::string>, double> out;
   for (const auto& row : q.rows)
     out[{std::get<int64_t>(row[0]), std::get<std::string>(row[1])}] = AsDouble(row[2]);

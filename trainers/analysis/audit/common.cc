@@ -24,7 +24,7 @@ void AppendGreedyThoughts(policy::TransformerLM& model, const policy::PromptRend
   policy::TextSampler sampler(model->config(), o, model->device());
   sampler.SyncWeights(model);
   const auto& tok = renderer.tokenizer();
-  const policy::StopFn end_of_line = agents::EndOfThought(tok);
+  const policy::StopFn end_of_line = agents::EndOfThought(tok).done;
   for (auto& a : states) {
     const auto z = sampler.Sample({a.prompt.tokens}, 1, end_of_line, 0)[0][0].tokens;
     auto& t = a.prompt.tokens;

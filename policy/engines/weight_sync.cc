@@ -1,0 +1,121 @@
+#include "policy/engines/weight_sync.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/http.h"
+#include "policy/engines/engine_error.h"
+#include "policy/model/checkpoint.h"
+#include "policy/model/lora.h"
+
+namespace rlid::policy {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh, empty directory `path` (whatever was there is removed).
+void FreshDirectory(const fs::path& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  fs::create_directories(path.parent_path(), ec);
+}
+
+void RemoveQuietly(const std::string& dir) {
+  std::error_code ec;
+  if (!dir.empty()) fs::remove_all(dir, ec);
+}
+
+// POST base_url + path; EngineError naming what was asked when it fails.
+void Call(const ServerTarget& t, const std::string& path, const nlohmann::json& body, double timeout_s,
+          const std::string& what) {
+  HttpRequest r;
+  r.url = t.base_url + path;
+  r.body = body.dump();
+  r.timeout_s = timeout_s;
+  if (!t.api_key.empty()) r.headers.push_back("Authorization: Bearer " + t.api_key);
+  const HttpResponse resp = HttpPerform(r);
+  if (!resp.ok())
+    throw EngineError(fmt::format("the engine at {} could not {}: {}", t.base_url, what, resp.Describe()),
+                      t.log_hint.empty() ? "a vLLM server loads adapters at run time only with "
+                                           "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora"
+                                         : t.log_hint);
+}
+
+}  // namespace
+
+void WriteServedModel(TransformerLM& model, const std::string& dir, bool merge) {
+  LoadedCheckpoint ck;
+  ck.model = model->lora() && !merge ? ShareBaseWeights(model) : model;
+  FreshDirectory(dir);
+  ExportOptions opt;
+  opt.merge = true;
+  ExportModel(ck, dir, opt);
+}
+
+LoraSync::LoraSync(std::string dir, std::string prefix, double timeout_s)
+    : dir_(std::move(dir)),
+      prefix_(fmt::format("{}-{}-{}", prefix, ::getpid(),
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                                  .count() %
+                              100000000)),
+      timeout_s_(timeout_s) {}
+
+LoraSync::~LoraSync() {
+  if (loaded_.empty()) return;
+  try {  // best effort: a server that is gone has nothing to unload
+    HttpRequest r;
+    r.url = server_.base_url + "/unload_lora_adapter";
+    r.body = nlohmann::json{{"lora_name", loaded_}}.dump();
+    r.timeout_s = 10;
+    if (!server_.api_key.empty()) r.headers.push_back("Authorization: Bearer " + server_.api_key);
+    HttpPerform(r);
+  } catch (...) {
+  }
+}
+
+ServerTarget LoraSync::Apply(TransformerLM& model, int64_t version, const ServerTarget& current,
+                             EngineSync& report) {
+  if (!model->lora())
+    throw InternalError("LoraSync needs a model with LoRA adapters");
+  const std::string name = fmt::format("{}-v{}", prefix_, version);
+  const fs::path path = fs::path(dir_) / fmt::format("v{}", version);
+  FreshDirectory(path);
+  fs::create_directories(path);
+  SaveAdapter(path.string(), model);
+  ServerTarget next = current;
+  if (name != loaded_) {
+    Call(current, "/load_lora_adapter", {{"lora_name", name}, {"lora_path", fs::absolute(path).string()}},
+         timeout_s_, fmt::format("load the adapter of version {} from '{}'", version, path.string()));
+    if (!loaded_.empty()) {
+      Call(current, "/unload_lora_adapter", {{"lora_name", loaded_}}, timeout_s_,
+           fmt::format("unload the adapter '{}'", loaded_));
+      if (loaded_dir_ != path.string()) RemoveQuietly(loaded_dir_);
+    }
+  }
+  loaded_ = name;
+  loaded_dir_ = path.string();
+  server_ = current;
+  next.model = name;
+  report.restarted = false;
+  return next;
+}
+
+FullWeightSync::FullWeightSync(std::string dir, Load load) : dir_(std::move(dir)), load_(std::move(load)) {}
+
+ServerTarget FullWeightSync::Apply(TransformerLM& model, int64_t version, const ServerTarget&,
+                                   EngineSync& report) {
+  const std::string path = (fs::path(dir_) / fmt::format("full_v{}", version)).string();
+  WriteServedModel(model, path, /*merge=*/true);
+  ServerTarget next = load_(path, report);
+  if (served_dir_ != path) RemoveQuietly(served_dir_);
+  served_dir_ = path;
+  return next;
+}
+
+}  // namespace rlid::policy
