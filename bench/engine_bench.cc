@@ -5,7 +5,8 @@
 // server), so a machine that slows down slows every arm alike. Reported per arm:
 // seconds per iteration split into rollout (sampling or readout), env, update
 // and weight sync; generated tokens per second of sampling; decisions (env
-// steps) per second of the whole iteration. Ratios come from one run.
+// steps) per second of the whole iteration and of its rollout (sampling or
+// readout, and env). Ratios come from one run.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -90,13 +91,15 @@ class EngineBench final : public Benchmark {
                             {"update_s", t.update / n},
                             {"sync_s", sync / n},
                             {"generated_tokens_per_s", t.readout > 0 ? tokens / t.readout : 0.0},
-                            {"decisions_per_s", steps / a.run->seconds}};
+                            {"decisions_per_s", steps / a.run->seconds},
+                            {"rollout_decisions_per_s", t.readout + t.env > 0 ? steps / (t.readout + t.env) : 0.0}};
       out["arms"].push_back(row);
       std::cout << fmt::format(
           "{:<28} {:6.2f} s/iteration (rollout {:.2f}, env {:.2f}, update {:.2f}, sync {:.2f}); "
-          "{:7.1f} tokens/s sampling; {:6.1f} decisions/s\n",
+          "{:7.1f} tokens/s sampling; {:6.1f} decisions/s ({:.1f} per rollout second)\n",
           a.name, a.run->seconds / n, t.readout / n, t.env / n, t.update / n, sync / n,
-          row["generated_tokens_per_s"].get<double>(), row["decisions_per_s"].get<double>());
+          row["generated_tokens_per_s"].get<double>(), row["decisions_per_s"].get<double>(),
+          row["rollout_decisions_per_s"].get<double>());
     }
     arms.clear();
     fs::remove_all(root);

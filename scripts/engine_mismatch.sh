@@ -15,7 +15,7 @@ iterations=${2:-4}
 cfg=$root/configs/bandit_grpo.toml
 mkdir -p "$work"
 if [[ ! -d $work/sft/checkpoints/sft ]]; then
-  "$rlid" --log-level warn sft "$cfg" --out "$work/sft" >/dev/null
+  "$rlid" --log-level error sft "$cfg" --out "$work/sft" >/dev/null
 fi
 echo "| engine | dtype | mean \|Δ log p\| | max \|Δ log p\| | KL(engine‖trainer) | ratio p05 | ratio p95 | outside IcePop band | sync s |"
 echo "|---|---|---|---|---|---|---|---|---|"
@@ -23,7 +23,7 @@ for engine in rlid vllm; do
   for dtype in float32 bfloat16; do
     out=$work/${engine}_${dtype}
     rm -rf "$out"
-    "$rlid" --log-level warn train "$cfg" --out "$out" --set "policy.init=$work/sft/checkpoints/sft" \
+    "$rlid" --log-level error train "$cfg" --out "$out" --set "policy.init=$work/sft/checkpoints/sft" \
       --set policy.lora.rank=8 --set policy.lora.alpha=16 --set "sampler.engine=$engine" \
       --set "sampler.dtype=$dtype" --set "trainer.iterations=$iterations" --set trainer.eval_every=0 \
       --set trainer.checkpoint_every=0 >/dev/null

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <deque>
@@ -122,6 +123,11 @@ std::vector<std::string> VllmServer::CommandLine() const {
       "--seed", std::to_string(opt_.seed % 2147483647),
       "--gpu-memory-utilization", Num(opt_.gpu_memory_utilization),
       "--disable-uvicorn-access-log",
+      // Whole prompts only: vLLM 0.20's CPU build kills its engine when a
+      // seeded request's prompt is split across steps ("CPU Generator does
+      // not use offset"), and every rlid request has a seed.
+      "--no-enable-chunked-prefill",
+      "--max-num-batched-tokens", std::to_string(std::max(opt_.max_model_len, 4096)),
   };
   if (opt_.max_lora_rank > 0) {
     for (const std::string& a : {std::string("--enable-lora"), std::string("--max-loras"), std::string("2"),
