@@ -42,9 +42,9 @@ bool IsStopped(pid_t pid) {
 
 }  // namespace
 
-int FreeLocalPort() {
+int FreeLocalPort(const std::string& purpose) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw IoError("cannot open a socket to find a free port for the job's store");
+  if (fd < 0) throw IoError("cannot open a socket to find a free port for " + purpose);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -53,7 +53,7 @@ int FreeLocalPort() {
   const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
   ::close(fd);
-  if (!ok) throw IoError("cannot find a free TCP port on 127.0.0.1 for the job's store");
+  if (!ok) throw IoError("cannot find a free TCP port on 127.0.0.1 for " + purpose);
   return ntohs(a.sin_port);
 }
 

@@ -34,7 +34,8 @@ LaunchResult LaunchLocalRanks(const LaunchOptions& options);
 // args without "--nproc N" / "--nproc=N".
 std::vector<std::string> WithoutNproc(const std::vector<std::string>& args);
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreeLocalPort();
+// A TCP port on 127.0.0.1 that was free a moment ago. IoError naming `purpose`
+// ("the job's store") when there is none.
+int FreeLocalPort(const std::string& purpose = "the job's store");
 
 }  // namespace rlid

@@ -17,6 +17,7 @@
 #include "core/clock.h"
 #include "core/http.h"
 #include "core/interrupt.h"
+#include "core/launch.h"
 #include "core/log.h"
 #include "core/subprocess.h"
 #include "policy/engines/engine_error.h"
@@ -30,22 +31,6 @@ namespace rlid::policy {
 namespace fs = std::filesystem;
 
 namespace {
-
-// A loopback port nobody listens on now (the kernel's choice).
-int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw EngineError("cannot open a socket to find a free port for the vLLM server");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  ::close(fd);
-  if (!ok) throw EngineError("cannot find a free loopback port for the vLLM server");
-  return ntohs(addr.sin_port);
-}
 
 // Whether something accepts connections on the loopback port.
 bool PortInUse(int port) {
@@ -88,7 +73,7 @@ VllmServer::VllmServer(VllmServerOptions options) : opt_(std::move(options)) {
     throw EngineError(fmt::format("port {} is taken: something already listens on 127.0.0.1:{}", opt_.port,
                                   opt_.port),
                       "set [sampler.vllm] port = 0 to let rlid pick a free port");
-  port_ = opt_.port != 0 ? opt_.port : FreeLoopbackPort();
+  port_ = opt_.port != 0 ? opt_.port : FreeLocalPort("the vLLM server");
   Start();
 }
 
