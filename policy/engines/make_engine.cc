@@ -32,13 +32,12 @@ ServerOptions ServerOptionsOf(const EngineConfig& cfg, const SamplerOptions& opt
 
 // "in-place reload" of a full-parameter model by a vLLM server in dev mode.
 ServerTarget ReloadInPlace(const ServerTarget& t, const std::string& dir, double timeout_s) {
-  HttpRequest r;
-  std::string root = t.base_url;
-  if (root.size() >= 3 && root.compare(root.size() - 3, 3, "/v1") == 0) root.resize(root.size() - 3);
-  r.url = root + "/collective_rpc";
-  r.body = nlohmann::json{{"method", "reload_weights"}, {"kwargs", {{"weights_path", dir}}}}.dump();
-  r.timeout_s = timeout_s;
-  const HttpResponse resp = HttpPerform(r);
+  ServerTarget root = t;  // /collective_rpc sits beside /v1, not under it
+  if (root.base_url.size() >= 3 && root.base_url.compare(root.base_url.size() - 3, 3, "/v1") == 0)
+    root.base_url.resize(root.base_url.size() - 3);
+  const HttpResponse resp = HttpPerform(ServerPost(
+      root, "/collective_rpc",
+      nlohmann::json{{"method", "reload_weights"}, {"kwargs", {{"weights_path", dir}}}}.dump(), timeout_s));
   if (!resp.ok())
     throw EngineError(fmt::format("the vLLM server could not reload the weights in '{}': {}", dir, resp.Describe()),
                       "set [sampler.vllm] full_sync = \"restart\" (vLLM 0.20's CPU build cannot reload in place)");

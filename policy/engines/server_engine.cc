@@ -28,12 +28,7 @@ struct Row {
 };
 
 HttpRequest Post(const ServerTarget& t, const std::string& path, const json& body, double timeout_s) {
-  HttpRequest r;
-  r.url = t.base_url + path;
-  r.body = body.dump();
-  r.timeout_s = timeout_s;
-  if (!t.api_key.empty()) r.headers.push_back("Authorization: Bearer " + t.api_key);
-  return r;
+  return ServerPost(t, path, body.dump(), timeout_s);
 }
 
 [[noreturn]] void Fail(const std::string& engine, const ServerTarget& t, const std::string& what) {
@@ -51,10 +46,18 @@ json ParseBody(const std::string& engine, const ServerTarget& t, const HttpRespo
   }
 }
 
-// The sampling request of one row's next round. Padded embedding rows (ids at
-// or above options.vocab_limit) get a logit bias of -100, the strongest a
-// server accepts: never sampled, as rlid's engine never samples them.
-json CompletionBody(const ServerTarget& t, const SamplerOptions& o, int64_t vocab, const Row& row, int round,
+// The logit bias that keeps padded embedding rows (ids at or above
+// options.vocab_limit) from being sampled, as rlid's engine never samples
+// them: -100, the strongest a server accepts. Null when there are none.
+json PaddedIdsBias(const SamplerOptions& o, int64_t vocab) {
+  if (o.vocab_limit <= 0 || o.vocab_limit >= vocab) return nullptr;
+  json bias = json::object();
+  for (int64_t id = o.vocab_limit; id < vocab; ++id) bias[std::to_string(id)] = -100;
+  return bias;
+}
+
+// The sampling request of one row's next round.
+json CompletionBody(const ServerTarget& t, const SamplerOptions& o, const json& bias, const Row& row, int round,
                     const StopRule& stop) {
   std::vector<TokenId> prompt = *row.prompt;
   prompt.insert(prompt.end(), row.out->tokens.begin(), row.out->tokens.end());
@@ -73,11 +76,7 @@ json CompletionBody(const ServerTarget& t, const SamplerOptions& o, int64_t voca
             {"ignore_eos", true},
             {"skip_special_tokens", false}};
   if (!stop.at.empty()) b["stop_token_ids"] = stop.at;
-  if (o.vocab_limit > 0 && o.vocab_limit < vocab) {
-    json bias = json::object();
-    for (int64_t id = o.vocab_limit; id < vocab; ++id) bias[std::to_string(id)] = -100;
-    b["logit_bias"] = std::move(bias);
-  }
+  if (!bias.is_null()) b["logit_bias"] = bias;
   return b;
 }
 
@@ -101,6 +100,15 @@ std::string Absorb(const std::string& engine, const ServerTarget& t, const json&
 }
 
 }  // namespace
+
+HttpRequest ServerPost(const ServerTarget& target, const std::string& path, std::string body, double timeout_s) {
+  HttpRequest r;
+  r.url = target.base_url + path;
+  r.body = std::move(body);
+  r.timeout_s = timeout_s;
+  if (!target.api_key.empty()) r.headers.push_back("Authorization: Bearer " + target.api_key);
+  return r;
+}
 
 ForwardCost ServerWork(const std::vector<std::vector<TokenId>>& prompts,
                        const std::vector<std::vector<SampleResult>>& results) {
@@ -165,6 +173,7 @@ std::vector<std::vector<SampleResult>> ServerEngine::Sample(const std::vector<st
     if (prompts[p].empty()) throw ConfigError(fmt::format("sampler prompt {} is empty", p));
     for (int j = 0; j < n; ++j) rows.push_back({&prompts[p], row_seeds[p * n + j], &results[p][j], false});
   }
+  const json bias = PaddedIdsBias(options_, config_.vocab_size);
   for (int round = 0;; ++round) {
     std::vector<Row*> open;
     std::vector<HttpRequest> requests;
@@ -172,7 +181,7 @@ std::vector<std::vector<SampleResult>> ServerEngine::Sample(const std::vector<st
       if (!r.done) {
         open.push_back(&r);
         requests.push_back(Post(target_, "/completions",
-                                CompletionBody(target_, options_, config_.vocab_size, r, round, stop),
+                                CompletionBody(target_, options_, bias, r, round, stop),
                                 server_.request_timeout_s));
       }
     if (open.empty()) break;

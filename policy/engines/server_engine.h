@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/http.h"
 #include "policy/reading/rollout_engine.h"
 
 namespace rlid::policy {
@@ -20,6 +21,10 @@ struct ServerTarget {
   std::string api_key;   // sent as "Authorization: Bearer ..." when not empty
   std::string log_hint;  // where the server's log is, for error hints ("" = not rlid's to know)
 };
+
+// A POST of `body` (JSON text) to target.base_url + path, with the target's
+// API key: every request rlid sends to an engine's server is built here.
+HttpRequest ServerPost(const ServerTarget& target, const std::string& path, std::string body, double timeout_s);
 
 struct ServerOptions {
   double request_timeout_s = 600;  // one sampling request, queueing included

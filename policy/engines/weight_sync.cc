@@ -33,12 +33,7 @@ void RemoveQuietly(const std::string& dir) {
 // POST base_url + path; EngineError naming what was asked when it fails.
 void Call(const ServerTarget& t, const std::string& path, const nlohmann::json& body, double timeout_s,
           const std::string& what) {
-  HttpRequest r;
-  r.url = t.base_url + path;
-  r.body = body.dump();
-  r.timeout_s = timeout_s;
-  if (!t.api_key.empty()) r.headers.push_back("Authorization: Bearer " + t.api_key);
-  const HttpResponse resp = HttpPerform(r);
+  const HttpResponse resp = HttpPerform(ServerPost(t, path, body.dump(), timeout_s));
   if (!resp.ok())
     throw EngineError(fmt::format("the engine at {} could not {}: {}", t.base_url, what, resp.Describe()),
                       t.log_hint.empty() ? "a vLLM server loads adapters at run time only with "
@@ -69,12 +64,7 @@ LoraSync::LoraSync(std::string dir, std::string prefix, double timeout_s)
 LoraSync::~LoraSync() {
   if (loaded_.empty()) return;
   try {  // best effort: a server that is gone has nothing to unload
-    HttpRequest r;
-    r.url = server_.base_url + "/unload_lora_adapter";
-    r.body = nlohmann::json{{"lora_name", loaded_}}.dump();
-    r.timeout_s = 10;
-    if (!server_.api_key.empty()) r.headers.push_back("Authorization: Bearer " + server_.api_key);
-    HttpPerform(r);
+    HttpPerform(ServerPost(server_, "/unload_lora_adapter", nlohmann::json{{"lora_name", loaded_}}.dump(), 10));
   } catch (...) {
   }
 }
