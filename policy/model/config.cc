@@ -28,6 +28,7 @@ constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMaxHeads = 1024;  // query heads and key/value heads
 constexpr int64_t kMaxHeadDim = 1024;
 constexpr int64_t kMaxPosition = int64_t{1} << 24;  // 16,777,216 tokens
+constexpr int64_t kMaxExperts = 4096;  // DeepSeek-V3 and Qwen3-235B route over 256 and 128
 
 }  // namespace
 
@@ -105,6 +106,21 @@ void ValidateLinear(const ModelConfig& c) {
         "rlid needs at least one full_attention layer (it reads the past's length there)");
 }
 
+// Qwen3-MoE's expert sizes.
+void ValidateSparse(const ModelConfig& c) {
+  if (!c.HasSparseLayers()) return;
+  if (static_cast<int64_t>(c.sparse.size()) != c.num_layers)
+    throw ConfigError(fmt::format("{} sparse-layer flags for {} layers", c.sparse.size(), c.num_layers));
+  if (c.num_experts < 1 || c.num_experts > kMaxExperts)
+    throw ConfigError(fmt::format("num_experts = {} must be in [1, {}]", c.num_experts, kMaxExperts));
+  if (c.experts_per_token < 1 || c.experts_per_token > c.num_experts)
+    throw ConfigError(fmt::format("num_experts_per_tok = {} must be in [1, num_experts = {}]",
+                                  c.experts_per_token, c.num_experts));
+  if (c.moe_intermediate_size < 1 || c.moe_intermediate_size > kMaxIntermediateSize)
+    throw ConfigError(fmt::format("moe_intermediate_size = {} must be in [1, {}]",
+                                  c.moe_intermediate_size, kMaxIntermediateSize));
+}
+
 }  // namespace
 
 void ModelConfig::Validate() const {
@@ -168,6 +184,11 @@ void ModelConfig::Validate() const {
                     partial_rotary, RotaryDim(), head_dim),
         "RoPE rotates an even number >= 2 of each head's dimensions");
   ValidateLinear(*this);
+  ValidateSparse(*this);
+}
+
+bool ModelConfig::HasSparseLayers() const {
+  return std::find(sparse.begin(), sparse.end(), true) != sparse.end();
 }
 
 bool ModelConfig::HasLinearLayers() const {
@@ -254,13 +275,31 @@ nlohmann::json Qwen35Json(const ModelConfig& c, nlohmann::json j) {
   return j;
 }
 
+// Qwen3-MoE as transformers writes it: Qwen3's keys, the expert sizes, and the
+// dense layers as mlp_only_layers (decoder_sparse_step 1).
+nlohmann::json Qwen3MoeJson(const ModelConfig& c, nlohmann::json j) {
+  j["attention_bias"] = c.attention_bias;
+  j["use_sliding_window"] = false;
+  j["num_experts"] = c.num_experts;
+  j["num_experts_per_tok"] = c.experts_per_token;
+  j["moe_intermediate_size"] = c.moe_intermediate_size;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["decoder_sparse_step"] = 1;
+  nlohmann::json dense = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (!c.IsSparse(l)) dense.push_back(l);
+  j["mlp_only_layers"] = dense;
+  return j;
+}
+
 }  // namespace
 
 nlohmann::json ModelConfig::ToJson() const {
   static const std::map<std::string, std::string> kArch = {
       {"qwen3", "Qwen3ForCausalLM"},        {"qwen2", "Qwen2ForCausalLM"},
       {"llama", "LlamaForCausalLM"},        {"mistral", "MistralForCausalLM"},
-      {"gemma3_text", "Gemma3ForCausalLM"}, {"qwen3_5_text", "Qwen3_5ForCausalLM"}};
+      {"gemma3_text", "Gemma3ForCausalLM"}, {"qwen3_5_text", "Qwen3_5ForCausalLM"},
+      {"qwen3_moe", "Qwen3MoeForCausalLM"}};
   const std::string type = ModelType();
   nlohmann::json rope_scaling = nullptr;
   if (rope.type != "default") {
@@ -287,6 +326,7 @@ nlohmann::json ModelConfig::ToJson() const {
   // Qwen2 always has q/k/v biases; Llama/Qwen3 put attention_bias on q/k/v/o.
   if (type == "mistral" || type == "gemma3_text") return FamilyJson(*this, std::move(j));
   if (type == "qwen3_5_text") return Qwen35Json(*this, std::move(j));
+  if (type == "qwen3_moe") return Qwen3MoeJson(*this, std::move(j));
   if (type != "qwen2") j["attention_bias"] = attention_bias;
   if (type == "llama") j["mlp_bias"] = false;
   if (type != "llama") j["use_sliding_window"] = false;
@@ -400,7 +440,8 @@ const FamilyDefaults& DefaultsOf(const std::string& model_type) {
       {"qwen3", {32, 128, 32768}},
       {"mistral", {8, 0, 131072}},
       {"gemma3_text", {4, 256, 131072, true}},
-      {"qwen3_5_text", {4, 256, 32768}}};
+      {"qwen3_5_text", {4, 256, 32768}},
+      {"qwen3_moe", {4, 0, 32768}}};
   return kDefaults.at(model_type);
 }
 
@@ -411,15 +452,19 @@ namespace {
 // What rlid's decoder does not implement is refused by its config.json name
 // (MoE, sliding windows, other layer types and activations, MLP biases).
 void RejectUnsupported(const nlohmann::json& j, HfConfigReader& rd, const std::string& type) {
-  static const std::set<std::string> kTypes = {"qwen3",   "qwen2",       "llama",
-                                               "mistral", "gemma3_text", "qwen3_5_text"};
+  static const std::set<std::string> kTypes = {"qwen3",       "qwen2",        "llama",    "mistral",
+                                               "gemma3_text", "qwen3_5_text", "qwen3_moe"};
   if (!kTypes.count(type))
     Unsupported("model_type", "\"" + type + "\"",
-                "rlid runs qwen3, qwen2, llama, mistral, gemma3_text and qwen3_5 (text) decoders "
-                "(MoE variants are not supported)");
-  for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size"})
-    if (j.contains(moe) && !j[moe].is_null() && !(j[moe].is_number() && j[moe].get<double>() == 0))
-      Unsupported(moe, j[moe].dump(), "mixture-of-experts models are not supported");
+                "rlid runs qwen3, qwen2, llama, mistral, gemma3_text, qwen3_5 (text) and qwen3_moe "
+                "decoders");
+  if (type != "qwen3_moe")
+    for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size"})
+      if (j.contains(moe) && !j[moe].is_null() && !(j[moe].is_number() && j[moe].get<double>() == 0))
+        Unsupported(moe, j[moe].dump(), "of the mixture-of-experts families rlid runs qwen3_moe");
+  if (type == "qwen3_moe" && j.contains("shared_expert_intermediate_size"))
+    Unsupported("shared_expert_intermediate_size", j["shared_expert_intermediate_size"].dump(),
+                "Qwen3-MoE has no shared expert (Qwen2-MoE's are not supported)");
   if (rd.Get<bool>("use_sliding_window", false))
     Unsupported("use_sliding_window", "true", "rlid attends over the full context; set it to false");
   if (type == "gemma3_text") {
@@ -528,7 +573,7 @@ void ReadPositions(const nlohmann::json& j, HfConfigReader& rd, const FamilyDefa
 // q/k norm and attention biases: by family, or as an rlid config before 0.2 stated them.
 void ReadAttentionFlags(const nlohmann::json& j, HfConfigReader& rd, const std::string& type,
                         ModelConfig& c) {
-  c.qk_norm = type == "qwen3" || type == "gemma3_text" || type == "qwen3_5_text";
+  c.qk_norm = type == "qwen3" || type == "gemma3_text" || type == "qwen3_5_text" || type == "qwen3_moe";
   if (type == "mistral") return;  // no biases (transformers ignores attention_bias there)
   if (type == "qwen3_5_text") {   // q/k/v and o all carry attention_bias
     c.attention_bias = c.output_bias = rd.Get<bool>("attention_bias", false);
@@ -619,9 +664,11 @@ std::vector<bool> ReadLayerKinds(const nlohmann::json& j, HfConfigReader& rd, in
 // with sandwich norms, sqrt(D)-scaled embeddings, GeGLU, query_pre_attn_scalar,
 // final-logit soft-capping.
 void ReadQwen35(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c);
+void ReadQwen3Moe(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c);
 
 void ReadFamily(const nlohmann::json& j, HfConfigReader& rd, const std::string& type, ModelConfig& c) {
   if (type == "qwen3_5_text") return ReadQwen35(j, rd, c);
+  if (type == "qwen3_moe") return ReadQwen3Moe(j, rd, c);
   if (type != "mistral" && type != "gemma3_text") return;
   c.family = type;
   const bool absent = !j.contains("sliding_window");
@@ -661,6 +708,34 @@ void ReadQwen35(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c) {
   c.linear_conv_kernel = rd.Get<int64_t>("linear_conv_kernel_dim", int64_t{4});
   c.unit_offset_norm = true;
   c.attn_output_gate = true;
+}
+
+// Qwen3-MoE: num_experts (transformers 5 writes num_local_experts) experts of
+// moe_intermediate_size, top num_experts_per_tok; layer l is sparse unless it is in
+// mlp_only_layers or (l + 1) is not a multiple of decoder_sparse_step (Qwen3MoeConfig's
+// defaults otherwise). router_aux_loss_coef is read by nobody: rlid adds no balancing loss.
+void ReadQwen3Moe(const nlohmann::json& j, HfConfigReader& rd, ModelConfig& c) {
+  c.family = "qwen3_moe";
+  c.num_experts = rd.Get<int64_t>("num_experts", rd.Get<int64_t>("num_local_experts", int64_t{128}));
+  c.experts_per_token = rd.Get<int64_t>("num_experts_per_tok", int64_t{8});
+  c.moe_intermediate_size = rd.Get<int64_t>("moe_intermediate_size", int64_t{768});
+  c.norm_topk_prob = rd.Get<bool>("norm_topk_prob", false);
+  const int64_t step = rd.Get<int64_t>("decoder_sparse_step", int64_t{1});
+  if (step < 1) Unsupported("decoder_sparse_step", std::to_string(step), "a whole number >= 1");
+  std::set<int64_t> dense;
+  if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+    const auto& m = j["mlp_only_layers"];
+    if (!m.is_array()) Unsupported("mlp_only_layers", m.dump(), "a list of layer indices");
+    for (const auto& l : m) {
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= c.num_layers)
+        Unsupported("mlp_only_layers", l.dump(), fmt::format("layer indices in [0, {})", c.num_layers));
+      dense.insert(l.get<int64_t>());
+    }
+  }
+  c.sparse.assign(c.num_layers, false);
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    c.sparse[l] = c.num_experts > 0 && !dense.count(l) && (l + 1) % step == 0;
+  if (!c.HasSparseLayers()) c.sparse.clear();
 }
 
 // A Qwen3_5ForConditionalGeneration config.json: the text model's config
@@ -769,7 +844,7 @@ double ModelConfig::RopeAttentionScale() const {
 int64_t ModelConfig::NumParameters() const {
   int64_t total = vocab_size * hidden_size + hidden_size;  // embedding, final norm
   for (int64_t l = 0; l < num_layers; ++l) {
-    total += LayerMatmulParameters(l) + (sandwich_norm ? 4 : 2) * hidden_size;
+    total += LayerMatmulParameters(l, /*all_experts=*/true) + (sandwich_norm ? 4 : 2) * hidden_size;
     if (IsLinear(l)) {  // conv, dt_bias, A_log, gated norm
       total +=
           LinearConvChannels() * linear_conv_kernel + 2 * linear_value_heads + linear_value_dim;
@@ -798,8 +873,11 @@ ForwardCost Difference(const ForwardCost& a, const ForwardCost& b) {
           a.logit_rows - b.logit_rows, a.value_rows - b.value_rows};
 }
 
-int64_t ModelConfig::LayerMatmulParameters(int64_t layer) const {
-  const int64_t mlp = 3 * hidden_size * intermediate_size;
+int64_t ModelConfig::LayerMatmulParameters(int64_t layer, bool all_experts) const {
+  int64_t mlp = 3 * hidden_size * intermediate_size;
+  if (IsSparse(layer))  // the router, then the experts
+    mlp = hidden_size * num_experts +
+          (all_experts ? num_experts : experts_per_token) * 3 * hidden_size * moe_intermediate_size;
   if (IsLinear(layer)) {
     const int64_t values = linear_value_heads * linear_value_dim;
     // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj

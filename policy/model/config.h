@@ -67,7 +67,7 @@ struct ModelConfig {
   // Families beyond Qwen3 / Qwen2 / Llama, set by FromJson from config.json's
   // model_type ([policy] does not set them; a fresh model keeps the defaults).
   std::string family;                // "" (qwen3 / qwen2 / llama by the flags), mistral,
-                                     // gemma3_text, qwen3_5_text
+                                     // gemma3_text, qwen3_5_text, qwen3_moe
   int64_t sliding_window = 0;        // a sliding layer's query at position q sees keys at
                                      // positions k with q - k < sliding_window (0: none)
   std::vector<bool> sliding;         // per layer: slides (empty: no layer does)
@@ -105,6 +105,21 @@ struct ModelConfig {
     return 2 * linear_key_heads * linear_key_dim + linear_value_heads * linear_value_dim;
   }
 
+  // Qwen3-MoE (qwen3_moe): a sparse layer's MLP is a router ("mlp.gate", [num_experts, D], no
+  // bias) over num_experts SwiGLU experts of width moe_intermediate_size ("mlp.experts.<e>").
+  // Each token runs the experts_per_token experts of highest softmax probability (softmax
+  // over all experts in float32), weighted by those probabilities (renormalised to sum 1 with
+  // norm_topk_prob). Dense layers keep the intermediate_size MLP.
+  int64_t num_experts = 0;           // 0: no layer is sparse
+  int64_t experts_per_token = 0;     // top-k
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  std::vector<bool> sparse;          // per layer: MoE (empty: no layer is)
+  bool IsSparse(int64_t layer) const {
+    return layer < static_cast<int64_t>(sparse.size()) && sparse[layer];
+  }
+  bool HasSparseLayers() const;
+
   // Reads [policy] (preset first, then explicit fields).
   void Load(ConfigNode n);
   void ApplyPreset(const std::string& name);
@@ -128,11 +143,13 @@ struct ModelConfig {
   std::vector<double> LocalRopeInvFreq() const;
   double RopeAttentionScale() const;
   int64_t NumParameters() const;
-  // Weights of layer `layer`'s matmuls: its mixer's projections (q, k, v, o; or
-  // Gated DeltaNet's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj) and the MLP.
-  int64_t LayerMatmulParameters(int64_t layer = 0) const;
+  // Weights of layer `layer`'s matmuls that one token multiplies: its mixer's projections
+  // (q, k, v, o; or Gated DeltaNet's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj)
+  // and the MLP (a sparse layer: the router and experts_per_token experts). With
+  // all_experts, every expert of a sparse layer (the weights stored, not those used).
+  int64_t LayerMatmulParameters(int64_t layer = 0, bool all_experts = false) const;
   // FLOPs of forwards that did `cost` (a multiply-add = 2 FLOPs):
-  //   2 * Σ_layers LayerMatmulParameters(l) * tokens               (projections + MLP)
+  //   2 * Σ_layers LayerMatmulParameters(l) * tokens  (projections + MLP; active experts only)
   // + 4 * (full-attention layers) * num_heads * head_dim * attention_pairs  (QK^T and AV)
   // + 6 * (linear layers) * value heads * key_dim * value_dim * tokens
   //                                  (the delta rule's read, correction and write per token)

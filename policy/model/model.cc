@@ -183,10 +183,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   return o_proj(out);
 }
 
-MlpImpl::MlpImpl(const ModelConfig& cfg, torch::Dtype dt) : gelu_(cfg.activation == "gelu_tanh") {
-  gate_proj = register_module("gate_proj", MakeLinear(cfg.hidden_size, cfg.intermediate_size, false, dt));
-  up_proj = register_module("up_proj", MakeLinear(cfg.hidden_size, cfg.intermediate_size, false, dt));
-  down_proj = register_module("down_proj", MakeLinear(cfg.intermediate_size, cfg.hidden_size, false, dt));
+MlpImpl::MlpImpl(const ModelConfig& cfg, torch::Dtype dt, int64_t width)
+    : gelu_(cfg.activation == "gelu_tanh") {
+  const int64_t I = width > 0 ? width : cfg.intermediate_size;
+  gate_proj = register_module("gate_proj", MakeLinear(cfg.hidden_size, I, false, dt));
+  up_proj = register_module("up_proj", MakeLinear(cfg.hidden_size, I, false, dt));
+  down_proj = register_module("down_proj", MakeLinear(I, cfg.hidden_size, false, dt));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
@@ -194,12 +196,52 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return down_proj((gelu_ ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up_proj(x));
 }
 
+MoeImpl::MoeImpl(const ModelConfig& cfg, torch::Dtype dt)
+    : top_k_(cfg.experts_per_token), norm_topk_prob_(cfg.norm_topk_prob) {
+  gate = register_module("gate", MakeLinear(cfg.hidden_size, cfg.num_experts, false, dt));
+  experts = register_module("experts", torch::nn::ModuleList());
+  for (int64_t e = 0; e < cfg.num_experts; ++e) {
+    expert_list.push_back(Mlp(cfg, dt, cfg.moe_intermediate_size));
+    experts->push_back(expert_list.back());
+  }
+}
+
+torch::Tensor MoeImpl::forward(const torch::Tensor& x, torch::Tensor* routing) {
+  const int64_t E = static_cast<int64_t>(expert_list.size());
+  auto flat = x.reshape({-1, x.size(-1)});
+  auto probs = torch::softmax(gate(flat).to(ComputeType(x.scalar_type())), -1);
+  auto [weights, chosen] = probs.topk(top_k_, -1);  // [N, k]
+  if (norm_topk_prob_) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  weights = weights.to(x.scalar_type());
+  if (routing != nullptr) {
+    auto shape = x.sizes().vec();
+    shape.back() = top_k_;
+    *routing = chosen.reshape(shape);
+  }
+  auto out = torch::zeros_like(flat);
+  const auto counts = torch::bincount(chosen.flatten(), {}, E).cpu();
+  const auto* count = counts.data_ptr<int64_t>();
+  const auto by_slot = chosen.t();  // [k, N]: (slot, token) pairs in transformers' order
+  for (int64_t e = 0; e < E; ++e) {
+    if (count[e] == 0) continue;
+    const auto pairs = torch::nonzero(by_slot == e);
+    const auto slot = pairs.select(1, 0), token = pairs.select(1, 1);
+    auto y = expert_list[e]->forward(flat.index_select(0, token)) *
+             weights.index({token, slot}).unsqueeze(-1);
+    out.index_add_(0, token, y);
+  }
+  return out.reshape(x.sizes());
+}
+
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, int64_t layer, torch::Dtype dt) {
   if (cfg.IsLinear(layer))
     linear_attn = register_module("linear_attn", GatedDeltaNet(cfg, dt));
   else
     self_attn = register_module("self_attn", Attention(cfg, dt));
-  mlp = register_module("mlp", Mlp(cfg, dt));
+  if (cfg.IsSparse(layer))
+    moe = register_module("mlp", Moe(cfg, dt));
+  else
+    mlp = register_module("mlp", Mlp(cfg, dt));
   auto norm = [&] { return RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, dt, cfg.unit_offset_norm); };
   input_layernorm = register_module("input_layernorm", norm());
   post_attention_layernorm = register_module("post_attention_layernorm", norm());
@@ -215,10 +257,14 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerInput
                        : self_attn(input_layernorm(x), in.cos, in.sin, in.mask_add, past, kv_out);
   if (!pre_feedforward_layernorm) {
     auto h = x + a;
-    return h + mlp(post_attention_layernorm(h));
+    return h + Feedforward(post_attention_layernorm(h), in.routing);
   }
   auto h = x + post_attention_layernorm(a);
-  return h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
+  return h + post_feedforward_layernorm(Feedforward(pre_feedforward_layernorm(h), in.routing));
+}
+
+torch::Tensor DecoderLayerImpl::Feedforward(const torch::Tensor& x, torch::Tensor* routing) {
+  return moe ? moe->forward(x, routing) : mlp(x);
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& cfg, torch::Dtype dt) {
@@ -537,8 +583,16 @@ ForwardOut TransformerLMImpl::forward(const torch::Tensor& ids, const torch::Ten
   // to run at all (the frozen embedding gives it none).
   if (checkpoint && !x.requires_grad()) x = x.detach().requires_grad_(true);
   const bool save_rng = lora_ && lora_->dropout > 0;
+  if (record_routing_) routing_.clear();
+  LayerInputs routed;  // a sparse layer's inputs while routing is recorded
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-    const LayerInputs& in = cfg_.IsSliding(l) ? local : global;
+    const LayerInputs* chosen = cfg_.IsSliding(l) ? &local : &global;
+    if (record_routing_ && cfg_.IsSparse(l)) {
+      routed = *chosen;
+      routed.routing = &routing_.emplace_back();
+      chosen = &routed;
+    }
+    const LayerInputs& in = *chosen;
     DecoderLayerImpl* layer = model->layer_list[l].get();
     if (checkpoint) {
       x = CheckpointedLayer::apply(x, reinterpret_cast<int64_t>(layer),

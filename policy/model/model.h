@@ -170,6 +170,7 @@ struct LayerInputs {
   torch::Tensor cos, sin;  // [B, 1, T, rotary dim] for this kind of layer
   torch::Tensor mask_add;  // [B|1, 1, T, P + T] additive attention mask
   const RecurrentInputs* recurrent = nullptr;
+  torch::Tensor* routing = nullptr;  // receives a sparse layer's chosen experts [B, T, k]
 };
 
 // Grouped-query self-attention: q_proj, k_proj, v_proj, o_proj (+ q_norm, k_norm).
@@ -218,9 +219,10 @@ class GatedDeltaNetImpl : public torch::nn::Module {
 TORCH_MODULE(GatedDeltaNet);
 
 // SwiGLU: down(silu(gate(x)) * up(x)); GeGLU with gelu (tanh approximation) for silu.
+// Its width is cfg.intermediate_size, or `width` when given (Qwen3-MoE's experts).
 class MlpImpl : public torch::nn::Module {
  public:
-  MlpImpl(const ModelConfig& cfg, torch::Dtype dtype);
+  MlpImpl(const ModelConfig& cfg, torch::Dtype dtype, int64_t width = 0);
   torch::Tensor forward(const torch::Tensor& x);
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 
@@ -229,11 +231,35 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// Qwen3-MoE's sparse MLP, named as transformers writes it ("mlp.gate.weight",
+// "mlp.experts.<e>.gate_proj.weight", ...): router logits gate(x) in the model's dtype,
+// softmax over the experts in ComputeType, the experts_per_token largest (renormalised with
+// norm_topk_prob), cast back; each chosen expert's SwiGLU output times its weight, summed
+// over experts in ascending order (as transformers adds them). One host read per forward
+// (which experts any token chose).
+class MoeImpl : public torch::nn::Module {
+ public:
+  MoeImpl(const ModelConfig& cfg, torch::Dtype dtype);
+  // x [..., D] -> [..., D]; `routing`, when given, receives the chosen experts [..., k] (int64).
+  torch::Tensor forward(const torch::Tensor& x, torch::Tensor* routing = nullptr);
+  Linear gate{nullptr};
+  torch::nn::ModuleList experts{nullptr};
+  std::vector<Mlp> expert_list;
+
+ private:
+  int64_t top_k_;
+  bool norm_topk_prob_;
+};
+TORCH_MODULE(Moe);
+
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& cfg, int64_t layer, torch::Dtype dtype);
   torch::Tensor forward(const torch::Tensor& x, const LayerInputs& in, const LayerKV* past,
                         LayerKV* kv_out);
+  // The MLP of this layer: dense, or (Qwen3-MoE's sparse layers) the experts; `routing`
+  // receives a sparse layer's chosen experts.
+  torch::Tensor Feedforward(const torch::Tensor& x, torch::Tensor* routing);
   // Llama / Qwen: x + mixer(input_ln(x)), then h + mlp(post_attention_ln(h)), the
   // mixer being self_attn or (Qwen3.5's linear layers) linear_attn. Gemma 3
   // (sandwich): x + post_attention_ln(attn(input_ln(x))), then
@@ -242,7 +268,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich only
   Attention self_attn{nullptr};        // null in a linear layer
   GatedDeltaNet linear_attn{nullptr};  // null in an attention layer
-  Mlp mlp{nullptr};
+  Mlp mlp{nullptr};  // null in a sparse layer
+  Moe moe{nullptr};  // registered as "mlp" in a sparse layer, else null
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -303,6 +330,12 @@ class TransformerLMImpl : public torch::nn::Module {
   // them): auto (recurrent for one token, chunked otherwise), chunked or recurrent.
   void set_recurrent_form(RecurrentForm form) { recurrent_form_ = form; }
 
+  // Qwen3-MoE: with recording on, every forward leaves the experts each token chose in
+  // routing(): one [B, T, experts_per_token] int64 tensor per sparse layer, in layer order
+  // (empty without sparse layers). Off by default (nothing is kept).
+  void set_record_routing(bool on) { record_routing_ = on; }
+  const std::vector<torch::Tensor>& routing() const { return routing_; }
+
   // Activation checkpointing (policy.gradient_checkpointing): forwards that
   // build a gradient in train mode keep only each decoder layer's input and
   // recompute the layer during backward. Same gradients (dropout masks
@@ -340,6 +373,8 @@ class TransformerLMImpl : public torch::nn::Module {
   std::optional<LoraConfig> lora_;
   bool checkpointing_ = false;
   RecurrentForm recurrent_form_ = RecurrentForm::kAuto;
+  bool record_routing_ = false;
+  std::vector<torch::Tensor> routing_;
   ForwardCost work_;
 };
 TORCH_MODULE(TransformerLM);

@@ -5,7 +5,9 @@ rate, so lora_B is far from its zero start), `rlid export` of the checkpoint as 
 PEFT adapter directory, `PeftModel.from_pretrained(base, DIR)`: its logits must be
 the ones `rlid policy logits` gives on the rlid checkpoint. `rlid export --merge`,
 loaded by transformers alone, must give them too.
-Qwen3.5's bases put adapters on its linear-attention projections too.
+Qwen3.5's bases put adapters on its linear-attention projections too; Qwen3-MoE's on
+every expert's projections, which PEFT (transformers 5 fuses the experts) converts
+from the per-expert layout rlid writes into its fused one when it loads them.
 PEFT -> rlid: `get_peft_model` with several ranks, alphas, target-module sets and
 seeds, lora_A and lora_B drawn, `save_pretrained`; `rlid policy logits` on that
 directory must give PEFT's logits. Configs PEFT accepts but rlid cannot compute
@@ -55,6 +57,10 @@ def _base_config(arch: str):
             head_dim=16, tie_word_embeddings=False, layer_types=["linear_attention", "full_attention"],
             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
             **common)
+    if arch == "qwen3_moe":  # every layer sparse: 4 experts, top 2, renormalised
+        return transformers.Qwen3MoeConfig(
+            head_dim=16, tie_word_embeddings=False, num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, norm_topk_prob=True, **common)
     raise ValueError(arch)
 
 
@@ -74,7 +80,7 @@ def tokenizer_json(workdir, rlid) -> Path:
 def bases(workdir, tokenizer_json) -> dict:
     """arch -> a random float32 model directory (config.json, model.safetensors, tokenizer.json)."""
     out = {}
-    for seed, arch in enumerate(["qwen3", "llama", "qwen2", "qwen3_5"]):
+    for seed, arch in enumerate(["qwen3", "llama", "qwen2", "qwen3_5", "qwen3_moe"]):
         torch.manual_seed(100 + seed)
         model = transformers.AutoModelForCausalLM.from_config(_base_config(arch), dtype=torch.float32)
         path = workdir / f"base_{arch}"
@@ -124,7 +130,17 @@ TRAINED = {
     "qwen3": (4, 12.0, 0.0, ALL_TARGETS),
     "llama": (8, 8.0, 0.1, ["v_proj", "q_proj", "down_proj"]),
     "qwen3_5": (4, 8.0, 0.0, ALL_TARGETS + LINEAR_ATTENTION),
+    "qwen3_moe": (4, 8.0, 0.0, ALL_TARGETS),
 }
+
+
+def _expected_lora_layers(arch: str, base, targets) -> int:
+    """How many LoRA layers PEFT makes on `base`: one per targeted projection, and in a
+    Qwen3-MoE model one per fused expert weight (gate_up_proj, down_proj) of each layer."""
+    count = sum(name.rsplit(".", 1)[-1] in targets for name, _ in base.named_modules())
+    if arch == "qwen3_moe":
+        count += 2 * base.config.num_hidden_layers
+    return count
 
 
 @pytest.mark.parametrize("arch", sorted(TRAINED))
@@ -151,7 +167,7 @@ def test_rlid_trained_adapter_loads_in_peft(arch, bases, workdir, rlid, report):
     base = _load_base(bases[arch])
     plain = _hf_logits(base, ids, mask, pos)
     model = peft.PeftModel.from_pretrained(base, adapter).eval()
-    want = sum(name.rsplit(".", 1)[-1] in targets for name, _ in _load_base(bases[arch]).named_modules())
+    want = _expected_lora_layers(arch, _load_base(bases[arch]), targets)
     adapted = modules = 0
     for name, module in model.named_modules():
         if isinstance(module, peft.tuners.lora.LoraLayer):

@@ -5,7 +5,8 @@ classes and `save_pretrained` (Qwen3, Qwen2, Llama; Mistral and Gemma 3 text
 with sliding windows shorter than the rows; Qwen3.5 text, hybrid Gated
 DeltaNet and gated full-attention layers with partial rotary, on rows longer
 than the 64-token chunk of the delta rule, in rlid's chunked and recurrent
-forms against transformers' pure-PyTorch kernels; rope types default, linear,
+forms against transformers' pure-PyTorch kernels; Qwen3-MoE with sparse and
+dense layers, top-k routing with and without renormalisation; rope types default, linear,
 llama3 and yarn; tied and untied heads; F32, BF16 and F16 weights; sharded
 safetensors; the older config.json layout) and checks that
 `rlid policy logits --dtype float32` gives the logits transformers computes
@@ -34,7 +35,7 @@ import pytest
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config,
-                          Qwen3_5TextConfig, Qwen3Config)
+                          Qwen3_5TextConfig, Qwen3Config, Qwen3MoeConfig)
 
 from conftest import RlidError
 
@@ -54,13 +55,13 @@ CONFIG_ERROR_EXIT = 2  # core/error.h: ConfigError::exit_code()
 POOL = ThreadPoolExecutor(max_workers=3)
 
 CONFIG_CLASSES = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig, "mistral": MistralConfig,
-                  "gemma3_text": Gemma3TextConfig, "qwen3_5_text": Qwen3_5TextConfig}
+                  "gemma3_text": Gemma3TextConfig, "qwen3_5_text": Qwen3_5TextConfig, "qwen3_moe": Qwen3MoeConfig}
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
 class Case:
-    family: str                # qwen3 | qwen2 | llama | mistral | gemma3_text | qwen3_5_text
+    family: str                # qwen3 | qwen2 | llama | mistral | gemma3_text | qwen3_5_text | qwen3_moe
     rope: str                  # default | linear | llama3 | yarn
     seed: int
     weights: str = "float32"   # dtype written to disk
@@ -98,6 +99,11 @@ CASES = [
     Case("qwen3_5_text", "linear", 4),
     Case("qwen3_5_text", "default", 5, weights="bfloat16"),
     Case("qwen3_5_text", "default", 6, sharded=True),
+    # Sparse layers (4 to 8 experts, top 1 to 3) beside dense ones.
+    *(Case("qwen3_moe", "default", s) for s in (0, 1, 2)),
+    Case("qwen3_moe", "yarn", 3),
+    Case("qwen3_moe", "default", 4, weights="bfloat16"),
+    Case("qwen3_moe", "default", 5, sharded=True),
 ]
 
 
@@ -174,6 +180,13 @@ def random_config(family: str, rope: str, seed: int, window_pattern: bool = Fals
                   linear_num_value_heads=key_heads * rng.choice([1, 2]),
                   linear_key_head_dim=rng.choice([8, 16]), linear_value_head_dim=rng.choice([8, 12, 16]),
                   linear_conv_kernel_dim=rng.choice([2, 4]))
+    elif family == "qwen3_moe":  # sparse layers by decoder_sparse_step and mlp_only_layers
+        layers = rng.randint(2, 4)
+        experts = rng.choice([4, 6, 8])
+        kw.update(num_hidden_layers=layers, head_dim=rng.choice([8, 16, 32]), attention_bias=rng.random() < 0.3,
+                  num_experts=experts, num_experts_per_tok=rng.randint(1, 3), moe_intermediate_size=rng.randint(8, 48),
+                  norm_topk_prob=rng.random() < 0.5, decoder_sparse_step=rng.choice([1, 1, 2]),
+                  mlp_only_layers=sorted(rng.sample(range(layers), rng.randint(0, 1))))
     return CONFIG_CLASSES[family](**kw)
 
 
@@ -221,8 +234,10 @@ def make_checkpoint(case: Case, out: Path) -> Path:
 
 
 def load_hf(path: Path, dtype=torch.float32):
-    """What transformers makes of the directory, in the given compute dtype."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager")
+    """What transformers makes of the directory, in the given compute dtype (eager attention; MoE
+    experts one by one, as written in modeling_qwen3_moe.py, not its grouped GEMM kernel)."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager",
+                                                 experts_implementation="eager")
     return model.eval()
 
 
@@ -416,7 +431,8 @@ def test_unsupported_configs_are_refused_naming_the_field(rlid, tmp_path, family
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("case", [Case("qwen3", "yarn", 5), Case("llama", "llama3", 6), Case("mistral", "default", 6),
-                                  Case("gemma3_text", "linear", 6), Case("qwen3_5_text", "default", 7)],
+                                  Case("gemma3_text", "linear", 6), Case("qwen3_5_text", "default", 7),
+                                  Case("qwen3_moe", "default", 7)],
                          ids=lambda c: c.id)
 def test_export_loads_in_transformers_with_rlids_logits(rlid, report, tmp_path, case, dtype):
     """`rlid export --merge`: transformers loads the directory and computes rlid's logits of the

@@ -4,7 +4,8 @@
 // recomputation, shared prefix = plain) also run where a window shorter than
 // the test's sequences hides keys (Mistral: every layer; Gemma 3: some, with
 // their own RoPE base) and where a recurrent layer cannot be masked (Qwen3.5:
-// a Gated DeltaNet layer, then a gated full-attention layer).
+// a Gated DeltaNet layer, then a gated full-attention layer) and where each token
+// takes its own route (Qwen3-MoE: a sparse layer of 4 experts, top 2, then a dense one).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,8 +15,8 @@
 
 namespace rlid::testing {
 
-// "qwen3" (no window: the default model), "mistral", "gemma3_text" or
-// "qwen3_5_text"; the tiny preset's sizes (D 128, 2 layers, 2 heads of 64, 1 KV
+// "qwen3" (no window: the default model), "mistral", "gemma3_text", "qwen3_5_text"
+// or "qwen3_moe"; the tiny preset's sizes (D 128, 2 layers, 2 heads of 64, 1 KV
 // head), tied embeddings.
 inline policy::ModelConfig FamilyConfig(const std::string& family, int64_t vocab, int64_t window = 4) {
   nlohmann::json j = {{"model_type", family},   {"vocab_size", vocab},       {"hidden_size", 128},
@@ -39,6 +40,10 @@ inline policy::ModelConfig FamilyConfig(const std::string& family, int64_t vocab
     j["linear_conv_kernel_dim"] = 4;
     j["rope_parameters"] = {
         {"rope_type", "default"}, {"rope_theta", 1e6}, {"partial_rotary_factor", 0.25}};
+  }
+  if (family == "qwen3_moe") {
+    j["num_experts"] = 4, j["num_experts_per_tok"] = 2, j["moe_intermediate_size"] = 96;
+    j["norm_topk_prob"] = true, j["mlp_only_layers"] = {1};
   }
   return policy::ModelConfig::FromJson(j);
 }

@@ -191,6 +191,10 @@ TEST(Readout, EqualsNaiveScoringThroughRecurrentLayers) {
   EXPECT_LT(max_diff, 1e-5);
 }
 
+// Each token's experts are chosen from its own hidden state, so the packed trie routes
+// every realisation's tokens as scoring it alone does.
+TEST(Readout, EqualsNaiveScoringThroughExperts) { ExpectReadoutEqualsNaiveScoring("qwen3_moe"); }
+
 TEST(Readout, MarginalisesDistinctRealisationsAndNormalises) {
   torch::NoGradGuard ng;
   TransformerLM m = RandomModel(7);

@@ -107,6 +107,8 @@ TEST(TextSampler, KvCacheEqualsRecomputation) {
   ExpectKvCacheEqualsRecomputation("gemma3_text");
   // The cache holds each row's conv inputs and delta-rule state beside the keys.
   ExpectKvCacheEqualsRecomputation("qwen3_5_text");
+  // Each cached step routes its one token as the full forward routes it.
+  ExpectKvCacheEqualsRecomputation("qwen3_moe");
 }
 
 TEST(TextSampler, LogProbsMatchTheTrainingForward) {

@@ -83,6 +83,7 @@ TEST(ScoreResponses, SharedPrefixEqualsPlainForwardIncludingGradients) {
   ExpectSharedPrefixEqualsPlain("mistral");  // prompts of 7 and 11 tokens, windows of 4
   ExpectSharedPrefixEqualsPlain("gemma3_text");
   ExpectSharedPrefixEqualsPlain("qwen3_5_text");  // responses continue each prompt's state
+  ExpectSharedPrefixEqualsPlain("qwen3_moe");  // gradients reach the router and the chosen experts
 }
 
 TEST(ScoreResponses, SinglePromptGroupBroadcastsAndMatchesNaive) {
