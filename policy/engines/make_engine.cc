@@ -81,7 +81,8 @@ std::unique_ptr<RolloutEngine> MakeVllm(const EngineConfig& cfg, const SamplerOp
           s->Restart(weights);
           report.restarted = true;
           return target;
-        });
+        },
+        vo.model_dir);
   }
   auto engine = std::make_unique<ServerEngine>("vllm", model->config(), options, ServerOptionsOf(cfg, options),
                                                target, std::move(sync), std::move(server));

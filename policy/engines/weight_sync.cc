@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/http.h"
 #include "policy/engines/engine_error.h"
@@ -96,14 +99,42 @@ ServerTarget LoraSync::Apply(TransformerLM& model, int64_t version, const Server
   return next;
 }
 
-FullWeightSync::FullWeightSync(std::string dir, Load load) : dir_(std::move(dir)), load_(std::move(load)) {}
+FullWeightSync::FullWeightSync(std::string dir, Load load, std::string served)
+    : dir_(std::move(dir)), load_(std::move(load)), served_dir_(std::move(served)) {}
 
-ServerTarget FullWeightSync::Apply(TransformerLM& model, int64_t version, const ServerTarget&,
+namespace {
+
+// Whether two files hold the same bytes (false when either cannot be read).
+bool SameBytes(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  if (fs::file_size(a, ec) != fs::file_size(b, ec) || ec) return false;
+  std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
+  std::vector<char> ba(1 << 20), bb(1 << 20);
+  while (fa && fb) {
+    fa.read(ba.data(), static_cast<std::streamsize>(ba.size()));
+    fb.read(bb.data(), static_cast<std::streamsize>(bb.size()));
+    if (fa.gcount() != fb.gcount() || !std::equal(ba.begin(), ba.begin() + fa.gcount(), bb.begin()))
+      return false;
+  }
+  return fa.eof() && fb.eof();
+}
+
+}  // namespace
+
+ServerTarget FullWeightSync::Apply(TransformerLM& model, int64_t version, const ServerTarget& current,
                                    EngineSync& report) {
   const std::string path = (fs::path(dir_) / fmt::format("full_v{}", version)).string();
   WriteServedModel(model, path, /*merge=*/true);
+  const auto same = [&](const char* file) {
+    return !served_dir_.empty() && SameBytes(fs::path(served_dir_) / file, fs::path(path) / file);
+  };
+  if (same("model.safetensors") && same("config.json")) {  // the server has these weights
+    RemoveQuietly(path);
+    return current;
+  }
   ServerTarget next = load_(path, report);
-  if (served_dir_ != path) RemoveQuietly(served_dir_);
+  // Versions this sync wrote are removed once the next serves; the starting directory stays.
+  if (served_dir_ != path && served_dir_.rfind(dir_, 0) == 0) RemoveQuietly(served_dir_);
   served_dir_ = path;
   return next;
 }

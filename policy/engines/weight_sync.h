@@ -65,7 +65,10 @@ class LoraSync : public WeightSync {
 class FullWeightSync : public WeightSync {
  public:
   using Load = std::function<ServerTarget(const std::string& model_dir, EngineSync& report)>;
-  FullWeightSync(std::string dir, Load load);
+  // `served` is the directory the server was started on (WriteServedModel's, merged):
+  // a version whose files equal the served ones byte for byte is not loaded again
+  // (the first sync of a run, before any update, costs no restart).
+  FullWeightSync(std::string dir, Load load, std::string served = "");
   ServerTarget Apply(TransformerLM& model, int64_t version, const ServerTarget& current,
                      EngineSync& report) override;
 

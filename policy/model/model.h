@@ -332,8 +332,11 @@ class TransformerLMImpl : public torch::nn::Module {
 
   // Qwen3-MoE: with recording on, every forward leaves the experts each token chose in
   // routing(): one [B, T, experts_per_token] int64 tensor per sparse layer, in layer order
-  // (empty without sparse layers). Off by default (nothing is kept).
-  void set_record_routing(bool on) { record_routing_ = on; }
+  // (empty without sparse layers). Off by default; switching it off drops what was kept.
+  void set_record_routing(bool on) {
+    record_routing_ = on;
+    if (!on) routing_.clear();
+  }
   const std::vector<torch::Tensor>& routing() const { return routing_; }
 
   // Activation checkpointing (policy.gradient_checkpointing): forwards that

@@ -115,6 +115,10 @@ class RolloutEngine {
   // Whether the engine asks a StopRule after every token (rlid's engine);
   // otherwise it needs the rule's `at` tokens.
   virtual bool calls_back() const { return false; }
+  // The model the engine samples with, when it runs in this process (rlid's
+  // engine); nullptr for a server, whose internals rlid cannot read (the
+  // routing-mismatch metric needs them).
+  virtual TransformerLM* local_model() { return nullptr; }
 };
 
 }  // namespace rlid::policy

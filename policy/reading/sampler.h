@@ -74,6 +74,7 @@ class TextSampler : public RolloutEngine {
   // kv_cache); the engine dtype is fixed at construction.
   void SetOptions(const SamplerOptions& options) override;
   TransformerLM& engine() { return engine_; }
+  TransformerLM* local_model() override { return &engine_; }
 
  private:
   // One token per row from logits [A, V] with uniforms u [A] (float64), on the

@@ -473,3 +473,20 @@ def test_tied_config_with_a_stored_head_reads_as_in_transformers(rlid, report, t
     assert tied == (head == "equal"), "transformers' tying rule is not the one this test expects"
     batches = input_sets(reference.config.get_text_config().vocab_size, 11)
     compare(rlid, report, f"transformers/tied-config-{head}-head/{family}", out, reference, batches, tmp_path)
+
+
+def test_upcycled_moe_without_noise_computes_the_dense_model(rlid, report, tmp_path):
+    """scripts/upcycle_moe.py with --noise 0: every expert is the dense MLP and the top-k weights
+    sum to 1, so rlid and transformers must both give the dense model's logits on the MoE copy."""
+    import subprocess
+    import sys
+    case = Case("qwen3", "default", 8)
+    dense = make_checkpoint(case, tmp_path / "dense")
+    moe = tmp_path / "moe"
+    subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "scripts" / "upcycle_moe.py"),
+                    str(dense), str(moe), "--experts", "4", "--top-k", "2", "--noise", "0"], check=True)
+    assert json.loads((moe / "config.json").read_text())["model_type"] == "qwen3_moe"
+    reference = load_hf(dense)
+    batches = input_sets(reference.config.vocab_size, case.seed)
+    compare(rlid, report, "upcycled-moe/rlid-vs-dense", moe, reference, batches, tmp_path)
+    compare(rlid, report, "upcycled-moe/transformers-moe-vs-rlid-dense", dense, load_hf(moe), batches, tmp_path)

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "policy/model/config.h"
+#include "policy/model/model.h"
 
 namespace rlid::testing {
 
@@ -55,6 +56,17 @@ inline bool SharpenableWeight(const std::string& name) {
   for (const char* keep : {"norm", "A_log", "dt_bias"})
     if (name.find(keep) != std::string::npos) return false;
   return true;
+}
+
+// A model of `cfg` initialised from `seed`, its sharpenable weights scaled by
+// `scale` (sharper distributions than InitWeights' near-uniform ones).
+inline policy::TransformerLM SharpenedModel(const policy::ModelConfig& cfg, uint64_t seed, double scale) {
+  policy::TransformerLM m(cfg);
+  m->InitWeights(seed);
+  torch::NoGradGuard ng;
+  for (auto& p : m->named_parameters())
+    if (SharpenableWeight(p.key())) p.value().mul_(scale);
+  return m;
 }
 
 }  // namespace rlid::testing

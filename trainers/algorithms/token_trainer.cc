@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/strings.h"
+#include "policy/reading/routing.h"
 #include "policy/reading/scoring.h"
 #include "trainers/losses/advantages.h"
 #include "trainers/losses/kl.h"
@@ -535,6 +536,7 @@ const CombineRules& LossMetricRules() {
                                  {"engine/ratio_p50", Combine::kWeightedMean},
                                  {"engine/ratio_p95", Combine::kWeightedMean},
                                  {"engine/outside_band_frac", Combine::kWeightedMean},
+                                 {"engine/routing_mismatch", Combine::kWeightedMean},
                                  {"staleness/kl", Combine::kWeightedMean},
                                  {"staleness/ratio_mean", Combine::kWeightedMean},
                                  {"staleness/weight_mean", Combine::kWeightedMean},
@@ -612,6 +614,32 @@ void AppendEngineMetrics(const std::vector<TokenSample>& samples, const EngineCo
     for (const auto& smp : samples) tokens += static_cast<double>(smp.step->text.response.size());
   }
   for (const auto& [k, v] : ReduceMetrics(local, tokens, comm)) metrics.push_back({k, v});
+}
+
+// engine/routing_mismatch: of the (response token, sparse layer) pairs of up to
+// kRoutingSamples kept responses, the share whose experts differ between the
+// rollout engine's model and the trainer's, at the weights that played them.
+// Only a mixture-of-experts policy on rlid's own engine, played on-policy by
+// the learner's thread, has both models here; a server engine does not return
+// its routing (docs/engines.md), so the key is absent there.
+constexpr size_t kRoutingSamples = 32;
+void AppendRoutingMetrics(IterationContext& c, const std::vector<TokenSample>& samples,
+                          bool on_policy, Metrics& metrics) {
+  std::map<std::string, double> local;
+  double pairs = 0;
+  policy::TransformerLM* engine = c.agent.sampler->local_model();
+  if (on_policy && c.cfg.max_staleness == 0 && engine != nullptr &&
+      c.agent.model->config().HasSparseLayers() && !samples.empty()) {
+    std::vector<policy::ScoreRequest> reqs;
+    for (size_t i = 0; i < samples.size() && reqs.size() < kRoutingSamples; ++i)
+      if (!samples[i].step->text.response.empty())
+        reqs.push_back({samples[i].step->prompt.tokens, samples[i].step->text.response});
+    policy::TransformerLM trainer = c.agent.model;
+    const auto cmp = policy::CompareRouting(*engine, trainer, reqs);
+    if (cmp.pairs > 0) local["engine/routing_mismatch"] = cmp.share();
+    pairs = static_cast<double>(cmp.pairs);
+  }
+  for (const auto& [k, v] : ReduceMetrics(local, pairs, c.comm)) metrics.push_back({k, v});
 }
 
 // Staleness-correction statistics of a batch played with older weights
@@ -783,6 +811,7 @@ Metrics TokenTrainer::Prepare(IterationContext& c, const PlayedBatch& batch) {
                             &c.comm, &metrics);
   prepared_->job = GatherSamples(samples, batch.episodes, c.comm);
   AppendEngineMetrics(samples, t.loss.engine, c.comm, metrics);
+  AppendRoutingMetrics(c, samples, batch.version == c.iteration, metrics);
   if (batch.version < c.iteration && t.loss.staleness.kind == StalenessKind::kDecoupled) {
     ScoreProx(c, samples, sopts);
     AppendStalenessMetrics(samples, t.loss.staleness, c.comm, metrics);

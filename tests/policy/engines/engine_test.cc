@@ -162,5 +162,48 @@ TEST(VllmServer, ADeadlineStopsAServerThatNeverGetsHealthy) {
   EXPECT_NE(::kill(pid, 0), 0) << "the server process outlived the failed start";
 }
 
+// A full-parameter sync reloads the server only when the weights changed: the
+// first sync of a run (the weights the server started on) costs no restart, a
+// changed weight does, and each loaded version's files go once the next serves
+// (the starting directory stays).
+TEST(FullWeightSync, ReloadsOnlyChangedWeights) {
+  TempDir tmp("full_sync");
+  ModelConfig c;
+  c.ApplyPreset("tiny");
+  c.vocab_size = 31;
+  TransformerLM m(c);
+  m->InitWeights(3);
+  const std::string base = (tmp.path / "base").string();
+  WriteServedModel(m, base, /*merge=*/true);
+  std::vector<std::string> loaded;
+  FullWeightSync sync((tmp.path / "weights").string(),
+                      [&](const std::string& dir, EngineSync&) {
+                        loaded.push_back(dir);
+                        return ServerTarget{"http://new", "m", "", ""};
+                      },
+                      base);
+  const ServerTarget current{"http://old", "m", "", ""};
+  EngineSync report;
+  EXPECT_EQ(sync.Apply(m, 0, current, report).base_url, "http://old");
+  EXPECT_TRUE(loaded.empty());
+  EXPECT_FALSE(fs::exists(tmp.path / "weights" / "full_v0"));
+  {
+    torch::NoGradGuard ng;
+    m->model->norm->weight[0] += 0.5;
+  }
+  EXPECT_EQ(sync.Apply(m, 1, current, report).base_url, "http://new");
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0], (tmp.path / "weights" / "full_v1").string());
+  {
+    torch::NoGradGuard ng;
+    m->model->norm->weight[0] += 0.5;
+  }
+  sync.Apply(m, 2, current, report);
+  EXPECT_EQ(loaded.size(), 2u);
+  EXPECT_FALSE(fs::exists(tmp.path / "weights" / "full_v1"));
+  EXPECT_TRUE(fs::exists(tmp.path / "weights" / "full_v2"));
+  EXPECT_TRUE(fs::exists(base));
+}
+
 }  // namespace
 }  // namespace rlid::policy

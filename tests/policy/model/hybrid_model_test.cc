@@ -18,12 +18,7 @@ namespace {
 constexpr int64_t kVocab = 97;
 
 TransformerLM Hybrid(uint64_t seed) {
-  TransformerLM m(rlid::testing::FamilyConfig("qwen3_5_text", kVocab));
-  m->InitWeights(seed);
-  torch::NoGradGuard ng;
-  for (auto& p : m->named_parameters())
-    if (rlid::testing::SharpenableWeight(p.key())) p.value().mul_(4.0);
-  return m;
+  return rlid::testing::SharpenedModel(rlid::testing::FamilyConfig("qwen3_5_text", kVocab), seed, 4.0);
 }
 
 torch::Tensor Positions(int64_t B, int64_t T, int64_t start = 0) {

@@ -82,12 +82,7 @@ TEST(MoeConfig, RefusesWhatItCannotRun) {
 }
 
 TransformerLM Moe(uint64_t seed) {
-  TransformerLM m(rlid::testing::FamilyConfig("qwen3_moe", kVocab));
-  m->InitWeights(seed);
-  torch::NoGradGuard ng;
-  for (auto& p : m->named_parameters())
-    if (rlid::testing::SharpenableWeight(p.key())) p.value().mul_(8.0);
-  return m;
+  return rlid::testing::SharpenedModel(rlid::testing::FamilyConfig("qwen3_moe", kVocab), seed, 8.0);
 }
 
 // The sparse MLP of one token, from the definition: softmax over every expert's

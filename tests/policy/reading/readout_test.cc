@@ -36,12 +36,7 @@ TransformerLM RandomModel(uint64_t seed, const std::string& family = "qwen3") {
   c.vocab_size = kVocab;
   c.num_layers = 2;
   if (family != "qwen3") c = rlid::testing::FamilyConfig(family, kVocab);
-  TransformerLM m(c);
-  m->InitWeights(seed);
-  torch::NoGradGuard ng;
-  for (auto& p : m->named_parameters())
-    if (rlid::testing::SharpenableWeight(p.key())) p.value().mul_(kWeightScale);
-  return m;
+  return rlid::testing::SharpenedModel(c, seed, kWeightScale);
 }
 
 std::vector<TokenId> RandomTokens(Rng& rng, int64_t n, TokenId lo, TokenId hi) {

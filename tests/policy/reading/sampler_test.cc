@@ -29,12 +29,7 @@ ModelConfig Config(const std::string& family = "qwen3") {
 
 // A training model with sharper-than-init distributions.
 TransformerLM TrainModel(uint64_t seed, double scale = 8.0, const std::string& family = "qwen3") {
-  TransformerLM m(Config(family));
-  m->InitWeights(seed);
-  torch::NoGradGuard ng;
-  for (auto& p : m->named_parameters())
-    if (rlid::testing::SharpenableWeight(p.key())) p.value().mul_(scale);
-  return m;
+  return rlid::testing::SharpenedModel(Config(family), seed, scale);
 }
 
 TextSampler MakeSampler(TransformerLM& m, SamplerOptions o) {

@@ -20,12 +20,7 @@ TransformerLM Model(uint64_t seed, const std::string& family = "qwen3") {
   c.vocab_size = 67;
   c.num_layers = 2;
   if (family != "qwen3") c = rlid::testing::FamilyConfig(family, 67);
-  TransformerLM m(c);
-  m->InitWeights(seed);
-  torch::NoGradGuard ng;
-  for (auto& p : m->named_parameters())
-    if (rlid::testing::SharpenableWeight(p.key())) p.value().mul_(8.0);
-  return m;
+  return rlid::testing::SharpenedModel(c, seed, 8.0);
 }
 
 // Two groups of three responses (lengths 4, 1, 0 / 2, 5, 3) and a lone prompt.

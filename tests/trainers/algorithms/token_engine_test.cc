@@ -9,7 +9,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "policy/model/safetensors.h"
 #include "policy/reading/scoring.h"
 #include "tests/trainers/algorithms/token_rig.h"
 #include "tests/trainers/algorithms/warm_start.h"
@@ -194,6 +198,54 @@ TEST(TokenEngine, TokenLevelTisCapsAndIcePopMasksRealRollouts) {
       "%.3f\n",
       static_cast<long long>(mask.sum().item<int64_t>()), x, capped,
       ci.metrics.at("engine/masked_frac"));
+}
+
+// The warm start as a Qwen3-MoE checkpoint (scripts/upcycle_moe.py's upcycling):
+// each layer's MLP copied into 4 experts with noise, top-2 of a random router.
+std::string UpcycledWarmStart(const std::string& dense, const std::filesystem::path& out) {
+  namespace fs = std::filesystem;
+  fs::create_directories(out);
+  fs::copy_file(fs::path(dense) / "tokenizer.json", out / "tokenizer.json", fs::copy_options::overwrite_existing);
+  std::ifstream in(fs::path(dense) / "config.json");
+  auto cfg = nlohmann::json::parse(in);
+  cfg["model_type"] = "qwen3_moe", cfg["architectures"] = {"Qwen3MoeForCausalLM"};
+  cfg["num_experts"] = 4, cfg["num_experts_per_tok"] = 2, cfg["norm_topk_prob"] = true;
+  cfg["moe_intermediate_size"] = cfg["intermediate_size"], cfg["mlp_only_layers"] = nlohmann::json::array();
+  std::ofstream(out / "config.json") << cfg.dump(2);
+  torch::manual_seed(7);
+  policy::TensorMap moe;
+  for (const auto& [name, w] : policy::LoadSafetensors((fs::path(dense) / "model.safetensors").string())) {
+    const auto mlp = name.find(".mlp.");
+    if (mlp == std::string::npos) {
+      moe[name] = w;
+      continue;
+    }
+    const std::string layer = name.substr(0, mlp), proj = name.substr(mlp + 5);
+    for (int e = 0; e < 4; ++e)
+      moe[layer + ".mlp.experts." + std::to_string(e) + "." + proj] = w + 0.1 * w.std() * torch::randn_like(w);
+    moe[layer + ".mlp.gate.weight"] = 0.1 * torch::randn({4, w.size(proj.rfind("down", 0) == 0 ? 0 : 1)});
+  }
+  policy::SaveSafetensors((out / "model.safetensors").string(), moe);
+  return out.string();
+}
+
+// engine/routing_mismatch on an MoE policy: 0 with a float32 copy of the
+// trainer as the engine (the same forward), a share in [0, 1] with bfloat16.
+TEST(TokenEngine, RoutingMismatchOfAnMoePolicy) {
+  const std::string dense = WarmStart("bandit_sft", kBanditSftToml);
+  const auto dir = TestCacheDir() / "bandit_sft_moe";
+  const std::string moe = UpcycledWarmStart(dense, dir);
+  for (const char* dtype : {"float32", "bfloat16"}) {
+    TokenRun run(std::string("engine_moe_") + dtype, kBanditSftToml, Sets(moe, dtype));
+    auto m = run.Iterate(0);
+    ASSERT_TRUE(HasMetric(m, "engine/routing_mismatch")) << dtype;
+    const double share = MetricValue(m, "engine/routing_mismatch");
+    std::printf("[engine] moe %s: engine/routing_mismatch %.4f, logp_gap_max %.3g\n", dtype, share,
+                MetricValue(m, "engine/logp_gap_max"));
+    if (std::string(dtype) == "float32") EXPECT_EQ(share, 0.0);
+    EXPECT_GE(share, 0.0);
+    EXPECT_LE(share, 1.0);
+  }
 }
 
 }  // namespace
